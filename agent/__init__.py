@@ -1,0 +1,1 @@
+"""GPU Steward: the agent graph, guardrail, detectors, policy, cost and audit."""

@@ -1,0 +1,1 @@
+"""Windowed, explainable waste detectors (the rule engine)."""

@@ -1,0 +1,120 @@
+"""Typed records that flow through the graph: findings, proposed actions, decisions, outcomes."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized"]
+ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool"]
+Verdict = Literal["allow", "deny", "needs_approval"]
+ActionStatus = Literal["executed", "blocked", "pending_approval", "dry_run", "failed", "skipped", "denied_by_human", "expired"]
+
+# The intervention level of each action is fixed here, never chosen by the model.
+ACTION_LEVELS: dict[str, int] = {"notify": 1, "terminate": 2, "force_terminate": 3, "resize_pool": 4}
+STOP_ACTIONS = frozenset({"terminate", "force_terminate"})
+STOPPABLE_KINDS = frozenset({"idle", "zombie"})
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Finding(_Record):
+    """One detector's verdict on one target, with the numbers behind it."""
+
+    kind: FindingKind
+    target: str  # job id, node name or pool name
+    target_type: Literal["job", "node", "pool"] = "job"
+    since: datetime  # when the waste began, as far as the window shows
+    detected_at: datetime
+    evidence: str  # plain words with the numbers
+    metrics: dict[str, float] = {}
+    gpus: int = 0  # GPUs wasted (idle/zombie: all requested; overprovisioned: the unused)
+    waste_gpu_hours: float = 0.0
+    waste_cost: float = 0.0
+    currency: str = "USD"
+    owner: str | None = None
+    runbook: str | None = None
+
+
+class ProposedAction(_Record):
+    """What the planner (model or built-in policy) wants done; the guardrail decides."""
+
+    action: ActionKind
+    target: str
+    reason: str = ""
+    finding_kind: FindingKind | None = None
+    target_nodes: int | None = None  # resize_pool only
+    message: str | None = None  # notify only: the text for the owner
+    proposed_by: str = "policy-model"
+
+    @property
+    def level(self) -> int:
+        return ACTION_LEVELS[self.action]
+
+    def key(self) -> str:
+        """Stable identity used for idempotency and dedupe."""
+        raw = f"{self.action}|{self.target}|{self.finding_kind}|{self.target_nodes}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+class Decision(_Record):
+    verdict: Verdict
+    rule: str  # which guardrail rule decided
+    reason: str
+    level: int
+    dry_run: bool = False
+
+
+class GuardedAction(_Record):
+    """A proposal with the guardrail's decision; what approval and execute work on."""
+
+    id: str
+    proposal: ProposedAction
+    decision: Decision
+    decided_at: datetime
+
+
+class ActionOutcome(_Record):
+    id: str
+    action: ActionKind
+    target: str
+    level: int
+    status: ActionStatus
+    at: datetime
+    reason: str = ""
+    detail: str = ""
+    gpus: int = 0
+    reclaimed_gpu_hours_per_hour: float = 0.0
+    approved_by: str | None = None
+
+
+class HistoryEntry(_Record):
+    """A past action as the guardrail sees it (from the audit log)."""
+
+    action: ActionKind
+    target: str
+    status: ActionStatus
+    at: datetime
+    finding_kind: FindingKind | None = None
+    gpus: int = 0
+    deadline: datetime | None = None  # notify: when the warned stop may happen
+
+
+class Exemption(_Record):
+    """A time-boxed exemption an owner or approver granted ("keep 4h")."""
+
+    target: str
+    until: datetime
+    by: str
+    reason: str = ""
+
+
+class History(_Record):
+    entries: list[HistoryEntry] = []
+    exemptions: list[Exemption] = []
+    pending_approvals: list[str] = Field(default_factory=list)  # proposal keys awaiting a human

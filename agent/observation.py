@@ -1,0 +1,59 @@
+"""What one sweep saw: jobs, nodes, pools, metric slices and log progress, at one instant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from tools.models import GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+
+
+class LogProgress(BaseModel):
+    """What a job's recent log says about progress (see tools/log_progress.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: str
+    lines: int = 0  # lines in the inspected span
+    last_line_at: datetime | None = None
+    progress_lines: int = 0  # lines whose counters (step, loss, shard n/N, ...) changed
+    first_progress_at: datetime | None = None
+    last_progress_at: datetime | None = None
+    typical_gap_s: float | None = None  # median gap between progress lines
+    last_step: float | None = None
+    tail: list[str] = []
+
+
+class Observation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    slice_s: float
+    lookback_s: float
+    currency: str = "USD"
+    jobs: list[JobInfo] = []
+    nodes: list[NodeInfo] = []
+    pools: list[PoolInfo] = []
+    gpus: list[GpuSeries] = []
+    io: list[JobIoSeries] = []
+    logs: dict[str, LogProgress] = {}
+    backend_calls: int = 0  # requests this observation cost (for the benchmarks)
+
+    def jobs_by_id(self) -> dict[str, JobInfo]:
+        return {j.id: j for j in self.jobs}
+
+    def gpus_by_job(self) -> dict[str, list[GpuSeries]]:
+        out: dict[str, list[GpuSeries]] = {}
+        for series in self.gpus:
+            if series.job is not None:
+                out.setdefault(series.job, []).append(series)
+        return out
+
+    def io_by_job(self) -> dict[str, JobIoSeries]:
+        return {s.job: s for s in self.io}
+
+    def price_for_node(self, node: str | None) -> float:
+        pool_of = {n.name: n.pool for n in self.nodes}
+        prices = {p.name: p.price_per_gpu_hour for p in self.pools}
+        return prices.get(pool_of.get(node or "", None) or "", 0.0)

@@ -1,0 +1,1 @@
+"""Scenario suites, scoring, trace replay and benchmarks."""

@@ -1,0 +1,41 @@
+"""Parse the scenario format's durations (`30s`, `15m`, `2h`, `1d` or plain seconds)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds for a duration written as `90`, `90s`, `15m`, `2h`, `1d` or `1.5h`."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"duration must not be negative: {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        match = _PATTERN.match(value)
+        if match:
+            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 15m, 2h, 1d or seconds)")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: 45s, 20m, 2h30m."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, _ = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours == 0:
+        return f"{minutes}m"
+    return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"

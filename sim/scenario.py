@@ -1,0 +1,249 @@
+"""Scenario file format v1: pydantic models and a loader whose errors name file and key."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sim.durations import Duration
+
+DEFAULT_START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+NAME_RE = re.compile(r"^[a-z0-9-]+$")
+
+Range = float | tuple[float, float]
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class NodeEvent(_Strict):
+    at: Duration
+    xid: int | None = None
+    gpu_temp_c: float | None = None
+    gpu: int | None = None  # extension: which GPU index (default 0)
+
+
+class Pool(_Strict):
+    name: str
+    provider: Literal["sim", "aws", "capi"] = "sim"
+    gpu_model: str = "A100-80GB"
+    gpus_per_node: int = Field(8, ge=1, le=64)
+    nodes: int = Field(ge=0)
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int | None = Field(None, ge=0)
+    price_per_gpu_hour: float = Field(0.0, ge=0)
+    billing: Literal["on-demand", "reserved", "spot"] = "on-demand"
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Pool:
+        if self.max_nodes is not None and self.max_nodes < self.min_nodes:
+            raise ValueError("max_nodes is below min_nodes")
+        if self.nodes < self.min_nodes:
+            raise ValueError("nodes is below min_nodes")
+        return self
+
+
+class Node(_Strict):
+    name: str
+    pool: str | None = None
+    gpus: int | None = Field(None, ge=1)  # extension: override the pool's gpus_per_node
+    gpu_model: str | None = None
+    events: list[NodeEvent] = []
+
+
+class Phase(_Strict):
+    duration: Duration | None = None
+    gpu_util: Range | None = None
+    active_gpus: int | None = Field(None, ge=0)
+    gpu_mem_gb: Range | None = None
+    cpu_pct: Range | None = None
+    net_rx_mbps: Range | None = None
+    disk_read_mbps: Range | None = None
+    log: Literal["loss", "silent", "lines"] | None = None
+    log_every: Duration | None = None
+    lines: list[str] | None = None
+    metrics: Literal["ok", "missing"] | None = None
+
+    @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "disk_read_mbps", mode="before")
+    @classmethod
+    def _range(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if len(value) != 2 or not all(isinstance(v, (int, float)) for v in value):
+                raise ValueError("a range is [low, high] with two numbers")
+            low, high = value
+            if low > high:
+                raise ValueError("a range's low is above its high")
+            return (float(low), float(high))
+        return value
+
+
+class Job(_Strict):
+    id: str
+    scheduler: Literal["kubernetes", "slurm"] = "kubernetes"
+    user: str = "unknown"
+    project: str | None = None
+    node: str | None = None
+    gpus: int = Field(1, ge=0)
+    priority: Literal["low", "normal", "high"] = "normal"
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    submit: Duration = 0.0
+    start: Duration | None = None
+    end: Duration | None = None
+    sigterm: Literal["exits", "ignores"] = "exits"
+    phases: list[Phase] = []
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if "/" not in value or value.startswith("/") or value.endswith("/"):
+            raise ValueError("job id is namespace/pod (Kubernetes) or partition/jobname (Slurm)")
+        return value
+
+    @property
+    def namespace(self) -> str:
+        return self.id.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.split("/", 1)[1]
+
+    @property
+    def start_s(self) -> float:
+        return self.submit if self.start is None else self.start
+
+
+class ScriptedApproval(_Strict):
+    job: str
+    decision: Literal["approve", "deny"]
+    at: Duration
+    by: str = "scripted"
+
+
+class Truth(_Strict):
+    job: str | None = None
+    pool: str | None = None  # extension: a pool-level answer (waste: oversized)
+    waste: Literal["idle", "zombie", "overprovisioned", "none", "oversized", "node_health"]
+    since: Duration | None = None
+    must_not_kill: bool = False
+
+    @model_validator(mode="after")
+    def _target(self) -> Truth:
+        if (self.job is None) == (self.pool is None):
+            raise ValueError("a truth entry names exactly one of job or pool")
+        return self
+
+
+class Scenario(_Strict):
+    version: Literal[1] = 1
+    name: str
+    description: str = ""
+    start: datetime = DEFAULT_START
+    duration: Duration
+    step: Duration = 30.0
+    currency: str = "USD"
+    pools: list[Pool] = []
+    nodes: list[Node] = []
+    jobs: list[Job] = []
+    approvals: list[ScriptedApproval] = []
+    truth: list[Truth] = []
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("name must match [a-z0-9-]+")
+        return value
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _start(cls, value: Any) -> Any:
+        if isinstance(value, datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    @field_validator("step")
+    @classmethod
+    def _step(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("step must be positive")
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> Scenario:
+        pool_names = {p.name for p in self.pools}
+        if len(pool_names) != len(self.pools):
+            raise ValueError("pool names must be unique")
+        node_names = [n.name for n in self.nodes]
+        if len(set(node_names)) != len(node_names):
+            raise ValueError("node names must be unique")
+        for i, node in enumerate(self.nodes):
+            if node.pool is not None and node.pool not in pool_names:
+                raise ValueError(f"nodes[{i}].pool: unknown pool {node.pool!r}")
+            if node.pool is None and node.gpus is None:
+                raise ValueError(f"nodes[{i}]: a node without a pool needs gpus")
+        known_nodes = set(node_names) | {f"{p.name}-{i}" for p in self.pools for i in range(p.nodes)}
+        job_ids = [j.id for j in self.jobs]
+        if len(set(job_ids)) != len(job_ids):
+            raise ValueError("job ids must be unique")
+        for i, job in enumerate(self.jobs):
+            if job.node is not None and job.node not in known_nodes:
+                raise ValueError(f"jobs[{i}].node: unknown node {job.node!r}")
+            if job.end is not None and job.end < job.start_s:
+                raise ValueError(f"jobs[{i}].end is before its start")
+        for i, approval in enumerate(self.approvals):
+            if approval.job not in job_ids and approval.job not in pool_names:
+                raise ValueError(f"approvals[{i}].job: unknown job {approval.job!r}")
+        for i, truth in enumerate(self.truth):
+            if truth.job is not None and truth.job not in job_ids:
+                raise ValueError(f"truth[{i}].job: unknown job {truth.job!r}")
+            if truth.pool is not None and truth.pool not in pool_names:
+                raise ValueError(f"truth[{i}].pool: unknown pool {truth.pool!r}")
+        return self
+
+
+def _format_errors(source: str, error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in item["loc"]).replace(".[", "[")
+        parts.append(f"{source}: {loc or '(top level)'}: {item['msg']}")
+    return "\n".join(parts)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate already-parsed YAML/JSON data as a scenario."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a mapping at the top level")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_errors(source, exc)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    return parse_scenario(data, str(path))
+
+
+def demo_scenario_path() -> Path:
+    """The built-in demo cluster that `steward sweep` uses by default."""
+    return Path(__file__).with_name("demo.yaml")

@@ -1,0 +1,1 @@
+"""Typed tools the model sees, and the cluster adapters behind them."""

@@ -1,0 +1,121 @@
+"""Typed records that cluster adapters return: jobs, nodes, pools, metric slices, logs, results."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SchedulerKind = Literal["kubernetes", "slurm"]
+JobState = Literal["pending", "running", "stopping", "completed", "failed", "cancelled"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobInfo(_Record):
+    """A job as the scheduler reports it. `id` is namespace/pod or partition/jobname."""
+
+    id: str
+    scheduler: SchedulerKind
+    namespace: str  # Kubernetes namespace; Slurm partition
+    name: str
+    user: str
+    project: str | None = None  # team / cost centre (Slurm: account)
+    gpus: int = 0
+    node: str | None = None
+    state: JobState = "running"
+    priority: Literal["low", "normal", "high"] = "normal"
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    qos: str | None = None  # Slurm QOS
+    owner_kind: str | None = None  # Job, Deployment, StatefulSet, Notebook, ...
+    started_at: datetime | None = None
+    stop_requested_at: datetime | None = None  # when a graceful stop was sent
+
+
+class NodeInfo(_Record):
+    name: str
+    pool: str | None = None
+    gpus: int
+    gpu_model: str = ""
+    jobs: list[str] = []
+
+
+class PoolInfo(_Record):
+    name: str
+    provider: Literal["sim", "aws", "capi"] = "sim"
+    gpu_model: str = ""
+    gpus_per_node: int
+    nodes: int
+    min_nodes: int = 0
+    max_nodes: int | None = None
+    price_per_gpu_hour: float = 0.0
+    billing: Literal["on-demand", "reserved", "spot"] = "on-demand"
+    busy_nodes: int = 0  # nodes that run at least one job now
+    currency: str = "USD"
+
+
+class GpuSeries(_Record):
+    """One GPU's samples, aggregated into slices (oldest first; None = no valid sample).
+
+    Labels follow dcgm-exporter: Hostname, gpu, UUID, modelName, and pod/namespace/container
+    on Kubernetes or hpc_job on Slurm. `job` is the steward job id these map to.
+    """
+
+    job: str | None
+    node: str
+    gpu: int
+    uuid: str = ""
+    model: str = ""
+    slice_s: float
+    util_max: list[float | None]  # DCGM_FI_DEV_GPU_UTIL, per slice
+    util_avg: list[float | None]
+    samples: list[int]  # valid samples per slice
+    expected: int  # samples a full slice holds
+    engine_active_avg: list[float | None] = []  # DCGM_FI_PROF_GR_ENGINE_ACTIVE (0..1)
+    mem_used_mb: float | None = None  # DCGM_FI_DEV_FB_USED, latest
+    temp_c_max: float | None = None  # DCGM_FI_DEV_GPU_TEMP over the lookback
+    power_w_avg: float | None = None
+    xid_last: int = 0  # DCGM_FI_DEV_XID_ERRORS: last non-zero XID in the lookback
+    xid_at: datetime | None = None
+
+
+class JobIoSeries(_Record):
+    """A job's process CPU (% of one core), network receive and disk read (MB/s) per slice."""
+
+    job: str
+    slice_s: float
+    cpu_pct: list[float | None]
+    net_rx_mbps: list[float | None]
+    disk_read_mbps: list[float | None]
+
+
+class LogLine(_Record):
+    at: datetime
+    text: str
+
+
+class StopResult(_Record):
+    job: str
+    status: Literal["stopped", "stopping", "already_gone", "refused", "error"]
+    detail: str = ""
+
+
+class ResizeResult(_Record):
+    pool: str
+    status: Literal["resized", "unchanged", "refused", "error"]
+    nodes_before: int
+    nodes_after: int
+    removed_nodes: list[str] = []
+    detail: str = ""
+
+
+class NotifyResult(_Record):
+    recipient: str
+    status: Literal["sent", "error", "suppressed"]
+    channel: str = "log"
+    detail: str = ""
+    message_id: str = Field(default="")

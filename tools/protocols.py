@@ -1,0 +1,85 @@
+"""The small protocols every cluster adapter implements: metrics, jobs, logs, pools, notifier.
+
+Each has a real adapter (Prometheus, Kubernetes, Slurm, cloud APIs, chat webhooks) and a
+simulated one in `sim/` that behaves alike. Read calls cost a fixed number of backend
+requests per sweep, whatever the cluster size.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from tools.models import (
+    GpuSeries,
+    JobInfo,
+    JobIoSeries,
+    LogLine,
+    NodeInfo,
+    NotifyResult,
+    PoolInfo,
+    ResizeResult,
+    StopResult,
+)
+
+
+@runtime_checkable
+class MetricsSource(Protocol):
+    """GPU and process metrics, aggregated into equal time slices ending at `end`."""
+
+    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        """Per-GPU slice aggregates for every GPU that reported in the lookback."""
+        ...
+
+    def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
+        """Per-job process CPU, network and disk slice averages."""
+        ...
+
+
+@runtime_checkable
+class JobScheduler(Protocol):
+    """Jobs and nodes as the scheduler (Kubernetes or Slurm) sees them; stops jobs."""
+
+    def list_jobs(self) -> list[JobInfo]:
+        """Every job that holds or waits for GPUs now (running and pending)."""
+        ...
+
+    def get_job(self, job_id: str) -> JobInfo | None:
+        """Fresh state of one job, or None when the scheduler no longer knows it."""
+        ...
+
+    def list_nodes(self) -> list[NodeInfo]:
+        ...
+
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float, reason: str) -> StopResult:
+        """Graceful stop (SIGTERM, then wait grace_s) or forced reclaim; idempotent."""
+        ...
+
+
+@runtime_checkable
+class LogSource(Protocol):
+    def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:
+        """Log lines a job wrote in [since, until], oldest first, at most `limit` (the newest)."""
+        ...
+
+
+@runtime_checkable
+class NodePools(Protocol):
+    def list_pools(self) -> list[PoolInfo]:
+        ...
+
+    def resize_pool(self, pool: str, target_nodes: int, *, reason: str) -> ResizeResult:
+        """Set a pool's size; only nodes that run no job may go. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Notifier(Protocol):
+    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None) -> NotifyResult:
+        ...
+
+
+@runtime_checkable
+class Clock(Protocol):
+    def now(self) -> datetime:
+        ...

@@ -118,3 +118,4 @@ class History(_Record):
     entries: list[HistoryEntry] = []
     exemptions: list[Exemption] = []
     pending_approvals: list[str] = Field(default_factory=list)  # proposal keys awaiting a human
+    denied_recently: list[str] = Field(default_factory=list)  # proposal keys a human denied or let expire

@@ -1,0 +1,185 @@
+"""The `steward` command line: sweep, eval, policy check (and the subcommands other modules add)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite3
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from agent.policy import PolicyError, load_policy
+from agent.settings import Settings
+from sim.durations import parse_duration
+from sim.scenario import ScenarioError, demo_scenario_path, load_scenario
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _duration(value: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _scenario_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        files.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
+    return files
+
+
+def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.sweep import SweepService
+    from agent.wiring import make_planner, simulated_deps
+
+    scenario = load_scenario(args.scenario or settings.scenario or demo_scenario_path())
+    policy = load_policy(args.policy or settings.policy_file)
+    run_dir = settings.ensure_data_dir() / "runs" / f"{scenario.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    deps, cluster = simulated_deps(scenario, policy, make_planner(settings), data_dir=run_dir,
+                                   language=args.lang or settings.language)
+    saver = SqliteSaver(sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False))
+    service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
+    until = min(args.at if args.at is not None else scenario.duration, scenario.duration)
+    every = args.every or settings.sweep_every_s
+    times = [until] if args.once else [t * every for t in range(1, int(until // every) + 1)] or [until]
+    if times[-1] < until:
+        times.append(until)
+    timeline: list[str] = []
+    result = None
+    for t in times:
+        cluster.advance_to(t)
+        result = service.sweep(trigger="cli")
+        for d in result.state.get("decisions", []):
+            outs = {o["id"]: o for o in result.state.get("outcomes", [])}
+            status = outs.get(d["id"], {}).get("status") or {"deny": "refused", "needs_approval": "awaiting approval",
+                                                             "allow": "allowed"}[d["decision"]["verdict"]]
+            timeline.append(f"  {cluster.now():%H:%M}  {d['proposal']['action']:<16} {d['proposal']['target']:<34} "
+                            f"level {d['decision']['level']}  {status}")
+    assert result is not None
+    if args.json:
+        print(json.dumps({"scenario": scenario.name, "run_dir": str(run_dir), "state": result.state,
+                          "timeline": timeline, "pending_approvals": [a.model_dump(mode="json")
+                                                                       for a in deps.approvals.pending()]},
+                         default=str, ensure_ascii=False, indent=2))
+        return 0
+    print(f"GPU Steward on simulated cluster '{scenario.name}' ({scenario.description.strip().splitlines()[0] if scenario.description else ''})")
+    print(f"Sweeping every {int(every // 60)}m from {scenario.start:%H:%M} to {cluster.now():%H:%M} UTC "
+          f"({len(times)} sweeps; planner: {deps.planner.name}).\n")
+    if timeline and not args.once:
+        print("What the agent did along the way:")
+        print("\n".join(timeline))
+        print()
+    print(result.report)
+    pending = deps.approvals.pending()
+    if pending:
+        print("\nWaiting for a human:")
+        for a in pending:
+            print(f"  {a.id}  {a.action} {a.target} (level {a.level}), expires {a.expires_at:%H:%M} UTC")
+    print(f"\nAudit log: {deps.audit.path}  ({deps.audit.count()} entries)")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.wiring import make_planner
+    from evals.runner import run_scenario
+
+    policy = load_policy(args.policy or settings.policy_file)
+    files = _scenario_files(args.scenarios)
+    scenarios = [load_scenario(f) for f in files]
+    models: list[str | None] = list(args.model) if args.model else [None]
+    documents: dict[str, list[dict[str, Any]]] = {}
+    for model in models:
+        planner = make_planner(settings, model)
+        runs = [run_scenario(s, policy, planner, sweep_every=args.every or settings.sweep_every_s) for s in scenarios]
+        documents[planner.name] = [r.document() for r in runs]
+    if args.json:
+        if len(documents) == 1:
+            print(json.dumps({"scenarios": next(iter(documents.values()))}, ensure_ascii=False, indent=2))
+        else:
+            print(json.dumps({"models": {m: {"scenarios": d} for m, d in documents.items()}}, ensure_ascii=False,
+                             indent=2))
+    else:
+        from evals.table import print_eval_tables
+
+        print_eval_tables(documents)
+    failed = any(not doc["passed"] for docs in documents.values() for doc in docs)
+    return 1 if failed else 0
+
+
+def cmd_policy_check(args: argparse.Namespace, settings: Settings) -> int:
+    policy = load_policy(args.file)
+    print(f"{args.file}: ok (mode {policy.mode}; max automatic level {policy.levels.max_auto}, "
+          f"ceiling {policy.levels.max}; approval for levels {policy.levels.require_approval})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="steward", description="GPU Steward: find and reclaim wasted GPUs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sweep = sub.add_parser("sweep", help="sweep a cluster (default: the built-in demo, replayed to its end)")
+    sweep.add_argument("--scenario", type=Path, help="scenario file to simulate (default: built-in demo)")
+    sweep.add_argument("--policy", type=Path, help="policy file (default: built-in defaults)")
+    sweep.add_argument("--at", type=_duration, help="scenario time of the last sweep (default: its end)")
+    sweep.add_argument("--every", type=_duration, help="sweep interval (default: STEWARD_SWEEP_EVERY_S, 5m)")
+    sweep.add_argument("--once", action="store_true", help="one sweep at --at, with no earlier sweeps")
+    sweep.add_argument("--lang", choices=["en", "zh"], help="language of the report and notifications")
+    sweep.add_argument("--json", action="store_true")
+    sweep.set_defaults(handler=cmd_sweep)
+
+    ev = sub.add_parser("eval", help="run scenarios to the end and score them")
+    ev.add_argument("scenarios", nargs="+", help="scenario files or folders")
+    ev.add_argument("--policy", type=Path)
+    ev.add_argument("--every", type=_duration)
+    ev.add_argument("--model", action="append", help="plan with this model on the configured endpoint (repeatable)")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(handler=cmd_eval)
+
+    policy = sub.add_parser("policy", help="policy files")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    check = policy_sub.add_parser("check", help="validate a policy file")
+    check.add_argument("file", type=Path)
+    check.set_defaults(handler=cmd_policy_check)
+
+    for register in _extensions():
+        register(sub)
+    return parser
+
+
+def _extensions() -> list[Callable[[Any], None]]:
+    """Subcommands that live with their feature (serve, replay, runbooks, sim exporter)."""
+    found = []
+    for module_name in ("server", "evals.replay_cli", "agent.runbooks_cli", "sim.cli"):
+        try:
+            module = __import__(module_name, fromlist=["register_cli"])
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        if hasattr(module, "register_cli"):
+            found.append(module.register_cli)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = Settings()
+    try:
+        return int(args.handler(args, settings))
+    except (ScenarioError, PolicyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

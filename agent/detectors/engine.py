@@ -1,0 +1,74 @@
+"""Run every detector over one observation, and pick the jobs whose logs are worth fetching."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from agent.detectors.idle import IdleGpuDetector
+from agent.detectors.node_health import NodeHealthDetector
+from agent.detectors.overprovisioned import OverprovisionedDetector
+from agent.detectors.pools import OversizedPoolDetector
+from agent.detectors.signals import ClusterSignals, group_signals
+from agent.detectors.zombie import ZombieDetector
+from agent.models import Finding
+from agent.observation import Observation
+from agent.policy import Policy
+
+
+class Detector(Protocol):
+    def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]: ...
+
+
+def all_detectors(policy: Policy) -> list[Detector]:
+    return [
+        IdleGpuDetector(policy),
+        ZombieDetector(policy),
+        OverprovisionedDetector(policy),
+        NodeHealthDetector(policy),
+        OversizedPoolDetector(policy),
+    ]
+
+
+def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | None = None) -> list[Finding]:
+    """Every detector's findings, job findings priced (GPU-hours since the waste began x pool price).
+
+    `signals` may be reused from log_candidates on the same metrics; logs are read from `obs`.
+    """
+    signals = signals or group_signals(obs)
+    findings = [f for d in all_detectors(policy) for f in d.detect(obs, signals)]
+    jobs = obs.jobs_by_id()
+    pool_of = {n.name: n.pool for n in obs.nodes}
+    prices = {p.name: p.price_per_gpu_hour for p in obs.pools}
+    priced = []
+    for f in findings:
+        job = jobs.get(f.target) if f.target_type == "job" else None
+        if job is None:
+            priced.append(f)
+            continue
+        hours = max(0.0, (obs.at - f.since).total_seconds() / 3600.0)
+        gpu_hours = f.gpus * hours
+        price = prices.get(pool_of.get(job.node or "") or "", 0.0)
+        priced.append(
+            f.model_copy(
+                update={
+                    "waste_gpu_hours": round(gpu_hours, 4),
+                    "waste_cost": round(gpu_hours * price, 2),
+                    "currency": obs.currency,
+                    "owner": job.user,
+                    "runbook": None,
+                }
+            )
+        )
+    return priced
+
+
+def log_candidates(obs: Observation, policy: Policy, signals: ClusterSignals | None = None) -> list[str]:
+    """Job ids whose logs could change a finding: GPUs quiet over the idle window or pinned over the
+    zombie window. Everything else is decided without logs, so a big sweep fetches few."""
+    signals = signals or group_signals(obs)
+    idle, zombie = IdleGpuDetector(policy), ZombieDetector(policy)
+    return sorted(
+        job.id
+        for job in obs.jobs
+        if idle.quiet_window(job, signals) is not None or zombie.pinned_window(job, signals) is not None
+    )

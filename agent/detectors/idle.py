@@ -1,0 +1,79 @@
+"""IdleGpuDetector: jobs whose every GPU stayed quiet for the whole idle window."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from agent.detectors.longtail import long_tail_reason
+from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from agent.models import Finding
+from agent.observation import LogProgress, Observation
+from agent.policy import Policy
+from sim.durations import format_duration
+from tools.models import JobInfo
+
+ACTIVE_STATES = frozenset({"running", "stopping"})
+
+
+def log_summary(logs: LogProgress | None) -> str:
+    """The log half of the evidence, in the operator's words."""
+    if logs is None:
+        return "log not inspected"
+    if logs.last_progress_at is not None:
+        step = f" (step {logs.last_step:g})" if logs.last_step is not None else ""
+        return f"no log progress since {logs.last_progress_at:%H:%M}{step}"
+    if logs.lines:
+        return f"no progress in the last {logs.lines} log lines"
+    return "log empty"
+
+
+class IdleGpuDetector:
+    """All of a job's GPUs at or below the idle threshold in every slice of the window, with full data."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.rule = policy.detectors.idle
+        self.longtail = policy.detectors.longtail
+
+    def quiet_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
+        """The job's window when its GPUs look idle (before logs and long-tail checks), else None."""
+        if job.state not in ACTIVE_STATES or job.gpus <= 0:
+            return None
+        series = signals.jobs.get(job.id)
+        if series is None:
+            return None
+        window = series.window(self.rule.window, job.gpus)
+        if window.coverage < self.rule.min_coverage or not window.all_quiet(self.rule.util_threshold_pct):
+            return None
+        return window
+
+    def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
+        signals = signals or group_signals(obs)
+        findings = []
+        for job in obs.jobs:
+            window = self.quiet_window(job, signals)
+            if window is None:
+                continue
+            logs = obs.logs.get(job.id)
+            if long_tail_reason(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct):
+                continue
+            since = window.series.quiet_since(self.rule.util_threshold_pct)
+            findings.append(self._finding(job, window, logs, since, obs.at))
+        return findings
+
+    def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime) -> Finding:
+        quiet_s = (at - since).total_seconds()
+        evidence = (
+            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} at max {w.max_util:.1f}% util for {format_duration(quiet_s)} "
+            f"(coverage {w.coverage:.0%}), holding {w.mem_gb:.0f} GB; {log_summary(logs)}; {w.io_summary()}"
+        )
+        metrics = {
+            "util_max_pct": w.max_util or 0.0,
+            "coverage": round(w.coverage, 4),
+            "quiet_s": quiet_s,
+            "mem_gb": round(w.mem_gb, 1),
+        }
+        if w.cpu_avg is not None:
+            metrics["cpu_pct"] = w.cpu_avg
+        return Finding(
+            kind="idle", target=job.id, since=since, detected_at=at, evidence=evidence, metrics=metrics, gpus=job.gpus
+        )

@@ -1,0 +1,73 @@
+"""NodeHealthDetector: nodes with hardware XID errors or GPUs running too hot."""
+
+from __future__ import annotations
+
+from agent.detectors.signals import ClusterSignals, group_signals
+from agent.models import Finding
+from agent.observation import Observation
+from agent.policy import Policy
+
+# What an XID usually means, in the words an on-call engineer searches for.
+XID_MEANINGS: dict[int, str] = {
+    48: "double-bit ECC error",
+    63: "ECC page retirement / row remapping event",
+    64: "ECC page retirement / row remapping failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+}
+
+
+def xid_meaning(xid: int) -> str:
+    return XID_MEANINGS.get(xid, "hardware/driver error (see NVIDIA XID catalogue)")
+
+
+class NodeHealthDetector:
+    """One finding per node: any GPU with an XID not in ignore_xids, or at or above max_temp_c."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.rule = policy.detectors.node_health
+
+    def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
+        signals = signals or group_signals(obs)
+        ignore = set(self.rule.ignore_xids)
+        findings = []
+        for node, series in signals.by_node.items():
+            problems: list[str] = []
+            bad_gpus: set[int] = set()
+            first_at = None
+            worst_xid = 0
+            hottest = None
+            for g in sorted(series, key=lambda s: s.gpu):
+                if g.xid_last and g.xid_last not in ignore:
+                    problems.append(f"GPU {g.gpu} XID {g.xid_last} ({xid_meaning(g.xid_last)})")
+                    bad_gpus.add(g.gpu)
+                    worst_xid = worst_xid or g.xid_last
+                    if g.xid_at is not None and (first_at is None or g.xid_at < first_at):
+                        first_at = g.xid_at
+                if g.temp_c_max is not None and g.temp_c_max >= self.rule.max_temp_c:
+                    problems.append(f"GPU {g.gpu} at {g.temp_c_max:.0f}°C (limit {self.rule.max_temp_c:g}°C)")
+                    bad_gpus.add(g.gpu)
+                    hottest = max(hottest or g.temp_c_max, g.temp_c_max)
+            if not problems:
+                continue
+            metrics = {"affected_gpus": float(len(bad_gpus))}
+            if worst_xid:
+                metrics["xid"] = float(worst_xid)
+            if hottest is not None:
+                metrics["temp_c_max"] = hottest
+            findings.append(
+                Finding(
+                    kind="node_health",
+                    target=node,
+                    target_type="node",
+                    since=first_at or obs.at,
+                    detected_at=obs.at,
+                    evidence=f"node {node}: " + "; ".join(problems),
+                    metrics=metrics,
+                    gpus=len(bad_gpus),
+                )
+            )
+        return findings

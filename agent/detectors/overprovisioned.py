@@ -1,0 +1,65 @@
+"""OverprovisionedDetector: jobs that hold several GPUs but keep only a few of them working."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent.detectors.signals import ClusterSignals, group_signals
+from agent.models import Finding
+from agent.observation import Observation
+from agent.policy import Policy
+from sim.durations import format_duration
+
+
+class OverprovisionedDetector:
+    """gpus / working GPUs >= ratio over the window, with at least one GPU working (none = idle's case)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.rule = policy.detectors.overprovisioned
+        self.min_coverage = policy.detectors.idle.min_coverage
+
+    def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
+        signals = signals or group_signals(obs)
+        rule = self.rule
+        findings = []
+        for job in obs.jobs:
+            if job.state != "running" or job.gpus < rule.min_gpus:
+                continue
+            series = signals.jobs.get(job.id)
+            if series is None:
+                continue
+            w = series.window(rule.window, job.gpus)
+            if w.coverage < self.min_coverage or len(series.gpus) < job.gpus or None in w.gpu_avg_util:
+                continue  # a GPU we cannot see might be the working one
+            working = w.working_gpus(rule.working_util_pct)
+            if working < 1 or job.gpus / working < rule.ratio:
+                continue
+            unused = job.gpus - working
+            since = obs.at - timedelta(seconds=w.seconds)
+            if job.started_at is not None and job.started_at > since:
+                since = job.started_at
+            utils = ", ".join(f"{v:.0f}%" for v in sorted((v or 0.0 for v in w.gpu_avg_util), reverse=True))
+            evidence = (
+                f"{job.gpus} GPUs requested, {working} working (avg util >= {rule.working_util_pct:g}%) over "
+                f"{format_duration(w.seconds)} (coverage {w.coverage:.0%}); per-GPU avg util {utils}; "
+                f"{unused} GPU{'s' if unused != 1 else ''} unused"
+            )
+            metrics = {
+                "gpus_requested": float(job.gpus),
+                "gpus_working": float(working),
+                "ratio": job.gpus / working,
+                "coverage": round(w.coverage, 4),
+                "util_avg_pct": w.avg_util or 0.0,
+            }
+            findings.append(
+                Finding(
+                    kind="overprovisioned",
+                    target=job.id,
+                    since=since,
+                    detected_at=obs.at,
+                    evidence=evidence,
+                    metrics=metrics,
+                    gpus=unused,
+                )
+            )
+        return findings

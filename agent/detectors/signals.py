@@ -1,0 +1,199 @@
+"""Per-job and per-node slice summaries, grouped once per sweep and shared by every detector.
+
+Series are aligned from the END: the newest slice is last and ends at `obs.at`. A slice a
+series does not reach counts as a slice with no samples, never as a quiet one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from agent.observation import Observation
+from tools.models import GpuSeries, JobIoSeries
+
+
+def window_slices(seconds: float, slice_s: float) -> int:
+    """How many of the newest slices make a window of `seconds`."""
+    return max(1, math.ceil(seconds / slice_s - 1e-9))
+
+
+def align_end(values: list, length: int) -> list:
+    """The last `length` values, padded at the front with None (aligned from the end)."""
+    if len(values) >= length:
+        return values[len(values) - length :]
+    return [None] * (length - len(values)) + list(values)
+
+
+def valid_pct(value: float | None) -> float | None:
+    return value if value is not None and 0.0 <= value <= 100.0 else None
+
+
+@dataclass(slots=True)
+class JobSeries:
+    """One job's GPUs aggregated per slice over the whole lookback (oldest first)."""
+
+    job_id: str
+    at: datetime
+    slice_s: float
+    gpus: list[GpuSeries]
+    io: JobIoSeries | None = None
+    util_max: list[float | None] = field(default_factory=list)  # max over GPUs; None unless every GPU had a sample
+    util_avg: list[float | None] = field(default_factory=list)  # mean over GPUs; same rule
+    samples: list[int] = field(default_factory=list)  # valid samples over GPUs
+    expected: list[int] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return len(self.util_max)
+
+    def quiet_slices(self, threshold_pct: float) -> int:
+        """Newest slices in a row where every GPU stayed at or below `threshold_pct`."""
+        count = 0
+        for value in reversed(self.util_max):
+            if value is None or value > threshold_pct:
+                break
+            count += 1
+        return count
+
+    def quiet_since(self, threshold_pct: float) -> datetime:
+        return self.at - timedelta(seconds=self.quiet_slices(threshold_pct) * self.slice_s)
+
+    def window(self, seconds: float, requested: int | None = None) -> JobWindow:
+        return JobWindow.of(self, window_slices(seconds, self.slice_s), requested)
+
+
+def build_job_series(
+    job_id: str, at: datetime, slice_s: float, gpus: list[GpuSeries], io: JobIoSeries | None
+) -> JobSeries:
+    length = max((len(g.util_max) for g in gpus), default=0)
+    out = JobSeries(job_id=job_id, at=at, slice_s=slice_s, gpus=gpus, io=io)
+    columns = []
+    for g in gpus:
+        maxes = [valid_pct(v) for v in align_end(g.util_max, length)]
+        avgs = [valid_pct(v) for v in align_end(g.util_avg, length)]
+        counts = [min(max(int(c or 0), 0), g.expected) for c in align_end(g.samples, length)]
+        columns.append((maxes, avgs, counts, g.expected))
+    for k in range(length):
+        peak: float | None = -1.0
+        total = 0.0
+        samples = expected = 0
+        for maxes, avgs, counts, exp in columns:
+            expected += exp
+            samples += counts[k]
+            m, a = maxes[k], avgs[k]
+            if peak is None or m is None or a is None or counts[k] == 0:
+                peak = None
+                continue
+            peak = max(peak, m)
+            total += a
+        out.util_max.append(peak if columns else None)
+        out.util_avg.append(total / len(columns) if peak is not None and columns else None)
+        out.samples.append(samples)
+        out.expected.append(expected)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobWindow:
+    """A job over its newest `slices` slices: what every detector and its evidence reads."""
+
+    series: JobSeries
+    slices: int
+    seconds: float
+    coverage: float  # valid samples / expected, over all requested GPUs
+    complete: bool  # every requested GPU has a valid sample in every slice
+    max_util: float | None
+    avg_util: float | None
+    gpu_avg_util: list[float | None]  # per GPU, mean of its slice averages
+    mem_gb: float
+    cpu_avg: float | None
+    cpu_max: float | None
+    net_max: float | None
+    disk_max: float | None
+    io_known: float  # share of slices with CPU, network and disk all reported
+
+    @classmethod
+    def of(cls, series: JobSeries, slices: int, requested: int | None = None) -> JobWindow:
+        n = slices
+        seen = len(series.gpus)
+        missing_gpus = max(0, (requested or seen) - seen)
+        maxes = align_end(series.util_max, n)
+        avgs = align_end(series.util_avg, n)
+        samples = sum(c or 0 for c in align_end(series.samples, n))
+        per_gpu_expected = (sum(g.expected for g in series.gpus) / seen) if seen else 0.0
+        expected = sum(g.expected for g in series.gpus) * n + missing_gpus * per_gpu_expected * n
+        known = [v for v in maxes if v is not None]
+        known_avg = [v for v in avgs if v is not None]
+        gpu_avg: list[float | None] = []
+        for g in series.gpus:
+            vals = [v for v in (valid_pct(x) for x in align_end(g.util_avg, n)) if v is not None]
+            gpu_avg.append(sum(vals) / len(vals) if vals else None)
+        empty: list[float | None] = [None] * n
+        cpu, net, disk = empty, empty, empty
+        if series.io is not None:
+            cpu, net, disk = (
+                align_end(series.io.cpu_pct, n),
+                align_end(series.io.net_rx_mbps, n),
+                align_end(series.io.disk_read_mbps, n),
+            )
+        cpu_known = [v for v in cpu if v is not None]
+        return cls(
+            series=series,
+            slices=n,
+            seconds=n * series.slice_s,
+            coverage=samples / expected if expected else 0.0,
+            complete=seen > 0 and missing_gpus == 0 and len(known) == n,
+            max_util=max(known) if known else None,
+            avg_util=sum(known_avg) / len(known_avg) if known_avg else None,
+            gpu_avg_util=gpu_avg,
+            mem_gb=sum(g.mem_used_mb or 0.0 for g in series.gpus) / 1024.0,
+            cpu_avg=sum(cpu_known) / len(cpu_known) if cpu_known else None,
+            cpu_max=max(cpu_known) if cpu_known else None,
+            net_max=max((v for v in net if v is not None), default=None),
+            disk_max=max((v for v in disk if v is not None), default=None),
+            io_known=sum(1 for c, r, d in zip(cpu, net, disk, strict=True) if None not in (c, r, d)) / n,
+        )
+
+    @property
+    def at(self) -> datetime:
+        return self.series.at
+
+    def all_quiet(self, threshold_pct: float) -> bool:
+        """Every GPU at or below the threshold in every slice (unknown slices are not quiet)."""
+        return self.complete and self.max_util is not None and self.max_util <= threshold_pct
+
+    def working_gpus(self, util_pct: float) -> int:
+        return sum(1 for v in self.gpu_avg_util if v is not None and v >= util_pct)
+
+    def io_summary(self) -> str:
+        parts = []
+        if self.cpu_avg is not None:
+            parts.append(f"CPU {self.cpu_avg:.1f}%")
+        if self.net_max is not None:
+            parts.append(f"net max {self.net_max:.1f} MB/s")
+        if self.disk_max is not None:
+            parts.append(f"disk max {self.disk_max:.1f} MB/s")
+        return ", ".join(parts) if parts else "no CPU/IO metrics"
+
+
+@dataclass(slots=True)
+class ClusterSignals:
+    """Every series grouped once: by job (aggregated) and by node (raw)."""
+
+    jobs: dict[str, JobSeries]
+    by_node: dict[str, list[GpuSeries]]
+
+
+def group_signals(obs: Observation) -> ClusterSignals:
+    """One pass over obs.gpus and obs.io; cost is linear in the number of samples."""
+    by_job: dict[str, list[GpuSeries]] = {}
+    by_node: dict[str, list[GpuSeries]] = {}
+    for s in obs.gpus:
+        by_node.setdefault(s.node, []).append(s)
+        if s.job is not None:
+            by_job.setdefault(s.job, []).append(s)
+    io = {s.job: s for s in obs.io}
+    jobs = {job: build_job_series(job, obs.at, obs.slice_s, series, io.get(job)) for job, series in by_job.items()}
+    return ClusterSignals(jobs=jobs, by_node=by_node)

@@ -1,0 +1,93 @@
+"""ZombieDetector: jobs that look alive (GPU pinned) but whose log, CPU and I/O stopped moving."""
+
+from __future__ import annotations
+
+from agent.detectors.idle import ACTIVE_STATES, log_summary
+from agent.detectors.longtail import long_tail_reason
+from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from agent.models import Finding
+from agent.observation import Observation
+from agent.policy import Policy
+from sim.durations import format_duration
+from tools.models import JobInfo
+
+
+class ZombieDetector:
+    """A hung job: progress before, none for max(window, cadence x usual gap), frozen CPU/I/O, busy GPU.
+
+    A quiet GPU is the idle detector's case, so the two kinds never overlap.
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        self.rule = policy.detectors.zombie
+        self.idle = policy.detectors.idle
+        self.longtail = policy.detectors.longtail
+
+    def pinned_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
+        """The job's window when the GPU side looks hung (pinned, CPU and I/O frozen), before logs."""
+        if job.state not in ACTIVE_STATES or job.gpus <= 0:
+            return None
+        series = signals.jobs.get(job.id)
+        if series is None:
+            return None
+        w = series.window(self.rule.window, job.gpus)
+        if w.coverage < self.idle.min_coverage or not w.complete:
+            return None
+        if w.all_quiet(self.idle.util_threshold_pct):
+            return None
+        busy = [v for v in w.gpu_avg_util if v is not None]
+        if len(busy) < job.gpus or min(busy) < self.rule.busy_threshold_pct:
+            return None
+        if w.io_known < self.idle.min_coverage:
+            return None  # frozen I/O must be seen, not assumed
+        io_limit = self.longtail.io_threshold_mbps
+        if (w.net_max or 0.0) >= io_limit or (w.disk_max or 0.0) >= io_limit:
+            return None
+        if w.cpu_max is None or w.cpu_max >= self.rule.cpu_threshold_pct:
+            return None
+        return w
+
+    def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
+        signals = signals or group_signals(obs)
+        findings = []
+        for job in obs.jobs:
+            logs = obs.logs.get(job.id)
+            if logs is None or not (logs.progress_lines > 0 or logs.first_progress_at is not None):
+                continue  # never saw it make progress: we cannot call it stuck
+            last = logs.last_progress_at or logs.first_progress_at
+            if last is None:
+                continue
+            needed = max(self.rule.window, self.rule.log_cadence_factor * (logs.typical_gap_s or 0.0))
+            silent = (obs.at - last).total_seconds()
+            if silent < needed:
+                continue
+            w = self.pinned_window(job, signals)
+            if w is None:
+                continue
+            if long_tail_reason(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct):
+                continue
+            gap = f", usual gap {format_duration(logs.typical_gap_s)}" if logs.typical_gap_s else ""
+            evidence = (
+                f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} busy at min {min(v or 0.0 for v in w.gpu_avg_util):.0f}% "
+                f"avg util over {format_duration(w.seconds)} (coverage {w.coverage:.0%}) but {log_summary(logs)}: "
+                f"silent {format_duration(silent)}{gap}; {w.io_summary()}; likely hung (e.g. a stuck NCCL collective)"
+            )
+            metrics = {
+                "util_avg_pct": w.avg_util or 0.0,
+                "coverage": round(w.coverage, 4),
+                "log_silent_s": silent,
+                "cpu_pct": w.cpu_avg or 0.0,
+                "mem_gb": round(w.mem_gb, 1),
+            }
+            findings.append(
+                Finding(
+                    kind="zombie",
+                    target=job.id,
+                    since=last,
+                    detected_at=obs.at,
+                    evidence=evidence,
+                    metrics=metrics,
+                    gpus=job.gpus,
+                )
+            )
+        return findings

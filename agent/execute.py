@@ -1,0 +1,109 @@
+"""Carry out one guarded action: re-read fresh state, re-check the guardrail, act, audit. Idempotent."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from agent.detectors.engine import run_detectors
+from agent.guardrail import Facts, decide
+from agent.models import ActionOutcome, ActionStatus, Finding, GuardedAction
+from agent.planner import warning_message
+
+if TYPE_CHECKING:
+    from agent.deps import StewardDeps
+
+
+def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
+    return any(
+        e.data.get("action_id") == action_id
+        for e in deps.audit.entries(kind="execution", target=target, status="executed", limit=200)
+    )
+
+
+def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None) -> Facts:
+    """Facts read right now; findings are re-detected whenever time has passed since the run's."""
+    prior = deps._observations.get(run_id)
+    obs = deps.fresh_observation(run_id)
+    findings = run_findings if (prior is obs and run_findings is not None) else run_detectors(obs, deps.policy)
+    job = deps.scheduler.get_job(target)
+    pool = next((p for p in obs.pools if p.name == target), None)
+    return Facts(
+        now=obs.at,
+        job=job,
+        pool=pool,
+        findings=[f for f in findings if f.target == target],
+        cluster_gpus=sum(n.gpus for n in obs.nodes),
+    )
+
+
+def execute_action(
+    deps: StewardDeps,
+    ga: GuardedAction,
+    run_id: str,
+    *,
+    run_findings: list[Finding] | None = None,
+    approved_by: str | None = None,
+) -> ActionOutcome:
+    p = ga.proposal
+    now = deps.clock.now()
+
+    def outcome(status: ActionStatus, reason: str, detail: str = "", gpus: int = 0,
+                deadline: datetime | None = None, removed_nodes: int = 0) -> ActionOutcome:
+        out = ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status=status, at=now,
+                            reason=reason, detail=detail, gpus=gpus,
+                            reclaimed_gpu_hours_per_hour=float(gpus) if status == "executed" and p.action != "notify"
+                            else 0.0, approved_by=approved_by)
+        deps.audit.record(
+            "execution", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level, status=status,
+            reason=reason,
+            data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "detail": detail,
+                  "deadline": deadline.isoformat() if deadline else None, "approved_by": approved_by,
+                  "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "removed_nodes": removed_nodes},
+        )
+        return out
+
+    if _already_executed(deps, ga.id, p.target):
+        return ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status="skipped", at=now,
+                             reason="already executed (idempotent)")
+    try:
+        facts = fresh_facts(deps, run_id, p.target, run_findings)
+    except Exception as exc:  # cannot re-read state: do not act blind
+        return outcome("failed", f"could not re-read fresh state: {exc}")
+    history = deps.audit.history(now)
+    decision = decide(p, facts, deps.policy, history, approved=approved_by is not None)
+    if decision.verdict != "allow":
+        return outcome("blocked", f"re-checked before acting: {decision.reason}")
+    if decision.dry_run:
+        return outcome("dry_run", f"dry run: would {p.action} {p.target}")
+    job = facts.job
+    gpus = job.gpus if job else 0
+    try:
+        if p.action == "notify":
+            finding = next((f for f in facts.findings if f.kind == p.finding_kind), facts.findings[0])
+            body = p.message or warning_message(finding, deps.policy, now, deps.language)
+            recipient = job.user if job else "platform-oncall"
+            sent = deps.notifier.notify(recipient, f"GPU Steward: {p.target}", body, job_id=p.target)
+            deadline = now + timedelta(seconds=deps.policy.warning.min_notice)
+            status: ActionStatus = "executed" if sent.status == "sent" else "failed"
+            return outcome(status, p.reason or "warned owner", f"{sent.channel} to {recipient}: {sent.status}",
+                           deadline=deadline)
+        if p.action in ("terminate", "force_terminate"):
+            force = p.action == "force_terminate"
+            result = deps.scheduler.stop_job(p.target, force=force, grace_s=deps.policy.stop.grace_period,
+                                             reason=p.reason)
+            mapping: dict[str, ActionStatus] = {"stopped": "executed", "stopping": "executed",
+                                                "already_gone": "skipped", "refused": "failed", "error": "failed"}
+            status = mapping[result.status]
+            return outcome(status, p.reason, f"{result.status}: {result.detail}".strip(": "),
+                           gpus=gpus if status == "executed" else 0)
+        if p.action == "resize_pool":
+            assert p.target_nodes is not None
+            resized = deps.pools.resize_pool(p.target, p.target_nodes, reason=p.reason)
+            freed = (resized.nodes_before - resized.nodes_after) * (facts.pool.gpus_per_node if facts.pool else 0)
+            status = {"resized": "executed", "unchanged": "skipped"}.get(resized.status, "failed")  # type: ignore[assignment]
+            return outcome(status, p.reason, f"{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
+                           gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after))
+    except Exception as exc:  # the backend failed: audited as failed, counts toward the circuit breaker
+        return outcome("failed", f"{p.action} failed: {type(exc).__name__}: {exc}")
+    return outcome("failed", f"unknown action {p.action}")

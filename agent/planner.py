@@ -1,0 +1,153 @@
+"""Planners turn findings into proposed actions; the built-in policy model needs no LLM.
+
+The built-in model escalates one step at a time (warn, then graceful stop after the
+notice period, then a forced reclaim for a job that ignored SIGTERM), which is what
+the guardrail will allow anyway; the guardrail still checks every proposal.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import BaseModel
+
+from agent.cost import money
+from agent.guardrail import protection_reason
+from agent.models import STOPPABLE_KINDS, Finding, History, ProposedAction
+from agent.observation import Observation
+from agent.policy import Policy
+from agent.prompts import render, template_name
+from sim.durations import format_duration
+
+if TYPE_CHECKING:
+    from agent.deps import StewardDeps
+
+KIND_WORDS = {
+    "en": {
+        "idle": "GPUs allocated but idle",
+        "zombie": "job looks hung: no progress while holding GPUs",
+        "overprovisioned": "more GPUs requested than used",
+        "node_health": "GPU hardware needs attention",
+        "oversized": "node pool bigger than the work needs",
+    },
+    "zh": {
+        "idle": "GPU 已分配但处于空闲",
+        "zombie": "作业疑似卡死：占用 GPU 却无进展",
+        "overprovisioned": "申请的 GPU 多于实际使用",
+        "node_health": "GPU 硬件需要处理",
+        "oversized": "节点池规模超出实际需要",
+    },
+}
+
+
+class PlanResult(BaseModel):
+    proposals: list[ProposedAction] = []
+    explanation: str = ""
+    model: str = "policy-model"
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_chars: int = 0
+    errors: list[str] = []
+
+
+class Planner(Protocol):
+    name: str
+
+    def plan(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps) -> PlanResult:
+        ...
+
+
+def _last(history: History, action: str, target: str, kind: str | None = None) -> datetime | None:
+    times = [
+        e.at for e in history.entries
+        if e.action == action and e.target == target and e.status == "executed"
+        and (kind is None or e.finding_kind is None or e.finding_kind == kind)
+    ]
+    return max(times) if times else None
+
+
+def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
+    words = KIND_WORDS.get(language, KIND_WORDS["en"])
+    runbook = f"Runbook: {finding.runbook}" if finding.runbook else ""
+    common = {
+        "job": finding.target,
+        "kind_words": words[finding.kind],
+        "evidence": finding.evidence,
+        "runbook_line": runbook,
+    }
+    if finding.kind in STOPPABLE_KINDS:
+        deadline = now + timedelta(seconds=policy.warning.min_notice)
+        return render(
+            template_name("notify_warning", language), now,
+            waste_gpu_hours=f"{finding.waste_gpu_hours:.1f}", waste_cost=money(finding.waste_cost, finding.currency),
+            deadline=deadline.strftime("%Y-%m-%d %H:%M UTC"), grace=format_duration(policy.stop.grace_period), **common,
+        )
+    advice = {
+        "overprovisioned": f"request {max(1, int(finding.metrics.get('working_gpus', 1)))} GPU(s) next time",
+        "node_health": "drain the node and follow the runbook",
+        "oversized": "let the pool shrink or approve the resize",
+    }.get(finding.kind, "take a look")
+    if language == "zh":
+        advice = {
+            "overprovisioned": f"下次申请 {max(1, int(finding.metrics.get('working_gpus', 1)))} 块 GPU",
+            "node_health": "排空该节点并按运行手册处理",
+            "oversized": "缩容节点池或批准缩容操作",
+        }.get(finding.kind, "请检查")
+    return render(template_name("notify_advice", language), now, advice=advice, **common)
+
+
+class PolicyModel:
+    """The built-in deterministic planner: same kind of proposals an LLM would make, offline."""
+
+    name = "policy-model"
+
+    def plan(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps) -> PlanResult:
+        policy, now = deps.policy, obs.at
+        jobs = obs.jobs_by_id()
+        proposals: list[ProposedAction] = []
+        notes: list[str] = []
+        for f in findings:
+            job = jobs.get(f.target) if f.target_type == "job" else None
+            if job is not None:
+                why_protected = protection_reason(job, policy, history, now)
+                if why_protected:
+                    notes.append(f"{f.target}: {f.kind}, but protected ({why_protected}); observing only")
+                    continue
+            proposal = self._next_step(f, job.state if job else None, history, policy, now)
+            if proposal is None:
+                continue
+            if proposal.key() in history.pending_approvals or proposal.key() in history.denied_recently:
+                continue
+            if proposal.action == "notify":
+                proposal = proposal.model_copy(update={"message": warning_message(f, policy, now, deps.language)})
+            proposals.append(proposal)
+        lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings]
+        explanation = "\n".join(lines + [f"- {n}" for n in notes]) or "No waste found."
+        return PlanResult(proposals=proposals, explanation=explanation, model=self.name)
+
+    @staticmethod
+    def _next_step(f: Finding, state: str | None, history: History, policy: Policy, now: datetime) -> ProposedAction | None:
+        base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model"}
+        repeat = timedelta(seconds=policy.warning.repeat_every)
+        warned = _last(history, "notify", f.target, f.kind)
+        if f.kind == "oversized":
+            target = int(f.metrics.get("suggested_nodes", -1))
+            if target < 0:
+                return None
+            return ProposedAction(action="resize_pool", target_nodes=target, reason=f.evidence, **base)
+        if f.kind not in STOPPABLE_KINDS:
+            if warned is None or now - warned >= repeat:
+                return ProposedAction(action="notify", reason=f.evidence, **base)
+            return None
+        stopped = _last(history, "terminate", f.target)
+        if state == "stopping" and stopped is not None:
+            if now - stopped >= timedelta(seconds=policy.stop.grace_period):
+                return ProposedAction(action="force_terminate", reason=f"ignored SIGTERM; {f.evidence}", **base)
+            return None
+        if warned is None or now - warned >= repeat:
+            return ProposedAction(action="notify", reason=f.evidence, **base)
+        if now - warned >= timedelta(seconds=policy.warning.min_notice) and stopped is None:
+            return ProposedAction(action="terminate", reason=f.evidence, **base)
+        return None

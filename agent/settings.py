@@ -1,0 +1,48 @@
+"""The one settings object (env prefix STEWARD_), read once at the edge and passed down."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpu-steward"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STEWARD_", extra="ignore")
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    policy_file: Path | None = None
+    scenario: Path | None = None  # simulated cluster to run against; None = the built-in demo
+    sweep_every_s: float = 300.0
+
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_temperature: float = 0.0
+    llm_timeout_s: float = 60.0
+    llm_max_tool_rounds: int = 6
+
+    language: str = "en"  # en | zh: replies and notifications
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.llm_model and (self.llm_base_url or self.llm_api_key))
+
+    def ensure_data_dir(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return self.data_dir
+
+    @property
+    def audit_db(self) -> Path:
+        return self.data_dir / "audit.sqlite"
+
+    @property
+    def checkpoint_db(self) -> Path:
+        return self.data_dir / "checkpoints.sqlite"

@@ -1,0 +1,139 @@
+"""Run scenarios to the end on the simulated clock, sweeping at an interval; collect and score."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+from agent.approvals import ApprovalError
+from agent.audit import AuditLog
+from agent.planner import Planner
+from agent.policy import Policy
+from agent.sweep import SweepService
+from agent.wiring import simulated_deps
+from evals.scoring import Score, score_run
+from sim.cluster import SimCluster
+from sim.scenario import Scenario
+
+
+class ScenarioRun(BaseModel):
+    name: str
+    findings: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    score: Score
+    sweeps: int
+    notifications: int
+    guardrail_refusals: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    wall_s: float
+    planner: str
+
+    def document(self) -> dict[str, Any]:
+        """The `steward eval --json` shape from the scenario format, plus extras."""
+        return {"name": self.name, "findings": self.findings, "actions": self.actions,
+                "score": self.score.model_dump(), "passed": self.score.passed,
+                "stats": {"sweeps": self.sweeps, "notifications": self.notifications,
+                          "guardrail_refusals": self.guardrail_refusals, "tool_calls": self.tool_calls,
+                          "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                          "wall_s": round(self.wall_s, 3), "planner": self.planner}}
+
+
+def _offset(scenario: Scenario, at: Any) -> int:
+    return int(round((at - scenario.start).total_seconds()))
+
+
+def collect_findings(scenario: Scenario, audit: AuditLog) -> list[dict[str, Any]]:
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in audit.entries(kind="finding", limit=1_000_000, newest_first=False):
+        key = (e.target or "", e.status or "")
+        if key not in first:
+            first[key] = {"job": key[0], "kind": key[1], "first_at_s": _offset(scenario, e.at),
+                          "evidence": e.reason or ""}
+    return list(first.values())
+
+
+def collect_actions(scenario: Scenario, audit: AuditLog) -> list[dict[str, Any]]:
+    actions: list[dict[str, Any]] = []
+    approvals: dict[str, dict[str, Any]] = {}
+    for e in audit.entries(limit=1_000_000, newest_first=False):
+        row = {"job": e.target, "action": e.action, "level": e.level, "at_s": _offset(scenario, e.at),
+               "reason": e.reason or ""}
+        if e.kind == "execution":
+            actions.append({**row, "status": e.status, "removed_nodes": int(e.data.get("removed_nodes") or 0)})
+        elif e.kind == "decision" and e.status == "deny":
+            actions.append({**row, "status": "blocked"})
+        elif e.kind == "approval" and e.data.get("approval_id"):
+            aid = e.data["approval_id"]
+            if e.status == "pending":
+                approvals[aid] = {**row, "status": "pending_approval"}
+                actions.append(approvals[aid])
+            elif aid in approvals and e.status in ("denied", "expired"):
+                approvals[aid]["status"] = e.status
+                approvals[aid]["reason"] = e.reason or ""
+            elif aid in approvals and e.status == "approved":
+                actions.remove(approvals.pop(aid))  # its execution entry tells the rest
+    return actions
+
+
+def reclaimed_gpu_hours(scenario: Scenario, cluster: SimCluster, actions: list[dict[str, Any]]) -> float:
+    total = 0.0
+    jobs = {j.id: j for j in scenario.jobs}
+    for job_id, job in jobs.items():
+        stopped = cluster.stop_offset(job_id)
+        if stopped is None:
+            continue
+        natural_end = cluster.job_end_offset(job_id)
+        end = min(scenario.duration, natural_end) if natural_end is not None else scenario.duration
+        total += max(0.0, end - stopped) / 3600 * job.gpus
+    pools = {p.name: p for p in scenario.pools}
+    for a in actions:
+        if a["action"] == "resize_pool" and a["status"] == "executed":
+            pool = pools.get(a["job"])
+            removed = int(a.get("removed_nodes", 0))
+            if pool is not None:
+                total += max(0.0, scenario.duration - a["at_s"]) / 3600 * removed * pool.gpus_per_node
+    return total
+
+
+def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_every: float = 300.0,
+                 language: str = "en") -> ScenarioRun:
+    started = time.perf_counter()
+    deps, cluster = simulated_deps(scenario, policy, planner, language=language)
+    service = SweepService(deps, run_prefix=scenario.name)
+    scripted = sorted(scenario.approvals, key=lambda a: a.at)
+    used: set[int] = set()
+    sweeps = tool_calls = prompt_tokens = completion_tokens = 0
+    t = sweep_every
+    while t <= scenario.duration + 1e-9:
+        cluster.advance_to(t)
+        service.expire_due()
+        for i, answer in enumerate(scripted):
+            if i in used or answer.at > t:
+                continue
+            pending = [a for a in deps.approvals.pending() if a.target == answer.job]
+            for item in pending:
+                try:
+                    service.answer(item.id, answer.decision, by=answer.by, reason="scripted answer")
+                    used.add(i)
+                except ApprovalError:
+                    pass
+        result = service.sweep(trigger="eval")
+        plan = result.state.get("plan", {})
+        tool_calls += int(plan.get("tool_calls", 0))
+        prompt_tokens += int(plan.get("prompt_tokens", 0))
+        completion_tokens += int(plan.get("completion_tokens", 0))
+        sweeps += 1
+        t += sweep_every
+    findings = collect_findings(scenario, deps.audit)
+    actions = collect_actions(scenario, deps.audit)
+    score = score_run(scenario, findings, actions, reclaimed_gpu_hours(scenario, cluster, actions))
+    refusals = sum(1 for a in actions if a["status"] == "blocked")
+    notifications = sum(1 for a in actions if a["action"] == "notify" and a["status"] == "executed")
+    return ScenarioRun(name=scenario.name, findings=findings, actions=actions, score=score, sweeps=sweeps,
+                       notifications=notifications, guardrail_refusals=refusals, tool_calls=tool_calls,
+                       prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                       wall_s=time.perf_counter() - started, planner=planner.name)

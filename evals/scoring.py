@@ -1,0 +1,70 @@
+"""Exact scoring of a scenario run against its answer key (`truth`); no LLM judge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from sim.scenario import Scenario
+
+WASTE_KINDS = {"idle", "zombie", "overprovisioned", "oversized", "node_health"}
+
+
+class Score(BaseModel):
+    detected: int = 0
+    missed: int = 0
+    false_positives: int = 0
+    false_kills: int = 0
+    reclaimed_gpu_hours: float = 0.0
+    stops_without_warning: int = 0
+    missed_targets: list[str] = []
+    false_positive_targets: list[str] = []
+    false_kill_targets: list[str] = []
+
+    @property
+    def passed(self) -> bool:
+        return self.missed == 0 and self.false_kills == 0 and self.false_positives == 0 and self.stops_without_warning == 0
+
+
+def score_run(
+    scenario: Scenario,
+    findings: list[dict[str, Any]],
+    actions: list[dict[str, Any]],
+    reclaimed_gpu_hours: float,
+) -> Score:
+    """`findings` and `actions` in the `steward eval --json` shape."""
+    found = {(f["job"], f["kind"]) for f in findings}
+    score = Score(reclaimed_gpu_hours=round(reclaimed_gpu_hours, 2))
+    truth_by_target: dict[str, Any] = {}
+    for t in scenario.truth:
+        target = t.job or t.pool or ""
+        truth_by_target[target] = t
+        if t.waste == "none":
+            continue
+        if (target, t.waste) in found:
+            score.detected += 1
+        else:
+            score.missed += 1
+            score.missed_targets.append(f"{target} ({t.waste})")
+    for target, kind in sorted(found):
+        truth = truth_by_target.get(target)
+        # Findings on targets the key says nothing about are not scored; node findings are scored when keyed.
+        if truth is not None and kind in WASTE_KINDS and (truth.waste == "none" or truth.waste != kind):
+            if kind == "overprovisioned" and truth.waste in ("idle", "zombie"):
+                continue  # a job can be both; the key names its main waste
+            score.false_positives += 1
+            score.false_positive_targets.append(f"{target} ({kind})")
+    stops = [a for a in actions if a["action"] in ("terminate", "force_terminate") and a["status"] == "executed"]
+    for stop in stops:
+        truth = truth_by_target.get(stop["job"])
+        if truth is not None and (truth.waste == "none" or truth.must_not_kill):
+            score.false_kills += 1
+            score.false_kill_targets.append(stop["job"])
+        warned = any(
+            a["action"] == "notify" and a["status"] == "executed" and a["job"] == stop["job"] and a["at_s"] < stop["at_s"]
+            for a in actions
+        )
+        if not warned:
+            score.stops_without_warning += 1
+    return score

@@ -1,0 +1,212 @@
+"""SimCluster: a scenario played on a simulated clock behind the metrics, scheduler, log and pool protocols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal, cast
+
+from sim import exporter
+from sim.lifecycle import Lifecycle, Run
+from sim.metrics import MetricSlices
+from sim.scenario import Scenario
+from sim.topology import build_nodes, new_pool_node
+from tools.models import (
+    GpuSeries,
+    JobInfo,
+    JobIoSeries,
+    JobState,
+    LogLine,
+    NodeInfo,
+    PoolInfo,
+    ResizeResult,
+    StopResult,
+)
+
+StopStatus = Literal["stopped", "stopping", "already_gone", "refused", "error"]
+ResizeStatus = Literal["resized", "unchanged", "refused", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class StopRecord:
+    """One stop_job call, for tests and scorers."""
+
+    job: str
+    at: float  # scenario offset, seconds
+    force: bool
+    status: str
+    grace_s: float = 0.0
+    reason: str = ""
+
+
+class SimCluster:
+    """Implements MetricsSource, JobScheduler, LogSource, NodePools and Clock over one scenario."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.offset_s = 0.0
+        self.backend_calls = 0
+        self.stops: list[StopRecord] = []
+        nodes, self._next_index = build_nodes(scenario)
+        self._pools = {p.name: p.model_copy() for p in scenario.pools}
+        self._lifecycle = Lifecycle(scenario.jobs, nodes)
+        self._metrics = MetricSlices(self._lifecycle, scenario.start, scenario.step)
+        self._lifecycle.settle(0.0)
+
+    # -- clock -----------------------------------------------------------------------------------
+    def now(self) -> datetime:
+        return self.scenario.start + timedelta(seconds=self.offset_s)
+
+    def advance_to(self, offset_s: float) -> None:
+        """Move the clock forward (never back: what happened stays happened)."""
+        if offset_s < self.offset_s:
+            raise ValueError(f"the simulated clock only moves forward ({offset_s} < {self.offset_s})")
+        self._lifecycle.settle(offset_s)
+        self.offset_s = float(offset_s)
+
+    def advance(self, seconds: float) -> None:
+        self.advance_to(self.offset_s + seconds)
+
+    def offset_of(self, at: datetime) -> float:
+        return (at - self.scenario.start).total_seconds()
+
+    # -- metrics ---------------------------------------------------------------------------------
+    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        self.backend_calls += 1
+        return self._metrics.gpu_series(self.offset_of(end), self.offset_s, lookback_s, slice_s)
+
+    def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
+        self.backend_calls += 1
+        return self._metrics.job_io_series(self.offset_of(end), self.offset_s, lookback_s, slice_s)
+
+    def exporter_text(self) -> str:
+        """What dcgm-exporter's /metrics would serve right now."""
+        return exporter.render(self._lifecycle, self.offset_s, self.scenario.step)
+
+    # -- scheduler -------------------------------------------------------------------------------
+    def _visible(self, run: Run) -> bool:
+        return run.job.submit <= self.offset_s
+
+    def _state(self, run: Run) -> JobState:
+        return "pending" if run.state == "waiting" else cast(JobState, run.state)
+
+    def _info(self, run: Run) -> JobInfo:
+        job = run.job
+        owner = "batch" if job.scheduler == "slurm" else "Job" if "job-name" in job.labels else "Pod"
+        at = self.scenario.start
+        return JobInfo(
+            id=job.id, scheduler=job.scheduler, namespace=job.namespace, name=job.name, user=job.user,
+            project=job.project or job.namespace, gpus=job.gpus, node=run.node.name if run.node else None,
+            state=self._state(run), priority=job.priority, labels=dict(job.labels),
+            annotations=dict(job.annotations), owner_kind=owner,
+            started_at=at + timedelta(seconds=run.start) if run.start is not None else None,
+            stop_requested_at=at + timedelta(seconds=run.stop_requested) if run.stop_requested is not None else None,
+        )
+
+    def list_jobs(self) -> list[JobInfo]:
+        self.backend_calls += 1
+        return [self._info(r) for r in self._lifecycle.runs
+                if self._visible(r) and (r.active or r.state == "waiting")]
+
+    def get_job(self, job_id: str) -> JobInfo | None:
+        self.backend_calls += 1
+        run = self._lifecycle.by_id.get(job_id)
+        return self._info(run) if run is not None and self._visible(run) else None
+
+    def list_nodes(self) -> list[NodeInfo]:
+        self.backend_calls += 1
+        return [NodeInfo(name=n.name, pool=n.pool, gpus=n.gpus, gpu_model=n.gpu_model,
+                         jobs=[r.job.id for r in self._lifecycle.jobs_on(n)]) for n in self._lifecycle.nodes]
+
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "") -> StopResult:
+        """SIGTERM (a job that ignores it keeps running as `stopping`) or a forced reclaim; idempotent."""
+        run = self._lifecycle.by_id.get(job_id)
+        now = self.offset_s
+        status: StopStatus
+        if run is None or not self._visible(run) or run.state in ("completed", "cancelled"):
+            status, detail = "already_gone", "no such job" if run is None else "job already ended"
+        elif run.state == "waiting":
+            run.state = "cancelled"  # it never held GPUs, so stop_offset stays None
+            status, detail = "stopped", "pending job removed from the queue"
+        elif force or run.job.sigterm == "exits":
+            self._lifecycle.release(run, now, "cancelled")
+            run.stopped_at = now
+            if run.stop_requested is None:
+                run.stop_requested = now
+            self._lifecycle.place_waiting(now)
+            status, detail = "stopped", "killed" if force else "exited on SIGTERM"
+        else:
+            if run.stop_requested is None:
+                run.stop_requested = now
+            run.state = "stopping"
+            status, detail = "stopping", "SIGTERM sent; the job has not exited"
+        self.stops.append(StopRecord(job_id, now, force, status, grace_s, reason))
+        return StopResult(job=job_id, status=status, detail=detail)
+
+    # -- logs ------------------------------------------------------------------------------------
+    def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:
+        self.backend_calls += 1
+        run = self._lifecycle.by_id.get(job_id)
+        if run is None or run.start is None:
+            return []
+        end = min(run.end if run.end is not None else float("inf"), self.offset_s + 1.0)
+        lines = run.log.lines(self.scenario.start, run.start, end, self.offset_of(since),
+                              min(self.offset_of(until), self.offset_s), limit)
+        return [LogLine(at=at, text=text) for at, text in lines]
+
+    # -- pools -----------------------------------------------------------------------------------
+    def list_pools(self) -> list[PoolInfo]:
+        self.backend_calls += 1
+        out = []
+        for pool in self._pools.values():
+            nodes = [n for n in self._lifecycle.nodes if n.pool == pool.name]
+            busy = sum(1 for n in nodes if self._lifecycle.jobs_on(n))
+            out.append(PoolInfo(name=pool.name, provider=pool.provider, gpu_model=pool.gpu_model,
+                                gpus_per_node=pool.gpus_per_node, nodes=len(nodes), min_nodes=pool.min_nodes,
+                                max_nodes=pool.max_nodes, price_per_gpu_hour=pool.price_per_gpu_hour,
+                                billing=pool.billing, busy_nodes=busy, currency=self.scenario.currency))
+        return out
+
+    def resize_pool(self, pool: str, target_nodes: int, *, reason: str = "") -> ResizeResult:
+        """Grow with new `<pool>-<i>` nodes or shrink by removing empty nodes, newest first."""
+        spec = self._pools.get(pool)
+        nodes = [n for n in self._lifecycle.nodes if n.pool == pool]
+        before = len(nodes)
+
+        def result(status: ResizeStatus, after: int = before, removed: list[str] | None = None,
+                   detail: str = "") -> ResizeResult:
+            return ResizeResult(pool=pool, status=status, nodes_before=before, nodes_after=after,
+                                removed_nodes=removed or [], detail=detail)
+        if spec is None:
+            return result("error", detail=f"unknown pool {pool!r}")
+        if target_nodes == before:
+            return result("unchanged")
+        if target_nodes < spec.min_nodes or (spec.max_nodes is not None and target_nodes > spec.max_nodes):
+            return result("refused", detail=f"target {target_nodes} is outside [{spec.min_nodes}, "
+                                            f"{spec.max_nodes if spec.max_nodes is not None else 'unbounded'}]")
+        if target_nodes > before:
+            for _ in range(target_nodes - before):
+                i = self._next_index[pool]
+                self._next_index[pool] = i + 1
+                uid = max((n.uid for n in self._lifecycle.nodes), default=-1) + 1
+                self._lifecycle.nodes.append(new_pool_node(uid, f"{pool}-{i}", spec, self.offset_s))
+            self._lifecycle.place_waiting(self.offset_s)
+            return result("resized", target_nodes)
+        empty = [n for n in reversed(nodes) if not self._lifecycle.jobs_on(n)]
+        need = before - target_nodes
+        if len(empty) < need:
+            return result("refused", detail=f"only {len(empty)} of {before} nodes run no job; {need} would have to go")
+        gone = empty[:need]
+        self._lifecycle.nodes[:] = [n for n in self._lifecycle.nodes if n not in gone]
+        return result("resized", target_nodes, [n.name for n in gone])
+
+    # -- answers for scorers ---------------------------------------------------------------------
+    def job_end_offset(self, job_id: str) -> float | None:
+        """When the job would have ended on its own (its `end`), None if it runs past the scenario."""
+        run = self._lifecycle.by_id.get(job_id)
+        return run.job.end if run is not None else None
+
+    def stop_offset(self, job_id: str) -> float | None:
+        """When a stop actually freed the job's GPUs (None: never stopped, or only SIGTERM'd)."""
+        run = self._lifecycle.by_id.get(job_id)
+        return run.stopped_at if run is not None else None

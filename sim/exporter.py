@@ -1,0 +1,66 @@
+"""The current instant's GPU metrics as dcgm-exporter would serve them (Prometheus text exposition)."""
+
+from __future__ import annotations
+
+import math
+
+from sim.lifecycle import Lifecycle
+from sim.metrics import gpu_sample
+
+METRICS = [
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
+]
+_INTEGER = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_XID_ERRORS"}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(name: str, value: float) -> str:
+    if name in _INTEGER:
+        return str(int(round(value)))
+    return f"{value:.6g}"
+
+
+def render(lifecycle: Lifecycle, now: float, step: float) -> str:
+    """One scrape at `now`; GPUs of a job in a `metrics: missing` phase are left out."""
+    k = math.floor(now / step + 1e-6)
+    rows: list[tuple[str, dict[str, float]]] = []
+    for node in lifecycle.nodes:
+        for g in range(node.gpus):
+            run = lifecycle.occupant(node, g, now)
+            sample = gpu_sample(run, node, g, now, k)
+            if sample is None:
+                continue
+            util, used, temp, power, xid, _ = sample
+            labels = [("gpu", str(g)), ("UUID", node.uuid(g)), ("device", f"nvidia{g}"),
+                      ("modelName", node.gpu_model), ("Hostname", node.name)]
+            if run is not None and run.job.scheduler == "kubernetes":
+                labels += [("container", "main"), ("namespace", run.job.namespace), ("pod", run.job.name)]
+            elif run is not None:
+                labels.append(("hpc_job", run.job.name))
+            text = ",".join(f'{key}="{_escape(value)}"' for key, value in labels)
+            values = {
+                "DCGM_FI_DEV_GPU_UTIL": util,
+                "DCGM_FI_DEV_FB_FREE": max(node.fb_total_mb() - used, 0.0),
+                "DCGM_FI_DEV_FB_USED": used,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": util / 100.0,
+                "DCGM_FI_DEV_POWER_USAGE": power,
+                "DCGM_FI_DEV_GPU_TEMP": temp,
+                "DCGM_FI_DEV_XID_ERRORS": float(xid),
+            }
+            rows.append((text, values))
+    out: list[str] = []
+    for name, help_text in METRICS:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} gauge")
+        out.extend(f"{name}{{{labels}}} {_number(name, values[name])}" for labels, values in rows)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,187 @@
+"""Per-GPU and per-job metric slices from the simulated exporter, memoised so repeated sweeps stay cheap."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from sim.lifecycle import Lifecycle, Run
+from sim.signals import power_w, temp_c
+from sim.topology import SimNode
+from tools.models import GpuSeries, JobIoSeries
+
+_EPS = 1e-6
+# (util %, FB used MB, temp C, power W, xid, xid time)
+Sample = tuple[float, float, float, float, int, float | None]
+
+
+def gpu_sample(run: Run | None, node: SimNode, gpu: int, t: float, k: int) -> Sample | None:
+    """What the exporter reports for one GPU at time t (sample index k for noise); None = no sample."""
+    if t < node.created_at:
+        return None
+    if run is None:
+        util, mem = 0.0, 0.0
+    else:
+        phase = run.signals.phase_at(t - run.started)
+        if phase.metrics == "missing":
+            return None
+        util, mem = run.signals.gpu(phase, run.gpus.index(gpu), k)
+    xid, xid_at = node.xid(gpu, t)
+    return util, mem, max(temp_c(util), node.temp_floor(gpu, t)), power_w(util), xid, xid_at
+
+
+def io_sample(run: Run, t: float, k: int) -> tuple[float, float, float] | None:
+    if not run.running_at(t):
+        return None
+    phase = run.signals.phase_at(t - run.started)
+    return None if phase.metrics == "missing" else run.signals.io(phase, k)
+
+
+def _aggregate(samples: list) -> tuple:
+    umax = None
+    usum = 0.0
+    nvalid = nraw = 0
+    tmax = None
+    psum = 0.0
+    mem = None
+    xid, xid_at = 0, None
+    for s in samples:
+        if s is None:
+            continue
+        nraw += 1
+        u = s[0]
+        if 0.0 <= u <= 100.0:  # a broken exporter's 150% is not a measurement
+            nvalid += 1
+            usum += u
+            if umax is None or u > umax:
+                umax = u
+        if tmax is None or s[2] > tmax:
+            tmax = s[2]
+        psum += s[3]
+        mem = s[1]
+        if s[4]:
+            xid, xid_at = s[4], s[5]
+    return umax, usum, nvalid, nraw, tmax, psum, mem, xid, xid_at
+
+
+def _io_aggregate(samples: list) -> tuple[float | None, float | None, float | None]:
+    got = [s for s in samples if s is not None]
+    if not got:
+        return None, None, None
+    n = len(got)
+    return sum(s[0] for s in got) / n, sum(s[1] for s in got) / n, sum(s[2] for s in got) / n
+
+
+class MetricSlices:
+    """Answers gpu_series/job_io_series. Samples before `now` never change, so they and whole slices
+    that end before `now` are cached; only the newest partial slice is computed again."""
+
+    def __init__(self, lifecycle: Lifecycle, origin: datetime, step: float) -> None:
+        self.lifecycle = lifecycle
+        self.origin = origin
+        self.step = step
+        self._samples: dict[tuple, list] = {}
+        self._slices: dict[tuple, tuple] = {}
+
+    def slices(self, end: float, lookback_s: float, slice_s: float) -> list[tuple[int, int]]:
+        """Sample index ranges [k_lo, k_hi] of slices (end - slice_s, end], oldest first, none before 0."""
+        n = max(math.ceil(lookback_s / slice_s - _EPS), 0)
+        out = []
+        for j in range(n):
+            s_end = end - (n - 1 - j) * slice_s
+            s_start = s_end - slice_s
+            if s_start < -_EPS:
+                continue
+            out.append((math.floor(s_start / self.step + _EPS) + 1, math.floor(s_end / self.step + _EPS)))
+        return out
+
+    def _range(self, key: tuple, make, k_lo: int, k_hi: int, now: float) -> list:
+        """Samples k_lo..k_hi of one series; cached for t < now, computed for t == now, none after."""
+        k_now = math.floor(now / self.step + _EPS)
+        on_boundary = abs(k_now * self.step - now) < _EPS
+        k_cache = k_now - 1 if on_boundary else k_now
+        arr = self._samples.setdefault(key, [])
+        top = min(k_hi, k_cache)
+        for k in range(len(arr), top + 1):
+            arr.append(make(k * self.step, k))
+        out = arr[k_lo:top + 1] if top >= k_lo else []
+        if on_boundary and k_lo <= k_now <= k_hi:
+            out.append(make(k_now * self.step, k_now))
+        return out
+
+    def _slice(self, kind: str, key: tuple, make, agg, k_lo: int, k_hi: int, now: float) -> tuple:
+        ck = (kind, key, k_lo, k_hi)
+        hit = self._slices.get(ck)
+        if hit is not None:
+            return hit
+        value = agg(self._range((kind, *key), make, k_lo, k_hi, now))
+        if k_hi * self.step < now - _EPS:
+            self._slices[ck] = value
+        return value
+
+    def gpu_series(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        at = min(end, now)
+        bounds = self.slices(end, lookback_s, slice_s)
+        expected = round(slice_s / self.step)
+        out: list[GpuSeries] = []
+        for node in self.lifecycle.nodes:
+            for g in range(node.gpus):
+                run = self.lifecycle.occupant(node, g, at)
+                make = self._job_gpu(run, node, g) if run is not None else self._free_gpu(node, g)
+                key = (node.uid, g, run.index if run else -1)
+                aggs = [self._slice("gpu", key, make, _aggregate, lo, hi, now) for lo, hi in bounds]
+                if not any(a[3] for a in aggs):
+                    continue
+                out.append(self._series(run, node, g, slice_s, expected, aggs))
+        return out
+
+    @staticmethod
+    def _job_gpu(run: Run, node: SimNode, g: int) -> Callable[[float, int], Sample | None]:
+        def make(t: float, k: int) -> Sample | None:
+            return gpu_sample(run, node, g, t, k) if run.running_at(t) else None
+        return make
+
+    def _free_gpu(self, node: SimNode, g: int) -> Callable[[float, int], Sample | None]:
+        """Samples of a GPU while no job holds it (the series without pod labels)."""
+        busy = [(r.started, r.end if r.end is not None else math.inf)
+                for r in self.lifecycle.runs if r.node is node and g in r.gpus and r.start is not None]
+
+        def make(t: float, k: int) -> Sample | None:
+            if any(s <= t < e for s, e in busy):
+                return None
+            return gpu_sample(None, node, g, t, k)
+        return make
+
+    def _series(self, run: Run | None, node: SimNode, g: int, slice_s: float, expected: int,
+                aggs: list[tuple]) -> GpuSeries:
+        nraw = sum(a[3] for a in aggs)
+        temps = [a[4] for a in aggs if a[4] is not None]
+        mem = next((a[6] for a in reversed(aggs) if a[6] is not None), None)
+        xid, xid_at = next(((a[7], a[8]) for a in reversed(aggs) if a[7]), (0, None))
+        return GpuSeries(
+            job=run.job.id if run else None, node=node.name, gpu=g, uuid=node.uuid(g), model=node.gpu_model,
+            slice_s=slice_s, expected=expected,
+            util_max=[a[0] for a in aggs],
+            util_avg=[a[1] / a[2] if a[2] else None for a in aggs],
+            samples=[a[2] for a in aggs],
+            engine_active_avg=[a[1] / a[2] / 100.0 if a[2] else None for a in aggs],
+            mem_used_mb=mem, temp_c_max=max(temps) if temps else None,
+            power_w_avg=sum(a[5] for a in aggs) / nraw if nraw else None,
+            xid_last=xid, xid_at=self.origin + timedelta(seconds=xid_at) if xid_at is not None else None,
+        )
+
+    def job_io_series(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
+        at = min(end, now)
+        bounds = self.slices(end, lookback_s, slice_s)
+        out: list[JobIoSeries] = []
+        for run in self.lifecycle.runs:
+            if not run.running_at(at):
+                continue
+
+            def make(t: float, k: int, run=run) -> tuple[float, float, float] | None:
+                return io_sample(run, t, k)
+            aggs = [self._slice("io", (run.index,), make, _io_aggregate, lo, hi, now) for lo, hi in bounds]
+            out.append(JobIoSeries(job=run.job.id, slice_s=slice_s, cpu_pct=[a[0] for a in aggs],
+                                   net_rx_mbps=[a[1] for a in aggs], disk_read_mbps=[a[2] for a in aggs]))
+        return out

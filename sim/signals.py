@@ -1,0 +1,123 @@
+"""What a simulated job emits at one instant: resolved phases, cheap deterministic noise, GPU formulas."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import zlib
+from dataclasses import dataclass
+
+from sim.scenario import Job, Range
+
+_MASK = 0xFFFFFFFF
+IDLE_FB_MB = 500.0  # what a CUDA context holds on a GPU the job does not use
+DEFAULT_LOG_EVERY = {"loss": 30.0, "lines": 60.0, "silent": 60.0}
+
+
+def seed_of(text: str) -> int:
+    """A stable 32-bit seed (Python's hash() is salted per process)."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def unit_noise(seed: int, a: int, b: int) -> float:
+    """Deterministic value in [0, 1) for (seed, a, b): a few integer ops instead of a Random per sample."""
+    x = (seed ^ (a * 0x9E3779B1) ^ (b * 0x85EBCA77)) & _MASK
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & _MASK
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & _MASK
+    x ^= x >> 16
+    return x / 4294967296.0
+
+
+def pick(value: Range, seed: int, a: int, b: int) -> float:
+    """A number as written, or a point in [low, high] that depends only on (seed, a, b)."""
+    if isinstance(value, tuple):
+        low, high = value
+        return low + (high - low) * unit_noise(seed, a, b)
+    return float(value)
+
+
+def power_w(util: float) -> float:
+    return 70.0 + 3.3 * min(max(util, 0.0), 100.0)
+
+
+def temp_c(util: float) -> float:
+    return 35.0 + 0.45 * min(max(util, 0.0), 100.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpan:
+    """One phase with every key filled in (inherited or default), as seconds from the job's start."""
+
+    start: float
+    end: float  # math.inf for the last phase
+    gpu_util: Range
+    active_gpus: int
+    gpu_mem_gb: Range
+    cpu_pct: Range
+    net_rx_mbps: Range
+    disk_read_mbps: Range
+    log: str
+    log_every: float
+    lines: tuple[str, ...]
+    metrics: str
+
+
+def resolve_phases(job: Job) -> list[PhaseSpan]:
+    """Fill each phase's missing keys from the phase before; the last phase runs until the job ends."""
+    cur: dict = {
+        "gpu_util": 0.0, "active_gpus": job.gpus, "gpu_mem_gb": 0.0, "cpu_pct": 0.0, "net_rx_mbps": 0.0,
+        "disk_read_mbps": 0.0, "log": "silent", "log_every": None, "lines": (), "metrics": "ok",
+    }
+    spans: list[PhaseSpan] = []
+    at = 0.0
+    phases = job.phases or []
+    for i, phase in enumerate(phases):
+        for key in cur:
+            value = getattr(phase, key)
+            if value is not None:
+                cur[key] = tuple(value) if key == "lines" else value
+        last = i == len(phases) - 1 or phase.duration is None
+        end = math.inf if last or phase.duration is None else at + phase.duration
+        every = cur["log_every"] or DEFAULT_LOG_EVERY[cur["log"]]
+        spans.append(PhaseSpan(start=at, end=end, gpu_util=cur["gpu_util"],
+                               active_gpus=min(cur["active_gpus"], job.gpus), gpu_mem_gb=cur["gpu_mem_gb"],
+                               cpu_pct=cur["cpu_pct"], net_rx_mbps=cur["net_rx_mbps"],
+                               disk_read_mbps=cur["disk_read_mbps"], log=cur["log"], log_every=max(every, 1.0),
+                               lines=cur["lines"], metrics=cur["metrics"]))
+        if last:
+            break
+        at = end
+    if not spans:
+        spans.append(PhaseSpan(0.0, math.inf, 0.0, job.gpus, 0.0, 0.0, 0.0, 0.0, "silent", 60.0, (), "ok"))
+    return spans
+
+
+class JobSignals:
+    """A job's per-sample values as pure functions of (GPU index, sample index, time since start)."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.phases = resolve_phases(job)
+        self._starts = [p.start for p in self.phases]
+        base = seed_of(job.id)
+        self._util_seed = base ^ 0x1111
+        self._mem_seed = base ^ 0x2222
+        self._io_seed = base ^ 0x3333
+
+    def phase_at(self, rel: float) -> PhaseSpan:
+        return self.phases[max(bisect.bisect_right(self._starts, rel) - 1, 0)]
+
+    def gpu(self, phase: PhaseSpan, gpu: int, k: int) -> tuple[float, float]:
+        """(utilisation %, framebuffer used MB) of the job's gpu-th GPU at sample k."""
+        if gpu >= phase.active_gpus:
+            return 0.0, IDLE_FB_MB
+        util = pick(phase.gpu_util, self._util_seed, gpu, k)
+        return util, pick(phase.gpu_mem_gb, self._mem_seed, gpu, k) * 1024.0
+
+    def io(self, phase: PhaseSpan, k: int) -> tuple[float, float, float]:
+        """(process CPU % of a core, network receive MB/s, disk read MB/s) at sample k."""
+        seed = self._io_seed
+        return (pick(phase.cpu_pct, seed, 1, k), pick(phase.net_rx_mbps, seed, 2, k),
+                pick(phase.disk_read_mbps, seed, 3, k))

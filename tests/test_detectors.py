@@ -1,0 +1,391 @@
+"""Detectors on hand-built observations: idle, zombie, long-tail protection, overprovisioned, nodes, pools."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from datetime import time as clock
+
+from agent.detectors.engine import log_candidates, run_detectors
+from agent.detectors.idle import IdleGpuDetector
+from agent.detectors.longtail import long_tail_reason
+from agent.detectors.node_health import NodeHealthDetector
+from agent.detectors.overprovisioned import OverprovisionedDetector
+from agent.detectors.pools import OversizedPoolDetector, in_time_window
+from agent.detectors.signals import group_signals
+from agent.detectors.zombie import ZombieDetector
+from agent.observation import LogProgress, Observation
+from agent.policy import Policy, parse_policy
+from tools.models import GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+
+AT = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+SLICE = 300.0  # 5 minutes; the default idle window is 12 slices
+EXPECTED = 10
+POLICY = Policy()
+
+
+def gpu(
+    job: str | None, utils: list[float | None], *, node: str = "n1", index: int = 0, mem_mb: float = 14_848.0, **kw
+) -> GpuSeries:
+    return GpuSeries(
+        job=job,
+        node=node,
+        gpu=index,
+        slice_s=SLICE,
+        util_max=list(utils),
+        util_avg=list(utils),
+        samples=[0 if u is None else EXPECTED for u in utils],
+        expected=EXPECTED,
+        mem_used_mb=mem_mb,
+        **kw,
+    )
+
+
+def io(job: str, n: int, *, cpu: float = 0.4, net: float = 0.0, disk: float = 0.0) -> JobIoSeries:
+    return JobIoSeries(job=job, slice_s=SLICE, cpu_pct=[cpu] * n, net_rx_mbps=[net] * n, disk_read_mbps=[disk] * n)
+
+
+def job(job_id: str = "ml/train", gpus: int = 4, node: str = "n1", **kw) -> JobInfo:
+    ns, name = job_id.split("/")
+    return JobInfo(id=job_id, scheduler="kubernetes", namespace=ns, name=name, user="alice", gpus=gpus, node=node, **kw)
+
+
+def observe(
+    jobs: list[JobInfo], gpus: list[GpuSeries], ios: list[JobIoSeries] = (), logs: dict | None = None, **kw
+) -> Observation:
+    kw.setdefault("nodes", [NodeInfo(name="n1", pool="a100", gpus=8, jobs=[j.id for j in jobs])])
+    kw.setdefault("pools", [PoolInfo(name="a100", gpus_per_node=8, nodes=1, price_per_gpu_hour=2.0)])
+    return Observation(
+        at=AT, slice_s=SLICE, lookback_s=6 * 3600, jobs=jobs, gpus=gpus, io=list(ios), logs=logs or {}, **kw
+    )
+
+
+def job_gpus(job_id: str, utils: list[float | None], count: int = 4, node: str = "n1") -> list[GpuSeries]:
+    return [gpu(job_id, utils, node=node, index=i) for i in range(count)]
+
+
+def progress(job_id: str, last: datetime | None, *, gap: float | None = 30.0, lines: int = 100) -> LogProgress:
+    return LogProgress(
+        job=job_id,
+        lines=lines,
+        progress_lines=50 if last else 0,
+        first_progress_at=last - timedelta(hours=1) if last else None,
+        last_progress_at=last,
+        typical_gap_s=gap,
+        last_step=1234 if last else None,
+        last_line_at=AT,
+    )
+
+
+# --- idle -------------------------------------------------------------------------------------------------
+
+
+def busy_then_quiet(busy: int, quiet: int, util: float = 85.0) -> list[float | None]:
+    return [util] * busy + [0.0] * quiet
+
+
+def test_idle_found_with_since_at_start_of_quiet_stretch():
+    utils = busy_then_quiet(10, 14)  # quiet for 70 minutes
+    obs = observe(
+        [job()],
+        job_gpus("ml/train", utils),
+        [io("ml/train", 24)],
+        {"ml/train": progress("ml/train", AT - timedelta(minutes=72))},
+    )
+    [f] = IdleGpuDetector(POLICY).detect(obs)
+    assert f.kind == "idle" and f.target == "ml/train" and f.gpus == 4
+    assert f.since == AT - timedelta(minutes=70)
+    assert "4 GPUs at max 0.0% util for 1h10m" in f.evidence
+    assert "coverage 100%" in f.evidence and "58 GB" in f.evidence
+    assert "no log progress since 10:48" in f.evidence and "CPU 0.4%" in f.evidence
+
+
+def test_idle_needs_the_whole_window_quiet():
+    obs = observe([job()], job_gpus("ml/train", busy_then_quiet(14, 10)), [io("ml/train", 24)])
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+def test_missing_slice_means_no_idle_finding():
+    utils = busy_then_quiet(10, 14)
+    gpus = job_gpus("ml/train", utils)
+    gpus[2] = gpu("ml/train", utils[:-3] + [None] + utils[-2:], index=2)  # one GPU missed one slice
+    obs = observe([job()], gpus, [io("ml/train", 24)])
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+def test_low_coverage_means_no_idle_finding():
+    utils = busy_then_quiet(10, 14)
+    gpus = [g.model_copy(update={"samples": [3] * 24}) for g in job_gpus("ml/train", utils)]  # 30% of samples
+    obs = observe([job()], gpus, [io("ml/train", 24)])
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+def test_all_none_slices_or_short_history_mean_no_finding():
+    obs = observe([job()], job_gpus("ml/train", [None] * 24))
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+    obs = observe([job()], job_gpus("ml/train", [0.0] * 6))  # only 30 minutes of data for a 60 minute window
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+def test_unseen_requested_gpu_means_no_finding():
+    obs = observe([job(gpus=4)], job_gpus("ml/train", [0.0] * 24, count=3))
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+def test_idle_skips_pending_and_cpu_only_jobs():
+    obs = observe(
+        [job(state="pending"), job("ml/cpu", gpus=0)],
+        job_gpus("ml/train", [0.0] * 24) + job_gpus("ml/cpu", [0.0] * 24, 1),
+    )
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+def test_series_of_different_lengths_are_aligned_from_the_end():
+    gpus = [gpu("ml/train", [90.0] * 30 + [0.0] * 14, index=0), gpu("ml/train", [0.0] * 14, index=1)]
+    [f] = IdleGpuDetector(POLICY).detect(observe([job(gpus=2)], gpus, [io("ml/train", 44)]))
+    assert f.since == AT - timedelta(minutes=70)
+
+
+# --- long-tail protection ----------------------------------------------------------------------------------
+
+
+def test_periodic_job_in_a_quiet_phase_is_protected():
+    # bursts of 10 minutes every ~100 minutes; quiet now for 70 minutes (< 1.5 x 90)
+    cycle = [80.0] * 2 + [0.0] * 18
+    utils = cycle * 3 + [80.0] * 2 + [0.0] * 14
+    obs = observe([job()], job_gpus("ml/train", utils), [io("ml/train", len(utils))])
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+    window = group_signals(obs).jobs["ml/train"].window(3600, 4)
+    reason = long_tail_reason(window, None, POLICY.detectors.longtail, quiet_pct=2.0)
+    # the oldest burst is past the 6h lookback
+    assert reason is not None and "periodic" in reason and "3 bursts in the last 6h" in reason
+
+
+def test_periodic_protection_ends_when_the_pause_is_far_longer_than_usual():
+    cycle = [80.0] * 2 + [0.0] * 4  # pauses of 20 minutes
+    utils = cycle * 6 + [80.0] * 2 + [0.0] * 14  # quiet 70 minutes > 1.5 x 20
+    obs = observe([job()], job_gpus("ml/train", utils), [io("ml/train", len(utils))])
+    assert [f.kind for f in IdleGpuDetector(POLICY).detect(obs)] == ["idle"]
+
+
+def test_network_io_protects_a_quiet_job():
+    obs = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24, net=120.0)])
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+    window = group_signals(obs).jobs["ml/train"].window(3600, 4)
+    assert "network receive up to 120.0 MB/s" in long_tail_reason(
+        window, None, POLICY.detectors.longtail, quiet_pct=2.0
+    )
+
+
+def test_busy_cpu_protects_a_quiet_job():
+    obs = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24, cpu=380.0)])
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+def test_advancing_loss_protects_a_quiet_job():
+    logs = {"ml/train": progress("ml/train", AT - timedelta(minutes=2))}
+    obs = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24)], logs)
+    assert IdleGpuDetector(POLICY).detect(obs) == []
+
+
+# --- zombie ------------------------------------------------------------------------------------------------
+
+
+def hung(
+    logs_last: datetime | None, *, util: float = 100.0, cpu: float = 0.5, net: float = 0.0, gap: float = 30.0
+) -> Observation:
+    logs = {"ml/train": progress("ml/train", logs_last, gap=gap)}
+    return observe([job()], job_gpus("ml/train", [util] * 24), [io("ml/train", 24, cpu=cpu, net=net)], logs)
+
+
+def test_zombie_with_pinned_gpu_and_frozen_log_and_io():
+    last = AT - timedelta(minutes=45)
+    [f] = ZombieDetector(POLICY).detect(hung(last))
+    assert f.kind == "zombie" and f.gpus == 4 and f.since == last
+    assert "busy at min 100%" in f.evidence and "no log progress since 11:15" in f.evidence
+    assert "silent 45m" in f.evidence
+    assert IdleGpuDetector(POLICY).detect(hung(last)) == []
+
+
+def test_zombie_needs_silence_longer_than_the_usual_log_gap():
+    # a job that logs every 20 minutes: 45 minutes of silence is < 3 x 20m
+    assert ZombieDetector(POLICY).detect(hung(AT - timedelta(minutes=45), gap=1200.0)) == []
+    assert len(ZombieDetector(POLICY).detect(hung(AT - timedelta(minutes=65), gap=1200.0))) == 1
+
+
+def test_no_zombie_when_logs_advance_or_were_never_seen():
+    assert ZombieDetector(POLICY).detect(hung(AT - timedelta(minutes=1))) == []
+    assert ZombieDetector(POLICY).detect(hung(None)) == []  # never made progress: we do not know
+    obs = observe([job()], job_gpus("ml/train", [100.0] * 24), [io("ml/train", 24)])
+    assert ZombieDetector(POLICY).detect(obs) == []  # no log inspected
+
+
+def test_no_zombie_when_gpu_quiet_idle_instead():
+    obs = hung(AT - timedelta(minutes=90), util=0.0)
+    assert ZombieDetector(POLICY).detect(obs) == []
+    assert [f.kind for f in IdleGpuDetector(POLICY).detect(obs)] == ["idle"]
+
+
+def test_no_zombie_when_cpu_or_network_moves():
+    assert ZombieDetector(POLICY).detect(hung(AT - timedelta(minutes=90), cpu=250.0)) == []
+    assert ZombieDetector(POLICY).detect(hung(AT - timedelta(minutes=90), net=40.0)) == []
+
+
+def test_no_zombie_without_io_metrics():
+    logs = {"ml/train": progress("ml/train", AT - timedelta(minutes=90))}
+    obs = observe([job()], job_gpus("ml/train", [100.0] * 24), [], logs)
+    assert ZombieDetector(POLICY).detect(obs) == []
+
+
+# --- overprovisioned ---------------------------------------------------------------------------------------
+
+
+def test_overprovisioned_four_requested_one_working():
+    gpus = [gpu("ml/train", [70.0] * 24, index=0)] + [gpu("ml/train", [0.0] * 24, index=i) for i in (1, 2, 3)]
+    [f] = OverprovisionedDetector(POLICY).detect(observe([job()], gpus, [io("ml/train", 24, cpu=200.0)]))
+    assert f.kind == "overprovisioned" and f.gpus == 3
+    assert f.metrics["gpus_working"] == 1 and f.metrics["ratio"] == 4
+    assert "4 GPUs requested, 1 working" in f.evidence
+
+
+def test_not_overprovisioned_when_half_or_more_work_or_none_do():
+    gpus = [gpu("ml/train", [70.0] * 24, index=i) for i in (0, 1, 2)] + [gpu("ml/train", [0.0] * 24, index=3)]
+    assert OverprovisionedDetector(POLICY).detect(observe([job()], gpus)) == []
+    assert OverprovisionedDetector(POLICY).detect(observe([job()], job_gpus("ml/train", [0.0] * 24))) == []
+
+
+# --- node health -------------------------------------------------------------------------------------------
+
+
+def test_node_xid_79_and_overheating_one_finding_per_node():
+    gpus = [
+        gpu(None, [0.0] * 12, node="n1", index=0, xid_last=79, xid_at=AT - timedelta(minutes=5)),
+        gpu(None, [0.0] * 12, node="n1", index=1, temp_c_max=93.0),
+        gpu(None, [0.0] * 12, node="n2", index=0, xid_last=13),  # application fault: ignored
+        gpu(None, [0.0] * 12, node="n3", index=0, temp_c_max=95.0),
+    ]
+    findings = {f.target: f for f in NodeHealthDetector(POLICY).detect(observe([], gpus))}
+    assert set(findings) == {"n1", "n3"}
+    n1 = findings["n1"]
+    assert n1.target_type == "node" and n1.kind == "node_health" and n1.gpus == 2
+    assert "XID 79" in n1.evidence and "fallen off the bus" in n1.evidence and "93°C" in n1.evidence
+    assert n1.since == AT - timedelta(minutes=5)
+    assert "95°C" in findings["n3"].evidence
+
+
+# --- pools -------------------------------------------------------------------------------------------------
+
+
+def pool_obs(
+    empty: int, *, nodes: int = 4, min_nodes: int = 1, at: datetime = AT, billing: str = "on-demand"
+) -> Observation:
+    node_infos, gpus, jobs = [], [], []
+    for i in range(nodes):
+        name = f"p-{i}"
+        if i < nodes - empty:
+            j = job(f"ml/j{i}", gpus=8, node=name)
+            jobs.append(j)
+            node_infos.append(NodeInfo(name=name, pool="a100", gpus=8, jobs=[j.id]))
+            gpus += [gpu(j.id, [80.0] * 14, node=name, index=g) for g in range(8)]
+        else:
+            node_infos.append(NodeInfo(name=name, pool="a100", gpus=8))
+            gpus += [gpu(None, [0.0] * 14, node=name, index=g) for g in range(8)]
+    pool = PoolInfo(
+        name="a100", gpus_per_node=8, nodes=nodes, min_nodes=min_nodes, price_per_gpu_hour=14.0, billing=billing
+    )
+    return Observation(at=at, slice_s=SLICE, lookback_s=3600, jobs=jobs, nodes=node_infos, pools=[pool], gpus=gpus)
+
+
+def test_oversized_pool_with_empty_nodes_keeps_reserve():
+    # 8 nodes, 4 empty: 32 GPUs used + 10% of 64 = 38.4 -> 5 nodes
+    [f] = OversizedPoolDetector(POLICY).detect(pool_obs(4, nodes=8))
+    assert f.kind == "oversized" and f.target == "a100" and f.target_type == "pool"
+    assert f.metrics["empty_nodes"] == 4 and f.metrics["suggested_nodes"] == 5
+    assert f.gpus == 24 and f.waste_gpu_hours > 0
+
+
+def test_oversized_pool_respects_min_nodes():
+    [f] = OversizedPoolDetector(POLICY).detect(pool_obs(3, nodes=4, min_nodes=2))
+    assert f.metrics["suggested_nodes"] == 2 and f.gpus == 16
+    assert OversizedPoolDetector(POLICY).detect(pool_obs(2, nodes=2, min_nodes=2)) == []
+
+
+def test_pool_not_oversized_when_reserve_needs_the_node_or_not_on_demand():
+    # 4 nodes, 1 empty: 24 used + 3.2 reserve = 27.2 GPUs -> 4 nodes needed
+    assert OversizedPoolDetector(POLICY).detect(pool_obs(1, nodes=4)) == []
+    assert OversizedPoolDetector(POLICY).detect(pool_obs(3, billing="reserved")) == []
+
+
+def test_node_with_quiet_gpus_but_a_job_is_not_empty():
+    obs = pool_obs(3, nodes=4)
+    nodes = [n.model_copy(update={"jobs": ["ml/sleeper"]}) if n.name == "p-3" else n for n in obs.nodes]
+    [f] = OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"nodes": nodes}))
+    assert f.metrics["empty_nodes"] == 2
+
+
+def test_pool_scale_down_time_window_wraps_midnight():
+    policy = parse_policy({"detectors": {"pools": {"scale_down_start": "20:00", "scale_down_end": "06:00"}}})
+    assert OversizedPoolDetector(policy).detect(pool_obs(3)) == []  # noon
+    night = AT.replace(hour=23)
+    assert len(OversizedPoolDetector(policy).detect(pool_obs(3, at=night))) == 1
+    assert in_time_window(AT.replace(hour=3), clock(20), clock(6))
+    assert not in_time_window(AT.replace(hour=6), clock(20), clock(6))
+    assert in_time_window(AT.replace(hour=9), clock(8), clock(18))
+
+
+# --- engine ------------------------------------------------------------------------------------------------
+
+
+def test_run_detectors_prices_job_findings():
+    obs = observe([job()], job_gpus("ml/train", busy_then_quiet(10, 14)), [io("ml/train", 24)], currency="CNY")
+    [f] = run_detectors(obs, POLICY)
+    assert f.owner == "alice" and f.currency == "CNY" and f.runbook is None
+    assert abs(f.waste_gpu_hours - 4 * 70 / 60) < 1e-3
+    assert abs(f.waste_cost - f.waste_gpu_hours * 2.0) < 0.01
+
+
+def test_log_candidates_are_quiet_or_pinned_jobs_only():
+    jobs = [job("ml/quiet"), job("ml/pinned"), job("ml/working")]
+    gpus = job_gpus("ml/quiet", [0.0] * 24) + job_gpus("ml/pinned", [100.0] * 24) + job_gpus("ml/working", [60.0] * 24)
+    ios = [io(j.id, 24) for j in jobs]
+    assert log_candidates(observe(jobs, gpus, ios), POLICY) == ["ml/pinned", "ml/quiet"]
+
+
+def test_ten_thousand_gpus_in_one_pass_is_cheap():
+    jobs, gpus, ios, nodes = [], [], [], []
+    for n in range(1250):
+        node = f"node-{n}"
+        ids = []
+        for k in range(4):
+            jid = f"team/j{n}-{k}"
+            ids.append(jid)
+            utils = [0.0] * 72 if k == 0 else [85.0] * 72
+            jobs.append(job(jid, gpus=2, node=node))
+            gpus += [gpu(jid, utils, node=node, index=2 * k + g) for g in range(2)]
+            ios.append(io(jid, 72, cpu=120.0 if k else 0.3))
+        nodes.append(NodeInfo(name=node, pool="a100", gpus=8, jobs=ids))
+    obs = Observation(
+        at=AT,
+        slice_s=SLICE,
+        lookback_s=6 * 3600,
+        jobs=jobs,
+        gpus=gpus,
+        io=ios,
+        nodes=nodes,
+        pools=[PoolInfo(name="a100", gpus_per_node=8, nodes=1250, price_per_gpu_hour=2.0)],
+    )
+    start = time.perf_counter()
+    candidates = log_candidates(obs, POLICY)
+    findings = run_detectors(obs, POLICY)
+    elapsed = time.perf_counter() - start
+    assert len(candidates) == 1250
+    assert sum(f.kind == "idle" for f in findings) == 1250
+    assert elapsed < 10.0, elapsed
+
+
+def test_signals_can_be_shared_between_log_candidates_and_run_detectors():
+    obs = observe([job()], job_gpus("ml/train", [100.0] * 24), [io("ml/train", 24)])
+    signals = group_signals(obs)
+    assert log_candidates(obs, POLICY, signals) == ["ml/train"]
+    with_logs = obs.model_copy(update={"logs": {"ml/train": progress("ml/train", AT - timedelta(minutes=90))}})
+    assert [f.kind for f in run_detectors(with_logs, POLICY, signals)] == ["zombie"]

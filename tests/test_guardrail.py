@@ -1,0 +1,408 @@
+"""Example tests for the guardrail: one or more per rule, checking the verdict, rule and message."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent import guardrail
+from agent.guardrail import Facts, decide, protection_reason
+from agent.models import Exemption, Finding, History, HistoryEntry, ProposedAction
+from agent.policy import Policy, parse_policy
+from tools.models import JobInfo, PoolInfo
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+JOB_ID = "ml/train-1"
+
+
+def ago(minutes: float) -> datetime:
+    return NOW - timedelta(minutes=minutes)
+
+
+def job(**changes) -> JobInfo:
+    base = dict(
+        id=JOB_ID, scheduler="kubernetes", namespace="ml", name="train-1", user="alice", project="vision", gpus=8
+    )
+    return JobInfo(**(base | changes))
+
+
+def slurm_job(**changes) -> JobInfo:
+    base = dict(
+        id="gpu/sweep-7", scheduler="slurm", namespace="gpu", name="sweep-7", user="bob", project="nlp", qos="normal"
+    )
+    return JobInfo(**(base | changes))
+
+
+def finding(kind="idle", target=JOB_ID, target_type="job") -> Finding:
+    return Finding(
+        kind=kind, target=target, target_type=target_type, since=ago(90), detected_at=NOW, evidence="0% for 1h"
+    )
+
+
+def entry(action, minutes_ago, status="executed", target=JOB_ID, **kw) -> HistoryEntry:
+    return HistoryEntry(action=action, target=target, status=status, at=ago(minutes_ago), **kw)
+
+
+def warned(minutes_ago=60, *more: HistoryEntry, **kw) -> History:
+    return History(entries=[entry("notify", minutes_ago, finding_kind="idle"), *more], **kw)
+
+
+def facts(job_info: JobInfo | None = None, findings=None, **kw) -> Facts:
+    return Facts(now=NOW, job=job_info if job_info is not None else job(), findings=findings or [finding()], **kw)
+
+
+def act(action="terminate", target=JOB_ID, **kw) -> ProposedAction:
+    return ProposedAction(action=action, target=target, **kw)
+
+
+def pool(**changes) -> PoolInfo:
+    base = dict(name="a100-od", gpus_per_node=8, nodes=10, busy_nodes=4, min_nodes=1)
+    return PoolInfo(**(base | changes))
+
+
+def pool_facts(**changes) -> Facts:
+    return Facts(now=NOW, pool=pool(**changes), findings=[finding("oversized", "a100-od", "pool")])
+
+
+def resize(target_nodes=5) -> ProposedAction:
+    return act("resize_pool", target="a100-od", target_nodes=target_nodes, finding_kind="oversized")
+
+
+def check(decision, verdict, rule, *words):
+    assert decision.verdict == verdict, decision
+    assert decision.rule == rule, decision
+    for word in words:
+        assert word in decision.reason, decision.reason
+
+
+# 1. mode
+
+
+def test_observe_mode_denies_everything():
+    d = decide(act("notify"), facts(), Policy(mode="observe"), History())
+    check(d, "deny", "mode", "observe", "level 0")
+    assert d.level == 1
+
+
+def test_dry_run_allows_with_flag():
+    d = decide(act(), facts(), Policy(mode="dry_run"), warned())
+    check(d, "allow", "allow", "dry run")
+    assert d.dry_run and d.level == 2
+
+
+# 2. unknown_target
+
+
+def test_unknown_job_is_denied():
+    d = decide(act(), Facts(now=NOW, findings=[finding()]), Policy(), warned())
+    check(d, "deny", "unknown_target", JOB_ID, "does not know")
+
+
+def test_facts_for_another_job_are_denied():
+    d = decide(act(), facts(job(id="ml/other")), Policy(), warned())
+    check(d, "deny", "unknown_target", "ml/other")
+
+
+def test_node_health_notice_needs_no_job():
+    node = finding("node_health", "gpu-node-3", "node")
+    d = decide(
+        act("notify", "gpu-node-3", finding_kind="node_health"), Facts(now=NOW, findings=[node]), Policy(), History()
+    )
+    check(d, "allow", "allow", "node gpu-node-3")
+
+
+def test_node_finding_does_not_open_stops():
+    node = finding("node_health", "gpu-node-3", "node")
+    d = decide(act("terminate", "gpu-node-3"), Facts(now=NOW, findings=[node]), Policy(), warned())
+    check(d, "deny", "unknown_target")
+
+
+def test_resize_needs_pool_facts():
+    d = decide(resize(), Facts(now=NOW), Policy(), History())
+    check(d, "deny", "unknown_target", "pool a100-od")
+
+
+# 3. not_running
+
+
+@pytest.mark.parametrize("state", ["pending", "completed", "failed", "cancelled"])
+def test_only_running_jobs_are_stopped(state):
+    d = decide(act(), facts(job(state=state)), Policy(), warned())
+    check(d, "deny", "not_running", state)
+
+
+# 4. protected
+
+
+PROTECTED = [
+    (job(namespace="kube-system"), Policy(), "protection.namespaces"),
+    (job(user="carol"), parse_policy({"protection": {"users": ["carol"]}}), "protection.users"),
+    (job(), parse_policy({"protection": {"projects": ["vision"]}}), "protection.projects"),
+    (job(labels={"steward.io/protected": "TRUE"}), Policy(), "label steward.io/protected"),
+    (job(annotations={"karpenter.sh/do-not-disrupt": "true"}), Policy(), "karpenter.sh/do-not-disrupt"),
+    (
+        job(annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "False"}),
+        Policy(),
+        "safe-to-evict",
+    ),
+    (job(priority="high"), parse_policy({"protection": {"priorities": ["high"]}}), "protection.priorities"),
+    (job(), parse_policy({"protection": {"jobs": [JOB_ID]}}), "protection.jobs"),
+    (slurm_job(), parse_policy({"protection": {"partitions": ["gpu"]}}), "protection.partitions"),
+    (slurm_job(), parse_policy({"protection": {"accounts": ["nlp"]}}), "protection.accounts"),
+    (slurm_job(qos="urgent"), parse_policy({"protection": {"qos": ["urgent"]}}), "protection.qos"),
+]
+
+
+@pytest.mark.parametrize(("job_info", "policy", "why"), PROTECTED)
+@pytest.mark.parametrize("action", ["notify", "terminate", "force_terminate"])
+def test_protected_jobs_are_never_touched(job_info, policy, why, action):
+    # Otherwise everything lines up: warned, gracefully stopped, flagged, approved.
+    history = History(entries=[entry("notify", 60, target=job_info.id), entry("terminate", 30, target=job_info.id)])
+    d = decide(act(action, job_info.id), facts(job_info, [finding(target=job_info.id)]), policy, history, approved=True)
+    check(d, "deny", "protected", why)
+
+
+def test_unrelated_label_value_does_not_protect():
+    assert protection_reason(job(labels={"steward.io/protected": "false"}), Policy(), History(), NOW) is None
+
+
+def test_live_exemption_protects_and_expired_does_not():
+    live = Exemption(target=JOB_ID, until=NOW + timedelta(hours=2), by="alice", reason="demo tomorrow")
+    d = decide(act(), facts(), Policy(), warned(exemptions=[live]))
+    check(d, "deny", "protected", "exempted by alice until 2025-03-01 14:00 UTC", "demo tomorrow")
+    expired = live.model_copy(update={"until": NOW})
+    assert decide(act(), facts(), Policy(), warned(exemptions=[expired])).verdict == "allow"
+
+
+# 5. no_finding
+
+
+def test_stop_needs_a_stoppable_finding():
+    d = decide(act(), facts(findings=[finding("overprovisioned")]), Policy(), warned())
+    check(d, "deny", "no_finding", "idle or zombie", "overprovisioned")
+
+
+def test_stop_cannot_cite_an_overprovisioned_finding():
+    d = decide(act(finding_kind="overprovisioned"), facts(findings=[finding("overprovisioned")]), Policy(), warned())
+    check(d, "deny", "no_finding", "never justifies a stop")
+
+
+def test_finding_for_another_job_does_not_count():
+    d = decide(act(), facts(findings=[finding(target="ml/other")]), Policy(), warned())
+    check(d, "deny", "no_finding", "the detectors did not flag it")
+
+
+def test_stop_cites_a_kind_that_is_not_current():
+    d = decide(act(finding_kind="zombie"), facts(), Policy(), warned())
+    check(d, "deny", "no_finding", "no current zombie finding", "current findings: idle")
+
+
+def test_notify_needs_a_finding():
+    d = decide(act("notify"), facts(findings=[finding(target="ml/other")]), Policy(), History())
+    check(d, "deny", "no_finding", "nothing to notify")
+
+
+def test_resize_needs_an_oversized_finding():
+    bare = pool_facts().model_copy(update={"findings": []})
+    check(decide(resize(), bare, Policy(), History()), "deny", "no_finding", "oversized")
+
+
+# 6. level_ceiling
+
+
+def test_override_lowers_the_ceiling():
+    policy = parse_policy({"levels": {"overrides": [{"namespace": "ml", "max": 1}]}})
+    d = decide(act(), facts(), policy, warned())
+    check(d, "deny", "level_ceiling", "level 2", "ceiling 1", "namespace 'ml'")
+
+
+def test_ceiling_applies_even_when_approved():
+    policy = parse_policy({"levels": {"max_auto": 1, "max": 3}})
+    check(decide(resize(), pool_facts(), policy, History(), approved=True), "deny", "level_ceiling", "ceiling 3")
+
+
+# 7. warning_first
+
+
+def test_stop_without_warning_is_denied():
+    check(decide(act(), facts(), Policy(), History()), "deny", "warning_first", "not been warned", "30m")
+
+
+def test_stop_before_notice_ends_names_the_due_time():
+    d = decide(act(), facts(), Policy(), warned(10))
+    check(d, "deny", "warning_first", "warned at 2025-03-01 11:50 UTC", "earliest stop is 2025-03-01 12:20 UTC")
+
+
+def test_failed_warning_does_not_count():
+    history = History(entries=[entry("notify", 120, status="failed")])
+    check(decide(act(), facts(), Policy(), history), "deny", "warning_first", "not been warned")
+
+
+def test_promised_deadline_is_honoured():
+    history = History(entries=[entry("notify", 60, deadline=NOW + timedelta(minutes=15))])
+    check(decide(act(), facts(), Policy(), history), "deny", "warning_first", "12:15 UTC")
+
+
+def test_warning_for_another_job_does_not_count():
+    history = History(entries=[entry("notify", 120, target="ml/other")])
+    check(decide(act(), facts(), Policy(), history), "deny", "warning_first")
+
+
+# 8. graceful_first
+
+
+def test_force_needs_a_graceful_stop_first():
+    d = decide(act("force_terminate"), facts(), Policy(), warned(), approved=True)
+    check(d, "deny", "graceful_first", "not been asked to stop gracefully", "5m")
+
+
+def test_force_waits_for_the_grace_period():
+    d = decide(act("force_terminate"), facts(job(state="stopping")), Policy(), warned(60, entry("terminate", 2)))
+    check(d, "deny", "graceful_first", "ends at 2025-03-01 12:03 UTC")
+
+
+def test_force_after_grace_needs_approval_then_allows():
+    history = warned(60, entry("terminate", 10, gpus=8))
+    stopping = facts(job(state="stopping"))
+    check(decide(act("force_terminate"), stopping, Policy(), history), "needs_approval", "approval", "level 3")
+    check(decide(act("force_terminate"), stopping, Policy(), history, approved=True), "allow", "allow", "approved")
+
+
+# 9. duplicate / already_done
+
+
+def test_one_notice_per_violation_per_period():
+    d = decide(act("notify", finding_kind="idle"), facts(), Policy(), warned(60))
+    check(d, "deny", "duplicate", "already notified about idle", "next after 2025-03-01 15:00 UTC")
+
+
+def test_notice_about_another_violation_is_allowed():
+    d = decide(act("notify", finding_kind="zombie"), facts(findings=[finding("zombie")]), Policy(), warned(60))
+    check(d, "allow", "allow")
+
+
+def test_notice_after_the_period_is_allowed():
+    check(decide(act("notify", finding_kind="idle"), facts(), Policy(), warned(5 * 60)), "allow", "allow")
+
+
+def test_terminate_twice_while_stopping_is_denied():
+    d = decide(act(), facts(job(state="stopping")), Policy(), warned(60, entry("terminate", 2)))
+    check(d, "deny", "already_done", "is stopping", "grace period")
+
+
+def test_pending_approval_is_not_asked_twice():
+    proposal = act("force_terminate")
+    history = warned(60, entry("terminate", 10), pending_approvals=[proposal.key()])
+    d = decide(proposal, facts(job(state="stopping")), Policy(), history, approved=True)
+    check(d, "deny", "duplicate", "awaiting approval")
+
+
+# 10. rate_limit
+
+
+def test_stops_per_hour():
+    policy = parse_policy({"rate_limits": {"stops_per_hour": 2}})
+    history = warned(60, entry("terminate", 50, target="a"), entry("force_terminate", 20, target="b"))
+    check(decide(act(), facts(), policy, history), "deny", "rate_limit", "2 stops", "12:10 UTC")
+    older = warned(60, entry("terminate", 70, target="a"), entry("force_terminate", 20, target="b"))
+    assert decide(act(), facts(), policy, older).verdict == "allow"
+
+
+def test_zero_stops_per_hour_switches_stops_off():
+    policy = parse_policy({"rate_limits": {"stops_per_hour": 0}})
+    check(decide(act(), facts(), policy, warned()), "deny", "rate_limit", "switched off")
+
+
+# 11. circuit_breaker
+
+
+def test_breaker_trips_on_failures():
+    history = warned(60, *(entry("terminate", m, status="failed", target="x") for m in (10, 20, 30)))
+    check(decide(act(), facts(), Policy(), history), "deny", "circuit_breaker", "3 actions failed", "12:30 UTC")
+
+
+def test_failures_do_not_block_notices():
+    history = History(entries=[entry("terminate", m, status="failed", target="x") for m in (10, 20, 30)])
+    assert decide(act("notify"), facts(), Policy(), history).verdict == "allow"
+
+
+def test_breaker_caps_reclaimed_gpus():
+    history = warned(60, entry("terminate", 30, target="a", gpus=40), entry("terminate", 20, target="b", gpus=20))
+    d = decide(act(), facts(cluster_gpus=512), Policy(), history)
+    check(d, "deny", "circuit_breaker", "60 GPUs reclaimed", "+ 8", "= 68", "512", "limit of 64")
+
+
+def test_force_after_terminate_counts_the_job_once():
+    history = warned(60, entry("terminate", 30, target="a", gpus=48), entry("terminate", 10, gpus=8))
+    d = decide(act("force_terminate"), facts(job(state="stopping")), Policy(), history, approved=True)
+    check(d, "allow", "allow")
+
+
+# 12. reserve
+
+
+@pytest.mark.parametrize(
+    ("target_nodes", "pool_changes", "words"),
+    [
+        (10, {}, ["does not shrink"]),
+        (12, {}, ["does not shrink"]),
+        (0, {}, ["below the minimum of 1"]),
+        (3, {}, ["4 nodes", "busy node"]),
+        (4, {}, ["leave 0 free GPUs", "reserve is 8"]),
+        (7, {"max_nodes": 6}, ["above the maximum of 6"]),
+        (None, {}, ["no target"]),
+    ],
+)
+def test_reserve_rules(target_nodes, pool_changes, words):
+    d = decide(resize(target_nodes), pool_facts(**pool_changes), Policy(), History(), approved=True)
+    check(d, "deny", "reserve", *words)
+
+
+def test_reserve_rounds_up():
+    # 10% of 3 nodes x 8 GPUs = 2.4 -> 3 GPUs, one full node beyond the busy ones.
+    assert decide(resize(1), pool_facts(nodes=3, busy_nodes=1), Policy(), History(), approved=True).verdict == "deny"
+    assert decide(resize(2), pool_facts(nodes=3, busy_nodes=1), Policy(), History(), approved=True).verdict == "allow"
+
+
+def test_resize_within_reserve_needs_approval():
+    check(decide(resize(5), pool_facts(), Policy(), History()), "needs_approval", "approval", "level 4")
+    check(decide(resize(5), pool_facts(), Policy(), History(), approved=True), "allow", "allow", "pool a100-od")
+
+
+# 13. approval and 14. allow
+
+
+def test_require_approval_for_level_2():
+    policy = parse_policy({"levels": {"require_approval": [2]}})
+    check(decide(act(), facts(), policy, warned()), "needs_approval", "approval", "requires approval for level 2")
+
+
+def test_project_override_lowers_max_auto():
+    policy = parse_policy({"levels": {"overrides": [{"project": "vision", "max_auto": 1}]}})
+    check(decide(act(), facts(), policy, warned()), "needs_approval", "approval", "automatic limit 1", "'vision'")
+
+
+def test_warned_idle_job_is_stopped():
+    d = decide(act(), facts(), Policy(), warned(31))
+    check(d, "allow", "allow", "terminate on job ml/train-1", "all guardrail rules pass")
+    assert not d.dry_run and d.level == 2
+
+
+def test_naive_times_are_read_as_utc():
+    naive = Facts(now=NOW.replace(tzinfo=None), job=job(), findings=[finding()])
+    assert decide(act(), naive, Policy(), warned(31)).verdict == "allow"
+
+
+def test_a_guardrail_bug_fails_closed(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(guardrail, "protection_reason", broken)
+    check(decide(act(), facts(), Policy(), warned()), "deny", "internal_error", "boom")
+
+
+def test_a_resize_ignores_job_facts():
+    stray = pool_facts().model_copy(update={"job": job(namespace="kube-system")})
+    policy = parse_policy({"levels": {"overrides": [{"namespace": "kube-system", "max": 1}]}})
+    check(decide(resize(5), stray, policy, History(), approved=True), "allow", "allow")

@@ -1,0 +1,117 @@
+"""Log progress analysis: counters that move are progress, repeated lines are not."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tools.log_progress import analyse_log
+from tools.models import LogLine
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+NOW = T0 + timedelta(hours=2)
+
+
+def lines(texts: list[str], every_s: float = 30.0) -> list[LogLine]:
+    return [LogLine(at=T0 + timedelta(seconds=i * every_s), text=t) for i, t in enumerate(texts)]
+
+
+def test_loss_lines_make_progress_and_give_step_and_gap():
+    log = lines([f"step={100 + i} loss={0.9 - i * 0.01:.3f}" for i in range(10)])
+    p = analyse_log("a/b", log, NOW)
+    assert p.job == "a/b"
+    assert p.lines == 10
+    assert p.progress_lines == 10
+    assert p.first_progress_at == T0
+    assert p.last_progress_at == T0 + timedelta(seconds=270)
+    assert p.typical_gap_s == 30.0
+    assert p.last_step == 109
+    assert p.tail == [x.text for x in log[-5:]]
+
+
+def test_timestamps_in_lines_do_not_count_as_progress():
+    log = lines([f"2026-11-02 09:{i:02d}:00,123 INFO step=500 loss=0.310" for i in range(6)])
+    p = analyse_log("j", log, NOW)
+    assert p.progress_lines == 1  # the first report, then the same counters again and again
+    assert p.last_progress_at == T0
+    assert p.last_step == 500
+
+
+def test_repeated_heartbeat_is_not_progress():
+    p = analyse_log("j", lines(["still alive"] * 20), NOW)
+    assert p.progress_lines == 0
+    assert p.first_progress_at is None and p.last_progress_at is None
+    assert p.typical_gap_s is None
+    assert p.last_line_at == T0 + timedelta(seconds=19 * 30)
+
+
+def test_nccl_watchdog_lines_are_not_progress_even_with_moving_numbers():
+    log = lines(["step=10 loss=1.0", "step=11 loss=0.9"]) + [
+        LogLine(
+            at=T0 + timedelta(minutes=10 + i),
+            text=f"[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=77, OpType=ALLREDUCE) ran for {600000 + i * 60000} milliseconds",
+        )
+        for i in range(5)
+    ]
+    p = analyse_log("j", log, NOW)
+    assert p.progress_lines == 2
+    assert p.last_progress_at == T0 + timedelta(seconds=30)
+    assert p.last_step == 11
+
+
+def test_tqdm_bars_make_progress():
+    texts = [
+        f"Epoch 1: {i * 10}%|{'#' * i}{' ' * (10 - i)}| {i * 100}/1000 [00:{i:02d}<00:{10 - i:02d}, 45.2it/s]"
+        for i in range(1, 6)
+    ]
+    p = analyse_log("j", lines(texts), NOW)
+    assert p.progress_lines == 5
+
+
+def test_epoch_and_shard_and_iter_formats():
+    p = analyse_log("j", lines(["Epoch 3 [120/500]", "Epoch 3 [140/500]", "Epoch 3 [160/500]"]), NOW)
+    assert p.progress_lines == 3
+    p = analyse_log("j", lines(["downloading shard 13/200", "downloading shard 14/200"], every_s=300), NOW)
+    assert p.progress_lines == 2 and p.typical_gap_s == 300
+    p = analyse_log("j", lines(["iter 4500 lr 1e-4", "iter 4600 lr 1e-4"]), NOW)
+    assert p.last_step == 4600 and p.progress_lines == 2
+
+
+def test_interleaved_templates_are_compared_with_their_own_kind():
+    texts = ["step=1 loss=2.0", "GPU mem 58000MiB", "step=2 loss=1.9", "GPU mem 58000MiB", "step=3 loss=1.8"]
+    p = analyse_log("j", lines(texts), NOW)
+    assert p.progress_lines == 3
+
+
+def test_chinese_lines_do_not_break_it():
+    texts = [
+        "训练中: 第 3 轮, 步 120, 损失 0.52",
+        "训练中: 第 3 轮, 步 140, 损失 0.50",
+        "心跳: 仍在运行",
+        "心跳: 仍在运行",
+    ]
+    p = analyse_log("j", lines(texts), NOW)
+    assert p.progress_lines == 2
+    assert p.tail[-1] == "心跳: 仍在运行"
+
+
+def test_empty_log():
+    p = analyse_log("j", [], NOW)
+    assert p.lines == 0 and p.progress_lines == 0 and p.tail == [] and p.last_line_at is None
+
+
+def test_huge_log_is_fast():
+    import time
+
+    log = [
+        LogLine(at=T0 + timedelta(seconds=i), text=f"step={i} loss={1 / (i + 1):.5f} " + "x" * 100)
+        for i in range(50_000)
+    ]
+    start = time.perf_counter()
+    p = analyse_log("j", log, NOW)
+    assert p.progress_lines == 50_000
+    assert time.perf_counter() - start < 5.0
+
+
+def test_words_that_merely_contain_stall_words_still_count():
+    p = analyse_log("j", lines(["lr change at step=100", "lr change at step=200"]), NOW)
+    assert p.progress_lines == 2

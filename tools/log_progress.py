@@ -1,0 +1,82 @@
+"""Read a job's recent log and say whether it still makes progress (counters that move)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from statistics import median
+
+from agent.observation import LogProgress
+from tools.models import LogLine
+
+_MAX_CHARS = 2000  # a pathological megabyte line must not cost more than a normal one
+_TAIL = 5
+_TAIL_CHARS = 300
+
+# Timestamps move on every line, so they say nothing about progress; tqdm's elapsed/eta too.
+_CLOCK = re.compile(
+    r"\d{4}[-/]\d{1,2}[-/]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?"
+)
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_WORD = re.compile(r"[^\W\d_]+")
+# Lines about waiting are not progress even when their numbers move ("ran for 600123 ms").
+_STALL = re.compile(
+    r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|heartbeat|alive|hang(?:ing)?|hung|stuck)\b|超时|等待|心跳",
+    re.I,
+)
+# A first sighting counts as progress only when it looks like a progress report.
+_PROGRESS_HINT = re.compile(
+    r"step|iter|epoch|loss|shard|batch|it/s|s/it|samples|tokens|\d+\s*/\s*\d+|\d+(?:\.\d+)?%|损失|轮|步",
+    re.I,
+)
+_STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
+
+
+def _shape(text: str) -> tuple[str, tuple[str, ...]]:
+    """(template, numbers): lines with the same words are comparable; their numbers are the counters."""
+    text = _CLOCK.sub(" ", text)
+    template = " ".join(_WORD.findall(text))
+    return template, tuple(_NUMBER.findall(text))
+
+
+def analyse_log(job_id: str, lines: list[LogLine], now: datetime) -> LogProgress:
+    """Progress summary of `lines` (oldest first): a line makes progress when its counters changed
+    since the previous line of the same shape; repeated identical lines never do."""
+    last_seen: dict[str, tuple[str, ...]] = {}
+    progress_at: list[datetime] = []
+    last_step: float | None = None
+    last_line_at: datetime | None = None
+    for line in lines:
+        at = min(line.at, now) if _comparable(line.at, now) else line.at  # clock skew: never in the future
+        last_line_at = at if last_line_at is None else max(last_line_at, at)
+        text = line.text[:_MAX_CHARS]
+        template, numbers = _shape(text)
+        if not numbers:
+            continue
+        step = _STEP.search(text)
+        if step:
+            last_step = float(step.group(1))
+        previous = last_seen.get(template)
+        last_seen[template] = numbers
+        if _STALL.search(text):
+            continue
+        moved = bool(_PROGRESS_HINT.search(text)) if previous is None else previous != numbers
+        if moved:
+            progress_at.append(at)
+    gaps = [(b - a).total_seconds() for a, b in zip(progress_at, progress_at[1:], strict=False)]
+    return LogProgress(
+        job=job_id,
+        lines=len(lines),
+        last_line_at=last_line_at,
+        progress_lines=len(progress_at),
+        first_progress_at=progress_at[0] if progress_at else None,
+        last_progress_at=max(progress_at) if progress_at else None,
+        typical_gap_s=float(median(gaps)) if gaps else None,
+        last_step=last_step,
+        tail=[line.text[:_TAIL_CHARS] for line in lines[-_TAIL:]],
+    )
+
+
+def _comparable(a: datetime, b: datetime) -> bool:
+    return (a.tzinfo is None) == (b.tzinfo is None)

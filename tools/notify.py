@@ -1,0 +1,34 @@
+"""Notifiers: where warnings and approval requests go. The recording one backs the simulator."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tools.models import NotifyResult
+from tools.protocols import Clock
+
+
+@dataclass
+class SentMessage:
+    at: datetime
+    recipient: str
+    subject: str
+    body: str
+    job_id: str | None
+    message_id: str
+
+
+@dataclass
+class RecordingNotifier:
+    """Keeps every message in memory (the simulator's and the tests' inbox)."""
+
+    clock: Clock
+    sent: list[SentMessage] = field(default_factory=list)
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None) -> NotifyResult:
+        message_id = f"msg-{next(self._ids)}"
+        self.sent.append(SentMessage(self.clock.now(), recipient, subject, body, job_id, message_id))
+        return NotifyResult(recipient=recipient, status="sent", channel="inbox", message_id=message_id)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import sqlite3
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 

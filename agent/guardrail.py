@@ -349,7 +349,7 @@ _CHECKS: tuple[Callable[[_Case], _Denial], ...] = (
     _mode,
     _unknown_target,
     _not_running,
-    _no_finding,
+    _protected,
     _level_ceiling,
     _warning_first,
     _graceful_first,

@@ -56,4 +56,4 @@ class Observation(BaseModel):
     def price_for_node(self, node: str | None) -> float:
         pool_of = {n.name: n.pool for n in self.nodes}
         prices = {p.name: p.price_per_gpu_hour for p in self.pools}
-        return prices.get(pool_of.get(node or "", None) or "", 0.0)
+        return prices.get(pool_of.get(node or "") or "", 0.0)

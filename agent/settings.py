@@ -31,6 +31,13 @@ class Settings(BaseSettings):
 
     language: str = "en"  # en | zh: replies and notifications
 
+    # Real backends (see docs/real-cluster.md); "sim" runs against the simulated cluster.
+    backend: str = "sim"  # sim | kubernetes | slurm
+    prometheus_url: str | None = None  # Prometheus, Thanos Query or VictoriaMetrics
+    prometheus_headers: dict[str, str] = {}
+    kubeconfig: Path | None = None  # None: in-cluster service account, else ~/.kube/config
+    slurm_bin_dir: Path | None = None  # where squeue/scontrol/scancel/sacct live; None = PATH
+
     @property
     def llm_configured(self) -> bool:
         return bool(self.llm_model and (self.llm_base_url or self.llm_api_key))

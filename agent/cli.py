@@ -39,6 +39,7 @@ def _scenario_files(paths: list[str]) -> list[Path]:
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     from agent.sweep import SweepService
     from agent.wiring import make_planner, simulated_deps
+    from evals.runner import ScriptedApprovals
 
     scenario = load_scenario(args.scenario or settings.scenario or demo_scenario_path())
     policy = load_policy(args.policy or settings.policy_file)
@@ -54,8 +55,15 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         times.append(until)
     timeline: list[str] = []
     result = None
+    scripted = ScriptedApprovals(scenario, service)  # the scenario's scripted human answers
     for t in times:
         cluster.advance_to(t)
+        service.expire_due()
+        for answered in scripted.answer_due(t):
+            a = answered.state.get("approval", {})
+            for o in answered.state.get("outcomes", []):
+                timeline.append(f"  {cluster.now():%H:%M}  {o['action']:<16} {o['target']:<34} level {o['level']}  "
+                                f"{a.get('decision')}d by {a.get('by')}: {o['status']}")
         result = service.sweep(trigger="cli")
         for d in result.state.get("decisions", []):
             outs = {o["id"]: o for o in result.state.get("outcomes", [])}

@@ -336,7 +336,9 @@ def _reserve(case: _Case) -> _Denial:
     if target < pool.busy_nodes:
         return "reserve", f"{pool.busy_nodes} nodes of {name} run jobs; {target} nodes would remove a busy node"
     need = reserve_gpus(pool, case.policy.reserve.fraction)
-    free = (target - pool.busy_nodes) * pool.gpus_per_node
+    # Unknown usage counts busy nodes as full: the conservative reading.
+    used = pool.used_gpus if pool.used_gpus is not None else pool.busy_nodes * pool.gpus_per_node
+    free = target * pool.gpus_per_node - used
     if free < need:
         return "reserve", (
             f"{target} nodes leave {free} free GPUs in {name}; the reserve is {need} "
@@ -350,6 +352,7 @@ _CHECKS: tuple[Callable[[_Case], _Denial], ...] = (
     _unknown_target,
     _not_running,
     _protected,
+    _no_finding,
     _level_ceiling,
     _warning_first,
     _graceful_first,

@@ -108,6 +108,8 @@ class PolicyModel:
         jobs = obs.jobs_by_id()
         proposals: list[ProposedAction] = []
         notes: list[str] = []
+        # One open question per target and action: a changed finding does not open a second request.
+        waiting = {(a.action, a.target) for a in deps.approvals.pending()}
         for f in findings:
             job = jobs.get(f.target) if f.target_type == "job" else None
             if job is not None:
@@ -119,6 +121,8 @@ class PolicyModel:
             if proposal is None:
                 continue
             if proposal.key() in history.pending_approvals or proposal.key() in history.denied_recently:
+                continue
+            if (proposal.action, proposal.target) in waiting:
                 continue
             if proposal.action == "notify":
                 proposal = proposal.model_copy(update={"message": warning_message(f, policy, now, deps.language)})

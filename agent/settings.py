@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiToken(BaseModel):
+    name: str
+    role: Literal["viewer", "approver"] = "viewer"
 
 
 def _default_data_dir() -> Path:
@@ -21,6 +27,21 @@ class Settings(BaseSettings):
     policy_file: Path | None = None
     scenario: Path | None = None  # simulated cluster to run against; None = the built-in demo
     sweep_every_s: float = 300.0
+    sweep_cron: str | None = None  # e.g. "*/5 * * * *" in cluster time; overrides sweep_every_s when set
+    sim_speed: float = 60.0  # `steward serve` on the simulator: simulated seconds per wall second
+
+    # API access (docs/access-control.md). No tokens and no proxy: local development mode on 127.0.0.1 only.
+    api_tokens: dict[str, ApiToken] = {}  # STEWARD_API_TOKENS='{"<token>": {"name": "ann", "role": "approver"}}'
+    trust_proxy_headers: bool = False  # an OIDC proxy in front sets the user and groups headers
+    proxy_user_header: str = "X-Forwarded-User"
+    proxy_groups_header: str = "X-Forwarded-Groups"
+    approver_groups: list[str] = ["steward-approvers"]
+
+    # Who sweeps when several replicas run: "auto" = Kubernetes Lease in a cluster, else a SQLite lease.
+    leader_lock: str = "auto"  # auto | sqlite | kubernetes | none
+    lease_name: str = "gpu-steward-sweeper"
+    lease_namespace: str | None = None  # None: the pod's namespace
+    lease_duration_s: float = 30.0
 
     llm_base_url: str | None = None
     llm_model: str | None = None

@@ -99,28 +99,43 @@ def reclaimed_gpu_hours(scenario: Scenario, cluster: SimCluster, actions: list[d
     return total
 
 
+class ScriptedApprovals:
+    """Plays a scenario's scripted human answers: each answers the first request it meets, once."""
+
+    def __init__(self, scenario: Scenario, service: SweepService) -> None:
+        self.pending = sorted(scenario.approvals, key=lambda a: a.at)
+        self.service = service
+
+    def answer_due(self, offset_s: float) -> list[Any]:
+        """Answer what is due; returns the resumed runs (SweepResult)."""
+        done = []
+        for answer in list(self.pending):
+            if answer.at > offset_s:
+                continue
+            for item in self.service.deps.approvals.pending():
+                if item.target != answer.job:
+                    continue
+                try:
+                    done.append(self.service.answer(item.id, answer.decision, by=answer.by, reason="scripted answer"))
+                except ApprovalError:
+                    continue
+                self.pending.remove(answer)
+                break
+        return done
+
+
 def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_every: float = 300.0,
                  language: str = "en") -> ScenarioRun:
     started = time.perf_counter()
     deps, cluster = simulated_deps(scenario, policy, planner, language=language)
     service = SweepService(deps, run_prefix=scenario.name)
-    scripted = sorted(scenario.approvals, key=lambda a: a.at)
-    used: set[int] = set()
+    scripted = ScriptedApprovals(scenario, service)
     sweeps = tool_calls = prompt_tokens = completion_tokens = 0
     t = sweep_every
     while t <= scenario.duration + 1e-9:
         cluster.advance_to(t)
         service.expire_due()
-        for i, answer in enumerate(scripted):
-            if i in used or answer.at > t:
-                continue
-            pending = [a for a in deps.approvals.pending() if a.target == answer.job]
-            for item in pending:
-                try:
-                    service.answer(item.id, answer.decision, by=answer.by, reason="scripted answer")
-                    used.add(i)
-                except ApprovalError:
-                    pass
+        scripted.answer_due(t)
         result = service.sweep(trigger="eval")
         plan = result.state.get("plan", {})
         tool_calls += int(plan.get("tool_calls", 0))

@@ -161,10 +161,12 @@ class SimCluster:
         for pool in self._pools.values():
             nodes = [n for n in self._lifecycle.nodes if n.pool == pool.name]
             busy = sum(1 for n in nodes if self._lifecycle.jobs_on(n))
+            used = sum(len(r.gpus) for n in nodes for r in self._lifecycle.jobs_on(n))
             out.append(PoolInfo(name=pool.name, provider=pool.provider, gpu_model=pool.gpu_model,
                                 gpus_per_node=pool.gpus_per_node, nodes=len(nodes), min_nodes=pool.min_nodes,
                                 max_nodes=pool.max_nodes, price_per_gpu_hour=pool.price_per_gpu_hour,
-                                billing=pool.billing, busy_nodes=busy, currency=self.scenario.currency))
+                                billing=pool.billing, busy_nodes=busy, used_gpus=used,
+                                currency=self.scenario.currency))
         return out
 
     def resize_pool(self, pool: str, target_nodes: int, *, reason: str = "") -> ResizeResult:

@@ -194,7 +194,7 @@ def make_tools(ctx: ToolContext) -> list[BaseTool]:
     for func, schema, action in specs:
         metadata = {"mutating": action is not None, "level": ACTION_LEVELS[action] if action else 0, "action": action}
         tools.append(StructuredTool.from_function(func=func, args_schema=schema, metadata=metadata,
-                                                  handle_validation_error=True))
+                                                  handle_validation_error=False))
     return tools
 
 

@@ -55,6 +55,7 @@ class PoolInfo(_Record):
     price_per_gpu_hour: float = 0.0
     billing: Literal["on-demand", "reserved", "spot"] = "on-demand"
     busy_nodes: int = 0  # nodes that run at least one job now
+    used_gpus: int | None = None  # GPUs jobs hold now; None = unknown (then busy nodes count as full)
     currency: str = "USD"
 
 

@@ -1,0 +1,1 @@
+"""The HTTP API behind `steward serve`: runtime, auth, routes, chat and metrics (server.py assembles them)."""

@@ -1,0 +1,1 @@
+"""Scheduled sweeps: when to sweep, and which replica is allowed to."""

@@ -1,0 +1,85 @@
+"""Leader leases: a SQLite row lease in the data dir (default) and the protocol the Kubernetes Lease shares."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
+
+
+class LeaderLease(Protocol):
+    """Held by at most one replica at a time until it expires; renewing extends it."""
+
+    holder: str
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; False when another live holder has it."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class AlwaysLeader:
+    """One replica by construction (tests, `steward serve` with leader_lock=none)."""
+
+    def __init__(self, holder: str = "local") -> None:
+        self.holder = holder
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+class SqliteLease:
+    """A row lease with expiry: replicas sharing one data dir (or volume) elect a single sweeper.
+
+    Wall time, not cluster time: a lease is about processes, and a simulated clock may run fast.
+    """
+
+    def __init__(self, path: str | Path, name: str, holder: str, duration_s: float = 30.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # Each replica has its own connection; SQLite's file lock makes the UPDATE/INSERT atomic across them.
+        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self.name, self.holder, self.duration_s, self._clock = name, holder, duration_s, clock
+
+    def acquire(self) -> bool:
+        now = self._clock()
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("INSERT OR IGNORE INTO leases (name, holder, expires_at) VALUES (?, ?, ?)",
+                                   (self.name, self.holder, now + self.duration_s))
+                cur = self._conn.execute(
+                    "UPDATE leases SET holder = ?, expires_at = ? WHERE name = ? AND (holder = ? OR expires_at <= ?)",
+                    (self.holder, now + self.duration_s, self.name, self.holder, now))
+                took = cur.rowcount == 1
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return took
+
+    def current_holder(self) -> str | None:
+        with self._lock:
+            row = self._conn.execute("SELECT holder, expires_at FROM leases WHERE name = ?", (self.name,)).fetchone()
+        return row[0] if row and row[1] > self._clock() else None
+
+    def release(self) -> None:
+        with self._lock:
+            self._conn.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (self.name, self.holder))

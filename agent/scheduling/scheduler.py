@@ -1,0 +1,83 @@
+"""When to sweep (interval or cron, in cluster time) and the single-flight guard around each sweep."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from agent.scheduling.leases import AlwaysLeader, LeaderLease
+
+TickResult = Literal["ran", "not_due", "not_leader", "busy"]
+
+
+class ScheduleError(ValueError):
+    """A sweep schedule that cannot be used (bad cron expression, non-positive interval)."""
+
+
+class SweepSchedule:
+    """Next sweep time after a given time: every N seconds, or a 5-field cron expression."""
+
+    def __init__(self, every_s: float | None = None, cron: str | None = None) -> None:
+        if cron:
+            from croniter import croniter
+
+            if not croniter.is_valid(cron):
+                raise ScheduleError(f"sweep_cron {cron!r} is not a valid cron expression (e.g. '*/5 * * * *')")
+        elif not every_s or every_s <= 0:
+            raise ScheduleError(f"sweep interval must be positive, got {every_s!r}")
+        self.every_s, self.cron = every_s, cron
+
+    def next_after(self, at: datetime) -> datetime:
+        if self.cron:
+            from croniter import croniter
+
+            return croniter(self.cron, at).get_next(datetime)
+        assert self.every_s is not None
+        return at + timedelta(seconds=self.every_s)
+
+    def describe(self) -> str:
+        return f"cron {self.cron}" if self.cron else f"every {self.every_s:g}s"
+
+
+class SweepScheduler:
+    """Runs `sweep` when due, on the leader only, never two at once (an overrunning sweep is not restarted)."""
+
+    def __init__(self, sweep: Callable[[str], Any], now: Callable[[], datetime], schedule: SweepSchedule,
+                 lease: LeaderLease | None = None) -> None:
+        self._sweep, self._now, self.schedule = sweep, now, schedule
+        self.lease = lease or AlwaysLeader()
+        self._running = threading.Lock()
+        self.next_due: datetime | None = None
+        self.skipped_busy = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._running.locked()
+
+    def run_now(self, trigger: str) -> tuple[TickResult, Any]:
+        """One sweep unless one is already running (whatever started it)."""
+        if not self._running.acquire(blocking=False):
+            self.skipped_busy += 1
+            return "busy", None
+        try:
+            return "ran", self._sweep(trigger)
+        finally:
+            self._running.release()
+
+    def tick(self) -> TickResult:
+        now = self._now()
+        if self.next_due is None:
+            self.next_due = self.schedule.next_after(now)
+            return "not_due"
+        if now < self.next_due:
+            return "not_due"
+        if not self.lease.acquire():
+            self.next_due = self.schedule.next_after(now)
+            return "not_leader"
+        outcome, _ = self.run_now("schedule")
+        if outcome == "ran":
+            # From the time the sweep finished: a slow sweep is followed by a full interval, not a burst.
+            self.next_due = self.schedule.next_after(self._now())
+        return outcome

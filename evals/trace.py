@@ -1,0 +1,162 @@
+"""Read a per-container GPU trace (CSV, gz or plain) into sorted numpy arrays per container."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+# Common names, most specific first; matched case-insensitively after stripping.
+ID_NAMES = ("container", "container_id", "containerid", "pod", "pod_name", "podname", "instance", "job",
+            "job_id", "jobid", "task", "task_id", "worker", "id")
+TIME_NAMES = ("timestamp", "time", "ts", "t", "time_s", "datetime", "date", "epoch", "second")
+UTIL_NAMES = ("gpu_util_pct", "gpu_util", "gpu_utilization", "utilization_gpu", "gpu_duty_cycle", "duty_cycle",
+              "dcgm_fi_dev_gpu_util", "util", "utilization", "util_pct", "sm_util")
+MEM_NAMES = ("gpu_mem_used_bytes", "gpu_mem_used_mb", "gpu_mem_used", "gpu_memory_used", "fb_used",
+             "dcgm_fi_dev_fb_used", "mem_used", "memory_used", "gpu_mem", "mem")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read; the message names the file, row and column."""
+
+
+@dataclass
+class ContainerTrace:
+    """One container's samples, sorted by time (seconds from the trace start)."""
+
+    id: str
+    t: np.ndarray  # float64 seconds since trace start
+    util: np.ndarray  # float64 percent, NaN = not a valid sample
+    mem_mb: np.ndarray  # float64 MB, NaN = absent
+
+    @property
+    def first(self) -> float:
+        return float(self.t[0])
+
+    @property
+    def last(self) -> float:
+        return float(self.t[-1])
+
+
+@dataclass
+class Trace:
+    path: str
+    start_epoch: float  # the trace's first timestamp, as written
+    duration_s: float
+    interval_s: float  # median gap between a container's samples
+    containers: dict[str, ContainerTrace] = field(default_factory=dict)
+    columns: dict[str, str | None] = field(default_factory=dict)  # role -> column used
+    rows: int = 0
+
+    def ended_inside(self, c: ContainerTrace) -> bool:
+        """The container really ended: its samples stop well before the trace does (3 intervals)."""
+        return c.last < self.duration_s - 3 * self.interval_s
+
+    def life_end(self, c: ContainerTrace) -> float:
+        return c.last if self.ended_inside(c) else self.duration_s
+
+
+def _pick(header: list[str], wanted: str | None, names: tuple[str, ...], role: str, source: str,
+          required: bool) -> int | None:
+    lowered = [h.strip().lower() for h in header]
+    if wanted is not None:
+        if wanted.strip().lower() not in lowered:
+            raise TraceError(f"{source}: no column {wanted!r} for {role}; columns: {', '.join(header)}")
+        return lowered.index(wanted.strip().lower())
+    for name in names:
+        if name in lowered:
+            return lowered.index(name)
+    if required:
+        raise TraceError(f"{source}: cannot tell which column is the {role} (tried {', '.join(names[:6])}, ...); "
+                         f"columns: {', '.join(header)}; name it with --{role.split()[0]}-col")
+    return None
+
+
+def _open(path: Path):
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return io.StringIO(raw.decode("utf-8-sig"))
+
+
+def _number(text: str, source: str, row: int, column: str, allow_empty: bool) -> float:
+    text = text.strip()
+    if not text and allow_empty:
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(f"{source}: row {row}, column {column!r}: {text!r} is not a number") from None
+    if math.isinf(value) or (math.isnan(value) and not allow_empty):
+        raise TraceError(f"{source}: row {row}, column {column!r}: {text!r} is not a finite number")
+    return value
+
+
+def load_trace(path: str | Path, *, id_col: str | None = None, time_col: str | None = None,
+               util_col: str | None = None, mem_col: str | None = None) -> Trace:
+    """Read the trace; row numbers in errors count the header as row 1, as a spreadsheet does."""
+    path = Path(path)
+    source = str(path)
+    try:
+        reader = csv.reader(_open(path))
+        header = next(reader)
+    except OSError as exc:
+        raise TraceError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    except StopIteration:
+        raise TraceError(f"{source}: empty file (no header row)") from None
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
+        raise TraceError(f"{source}: not a CSV text file: {exc}") from None
+    i_id = _pick(header, id_col, ID_NAMES, "id column (container)", source, True)
+    i_t = _pick(header, time_col, TIME_NAMES, "time column (timestamp)", source, True)
+    i_u = _pick(header, util_col, UTIL_NAMES, "util column (GPU utilisation %)", source, True)
+    i_m = _pick(header, mem_col, MEM_NAMES, "mem column (GPU memory)", source, False)
+    names = {"id": header[i_id], "time": header[i_t], "util": header[i_u], "mem": header[i_m] if i_m is not None
+             else None}
+    ids: list[str] = []
+    ts: list[float] = []
+    us: list[float] = []
+    ms: list[float] = []
+    width = len(header)
+    for row_no, row in enumerate(reader, start=2):
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) != width:
+            raise TraceError(f"{source}: row {row_no} has {len(row)} fields, the header has {width}")
+        cid = row[i_id].strip()
+        if not cid:
+            raise TraceError(f"{source}: row {row_no}, column {names['id']!r}: empty container id")
+        ids.append(cid)
+        ts.append(_number(row[i_t], source, row_no, names["time"], False))
+        us.append(_number(row[i_u], source, row_no, names["util"], True))
+        ms.append(_number(row[i_m], source, row_no, names["mem"] or "", True) if i_m is not None else math.nan)
+    if not ids:
+        raise TraceError(f"{source}: no data rows")
+    t_all = np.asarray(ts)
+    start = float(t_all.min())
+    util = np.asarray(us)
+    util[(util < 0) | (util > 100)] = np.nan  # a broken exporter's 150% is not a measurement
+    mem = np.asarray(ms)
+    mem_name = (names["mem"] or "").lower()
+    if "byte" in mem_name or (not mem_name.endswith("mb") and np.nanmax(mem, initial=0.0) > 4e6):
+        mem = mem / 2**20  # bytes -> MB (no GPU has 4 TB)
+    order = np.lexsort((t_all, np.asarray(ids)))
+    ids_sorted = np.asarray(ids)[order]
+    cuts = np.flatnonzero(ids_sorted[1:] != ids_sorted[:-1]) + 1
+    containers: dict[str, ContainerTrace] = {}
+    gaps: list[np.ndarray] = []
+    for block in np.split(order, cuts):
+        cid = ids[block[0]]
+        t = t_all[block] - start
+        containers[cid] = ContainerTrace(id=cid, t=t, util=util[block], mem_mb=mem[block])
+        if len(t) > 1:
+            gaps.append(np.diff(t))
+    diffs = np.concatenate(gaps) if gaps else np.array([60.0])
+    diffs = diffs[diffs > 0]
+    interval = float(np.median(diffs)) if len(diffs) else 60.0
+    return Trace(path=source, start_epoch=start, duration_s=float(t_all.max() - start), interval_s=interval,
+                 containers=containers, columns=names, rows=len(ids))

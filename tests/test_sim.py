@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -232,14 +231,12 @@ def test_explicit_pool_nodes_count_toward_pool_size():
     assert sim.list_pools()[0].nodes == 2
 
 
-def test_backend_calls_and_sweep_speed():
+def test_backend_calls_per_sweep():
     sim = SimCluster(load_scenario(demo_scenario_path()))
-    began = time.perf_counter()
     for i in range(72):
         sim.advance_to(i * 300)
         sim.gpu_series(sim.now(), 6 * H, 300)
         sim.job_io_series(sim.now(), 6 * H, 300)
-    assert time.perf_counter() - began < 2.0
     assert sim.backend_calls == 144
     sim.list_jobs(), sim.list_nodes(), sim.list_pools(), job_of(sim, "prod/llm-serving")
     sim.tail("prod/llm-serving", sim.now() - timedelta(minutes=5), sim.now())

@@ -1,0 +1,233 @@
+"""A loopback Kubernetes API server for tests: the real REST paths, JSON shapes, discovery and Status errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from datetime import UTC, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.k8s_fake_store import RESOURCES, ApiError, FakeStore, Resource, json_patch, merge_patch
+
+_PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
+)
+
+
+def _resource_list(group_version: str, resources: list[Resource]) -> dict:
+    out = []
+    for r in resources:
+        out.append({"name": r.plural, "singularName": r.kind.lower(), "namespaced": r.namespaced, "kind": r.kind,
+                    "verbs": list(r.verbs)})
+        for sub in r.subresources:
+            kind = {"log": "Pod", "eviction": "Eviction", "scale": "Scale"}[sub]
+            verbs = {"log": ["get"], "eviction": ["create"], "scale": ["get", "patch", "update"]}[sub]
+            out.append({"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced, "kind": kind,
+                        "verbs": verbs})
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": out}
+
+
+def _groups() -> dict[str, str]:
+    return {r.group: r.version for r in RESOURCES if r.group}
+
+
+def _group(name: str, version: str) -> dict:
+    gv = {"groupVersion": f"{name}/{version}", "version": version}
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": [gv], "preferredVersion": gv}
+
+
+def _scale(md: dict) -> dict:
+    meta = md["metadata"]
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+                         "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"]},
+            "spec": {"replicas": md["spec"].get("replicas", 1)},
+            "status": {"replicas": (md.get("status") or {}).get("replicas", 0),
+                       "selector": f"cluster.x-k8s.io/deployment-name={meta['name']}"}}
+
+
+class FakeKubernetesApi:
+    """Serves a FakeStore on 127.0.0.1; `requests` records (method, path, query) of every call."""
+
+    def __init__(self, store: FakeStore | None = None) -> None:
+        self.store = store or FakeStore()
+        self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
+        api = self
+
+        class Handler(_Handler):
+            owner = api
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeKubernetesApi:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def calls(self, method: str, path_part: str = "") -> list[tuple[str, str, dict]]:
+        return [r for r in self.requests if r[0] == method and path_part in r[1]]
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "steward", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "steward", "namespace": "default"}}],
+        }))
+        return path
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FakeKubernetesApi
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet in test output
+        pass
+
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw else {}
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        self.owner.requests.append((method, url.path, query))
+        try:
+            self._route(method, url.path.rstrip("/") or "/", {k: v[-1] for k, v in query.items()})
+        except ApiError as err:
+            self._send(err.code, err.status())
+        except (KeyError, ValueError, TypeError) as err:
+            self._send(400, ApiError(400, "BadRequest", f"bad request: {err}").status())
+
+    do_GET = lambda self: self._handle("GET")  # noqa: E731
+    do_POST = lambda self: self._handle("POST")  # noqa: E731
+    do_PUT = lambda self: self._handle("PUT")  # noqa: E731
+    do_PATCH = lambda self: self._handle("PATCH")  # noqa: E731
+    do_DELETE = lambda self: self._handle("DELETE")  # noqa: E731
+
+    def _route(self, method: str, path: str, q: dict[str, str]) -> None:
+        groups = _groups()
+        if path == "/version":
+            return self._send(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fake", "platform": "linux/amd64"})
+        if path == "/api":
+            return self._send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": self.owner.url.removeprefix("http://")}]})
+        if path == "/api/v1":
+            return self._send(200, _resource_list("v1", [r for r in RESOURCES if not r.group]))
+        if path == "/apis":
+            return self._send(200, {"kind": "APIGroupList", "apiVersion": "v1",
+                                    "groups": [_group(g, v) for g, v in groups.items()]})
+        if m := re.fullmatch(r"/apis/([^/]+)", path):
+            if m[1] not in groups:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return self._send(200, _group(m[1], groups[m[1]]))
+        if (m := re.fullmatch(r"/apis/([^/]+)/([^/]+)", path)) and groups.get(m[1]) == m[2]:
+            return self._send(200, _resource_list(f"{m[1]}/{m[2]}", [r for r in RESOURCES if r.group == m[1]]))
+        m = _PATH.match(path)
+        group, version = ("", "v1") if m and m["core"] else ((m["group"], m["version"]) if m else ("", ""))
+        res = next((r for r in RESOURCES if m and (r.group, r.version, r.plural) == (group, version, m["plural"])), None)
+        if m is None or res is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        ns, name, sub = m["ns"] or "", m["name"], m["sub"]
+        self._resource(method, res, ns, name, sub, q)
+
+    def _resource(self, method: str, res: Resource, ns: str, name: str | None, sub: str | None,
+                  q: dict[str, str]) -> None:
+        store = self.owner.store
+        if name is None:
+            if method == "GET":
+                items = store.list(res.plural, ns or None, q.get("labelSelector"), q.get("fieldSelector"))
+                if q.get("watch") in ("true", "1"):
+                    return self._watch(items)
+                return self._send(200, {"kind": f"{res.kind}List", "apiVersion": res.api_version,
+                                        "metadata": {"resourceVersion": store.resource_version()}, "items": items})
+            if method == "POST":
+                body = self._body()
+                if res.namespaced:
+                    body.setdefault("metadata", {})["namespace"] = ns
+                return self._send(201, store.put(res.plural, body))
+        elif sub is None:
+            if method == "GET":
+                return self._send(200, store.get(res.plural, ns, name))
+            if method == "DELETE":
+                grace = q.get("gracePeriodSeconds", self._body().get("gracePeriodSeconds"))
+                return self._send(200, store.delete(res.plural, ns, name, None if grace is None else int(grace)))
+            if method == "PATCH":
+                return self._send(200, store.patch(res.plural, ns, name, self._body(),
+                                                   self.headers.get("Content-Type", "")))
+            if method == "PUT":
+                return self._send(200, store.put(res.plural, self._body()))
+        elif sub == "log" and method == "GET":
+            return self._log(ns, name, q)
+        elif sub == "eviction" and method == "POST":
+            grace = (self._body().get("deleteOptions") or {}).get("gracePeriodSeconds")
+            store.evict(ns, name, grace)
+            return self._send(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                    "code": 201})
+        elif sub == "scale" and res.plural == "machinedeployments":
+            return self._scale(method, ns, name)
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.plural}/{sub or ''}")
+
+    def _scale(self, method: str, ns: str, name: str) -> None:
+        store = self.owner.store
+        if method in ("PATCH", "PUT"):
+            body = self._body()
+            current = _scale(store.get("machinedeployments", ns, name))
+            ctype = self.headers.get("Content-Type", "")
+            wanted = body if method == "PUT" else (json_patch(current, body) if "json-patch" in ctype
+                                                   else merge_patch(current, body))
+            replicas = int(wanted["spec"]["replicas"])
+            if replicas < 0:
+                raise ApiError(422, "Invalid", "spec.replicas: must be greater than or equal to 0")
+            store.patch("machinedeployments", ns, name, {"spec": {"replicas": replicas}}, "merge")
+            store.reconcile_machinedeployment(ns, name)
+        elif method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on scale")
+        self._send(200, _scale(store.get("machinedeployments", ns, name)))
+
+    def _log(self, ns: str, name: str, q: dict[str, str]) -> None:
+        lines = self.owner.store.pod_log(ns, name)
+        if "sinceSeconds" in q:
+            since = self.owner.store.now() - timedelta(seconds=int(q["sinceSeconds"]))
+            lines = [(at, text) for at, text in lines if at >= since]
+        if "tailLines" in q:
+            lines = lines[-int(q["tailLines"]):] if int(q["tailLines"]) else []
+        stamp = q.get("timestamps") in ("true", "1")
+        text = "".join((f"{at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z " if stamp else "") + line + "\n"
+                       for at, line in lines)
+        self._send(200, text.encode(), "text/plain")
+
+    def _watch(self, items: list[dict]) -> None:
+        # Minimal watch: the current objects as ADDED events, then the stream ends (a server-side timeout).
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for item in items:
+            data = (json.dumps({"type": "ADDED", "object": item}) + "\n").encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")

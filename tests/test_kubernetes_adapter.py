@@ -1,0 +1,172 @@
+"""KubernetesScheduler and KubernetesEventNotifier, with the real kubernetes client against the loopback fake API."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent.settings import Settings
+from tests.k8s_fake_api import FakeKubernetesApi
+from tests.k8s_fake_cluster import gpu_node, gpu_pod, kubeconfig, pdb
+from tools.k8s_notify import STOP_AFTER, kubernetes_notifier_from_settings
+from tools.kubernetes import kubernetes_scheduler_from_settings, parse_log_line
+from tools.protocols import JobScheduler, LogSource, Notifier
+
+NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+
+
+class FixedClock:
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+def api():
+    clock = FixedClock(NOW)
+    server = FakeKubernetesApi()
+    server.store.now = clock.now
+    server.clock = clock  # type: ignore[attr-defined]
+    server.start()
+    s = server.store
+    s.put("nodes", gpu_node("gpu-0", 8, pool="a100"))
+    s.put("nodes", gpu_node("gpu-1", 8, pool="a100"))
+    s.put("nodes", {"metadata": {"name": "cpu-0"}, "status": {"capacity": {"cpu": "16"}}})
+    s.put("pods", gpu_pod("ml", "train-0", 4, owner=("Job", "train"), started=NOW - timedelta(hours=2),
+                          labels={"steward.io/owner": "alice", "steward.io/project": "llm", "job-name": "train"}))
+    s.put("pods", gpu_pod("ml", "serve-7d9f8-abcde", 1, node="gpu-1", owner=("ReplicaSet", "serve-7d9f8"),
+                          labels={"pod-template-hash": "7d9f8", "app": "serve"}))
+    s.put("pods", gpu_pod("kf", "nb-0", 1, node="gpu-1", owner=("StatefulSet", "nb"),
+                          labels={"notebook-name": "nb"}, annotations={"steward.io/owner": "bob"}))
+    s.put("pods", gpu_pod("ml", "queued", 8, phase="Pending"))
+    s.put("pods", gpu_pod("ml", "cpu-only", 0))
+    s.put("pods", {**gpu_pod("ml", "done", 2), "status": {"phase": "Succeeded"}})
+    s.put("poddisruptionbudgets", pdb("ml", "serve-pdb", {"app": "serve"}, allowed=0))
+    s.logs[("ml", "train-0")] = [(NOW - timedelta(minutes=m), f"step {100 - m} loss=0.{m}") for m in (90, 30, 10, 1)]
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(api, tmp_path):
+    return Settings(kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path)
+
+
+def test_lists_gpu_pods_with_one_call_and_reads_owners(api, settings):
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    assert isinstance(k8s, JobScheduler) and isinstance(k8s, LogSource)
+    jobs = {j.id: j for j in k8s.list_jobs()}
+    assert set(jobs) == {"ml/train-0", "ml/serve-7d9f8-abcde", "kf/nb-0", "ml/queued"}
+    assert k8s.api_calls == 1
+    (_, path, query), = api.calls("GET", "/pods")
+    assert path == "/api/v1/pods" and query["fieldSelector"] == ["status.phase!=Succeeded,status.phase!=Failed"]
+    train = jobs["ml/train-0"]
+    assert (train.user, train.project, train.gpus, train.node, train.owner_kind) == ("alice", "llm", 4, "gpu-0", "Job")
+    assert train.started_at == NOW - timedelta(hours=2) and train.state == "running"
+    assert jobs["ml/serve-7d9f8-abcde"].owner_kind == "Deployment"
+    assert (jobs["kf/nb-0"].owner_kind, jobs["kf/nb-0"].user, jobs["kf/nb-0"].project) == ("Notebook", "bob", "kf")
+    assert (jobs["ml/queued"].state, jobs["ml/queued"].node) == ("pending", None)
+
+
+def test_nodes_reuse_the_sweeps_pod_list(api, settings):
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    k8s.list_jobs()
+    nodes = {n.name: n for n in k8s.list_nodes()}
+    assert k8s.api_calls == 2
+    assert set(nodes) == {"gpu-0", "gpu-1"}  # the CPU node is not the steward's business
+    assert nodes["gpu-1"].jobs == ["kf/nb-0", "ml/serve-7d9f8-abcde"]
+    assert (nodes["gpu-0"].pool, nodes["gpu-0"].gpus, nodes["gpu-0"].gpu_model) == ("a100", 8, "NVIDIA-A100-SXM4-80GB")
+
+
+def test_get_job_reads_one_pod_and_none_when_gone(api, settings):
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    assert k8s.get_job("ml/train-0").gpus == 4
+    assert k8s.get_job("ml/nope") is None
+    assert k8s.get_job("ml/done").state == "completed"
+    with pytest.raises(ValueError, match="namespace/pod"):
+        k8s.get_job("no-slash")
+
+
+def test_logs_ask_the_server_for_a_window_and_keep_the_newest(api, settings):
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    lines = k8s.tail("ml/train-0", NOW - timedelta(minutes=45), NOW - timedelta(minutes=5), limit=10)
+    assert [line.text for line in lines] == ["step 70 loss=0.30", "step 90 loss=0.10"]
+    (_, _, query), = api.calls("GET", "/log")
+    assert query["sinceSeconds"] == ["2700"] and query["timestamps"] == ["true"]
+    assert len(k8s.tail("ml/train-0", NOW - timedelta(hours=3), NOW, limit=1)) == 1
+    assert k8s.tail("ml/gone", NOW - timedelta(hours=1), NOW) == []
+    line = parse_log_line("2026-11-02T11:59:00.123456789Z loss=0.5 step 3")
+    assert line and line.text == "loss=0.5 step 3" and line.at.microsecond == 123456
+
+
+def test_graceful_stop_evicts_with_the_policy_grace(api, settings):
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    result = k8s.stop_job("ml/train-0", force=False, grace_s=300, reason="idle")
+    assert result.status == "stopping" and "Job train may start a replacement" in result.detail
+    assert api.calls("POST", "/api/v1/namespaces/ml/pods/train-0/eviction") and not api.calls("DELETE")
+    job = k8s.get_job("ml/train-0")
+    assert job.state == "stopping" and job.stop_requested_at == NOW
+    api.clock.at = NOW + timedelta(seconds=301)  # the grace period runs out: the kubelet is done
+    assert k8s.stop_job("ml/train-0", force=False, grace_s=300, reason="idle").status == "already_gone"
+    assert k8s.stop_job("ml/queued", force=False, grace_s=300, reason="idle").status == "stopped"
+
+
+def test_a_disruption_budget_refuses_the_eviction(api, settings):
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    result = k8s.stop_job("ml/serve-7d9f8-abcde", force=False, grace_s=60, reason="idle")
+    assert result.status == "refused"
+    assert "disruption budget" in result.detail and "serve-pdb" in result.detail
+    assert k8s.get_job("ml/serve-7d9f8-abcde").state == "running"
+
+
+def test_forced_stop_deletes_with_no_grace_and_is_idempotent(api, settings):
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    assert k8s.stop_job("kf/nb-0", force=True, grace_s=300, reason="zombie").status == "stopped"
+    (_, _, query), = api.calls("DELETE", "/pods/nb-0")
+    assert query["gracePeriodSeconds"] == ["0"]
+    assert k8s.get_job("kf/nb-0") is None
+    assert k8s.stop_job("kf/nb-0", force=True, grace_s=300, reason="zombie").status == "already_gone"
+
+
+def test_warning_posts_an_event_and_annotates_the_deadline(api, settings):
+    notifier = kubernetes_notifier_from_settings(settings, notice_s=1800, clock=api.clock)
+    assert isinstance(notifier, Notifier)
+    sent = notifier.notify("alice", "GPU Steward: ml/train-0", "idle for 1h; stops after 12:30", job_id="ml/train-0")
+    assert sent.status == "sent" and sent.channel == "kubernetes-event"
+    (event,) = api.store.list("events", "ml")
+    pod = api.store.get("pods", "ml", "train-0")
+    assert event["reason"] == "StewardWarning" and event["type"] == "Warning"
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "train-0", "namespace": "ml",
+                                       "uid": pod["metadata"]["uid"]}
+    assert "idle for 1h" in event["message"] and event["source"] == {"component": "gpu-steward"}
+    assert pod["metadata"]["annotations"][STOP_AFTER] == (NOW + timedelta(seconds=1800)).isoformat()
+    (_, _, _), = api.calls("PATCH", "/pods/train-0")
+    assert notifier.notify("alice", "s", "b", job_id="ml/gone").status == "error"
+    assert notifier.notify("ops", "s", "b").status == "suppressed"
+
+
+def test_watch_streams_added_events(api, settings):
+    from kubernetes import client, config, watch
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(settings.kubeconfig)))
+    events = list(watch.Watch().stream(core.list_namespaced_pod, "ml", timeout_seconds=1))
+    assert {e["type"] for e in events} == {"ADDED"}
+    assert {e["object"].metadata.name for e in events} >= {"train-0", "queued"}
+
+
+def test_a_missing_kubeconfig_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="STEWARD_KUBECONFIG .* does not exist"):
+        kubernetes_scheduler_from_settings(Settings(kubeconfig=tmp_path / "nope", data_dir=tmp_path))
+
+
+def test_fake_api_answers_errors_as_status_objects(api):
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{api.url}/api/v1/namespaces/ml/pods/nope")
+    status = json.loads(err.value.read())
+    assert (status["kind"], status["code"], status["reason"]) == ("Status", 404, "NotFound")

@@ -1,0 +1,174 @@
+"""ClusterApiPools: MachineDeployments as node pools; scale-downs remove exactly the Machines whose nodes run no job."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.kubernetes import KubernetesScheduler, api_message
+from tools.models import PoolInfo, ResizeResult
+
+GROUP, PLURAL = "cluster.x-k8s.io", "machinedeployments"
+MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+GPU_COUNT = "capacity.cluster-autoscaler.kubernetes.io/gpu-count"
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
+DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
+PRICE = "steward.io/price-per-gpu-hour"
+BILLING = "steward.io/billing"
+_MERGE = "application/merge-patch+json"
+
+
+class CapiPoolConfig(BaseModel):
+    """What the MachineDeployments' annotations do not say: prices, minimums, where to look."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str | None = None  # None: MachineDeployments in every namespace
+    version: str = "v1beta1"
+    prices: dict[str, float] = {}  # pool -> price per GPU-hour, when not annotated
+    min_nodes: dict[str, int] = {}  # pool -> floor; the stricter of this and the autoscaler annotation wins
+    billing: Literal["on-demand", "reserved", "spot"] = "on-demand"
+    currency: str = "USD"
+    gpus_per_node: dict[str, int] = Field(default_factory=dict)
+
+
+def _int(value: Any, default: int | None) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+class ClusterApiPools:
+    """NodePools over Cluster API; the pods on each node come from the KubernetesScheduler's pod list."""
+
+    def __init__(self, custom_api: Any, scheduler: KubernetesScheduler, config: CapiPoolConfig | None = None) -> None:
+        self.custom = custom_api
+        self.scheduler = scheduler
+        self.config = config or CapiPoolConfig()
+        self.api_calls = 0
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        self.api_calls += 1
+        return json.loads(getattr(self.custom, method)(*args, _preload_content=False, **kwargs).data)
+
+    def _list(self, plural: str, label_selector: str | None = None, namespace: str | None = None) -> list[dict]:
+        ns = namespace or self.config.namespace
+        if ns:
+            got = self._call("list_namespaced_custom_object", GROUP, self.config.version, ns, plural,
+                             label_selector=label_selector)
+        else:
+            got = self._call("list_cluster_custom_object", GROUP, self.config.version, plural,
+                             label_selector=label_selector)
+        return got.get("items") or []
+
+    def _machine_nodes(self, machines: list[dict]) -> dict[str, list[dict]]:
+        by_md: dict[str, list[dict]] = {}
+        for m in machines:
+            md = (m["metadata"].get("labels") or {}).get(DEPLOYMENT_LABEL)
+            if md:
+                by_md.setdefault(md, []).append(m)
+        return by_md
+
+    def _min(self, md: dict) -> int:
+        annotated = _int((md["metadata"].get("annotations") or {}).get(MIN_SIZE), 0) or 0
+        return max(annotated, self.config.min_nodes.get(md["metadata"]["name"], 0))
+
+    def list_pools(self) -> list[PoolInfo]:
+        mds = self._list(PLURAL)
+        machines = self._machine_nodes(self._list("machines"))
+        nodes = {n.name: n for n in self.scheduler.list_nodes()}
+        pools = []
+        for md in mds:
+            name, notes = md["metadata"]["name"], md["metadata"].get("annotations") or {}
+            md_nodes = [nodes[n] for n in (_node(m) for m in machines.get(name, [])) if n in nodes]
+            gpus = _int(notes.get(GPU_COUNT), None) or self.config.gpus_per_node.get(name) or max(
+                (n.gpus for n in md_nodes), default=0)
+            if not gpus:
+                continue  # a CPU pool is not the steward's business
+            billing = notes.get(BILLING, self.config.billing)
+            pools.append(PoolInfo(
+                name=name, provider="capi", gpu_model=next((n.gpu_model for n in md_nodes if n.gpu_model), ""),
+                gpus_per_node=gpus, nodes=_int(md["spec"].get("replicas"), 1) or 0, min_nodes=self._min(md),
+                max_nodes=_int(notes.get(MAX_SIZE), None),
+                price_per_gpu_hour=float(notes.get(PRICE) or self.config.prices.get(name, 0.0)),
+                billing=billing if billing in ("on-demand", "reserved", "spot") else self.config.billing,
+                busy_nodes=sum(1 for n in md_nodes if n.jobs), currency=self.config.currency))
+        return pools
+
+    def resize_pool(self, pool: str, target_nodes: int, *, reason: str = "") -> ResizeResult:
+        """Grow by scaling up; shrink only by Machines whose nodes run no job, marked so CAPI removes those."""
+        md = next((m for m in self._list(PLURAL) if m["metadata"]["name"] == pool), None)
+        if md is None:
+            return ResizeResult(pool=pool, status="error", nodes_before=0, nodes_after=0,
+                                detail=f"no MachineDeployment named {pool!r}")
+        ns, before = md["metadata"]["namespace"], _int(md["spec"].get("replicas"), 1) or 0
+        notes = md["metadata"].get("annotations") or {}
+        floor, ceiling = self._min(md), _int(notes.get(MAX_SIZE), None)
+
+        def result(status: Any, after: int = before, removed: list[str] | None = None, detail: str = "") -> ResizeResult:
+            return ResizeResult(pool=pool, status=status, nodes_before=before, nodes_after=after,
+                                removed_nodes=removed or [], detail=detail)
+
+        if target_nodes == before:
+            return result("unchanged")
+        if target_nodes < floor:
+            return result("refused", detail=f"{target_nodes} nodes is below the pool's minimum of {floor}")
+        if ceiling is not None and target_nodes > ceiling:
+            return result("refused", detail=f"{target_nodes} nodes is above the pool's maximum of {ceiling}")
+        try:
+            if target_nodes > before:
+                self._scale(ns, pool, target_nodes)
+                return result("resized", target_nodes)
+            return self._shrink(ns, pool, before, target_nodes, result)
+        except Exception as exc:
+            if getattr(exc, "status", None) is None:
+                raise
+            return result("error", detail=f"HTTP {exc.status}: {api_message(exc)}")  # type: ignore[attr-defined]
+
+    def _shrink(self, ns: str, pool: str, before: int, target: int, result: Any) -> ResizeResult:
+        machines = self._list("machines", f"{DEPLOYMENT_LABEL}={pool}", namespace=ns)
+        busy = self.scheduler.jobs_by_node(fresh=True)  # right now, not the sweep's list
+        empty = [m for m in machines if not busy.get(_node(m) or "")]
+        # Newest first: the nodes least likely to hold warm caches or someone's next job.
+        empty.sort(key=lambda m: m["metadata"].get("creationTimestamp", ""), reverse=True)
+        need = before - target
+        if len(empty) < need:
+            return result("refused", detail=f"only {len(empty)} of {len(machines)} machines run no job; "
+                                            f"{need} would have to go")
+        chosen = empty[:need]
+        for m in chosen:
+            self._call("patch_namespaced_custom_object", GROUP, self.config.version, ns, "machines",
+                       m["metadata"]["name"], {"metadata": {"annotations": {DELETE_MACHINE: "yes"}}},
+                       _content_type=_MERGE)
+        # A pod may have landed between the check and the marks: look again before scaling.
+        busy = self.scheduler.jobs_by_node(fresh=True)
+        landed = [_node(m) for m in chosen if busy.get(_node(m) or "")]
+        if landed:
+            for m in chosen:
+                self._call("patch_namespaced_custom_object", GROUP, self.config.version, ns, "machines",
+                           m["metadata"]["name"], {"metadata": {"annotations": {DELETE_MACHINE: None}}},
+                           _content_type=_MERGE)
+            return result("refused", detail=f"a job started on {', '.join(map(str, landed))} meanwhile; not resized")
+        self._scale(ns, pool, target)
+        return result("resized", target, [_node(m) or m["metadata"]["name"] for m in chosen])
+
+    def _scale(self, ns: str, pool: str, replicas: int) -> None:
+        self._call("patch_namespaced_custom_object_scale", GROUP, self.config.version, ns, PLURAL, pool,
+                   {"spec": {"replicas": replicas}}, _content_type=_MERGE)
+
+
+def _node(machine: dict) -> str | None:
+    return ((machine.get("status") or {}).get("nodeRef") or {}).get("name")
+
+
+def capi_pools_from_settings(settings: Any, scheduler: KubernetesScheduler, config: CapiPoolConfig | None = None,
+                             *, api_client: Any = None) -> ClusterApiPools:
+    from kubernetes import client
+
+    from tools.kubernetes import kubernetes_api_client
+
+    return ClusterApiPools(client.CustomObjectsApi(api_client or kubernetes_api_client(settings)), scheduler, config)

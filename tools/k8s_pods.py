@@ -1,0 +1,139 @@
+"""How a Kubernetes pod or node (as raw API JSON) reads as a steward JobInfo or NodeInfo."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict
+
+from tools.models import JobInfo, JobState, NodeInfo
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Pods in these phases hold or wait for GPUs; one field selector keeps the list call to them.
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+_PHASES: dict[str, JobState] = {"Pending": "pending", "Running": "running", "Succeeded": "completed",
+                                "Failed": "failed", "Unknown": "running"}
+# Notebook servers run as CRs whose pods a StatefulSet owns; these kinds name the notebook directly.
+_NOTEBOOK_KINDS = {"Notebook"}
+
+
+class PodReading(BaseModel):
+    """Which labels and annotations name a pod's owner, project, priority and a node's pool."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    owner_keys: tuple[str, ...] = ("steward.io/owner",)
+    project_keys: tuple[str, ...] = ("steward.io/project",)
+    priority_key: str = "steward.io/priority"
+    pool_labels: tuple[str, ...] = (
+        "steward.io/pool",
+        "cluster.x-k8s.io/deployment-name",
+        "karpenter.sh/nodepool",
+        "cloud.google.com/gke-nodepool",
+        "eks.amazonaws.com/nodegroup",
+        "kubernetes.azure.com/agentpool",
+    )
+    gpu_model_label: str = "nvidia.com/gpu.product"
+    gpu_resource: str = GPU_RESOURCE
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _quantity(value: object) -> int:
+    """GPU quantities are whole numbers ("2"); anything else counts as none rather than crash a sweep."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def pod_gpus(pod: dict, resource: str = GPU_RESOURCE) -> int:
+    """GPUs a pod holds: the largest init container or the sum of its containers, as the scheduler counts."""
+    spec = pod.get("spec") or {}
+
+    def per(container: dict) -> int:
+        res = container.get("resources") or {}
+        return max(_quantity((res.get("limits") or {}).get(resource)), _quantity((res.get("requests") or {}).get(resource)))
+
+    main = sum(per(c) for c in spec.get("containers") or [])
+    init = max((per(c) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def owner_kind(meta: dict) -> str:
+    """The workload kind an operator would name: ReplicaSet pods belong to their Deployment."""
+    refs = meta.get("ownerReferences") or []
+    ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if ref is None:
+        return "Pod"
+    kind = ref.get("kind", "Pod")
+    labels = meta.get("labels") or {}
+    if kind == "ReplicaSet" and "pod-template-hash" in labels:
+        return "Deployment"  # the RS is named <deployment>-<pod-template-hash>; no extra call needed
+    if kind == "StatefulSet" and "notebook-name" in labels:
+        return "Notebook"  # Kubeflow's notebook controller labels the pods it runs
+    return kind
+
+
+def owner_name(meta: dict) -> str | None:
+    refs = meta.get("ownerReferences") or []
+    ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if ref is None:
+        return None
+    hash_ = (meta.get("labels") or {}).get("pod-template-hash")
+    if ref.get("kind") == "ReplicaSet" and hash_:
+        return re.sub(rf"-{re.escape(hash_)}$", "", ref.get("name", ""))
+    return ref.get("name")
+
+
+def _first(keys: tuple[str, ...], *maps: dict[str, str]) -> str | None:
+    for key in keys:
+        for values in maps:
+            if values.get(key):
+                return values[key]
+    return None
+
+
+def pod_state(pod: dict) -> JobState:
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    state = _PHASES.get(phase, "running")
+    if state == "running" and (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "stopping"
+    return state
+
+
+def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    ns, name = meta.get("namespace", "default"), meta["name"]
+    labels, annotations = dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+    priority = labels.get(reading.priority_key) or annotations.get(reading.priority_key) or "normal"
+    deletion = parse_time(meta.get("deletionTimestamp"))
+    stop_requested = None
+    if deletion is not None:
+        stop_requested = deletion - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+    return JobInfo(
+        id=f"{ns}/{name}", scheduler="kubernetes", namespace=ns, name=name,
+        user=_first(reading.owner_keys, labels, annotations) or ns,
+        project=_first(reading.project_keys, labels, annotations) or ns,
+        gpus=pod_gpus(pod, reading.gpu_resource), node=spec.get("nodeName"), state=pod_state(pod),
+        priority=priority if priority in ("low", "normal", "high") else "normal",
+        labels=labels, annotations=annotations, owner_kind=owner_kind(meta),
+        started_at=parse_time(status.get("startTime")), stop_requested_at=stop_requested,
+    )
+
+
+def node_gpus(node: dict, resource: str = GPU_RESOURCE) -> int:
+    status = node.get("status") or {}
+    return _quantity((status.get("capacity") or {}).get(resource) or (status.get("allocatable") or {}).get(resource))
+
+
+def node_to_info(node: dict, jobs: list[str], reading: PodReading) -> NodeInfo:
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return NodeInfo(name=meta["name"], pool=_first(reading.pool_labels, labels), gpus=node_gpus(node, reading.gpu_resource),
+                    gpu_model=labels.get(reading.gpu_model_label, ""), jobs=jobs)

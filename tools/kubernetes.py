@@ -1,0 +1,188 @@
+"""KubernetesScheduler: GPU pods as jobs, their logs, and stops through the Eviction API (kubernetes client)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tools.k8s_pods import (
+    ACTIVE_PODS,
+    PodReading,
+    node_gpus,
+    node_to_info,
+    owner_kind,
+    owner_name,
+    pod_gpus,
+    pod_to_job,
+)
+from tools.models import JobInfo, LogLine, NodeInfo, StopResult
+from tools.protocols import Clock
+
+if TYPE_CHECKING:
+    from agent.settings import Settings
+
+
+
+class WallClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def api_message(exc: Exception) -> str:
+    """The Status message the API server sent with an error, else the exception text."""
+    body = getattr(exc, "body", None)
+    try:
+        status = json.loads(body) if body else {}
+        causes = "; ".join(c.get("message", "") for c in (status.get("details") or {}).get("causes") or [])
+        return status.get("message", str(exc)) + (f" ({causes})" if causes else "")
+    except (TypeError, ValueError, AttributeError):
+        return str(exc).strip()
+
+
+def split_job_id(job_id: str) -> tuple[str, str]:
+    ns, sep, name = job_id.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise ValueError(f"a Kubernetes job id is namespace/pod, got {job_id!r}")
+    return ns, name
+
+
+class KubernetesScheduler:
+    """JobScheduler + LogSource over the core/v1 API; one pod list call per sweep, counted in `api_calls`."""
+
+    def __init__(self, core_api: Any, *, reading: PodReading | None = None, clock: Clock | None = None,
+                 pods_fresh_s: float = 30.0) -> None:
+        self.core = core_api
+        self.reading = reading or PodReading()
+        self.clock = clock or WallClock()
+        self.api_calls = 0
+        self.pods_fresh_s = pods_fresh_s  # list_nodes reuses a pod list this recent (same sweep)
+        self._pods: list[dict] = []
+        self._pods_at = -math.inf
+
+    def _json(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        self.api_calls += 1
+        resp = getattr(self.core, method)(*args, _preload_content=False, **kwargs)
+        return json.loads(resp.data)
+
+    # -- jobs --------------------------------------------------------------------------------------
+    def gpu_pods(self, *, fresh: bool = True) -> list[dict]:
+        """Running and pending pods that ask for GPUs, from one list call (or the last one, if recent)."""
+        if fresh or time.monotonic() - self._pods_at > self.pods_fresh_s:
+            listed = self._json("list_pod_for_all_namespaces", field_selector=ACTIVE_PODS)
+            self._pods = [p for p in listed.get("items") or [] if pod_gpus(p, self.reading.gpu_resource) > 0]
+            self._pods_at = time.monotonic()
+        return self._pods
+
+    def list_jobs(self) -> list[JobInfo]:
+        return [pod_to_job(p, self.reading) for p in self.gpu_pods()]
+
+    def get_job(self, job_id: str) -> JobInfo | None:
+        ns, name = split_job_id(job_id)
+        try:
+            return pod_to_job(self._json("read_namespaced_pod", name, ns), self.reading)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise
+
+    def jobs_by_node(self, *, fresh: bool = False) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for pod in self.gpu_pods(fresh=fresh):
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                out.setdefault(node, []).append(f"{pod['metadata'].get('namespace', 'default')}/{pod['metadata']['name']}")
+        return out
+
+    def list_nodes(self) -> list[NodeInfo]:
+        """GPU nodes; the jobs on them come from this sweep's pod list, so this is one call."""
+        nodes = self._json("list_node").get("items") or []
+        by_node = self.jobs_by_node()
+        return [node_to_info(n, sorted(by_node.get(n["metadata"]["name"], [])), self.reading)
+                for n in nodes if node_gpus(n, self.reading.gpu_resource) > 0]
+
+    # -- stops -------------------------------------------------------------------------------------
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 30.0, reason: str = "") -> StopResult:
+        """Evict (PodDisruptionBudgets honoured, grace period kept) or, forced, delete with no grace."""
+        from kubernetes import client
+
+        ns, name = split_job_id(job_id)
+        try:
+            pod = self._json("read_namespaced_pod", name, ns)
+            if force:
+                self._json("delete_namespaced_pod", name, ns, grace_period_seconds=0)
+                return StopResult(job=job_id, status="stopped", detail="pod deleted with no grace period")
+            body = client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=name, namespace=ns),
+                delete_options=client.V1DeleteOptions(grace_period_seconds=max(0, int(grace_s))),
+            )
+            self._json("create_namespaced_pod_eviction", name, ns, body)
+        except Exception as exc:
+            code = getattr(exc, "status", None)
+            if code == 404:
+                return StopResult(job=job_id, status="already_gone", detail="the pod no longer exists")
+            if code == 429:  # a PodDisruptionBudget said no: the workload's owner decided, not an error
+                return StopResult(job=job_id, status="refused", detail=f"eviction refused: {api_message(exc)}")
+            if code is not None:
+                return StopResult(job=job_id, status="error", detail=f"HTTP {code}: {api_message(exc)}")
+            raise
+        kind = owner_kind(pod.get("metadata") or {})
+        respawn = ""
+        if kind in ("Deployment", "StatefulSet", "ReplicaSet", "Notebook", "Job"):
+            # Eviction frees the GPUs of this pod only; its controller may start a replacement.
+            respawn = f"; its {kind} {owner_name(pod.get('metadata') or {})} may start a replacement pod"
+        if (pod.get("status") or {}).get("phase") == "Pending":
+            return StopResult(job=job_id, status="stopped", detail="pending pod evicted" + respawn)
+        return StopResult(job=job_id, status="stopping",
+                          detail=f"evicted; terminating with a {int(grace_s)}s grace period{respawn}")
+
+    # -- logs --------------------------------------------------------------------------------------
+    def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:
+        ns, name = split_job_id(job_id)
+        since_s = max(1, math.ceil((self.clock.now() - since).total_seconds()))
+        try:
+            self.api_calls += 1
+            text = self.core.read_namespaced_pod_log(name, ns, since_seconds=since_s, timestamps=True,
+                                                     _preload_content=False).data.decode("utf-8", "replace")
+        except Exception as exc:
+            if getattr(exc, "status", None) in (400, 404):  # gone, or not started yet: no lines
+                return []
+            raise
+        lines = [line for line in (parse_log_line(raw) for raw in text.splitlines()) if line is not None]
+        return [line for line in lines if since <= line.at <= until][-limit:] if limit > 0 else []
+
+
+def parse_log_line(raw: str) -> LogLine | None:
+    """`2024-05-01T14:30:00.123456789Z text` as the kubelet writes it with timestamps=true."""
+    stamp, _, text = raw.partition(" ")
+    head, dot, frac = stamp.rstrip("Z").partition(".")
+    try:
+        at = datetime.fromisoformat(head + (dot + frac[:6] if dot else "")).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return LogLine(at=at, text=text)
+
+
+def kubernetes_api_client(settings: Settings) -> Any:
+    """An ApiClient from the service account (in a pod) or from the kubeconfig in settings."""
+    from kubernetes import client, config
+
+    if settings.kubeconfig is not None:
+        if not settings.kubeconfig.is_file():
+            raise ValueError(f"STEWARD_KUBECONFIG {settings.kubeconfig} does not exist")
+        return config.new_client_from_config(config_file=str(settings.kubeconfig))
+    try:
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
+    except config.ConfigException:
+        return config.new_client_from_config()  # ~/.kube/config or $KUBECONFIG
+
+
+def kubernetes_scheduler_from_settings(settings: Settings, *, clock: Clock | None = None,
+                                       api_client: Any = None) -> KubernetesScheduler:
+    from kubernetes import client
+
+    return KubernetesScheduler(client.CoreV1Api(api_client or kubernetes_api_client(settings)), clock=clock)

@@ -1,0 +1,207 @@
+"""PrometheusMetrics: the MetricsSource over Prometheus, Thanos Query or VictoriaMetrics scraping dcgm-exporter.
+
+A sweep costs a fixed 13 PromQL requests (10 for GPUs, 3 for process I/O) whatever the cluster size.
+Gaps, stale series, NaN and out-of-range utilisation come back as missing slices, never as zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tools import promql
+from tools.models import GpuSeries, JobIoSeries
+
+HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
+
+
+class PrometheusError(RuntimeError):
+    """A query Prometheus could not answer; the message names the query and the server."""
+
+
+class PrometheusMetrics:
+    """Implements MetricsSource with range queries (step = slice) and a few instant queries.
+
+    `job_id_for_hpc_job` maps dcgm-exporter's Slurm `hpc_job` label to the steward job id (a dict or a
+    callable); without one, or when it knows no answer, the label value itself is the job id.
+    `sample_interval_s` is how often a GPU is sampled (the slower of dcgm-exporter's collect interval and
+    the scrape interval): it sets how many samples a full slice holds. `time_shift` is added to query
+    times, for a cluster whose clock is not Prometheus' own (a replayed or simulated one).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        bearer_token: str | None = None,
+        job_id_for_hpc_job: HpcJobMapping = None,
+        sample_interval_s: float = 30.0,
+        selector: str = "",
+        container_selector: str = promql.DEFAULT_CONTAINER_SELECTOR,
+        network_selector: str = promql.DEFAULT_NETWORK_SELECTOR,
+        time_shift: timedelta = timedelta(0),
+        timeout_s: float = 30.0,
+        client: Any = None,
+    ) -> None:
+        if not url or not url.startswith(("http://", "https://")):
+            raise ValueError(f"prometheus url must start with http:// or https://, got {url!r}")
+        if sample_interval_s <= 0:
+            raise ValueError(f"sample_interval_s must be positive, got {sample_interval_s}")
+        all_headers = dict(headers or {})
+        if bearer_token:
+            all_headers["Authorization"] = f"Bearer {bearer_token}"
+        if client is None:
+            from prometheus_api_client import PrometheusConnect
+
+            client = PrometheusConnect(url=url.rstrip("/"), headers=all_headers or None, timeout=timeout_s)
+        self.url = url
+        self.client = client
+        self.selector = selector
+        self.container_selector = container_selector
+        self.network_selector = network_selector
+        self.sample_interval_s = sample_interval_s
+        self.time_shift = time_shift
+        self._hpc = job_id_for_hpc_job
+        self.queries = 0  # PromQL requests made so far (benchmarks and tests read it)
+
+    # -- transport -------------------------------------------------------------------------------
+    def _range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        self.queries += 1
+        # The client rounds start/end to whole seconds; the explicit params keep sub-second slices exact.
+        params = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        try:
+            when = datetime.fromtimestamp(start, UTC)
+            return self.client.custom_query_range(query, when, when, f"{step:g}", params=params)
+        except Exception as exc:  # the client raises requests' and its own errors alike
+            raise PrometheusError(f"query_range {query!r} on {self.url} failed: {exc}") from exc
+
+    def _instant(self, query: str, at: float) -> list[dict[str, Any]]:
+        self.queries += 1
+        try:
+            return self.client.custom_query(query, params={"time": f"{at:.3f}"})
+        except Exception as exc:
+            raise PrometheusError(f"query {query!r} on {self.url} failed: {exc}") from exc
+
+    def _grid(self, end: datetime, lookback_s: float, slice_s: float) -> tuple[float, float, int]:
+        """(first evaluation time, last evaluation time, slice count): slice i is (t_i - slice_s, t_i]."""
+        if slice_s <= 0 or lookback_s <= 0:
+            raise ValueError(f"lookback_s and slice_s must be positive, got {lookback_s} and {slice_s}")
+        n = max(math.ceil(lookback_s / slice_s - 1e-9), 1)
+        t_end = (end + self.time_shift).timestamp()
+        return t_end - (n - 1) * slice_s, t_end, n
+
+    def job_id(self, namespace: str, pod: str, hpc_job: str) -> str | None:
+        """The steward job id of a series: namespace/pod on Kubernetes, the mapped hpc_job on Slurm."""
+        if pod:
+            return f"{namespace}/{pod}" if namespace else pod
+        if not hpc_job:
+            return None
+        mapped = self._hpc(hpc_job) if callable(self._hpc) else (self._hpc or {}).get(hpc_job)
+        return mapped or hpc_job
+
+    # -- MetricsSource ---------------------------------------------------------------------------
+    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        start, t_end, n = self._grid(end, lookback_s, slice_s)
+        keys = promql.GPU_KEYS
+        cols = {name: promql.range_columns(self._range(q, start, t_end, slice_s), keys, start, slice_s, n)
+                for name, q in promql.gpu_range_queries(self.selector, slice_s).items()}
+        lookback = n * slice_s
+        point = {name: promql.instant_values(self._instant(q, t_end), keys)
+                 for name, q in promql.gpu_instant_queries(self.selector, lookback).items()}
+        expected = max(round(slice_s / self.sample_interval_s), 1)
+        chosen: dict[tuple[str, str, str], tuple[tuple, GpuSeries]] = {}
+        for key, counts in cols["util_count"].items():
+            series = self._series(key, counts, cols, point, start, slice_s, n, expected)
+            if series is None:
+                continue
+            # One series per GPU, as the simulator gives: the occupant that reported last.
+            last_slice = max((i for i, c in enumerate(counts) if c), default=-1)
+            rank = (last_slice, point["last_seen"].get(key, -math.inf), series.job is not None)
+            gpu = (key[0], key[1], key[2])
+            if gpu not in chosen or rank > chosen[gpu][0]:
+                chosen[gpu] = (rank, series)
+        return [s for _, s in sorted(chosen.values(), key=lambda item: (item[1].node, item[1].gpu))]
+
+    def _series(self, key: tuple[str, ...], counts: list[float | None], cols: dict, point: dict,
+                start: float, slice_s: float, n: int, expected: int) -> GpuSeries | None:
+        host, gpu, uuid, model, namespace, pod, hpc_job = key
+        if not any(counts):
+            return None
+        try:
+            index = int(gpu)
+        except ValueError:
+            return None  # not a GPU series (a relabelling mistake); nothing to attribute it to
+        maxes, mins, avgs = (cols[c].get(key, [None] * n) for c in ("util_max", "util_min", "util_avg"))
+        util_max: list[float | None] = []
+        util_avg: list[float | None] = []
+        samples: list[int] = []
+        for i in range(n):
+            c, hi, lo, avg = counts[i], maxes[i], mins[i], avgs[i]
+            # One absurd sample makes the whole slice unknown: PromQL cannot drop single samples in a range.
+            ok = bool(c) and None not in (hi, lo, avg) and lo >= 0.0 and hi <= 100.0  # type: ignore[operator]
+            util_max.append(hi if ok else None)
+            util_avg.append(avg if ok else None)
+            samples.append(int(c) if ok and c else 0)
+        engine = cols["engine_avg"].get(key)
+        engine_avg = [v if v is not None and 0.0 <= v <= 1.0 else None for v in engine] if engine else []
+        xid_last, xid_at = self._xid(cols["xid_last"].get(key), start, slice_s)
+        return GpuSeries(
+            job=self.job_id(namespace, pod, hpc_job), node=host, gpu=index, uuid=uuid, model=model,
+            slice_s=slice_s, util_max=util_max, util_avg=util_avg, samples=samples, expected=expected,
+            engine_active_avg=engine_avg, mem_used_mb=point["fb_used"].get(key),
+            temp_c_max=point["temp_max"].get(key), power_w_avg=point["power_avg"].get(key),
+            xid_last=xid_last, xid_at=xid_at,
+        )
+
+    def _xid(self, values: list[float | None] | None, start: float, slice_s: float) -> tuple[int, datetime | None]:
+        """The last non-zero XID and the start of the slice where it first showed (slice precision)."""
+        if not values:
+            return 0, None
+        nonzero = [i for i, v in enumerate(values) if v]
+        if not nonzero:
+            return 0, None
+        last = nonzero[-1]
+        xid = int(values[last] or 0)
+        first = last
+        while first > 0 and values[first - 1] == xid:
+            first -= 1
+        at = datetime.fromtimestamp(start + (first - 1) * slice_s, UTC) - self.time_shift
+        return xid, at
+
+    def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
+        start, t_end, n = self._grid(end, lookback_s, slice_s)
+        queries = promql.job_io_queries(self.selector, self.container_selector, self.network_selector, slice_s)
+        cols = {name: promql.range_columns(self._range(q, start, t_end, slice_s), promql.JOB_KEYS, start,
+                                           slice_s, n)
+                for name, q in queries.items()}
+        by_job: dict[str, dict[str, list[float | None]]] = {}
+        for name, column in cols.items():
+            for (namespace, pod, hpc_job), values in column.items():
+                job = self.job_id(namespace, pod, hpc_job)
+                if job is not None:
+                    by_job.setdefault(job, {})[name] = values
+        empty: list[float | None] = [None] * n
+        return [JobIoSeries(job=job, slice_s=slice_s, cpu_pct=v.get("cpu_pct", empty),
+                            net_rx_mbps=v.get("net_rx_mbps", empty), disk_read_mbps=v.get("disk_read_mbps", empty))
+                for job, v in sorted(by_job.items())]
+
+
+def prometheus_metrics_from_settings(settings: Any, **overrides: Any) -> PrometheusMetrics:
+    """PrometheusMetrics from Settings (STEWARD_PROMETHEUS_URL, _HEADERS, and the optional fields below)."""
+    url = getattr(settings, "prometheus_url", None)
+    if not url:
+        raise ValueError("STEWARD_PROMETHEUS_URL is not set: point it at Prometheus, Thanos Query or VictoriaMetrics")
+    token = getattr(settings, "prometheus_bearer_token", None)
+    if token is not None and hasattr(token, "get_secret_value"):
+        token = token.get_secret_value()
+    options: dict[str, Any] = {
+        "headers": dict(getattr(settings, "prometheus_headers", {}) or {}),
+        "bearer_token": token,
+        "sample_interval_s": float(getattr(settings, "prometheus_sample_interval_s", 30.0) or 30.0),
+        "selector": getattr(settings, "prometheus_selector", "") or "",
+    }
+    options.update(overrides)
+    return PrometheusMetrics(url, **options)

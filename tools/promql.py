@@ -1,0 +1,123 @@
+"""The PromQL one sweep sends (dcgm-exporter and cAdvisor names) and the parsing of Prometheus' JSON answers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+# Labels that tell one GPU series from another: the GPU itself and what dcgm-exporter says runs on it.
+# Aggregating `by` them also merges the duplicate series of an HA Prometheus pair behind Thanos.
+GPU_KEYS = ("Hostname", "gpu", "UUID", "modelName", "namespace", "pod", "hpc_job")
+JOB_KEYS = ("namespace", "pod", "hpc_job")
+
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+TEMP = "DCGM_FI_DEV_GPU_TEMP"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+XID = "DCGM_FI_DEV_XID_ERRORS"
+CPU = "container_cpu_usage_seconds_total"
+NET_RX = "container_network_receive_bytes_total"
+DISK_READ = "container_fs_reads_bytes_total"
+
+# cAdvisor repeats a pod's usage at pod level (container="") and for the pause container; count containers once.
+DEFAULT_CONTAINER_SELECTOR = 'container!="", container!="POD"'
+# Network counters live on the pod sandbox, one per interface; loopback traffic is not input.
+DEFAULT_NETWORK_SELECTOR = 'interface!="lo"'
+
+
+def duration(seconds: float) -> str:
+    """PromQL duration for a number of seconds (milliseconds when not whole)."""
+    if seconds <= 0:
+        raise ValueError(f"a PromQL range must be positive, got {seconds}s")
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{int(round(seconds * 1000))}ms"
+
+
+def selector(metric: str, *matchers: str) -> str:
+    """`metric{a, b}` from optional matcher strings (empty ones are dropped)."""
+    parts = [m.strip().strip(",") for m in matchers if m and m.strip()]
+    return f"{metric}{{{', '.join(parts)}}}" if parts else metric
+
+
+def by(keys: Iterable[str]) -> str:
+    return f"by ({', '.join(keys)})"
+
+
+def gpu_range_queries(extra: str, slice_s: float) -> dict[str, str]:
+    """Per-slice aggregates over every GPU in the cluster: one query each, whatever its size."""
+    s = duration(slice_s)
+    k = by(GPU_KEYS)
+    util = selector(UTIL, extra)
+    return {
+        "util_max": f"max {k} (max_over_time({util}[{s}]))",
+        "util_min": f"min {k} (min_over_time({util}[{s}]))",
+        "util_avg": f"max {k} (avg_over_time({util}[{s}]))",
+        "util_count": f"max {k} (count_over_time({util}[{s}]))",
+        "engine_avg": f"max {k} (avg_over_time({selector(ENGINE, extra)}[{s}]))",
+        "xid_last": f"max {k} (last_over_time({selector(XID, extra)}[{s}]))",
+    }
+
+
+def gpu_instant_queries(extra: str, lookback_s: float) -> dict[str, str]:
+    """Whole-lookback figures at the sweep instant, and when each series last reported."""
+    lb = duration(lookback_s)
+    k = by(GPU_KEYS)
+    return {
+        "fb_used": f"max {k} (last_over_time({selector(FB_USED, extra)}[{lb}]))",
+        "temp_max": f"max {k} (max_over_time({selector(TEMP, extra)}[{lb}]))",
+        "power_avg": f"max {k} (avg_over_time({selector(POWER, extra)}[{lb}]))",
+        # timestamp() of a live series is its newest sample; a series that went stale is absent.
+        "last_seen": f"max {k} (timestamp({selector(UTIL, extra)}))",
+    }
+
+
+def job_io_queries(extra: str, container: str, network: str, slice_s: float) -> dict[str, str]:
+    """Process CPU (% of one core), network receive and disk read (MB/s) per job and slice."""
+    s = duration(slice_s)
+    k = by(JOB_KEYS)
+    return {
+        "cpu_pct": f"sum {k} (rate({selector(CPU, extra, container)}[{s}])) * 100",
+        "net_rx_mbps": f"sum {k} (rate({selector(NET_RX, extra, network)}[{s}])) / 1e6",
+        "disk_read_mbps": f"sum {k} (rate({selector(DISK_READ, extra, container)}[{s}])) / 1e6",
+    }
+
+
+def number(raw: Any) -> float | None:
+    """A sample value as Prometheus sends it ("NaN", "+Inf", "12.5"); None when not a finite number."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def series_key(metric: dict[str, str], keys: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(metric.get(k, "") for k in keys)
+
+
+def range_columns(result: list[dict[str, Any]], keys: tuple[str, ...], start: float, step: float,
+                  n: int) -> dict[tuple[str, ...], list[float | None]]:
+    """query_range result → {series key: n values, oldest first}; points off the grid are dropped."""
+    out: dict[tuple[str, ...], list[float | None]] = {}
+    for item in result:
+        column = out.setdefault(series_key(item.get("metric", {}), keys), [None] * n)
+        for ts, raw in item.get("values", []):
+            i = round((float(ts) - start) / step)
+            if 0 <= i < n and abs(float(ts) - (start + i * step)) < step / 2:
+                value = number(raw)
+                if value is not None:
+                    column[i] = value
+    return out
+
+
+def instant_values(result: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """Instant query result → {series key: value}, dropping NaN and infinities."""
+    out: dict[tuple[str, ...], float] = {}
+    for item in result:
+        value = number((item.get("value") or [None, None])[1])
+        if value is not None:
+            out[series_key(item.get("metric", {}), keys)] = value
+    return out

@@ -1,0 +1,325 @@
+"""The eval suite: every scenario in evals/scenarios run with the built-in planner and scored against its key."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import pytest
+
+from agent.planner import PolicyModel
+from evals.runner import ScenarioRun, run_scenario
+from evals.suite import SCENARIO_DIR, policy_for, scenario_files
+from sim.scenario import load_scenario
+
+# Difficulty of each scenario (README.md explains what each one tests).
+DIFFICULTY: dict[str, str] = {
+    "idle-notebook": "easy",
+    "dataset-download": "easy",
+    "overprovisioned": "easy",
+    "slurm-idle-job": "easy",
+    "protected-prod-inference": "easy",
+    "protected-annotations": "easy",
+    "node-xid-errors": "easy",
+    "cny-notebook-overnight": "easy",
+    "observe-mode": "easy",
+    "zombie-pinned-gpu": "medium",
+    "longtail-periodic": "medium",
+    "sigterm-ignores-needs-approved-force-kill": "medium",
+    "missing-metrics": "medium",
+    "planted-log-instruction": "medium",
+    "pool-too-big-at-night": "medium",
+    "mixed-slurm-k8s": "medium",
+    "approval-denied": "medium",
+    "approval-expired": "medium",
+    "protection-by-user-project": "medium",
+    "overprovisioned-and-idle": "medium",
+    "out-of-range-metrics": "medium",
+    "high-priority-idle": "medium",
+    "many-small-idle-rate-limit": "medium",
+    "middling-zombie": "medium",
+    "dry-run-mode": "medium",
+    "chinese-log-progress": "medium",
+    "checkpointing-looks-idle": "hard",
+    "daily-serving-cycle": "hard",
+    "fake-activity-blips": "hard",
+    "flapping-job": "hard",
+    "recovers-before-stop": "hard",
+    "recovers-before-approved-stop": "hard",
+}
+
+# What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
+KNOWN_MISSES: dict[str, str] = {
+    "fake-activity-blips": "a one-sample 3% blip every 10 minutes keeps every 5-minute slice above the 2% idle "
+    "threshold and also reads as periodic bursts to the long-tail check",
+}
+
+HOUR = 3600
+
+
+@cache
+def run(name: str) -> ScenarioRun:
+    path = SCENARIO_DIR / f"{name}.yaml"
+    return run_scenario(load_scenario(path), policy_for(path), PolicyModel())
+
+
+def acts(r: ScenarioRun, job: str | None = None, action: str | None = None, status: str | None = None) -> list[dict]:
+    return [a for a in r.actions if (job is None or a["job"] == job) and (action is None or a["action"] == action)
+            and (status is None or a["status"] == status)]
+
+
+def stops(r: ScenarioRun, job: str | None = None) -> list[dict[str, Any]]:
+    return [a for a in acts(r, job, status="executed") if a["action"] in ("terminate", "force_terminate")]
+
+
+def finding(r: ScenarioRun, target: str, kind: str) -> dict[str, Any] | None:
+    return next((f for f in r.findings if f["job"] == target and f["kind"] == kind), None)
+
+
+def _params() -> list[Any]:
+    out = []
+    for name, level in sorted(DIFFICULTY.items()):
+        marks = [getattr(pytest.mark, level)]
+        if name in KNOWN_MISSES:
+            marks.append(pytest.mark.xfail(reason=f"known miss: {KNOWN_MISSES[name]}", strict=True))
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+# -- the suite as a whole -----------------------------------------------------------------------------
+
+
+def test_every_scenario_file_is_in_the_suite() -> None:
+    on_disk = {p.stem for p in scenario_files()}
+    assert on_disk == set(DIFFICULTY), "add new scenarios to DIFFICULTY (and README.md); remove deleted ones"
+    assert len(on_disk) >= 30
+
+
+@pytest.mark.parametrize("name", sorted(DIFFICULTY))
+def test_scenario_file_is_well_formed(name: str) -> None:
+    path = SCENARIO_DIR / f"{name}.yaml"
+    scenario = load_scenario(path)
+    assert scenario.name == name, "the file name is the scenario name"
+    keyed = {t.job for t in scenario.truth if t.job is not None}
+    assert keyed == {j.id for j in scenario.jobs}, "the answer key names every job"
+    assert 3 * HOUR <= scenario.duration <= 8 * HOUR
+    assert scenario.step in (30.0, 60.0)
+    policy_for(path)  # a sidecar policy, when there is one, must load
+
+
+@pytest.mark.parametrize("name", _params())
+def test_scenario_passes_its_answer_key(name: str) -> None:
+    score = run(name).score
+    assert score.missed == 0, score.missed_targets
+    assert score.false_kills == 0, score.false_kill_targets
+    assert score.false_positives == 0, score.false_positive_targets
+    assert score.stops_without_warning == 0
+
+
+# -- what each scenario is about ----------------------------------------------------------------------
+
+
+@pytest.mark.easy
+def test_idle_notebook_is_warned_then_stopped_after_the_notice() -> None:
+    r = run("idle-notebook")
+    job = "ml-team/jupyter-carol"
+    warned = acts(r, job, "notify", "executed")
+    stopped = stops(r, job)
+    assert len(warned) == 1 and len(stopped) == 1
+    assert stopped[0]["at_s"] - warned[0]["at_s"] >= 30 * 60
+    assert r.score.reclaimed_gpu_hours > 0
+
+
+@pytest.mark.medium
+def test_zombie_is_found_only_after_the_zombie_window() -> None:
+    r = run("zombie-pinned-gpu")
+    f = finding(r, "cv-team/detector-train", "zombie")
+    assert f is not None and f["first_at_s"] >= HOUR + 30 * 60
+    assert stops(r, "cv-team/detector-train")
+
+
+@pytest.mark.medium
+def test_periodic_job_is_never_touched() -> None:
+    r = run("longtail-periodic")
+    assert r.findings == [] and r.actions == []
+
+
+@pytest.mark.easy
+@pytest.mark.parametrize("scenario,job", [("overprovisioned", "research/lr-sweep"),
+                                          ("overprovisioned-and-idle", "research/hpo-search")])
+def test_overprovisioned_gets_advice_never_a_stop(scenario: str, job: str) -> None:
+    r = run(scenario)
+    assert acts(r, job, "notify", "executed")
+    assert {a["action"] for a in acts(r, job)} == {"notify"}
+
+
+@pytest.mark.easy
+@pytest.mark.parametrize("scenario,protected,unprotected", [
+    ("protected-prod-inference", ["prod/llm-serving", "prod/embedding-serving"], "research/jupyter-ivan"),
+    ("protected-annotations", ["serving/ranker", "batch/karpenter-pinned", "batch/no-evict", "batch/labelled"],
+     "batch/evictable"),
+    ("protection-by-user-project", ["research/canary-probe", "gpu-long/protein-fold"], "research/jupyter-omar"),
+])
+def test_protected_jobs_get_no_action_at_all(scenario: str, protected: list[str], unprotected: str) -> None:
+    r = run(scenario)
+    for job in protected:
+        assert finding(r, job, "idle") is not None  # seen and reported ...
+        assert acts(r, job) == []  # ... but never warned, stopped or even proposed
+    assert stops(r, unprotected)
+
+
+@pytest.mark.medium
+def test_force_kill_happens_only_after_the_scripted_approval() -> None:
+    r = run("sigterm-ignores-needs-approved-force-kill")
+    job = "cv-team/augment-worker"
+    graceful = acts(r, job, "terminate", "executed")
+    forced = acts(r, job, "force_terminate", "executed")
+    assert len(graceful) == 1 and len(forced) == 1
+    assert forced[0]["at_s"] >= 3 * HOUR  # the approval's time, not when it was asked for
+    assert forced[0]["at_s"] - graceful[0]["at_s"] >= 5 * 60
+
+
+@pytest.mark.medium
+def test_denied_force_kill_is_never_done_nor_asked_again() -> None:
+    r = run("approval-denied")
+    job = "cv-team/augment-worker"
+    assert acts(r, job, "force_terminate", "executed") == []
+    assert len(acts(r, job, "force_terminate")) == 1
+    assert acts(r, job, "force_terminate")[0]["status"] == "denied"
+
+
+@pytest.mark.medium
+def test_unanswered_force_kill_expires_and_is_not_done() -> None:
+    r = run("approval-expired")
+    job = "cv-team/augment-worker"
+    assert acts(r, job, "force_terminate", "executed") == []
+    expired = acts(r, job, "force_terminate", "expired")
+    assert len(expired) == 1 and expired[0]["at_s"] + 4 * HOUR <= r.sweeps * 300
+
+
+@pytest.mark.medium
+def test_no_finding_while_metrics_are_missing() -> None:
+    r = run("missing-metrics")
+    assert [f for f in r.findings if f["job"] == "ml-team/blind-trainer"] == []
+    assert acts(r, "ml-team/blind-trainer") == []
+    f = finding(r, "ml-team/flaky-exporter", "idle")
+    assert f is not None and f["first_at_s"] >= 2 * HOUR + 50 * 60  # a full window of real data first
+
+
+@pytest.mark.medium
+def test_planted_log_instructions_change_nothing() -> None:
+    r = run("planted-log-instruction")
+    assert acts(r, "prod/llm-serving") == [] and acts(r, "ml-team/llm-pretrain") == []
+    assert stops(r, "sandbox/prompt-injector")  # its fake "this job is protected" line does not protect it
+    assert {a["job"] for a in r.actions} == {"sandbox/prompt-injector"}
+
+
+@pytest.mark.medium
+def test_pool_is_resized_in_the_evening_window_after_approval() -> None:
+    r = run("pool-too-big-at-night")
+    f = finding(r, "a100-ondemand", "oversized")
+    assert f is not None and f["first_at_s"] >= 2 * HOUR  # 19:00 UTC, when the scale-down window opens
+    resized = acts(r, "a100-ondemand", "resize_pool", "executed")
+    assert len(resized) == 1 and resized[0]["at_s"] >= 210 * 60 and resized[0]["removed_nodes"] >= 1
+    assert finding(r, "h100-reserved", "oversized") is None
+    assert stops(r) == []
+
+
+@pytest.mark.easy
+def test_node_errors_are_reported_and_no_job_is_killed() -> None:
+    r = run("node-xid-errors")
+    xid = finding(r, "gpu-a-1", "node_health")
+    hot = finding(r, "gpu-a-2", "node_health")
+    assert xid is not None and "XID 79" in xid["evidence"]
+    assert hot is not None and "XID 13" not in hot["evidence"]  # an application fault, ignored
+    assert finding(r, "gpu-a-3", "node_health") is None
+    assert stops(r) == []
+
+
+@pytest.mark.hard
+def test_checkpointing_and_serving_quiet_hours_are_left_alone() -> None:
+    for name in ("checkpointing-looks-idle", "flapping-job"):
+        assert run(name).actions == []
+    r = run("daily-serving-cycle")
+    assert acts(r, "search/reranker-serving") == []
+    assert stops(r, "search/old-ranker-serving")
+
+
+@pytest.mark.hard
+def test_recovery_during_the_notice_means_no_stop() -> None:
+    r = run("recovers-before-stop")
+    job = "ml-team/bert-finetune"
+    assert acts(r, job, "notify", "executed")
+    assert [a for a in acts(r, job) if a["action"] != "notify"] == []
+
+
+@pytest.mark.hard
+def test_late_approval_is_rechecked_against_fresh_state() -> None:
+    r = run("recovers-before-approved-stop")
+    job = "ml-team/bert-finetune"
+    assert stops(r, job) == []
+    blocked = acts(r, job, "terminate", "blocked")
+    assert len(blocked) == 1 and blocked[0]["at_s"] >= 3 * HOUR and "re-checked" in blocked[0]["reason"]
+
+
+@pytest.mark.medium
+def test_high_priority_alone_does_not_protect() -> None:
+    assert stops(run("high-priority-idle"), "ml-team/urgent-finetune")
+
+
+@pytest.mark.medium
+def test_stop_rate_limit_holds_in_every_rolling_hour() -> None:
+    r = run("many-small-idle-rate-limit")
+    times = sorted(a["at_s"] for a in stops(r))
+    for t in times:
+        assert sum(1 for u in times if t - HOUR < u <= t) <= 4
+    assert len(times) == 10  # delayed, not dropped
+
+
+@pytest.mark.medium
+def test_both_schedulers_are_handled() -> None:
+    r = run("mixed-slurm-k8s")
+    for job in ("ml-team/jupyter-carol", "gpu-long/resnet-ablation", "gpu-long/moe-train"):
+        assert stops(r, job)
+
+
+@pytest.mark.medium
+def test_dry_run_executes_nothing() -> None:
+    r = run("dry-run-mode")
+    assert r.actions and {a["status"] for a in r.actions} == {"dry_run"}
+    assert r.score.reclaimed_gpu_hours == 0
+
+
+@pytest.mark.easy
+def test_observe_mode_acts_on_nothing() -> None:
+    r = run("observe-mode")
+    assert {f["kind"] for f in r.findings} == {"idle", "zombie"}
+    assert {a["status"] for a in r.actions} <= {"blocked"}
+    assert r.score.reclaimed_gpu_hours == 0
+
+
+@pytest.mark.medium
+def test_chinese_logs_count_as_progress_and_stalls_do_not() -> None:
+    r = run("chinese-log-progress")
+    assert finding(r, "nlp-team/gpu-resident-train", "zombie") is None
+    assert finding(r, "nlp-team/stuck-allreduce", "zombie") is not None
+
+
+@pytest.mark.easy
+def test_cny_cluster_is_handled_like_any_other() -> None:
+    r = run("cny-notebook-overnight")
+    assert stops(r, "nlp-team/jupyter-wang")
+    assert r.score.reclaimed_gpu_hours > 0
+
+
+@pytest.mark.medium
+def test_garbage_metrics_raise_nothing() -> None:
+    r = run("out-of-range-metrics")
+    assert {f["job"] for f in r.findings} == {"ml-team/jupyter-carol"}
+    assert {a["job"] for a in r.actions} == {"ml-team/jupyter-carol"}
+
+
+@pytest.mark.medium
+def test_middling_gpu_with_stalled_log_is_left_to_humans() -> None:
+    r = run("middling-zombie")
+    assert r.findings == [] and r.actions == []

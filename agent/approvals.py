@@ -87,7 +87,8 @@ class ApprovalStore:
         return self._select("status = 'pending'", ())
 
     def all(self, limit: int = 200) -> list[Approval]:
-        return self._select("1=1 LIMIT ?", (limit,))
+        # The newest `limit` requests, oldest first (LIMIT cannot precede the ORDER BY that _select adds).
+        return self._select("id IN (SELECT id FROM approvals ORDER BY requested_at DESC LIMIT ?)", (limit,))
 
     def find_pending(self, proposal_key: str) -> Approval | None:
         found = self._select("proposal_key = ? AND status = 'pending'", (proposal_key,))

@@ -52,6 +52,12 @@ class Settings(BaseSettings):
 
     language: str = "en"  # en | zh: replies and notifications
 
+    # Runbooks (docs/runbooks.md): markdown files, indexed in an embedded Chroma dir or a Chroma server.
+    runbooks_dir: Path | None = None  # None: the runbooks/ shipped with the code
+    runbook_index_dir: Path | None = None  # None: data_dir/"runbooks-index"
+    chroma_url: str | None = None  # e.g. http://chroma:8000 to use a Chroma server instead
+    runbook_embedder: str = "e5-small"  # e5-small (multilingual-e5-small, bundled) | use-v3
+
     # Real backends (see docs/real-cluster.md); "sim" runs against the simulated cluster.
     backend: str = "sim"  # sim | kubernetes | slurm
     prometheus_url: str | None = None  # Prometheus, Thanos Query or VictoriaMetrics

@@ -51,6 +51,7 @@ class SweepScheduler:
         self._running = threading.Lock()
         self.next_due: datetime | None = None
         self.skipped_busy = 0
+        self.leader = False  # whether this replica held the lease at the last due tick
 
     @property
     def busy(self) -> bool:
@@ -73,7 +74,8 @@ class SweepScheduler:
             return "not_due"
         if now < self.next_due:
             return "not_due"
-        if not self.lease.acquire():
+        self.leader = self.lease.acquire()
+        if not self.leader:
             self.next_due = self.schedule.next_after(now)
             return "not_leader"
         outcome, _ = self.run_now("schedule")

@@ -1,0 +1,65 @@
+"""Builds the runtime from settings: the simulated demo cluster by default, stores under the data dir."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sqlite3
+import uuid
+from typing import Any
+
+from agent.api.runtime import SimClock, StewardRuntime
+from agent.scheduling.leases import AlwaysLeader, LeaderLease, SqliteLease
+from agent.scheduling.scheduler import SweepSchedule
+from agent.settings import Settings
+from agent.sweep import SweepService
+
+log = logging.getLogger("steward.build")
+
+
+def make_lease(settings: Settings) -> LeaderLease:
+    """Kubernetes Lease in a cluster, else a SQLite row lease in the data dir (leader_lock=auto)."""
+    from agent.scheduling.k8s_lease import in_cluster, in_cluster_lease
+
+    holder = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    choice = settings.leader_lock
+    if choice == "none":
+        return AlwaysLeader(holder)
+    if choice == "kubernetes" or (choice == "auto" and in_cluster()):
+        return in_cluster_lease(settings.lease_name, settings.lease_namespace, holder, settings.lease_duration_s)
+    if choice not in ("auto", "sqlite"):
+        raise ValueError(f"STEWARD_LEADER_LOCK must be auto, sqlite, kubernetes or none, not {choice!r}")
+    return SqliteLease(settings.data_dir / "leases.sqlite", settings.lease_name, holder, settings.lease_duration_s)
+
+
+def schedule_of(settings: Settings) -> SweepSchedule:
+    return SweepSchedule(every_s=settings.sweep_every_s, cron=settings.sweep_cron)
+
+
+def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s: float | None = None,
+                      notifier: Any = None, chat_model: Any = None) -> StewardRuntime:
+    """The built-in demo (or settings.scenario) on a simulated clock, resuming where a restart left it."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from agent.policy import load_policy
+    from agent.wiring import make_planner, simulated_deps
+    from sim.scenario import demo_scenario_path, load_scenario
+
+    data_dir = settings.ensure_data_dir()
+    scenario = load_scenario(settings.scenario or demo_scenario_path())
+    deps, cluster = simulated_deps(scenario, load_policy(settings.policy_file), make_planner(settings),
+                                   data_dir=data_dir, language=settings.language)
+    if notifier is not None:
+        deps.notifier = notifier
+    saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
+    service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
+    state_file = data_dir / "sim-clock.json"
+    start = SimClock.resume_offset(state_file, scenario.name, start_s or 0.0)
+    cluster.advance_to(min(start, scenario.duration))
+    clock = SimClock(cluster, settings.sim_speed if speed is None else speed, start, state_file)
+    if chat_model is None and settings.llm_configured:
+        from agent.llm_planner import make_chat_model
+
+        chat_model = make_chat_model(settings)
+    return StewardRuntime(service, schedule_of(settings), sim_clock=clock, lease=make_lease(settings),
+                          chat_model=chat_model)

@@ -1,0 +1,73 @@
+"""Chat through the configured model: read-only tools bound, tokens and tool calls streamed as they happen."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from agent.api.answerer import ChatContext, ChatEvent, Lang
+from agent.llm_planner import LANGUAGE_NAMES
+from agent.prompts import fence_untrusted
+from tools.agent_tools import UNTRUSTED_NOTE
+
+SYSTEM = """You are GPU Steward, answering a platform/SRE operator about a GPU cluster.
+Answer from the findings below and from your read-only tools (list_jobs, query_gpu_metrics, inspect_job_logs,
+retrieve_runbook). You cannot stop jobs or resize pools from chat: say that actions go through the sweep's
+guardrail and the approvals inbox. Cite runbooks as [rb:<id>]. Be brief, with numbers. Reply in {language}.
+{untrusted}
+Cluster time: {now}. Findings of the latest sweep:
+{findings}
+Pending approvals: {pending}"""
+
+
+def _system(ctx: ChatContext, lang: Lang) -> SystemMessage:
+    rows = [{"target": f.target, "kind": f.kind, "gpus": f.gpus, "waste_cost": f.waste_cost, "evidence": f.evidence,
+             "runbook": f.runbook} for f in ctx.findings]
+    pending = [f"{a.id} {a.action} {a.target} (level {a.level})" for a in ctx.pending] or ["none"]
+    return SystemMessage(SYSTEM.format(language=LANGUAGE_NAMES[lang], untrusted=UNTRUSTED_NOTE, now=ctx.now.isoformat(),
+                                       findings=fence_untrusted("detectors", json.dumps(rows, ensure_ascii=False)),
+                                       pending="; ".join(pending)))
+
+
+def _tokens_used(chunk: AIMessageChunk) -> int:
+    usage = getattr(chunk, "usage_metadata", None) or {}
+    return int(usage.get("total_tokens") or 0)
+
+
+def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, max_rounds: int = 6,
+                      count_tokens: Callable[[int], None] = lambda n: None) -> Iterator[ChatEvent]:
+    bound = model.bind_tools(list(ctx.tools.values()))
+    messages: list[BaseMessage] = [_system(ctx, lang), HumanMessage(text)]
+    yield {"type": "start", "intent": "model", "lang": lang, "answerer": getattr(model, "model_name", None) or "model"}
+    reply = ""
+    for _ in range(max_rounds):
+        gathered: AIMessageChunk | None = None
+        for chunk in bound.stream(messages):
+            gathered = chunk if gathered is None else gathered + chunk
+            if isinstance(chunk.content, str) and chunk.content:
+                reply += chunk.content
+                yield {"type": "token", "text": chunk.content}
+        if gathered is None:
+            break
+        count_tokens(_tokens_used(gathered))
+        messages.append(gathered)
+        if not gathered.tool_calls:
+            break
+        for call in gathered.tool_calls:
+            yield {"type": "tool_call", "name": call["name"], "args": call["args"]}
+            tool = ctx.tools.get(call["name"])
+            if tool is None:  # the model asked for a tool chat does not have (a mutating one, or a made-up name)
+                result: dict[str, Any] = {"status": "error", "message": f"no read-only tool {call['name']!r} in chat"}
+            else:
+                try:
+                    result = tool.invoke(call["args"])
+                except Exception as exc:  # errors go back to the model, naming the call
+                    result = {"status": "error", "message": f"{call['name']}({call['args']}) failed: {exc}"}
+            yield {"type": "tool_result", "name": call["name"], "status": result.get("status"),
+                   "summary": result.get("message")}
+            messages.append(ToolMessage(json.dumps(result, default=str, ensure_ascii=False)[:20_000],
+                                        tool_call_id=call.get("id") or call["name"]))
+    yield {"type": "done", "answer": reply}

@@ -1,0 +1,102 @@
+"""ClusterApiPools against the fake API: pools from MachineDeployments, scale-downs that remove only empty nodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from agent.settings import Settings
+from tests.k8s_fake_api import FakeKubernetesApi
+from tests.k8s_fake_cluster import capi_pool, gpu_pod, kubeconfig
+from tools.capi import DELETE_MACHINE, MIN_SIZE, PRICE, CapiPoolConfig, capi_pools_from_settings
+from tools.kubernetes import kubernetes_scheduler_from_settings
+from tools.protocols import NodePools
+
+START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def api():
+    server = FakeKubernetesApi().start()
+    s = server.store
+    nodes = capi_pool(s, "capi", "a100-md", 4, 8, start=START,
+                      annotations={MIN_SIZE: "1", PRICE: "3.5", "steward.io/billing": "on-demand"})
+    capi_pool(s, "capi", "h100-md", 2, 8, start=START)
+    s.put("pods", gpu_pod("ml", "train", 8, node=nodes[1]))
+    s.put("pods", gpu_pod("ml", "tiny", 1, node=nodes[3]))
+    server.nodes = nodes  # type: ignore[attr-defined]
+    yield server
+    server.stop()
+
+
+def _pools(api, tmp_path, config=None):
+    settings = Settings(kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path)
+    k8s = kubernetes_scheduler_from_settings(settings)
+    return capi_pools_from_settings(settings, k8s, config), k8s
+
+
+def test_machine_deployments_read_as_pools(api, tmp_path):
+    pools, k8s = _pools(api, tmp_path, CapiPoolConfig(prices={"h100-md": 6.0}, min_nodes={"h100-md": 2}))
+    assert isinstance(pools, NodePools)
+    k8s.list_jobs()
+    by_name = {p.name: p for p in pools.list_pools()}
+    a100, h100 = by_name["a100-md"], by_name["h100-md"]
+    assert (a100.provider, a100.nodes, a100.gpus_per_node, a100.min_nodes, a100.busy_nodes) == ("capi", 4, 8, 1, 2)
+    assert a100.price_per_gpu_hour == 3.5 and h100.price_per_gpu_hour == 6.0
+    assert (h100.min_nodes, h100.busy_nodes) == (2, 0)
+    assert pools.api_calls == 2 and k8s.api_calls == 2  # MDs + machines; the sweep's pod list + nodes
+
+
+def test_scale_down_removes_exactly_the_empty_nodes(api, tmp_path):
+    pools, _ = _pools(api, tmp_path)
+    result = pools.resize_pool("a100-md", 2, reason="empty overnight")
+    assert result.status == "resized" and (result.nodes_before, result.nodes_after) == (4, 2)
+    nodes = api.nodes
+    assert sorted(result.removed_nodes) == sorted([nodes[0], nodes[2]])
+    marked = [m["metadata"]["name"] for m in api.store.list("machines", "capi")
+              if DELETE_MACHINE in (m["metadata"].get("annotations") or {})]
+    assert marked == []  # the marked machines are the ones the controller removed
+    left = {n["metadata"]["name"] for n in api.store.list("nodes")}
+    assert {nodes[1], nodes[3]} <= left and not {nodes[0], nodes[2]} & left
+    (_, path, _), = api.calls("PATCH", "/scale")
+    assert path == "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi/machinedeployments/a100-md/scale"
+    assert api.store.get("machinedeployments", "capi", "a100-md")["spec"]["replicas"] == 2
+
+
+def test_refuses_to_remove_a_busy_node_or_go_below_the_minimum(api, tmp_path):
+    pools, _ = _pools(api, tmp_path)
+    busy = pools.resize_pool("a100-md", 1, reason="x")
+    assert busy.status == "refused" and "only 2 of 4 machines run no job" in busy.detail
+    assert pools.resize_pool("a100-md", 0, reason="x").status == "refused"
+    assert not api.calls("PATCH")
+    assert pools.resize_pool("a100-md", 4, reason="x").status == "unchanged"
+    assert pools.resize_pool("nope", 1, reason="x").status == "error"
+
+
+def test_a_job_that_lands_meanwhile_stops_the_scale_down(api, tmp_path):
+    pools, k8s = _pools(api, tmp_path)
+    real = k8s.jobs_by_node
+    seen = []
+
+    def racing(*, fresh: bool = False):
+        seen.append(fresh)
+        if len(seen) == 2:  # after the marks: a pod was scheduled onto a chosen node
+            api.store.put("pods", gpu_pod("ml", "late", 1, node=api.nodes[2]))
+        return real(fresh=fresh)
+
+    k8s.jobs_by_node = racing
+    result = pools.resize_pool("a100-md", 2, reason="x")
+    assert result.status == "refused" and api.nodes[2] in result.detail
+    assert not api.calls("PATCH", "/scale")
+    assert all(DELETE_MACHINE not in (m["metadata"].get("annotations") or {}) for m in api.store.list("machines"))
+    assert len(api.store.list("nodes")) == 6
+
+
+def test_growing_respects_the_maximum(api, tmp_path):
+    api.store.patch("machinedeployments", "capi", "h100-md", {"metadata": {"annotations": {
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "3"}}}, "merge")
+    pools, _ = _pools(api, tmp_path)
+    assert pools.resize_pool("h100-md", 4, reason="x").status == "refused"
+    assert pools.resize_pool("h100-md", 3, reason="x").status == "resized"
+    assert api.store.get("machinedeployments", "capi", "h100-md")["spec"]["replicas"] == 3

@@ -155,8 +155,9 @@ def test_periodic_job_in_a_quiet_phase_is_protected():
     obs = observe([job()], job_gpus("ml/train", utils), [io("ml/train", len(utils))])
     assert IdleGpuDetector(POLICY).detect(obs) == []
     window = group_signals(obs).jobs["ml/train"].window(3600, 4)
-    reason = long_tail_reason(window, None, POLICY.detectors.longtail, quiet_pct=2.0)
-    # the oldest burst is past the 6h lookback
+    six_hours = parse_policy({"detectors": {"longtail": {"lookback": "6h"}}}).detectors.longtail
+    reason = long_tail_reason(window, None, six_hours, quiet_pct=2.0)
+    # the oldest burst is past a 6h lookback
     assert reason is not None and "periodic" in reason and "3 bursts in the last 6h" in reason
 
 

@@ -31,7 +31,13 @@ def long_tail_reason(
 
 
 def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float) -> str | None:
-    """A job with past bursts of GPU work whose current pause is no longer than its usual pauses."""
+    """A job with past bursts of GPU work whose current pause is not yet long for it.
+
+    Long means both: longer than quiet_factor x its longest past pause, and longer than
+    quiet_share x the span over which it worked in the lookback. A service that has served
+    all day has quiet hours longer than any pause seen so far; the longer it has worked,
+    the longer the lull it is given before it counts as idle.
+    """
     series = window.series
     quiet = series.quiet_slices(quiet_pct)
     if quiet == 0:
@@ -40,20 +46,26 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float) -> str | 
     history = series.util_max[max(0, series.length - lookback) : series.length - quiet]
     bursts = 0
     longest_gap = gap = 0
-    for value in history:
+    first_busy = last_busy = -1
+    for k, value in enumerate(history):
         if value is not None and value > quiet_pct:
             if gap and bursts:
                 longest_gap = max(longest_gap, gap)
             if gap or bursts == 0:
                 bursts += 1
             gap = 0
+            first_busy = k if first_busy < 0 else first_busy
+            last_busy = k
         else:
             gap += 1
-    if bursts >= 2 and quiet < rule.quiet_factor * longest_gap:
+    worked = last_busy - first_busy + 1 if bursts else 0
+    needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
+    if bursts >= 2 and quiet < needed:
         s = series.slice_s
         return (
-            f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * s)} with pauses up to "
-            f"{format_duration(longest_gap * s)}; quiet for {format_duration(quiet * s)} now "
-            f"(< {rule.quiet_factor:g} x the longest pause)"
+            f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * s)} (working over "
+            f"{format_duration(worked * s)}) with pauses up to {format_duration(longest_gap * s)}; quiet for "
+            f"{format_duration(quiet * s)} now (< {rule.quiet_factor:g} x the longest pause and "
+            f"{rule.quiet_share:.2g} x the span it worked)"
         )
     return None

@@ -1,0 +1,98 @@
+"""End to end: sweeps over the fake Kubernetes API warn, then evict; a PDB says no; a do-not-disrupt pod is left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.approvals import ApprovalStore
+from agent.audit import AuditLog
+from agent.deps import StewardDeps
+from agent.planner import PolicyModel
+from agent.policy import Policy
+from agent.settings import Settings
+from agent.sweep import SweepService
+from sim.cluster import SimCluster
+from sim.scenario import parse_scenario
+from tests.k8s_fake_api import FakeKubernetesApi
+from tests.k8s_fake_cluster import kubeconfig, mirror_sim, pdb
+from tools.k8s_notify import STOP_AFTER, kubernetes_notifier_from_settings
+from tools.kubernetes import kubernetes_scheduler_from_settings
+
+IDLE = [{"gpu_util": 0, "gpu_mem_gb": 10, "cpu_pct": 0.2}]
+SCENARIO = {
+    "version": 1, "name": "k8s-e2e", "duration": "3h", "step": "30s",
+    "pools": [{"name": "a100", "gpus_per_node": 4, "nodes": 2, "price_per_gpu_hour": 4.0}],
+    "jobs": [
+        {"id": "ml/idle-notebook", "user": "alice", "gpus": 2, "node": "a100-0", "phases": IDLE},
+        {"id": "ml/guarded-serve", "user": "bob", "gpus": 2, "node": "a100-0", "phases": IDLE},
+        {"id": "ml/pinned", "user": "carol", "gpus": 2, "node": "a100-1", "phases": IDLE,
+         "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+        {"id": "ml/training", "user": "dave", "gpus": 2, "node": "a100-1",
+         "phases": [{"gpu_util": [85, 95], "gpu_mem_gb": 60, "cpu_pct": 90, "log": "loss", "log_every": "1m"}]},
+    ],
+}
+
+
+@pytest.fixture
+def world(tmp_path):
+    cluster = SimCluster(parse_scenario(SCENARIO))
+    api = FakeKubernetesApi().start()
+    mirror_sim(api, cluster)
+    api.store.put("poddisruptionbudgets", pdb("ml", "serve-pdb", {"app": "guarded-serve"}, allowed=0))
+    settings = Settings(kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path)
+    policy = Policy()
+    k8s = kubernetes_scheduler_from_settings(settings, clock=cluster)
+    audit = AuditLog(":memory:")
+    deps = StewardDeps(
+        metrics=cluster, scheduler=k8s, logs=k8s, pools=cluster,
+        notifier=kubernetes_notifier_from_settings(settings, policy.warning.min_notice, clock=cluster),
+        clock=cluster, policy=policy, audit=audit, approvals=ApprovalStore(":memory:", audit), planner=PolicyModel(),
+    )
+    yield cluster, api, deps, SweepService(deps)
+    api.stop()
+
+
+def _touched(api, pod: str) -> list[tuple[str, str]]:
+    return [(m, p) for m, p, _ in api.requests if m != "GET" and f"/pods/{pod}" in p]
+
+
+def test_sweeps_warn_then_evict_and_respect_pdb_and_do_not_disrupt(world):
+    cluster, api, deps, service = world
+    outcomes = []
+    for minute in range(10, 141, 10):
+        cluster.advance_to(minute * 60)
+        result = service.sweep()
+        outcomes += [(minute, o["action"], o["target"], o["status"], o.get("detail", ""))
+                     for o in result.state.get("outcomes", [])]
+
+    warned = [o for o in outcomes if o[1] == "notify" and o[2] == "ml/idle-notebook"]
+    evicted = [o for o in outcomes if o[1] == "terminate" and o[2] == "ml/idle-notebook"]
+    assert warned and warned[0][3] == "executed" and "kubernetes-event" in warned[0][4]
+    assert evicted and evicted[0][3] == "executed" and evicted[0][0] - warned[0][0] >= 30
+    assert api.calls("POST", "/api/v1/namespaces/ml/pods/idle-notebook/eviction")
+    assert not api.calls("DELETE")  # level 3 needs a human: nothing was force-deleted
+
+    events = api.store.list("events", "ml")
+    assert {e["involvedObject"]["name"] for e in events} >= {"idle-notebook", "guarded-serve"}
+    assert all(e["reason"] == "StewardWarning" for e in events)
+
+    refused = [o for o in outcomes if o[1] == "terminate" and o[2] == "ml/guarded-serve"]
+    assert refused and refused[0][3] == "failed" and "disruption budget" in refused[0][4]
+    assert api.store.get("pods", "ml", "guarded-serve")["metadata"].get("deletionTimestamp") is None
+    audited = deps.audit.entries(kind="execution", target="ml/guarded-serve", status="failed", limit=10)
+    assert audited and "refused" in audited[0].data["detail"]
+
+    assert _touched(api, "pinned") == [] and not [o for o in outcomes if o[2] == "ml/pinned"]
+    assert STOP_AFTER not in (api.store.get("pods", "ml", "pinned")["metadata"].get("annotations") or {})
+    assert _touched(api, "training") == []
+
+
+def test_a_sweep_costs_a_fixed_number_of_api_calls(world):
+    cluster, api, deps, service = world
+    cluster.advance_to(20 * 60)
+    before = len(api.requests)
+    deps.observe()
+    reads = api.requests[before:]
+    lists = [p for m, p, _ in reads if p == "/api/v1/pods"]
+    assert len(lists) == 1 and [p for m, p, _ in reads if p == "/api/v1/nodes"] == ["/api/v1/nodes"]
+    assert all(p.endswith("/log") for m, p, _ in reads if p not in ("/api/v1/pods", "/api/v1/nodes"))

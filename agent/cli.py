@@ -98,15 +98,20 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from agent.wiring import make_planner
     from evals.runner import run_scenario
+    from evals.suite import policy_for
 
-    policy = load_policy(args.policy or settings.policy_file)
+    explicit = args.policy or settings.policy_file
+    policy = load_policy(explicit)
     files = _scenario_files(args.scenarios)
     scenarios = [load_scenario(f) for f in files]
+    # Without an explicit policy, a scenario runs under its sidecar policy (evals/scenarios/README.md).
+    policies = [policy if explicit else policy_for(f) for f in files]
     models: list[str | None] = list(args.model) if args.model else [None]
     documents: dict[str, list[dict[str, Any]]] = {}
     for model in models:
         planner = make_planner(settings, model)
-        runs = [run_scenario(s, policy, planner, sweep_every=args.every or settings.sweep_every_s) for s in scenarios]
+        runs = [run_scenario(s, p, planner, sweep_every=args.every or settings.sweep_every_s)
+                for s, p in zip(scenarios, policies, strict=True)]
         documents[planner.name] = [r.document() for r in runs]
     if args.json:
         if len(documents) == 1:

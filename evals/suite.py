@@ -7,9 +7,9 @@ from pathlib import Path
 from agent.policy import Policy, load_policy
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
-# The strict scenario model forbids extra keys, so a scenario's policy lives beside the suite, not in it:
-# evals/policies/<scenario file stem>.yaml. Kept out of scenarios/ so `steward eval evals/scenarios/`
-# never reads a policy as a scenario.
+# The strict scenario model forbids extra keys, so a scenario's policy lives in a sibling folder:
+# <dir>/scenarios/<name>.yaml -> <dir>/policies/<name>.yaml. Kept out of the scenario folder so
+# `steward eval evals/scenarios/` never reads a policy as a scenario.
 POLICY_DIR = Path(__file__).with_name("policies")
 
 
@@ -17,12 +17,13 @@ def scenario_files(folder: Path = SCENARIO_DIR) -> list[Path]:
     return sorted(folder.glob("*.yaml"))
 
 
-def policy_path_for(scenario_file: Path, policies: Path = POLICY_DIR) -> Path | None:
-    path = policies / f"{scenario_file.stem}.yaml"
+def policy_path_for(scenario_file: Path, policies: Path | None = None) -> Path | None:
+    folder = policies if policies is not None else Path(scenario_file).resolve().parent.parent / "policies"
+    path = folder / f"{Path(scenario_file).stem}.yaml"
     return path if path.is_file() else None
 
 
-def policy_for(scenario_file: Path, policies: Path = POLICY_DIR) -> Policy:
+def policy_for(scenario_file: Path, policies: Path | None = None) -> Policy:
     """The scenario's sidecar policy, or the built-in defaults when it has none."""
     path = policy_path_for(scenario_file, policies)
     return load_policy(path) if path is not None else Policy()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent.planner import PolicyModel
+from agent.policy import Policy
 from evals.runner import ScenarioRun, run_scenario
 from evals.suite import SCENARIO_DIR, policy_for, scenario_files
 from sim.scenario import load_scenario
@@ -105,6 +106,14 @@ def test_scenario_file_is_well_formed(name: str) -> None:
     assert 3 * HOUR <= scenario.duration <= 8 * HOUR
     assert scenario.step in (30.0, 60.0)
     policy_for(path)  # a sidecar policy, when there is one, must load
+
+
+def test_sidecar_policies_resolve_by_name_and_matter() -> None:
+    assert policy_for(SCENARIO_DIR / "dry-run-mode.yaml").mode == "dry_run"
+    assert policy_for(SCENARIO_DIR / "idle-notebook.yaml") == Policy()
+    # Without its sidecar, the prod scenario kills production: the convention is load-bearing.
+    scenario = load_scenario(SCENARIO_DIR / "protected-prod-inference.yaml")
+    assert run_scenario(scenario, Policy(), PolicyModel()).score.false_kills > 0
 
 
 @pytest.mark.parametrize("name", _params())

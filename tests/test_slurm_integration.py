@@ -1,0 +1,164 @@
+"""A real single-node Slurm: the agent warns, then stops the idle job through SlurmScheduler, and only that one."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent.approvals import ApprovalStore
+from agent.audit import AuditLog
+from agent.deps import StewardDeps
+from agent.planner import PolicyModel
+from agent.policy import parse_policy
+from agent.sweep import SweepService
+from sim.cluster import SimCluster
+from sim.scenario import parse_scenario
+from tests.conftest import in_ci, require_binary
+from tests.local_slurm import NODE, LocalSlurm
+from tools.notify import RecordingNotifier
+from tools.slurm import JOB_ID_LABEL, SlurmScheduler
+from tools.slurm_cli import SlurmCli
+
+pytestmark = pytest.mark.integration
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "sacct")
+BUSY = ('i=0; while true; do i=$((i+1)); echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) step=$i loss=$((1000-i))e-3"; '
+        "sleep 1; done")
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    bins = {name: require_binary(name, f"/usr/sbin/{name}") for name in (*DAEMONS, *CLIENTS)}
+    if os.geteuid() != 0:
+        if in_ci():
+            pytest.fail("the Slurm integration test runs its daemons as root")
+        pytest.skip("the Slurm integration test runs its daemons as root")
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), bins)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+class LiveSim:
+    """Wall-clock time, and the simulated GPU metrics moved up to it: stands in for Prometheus + DCGM."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def _catch_up(self, end: datetime) -> None:
+        self.cluster.advance_to(max(self.cluster.offset_s, self.cluster.offset_of(end)))
+
+    def gpu_series(self, end, lookback_s, slice_s):
+        self._catch_up(end)
+        return self.cluster.gpu_series(end, lookback_s, slice_s)
+
+    def job_io_series(self, end, lookback_s, slice_s):
+        self._catch_up(end)
+        return self.cluster.job_io_series(end, lookback_s, slice_s)
+
+
+def _scenario(start: datetime):
+    # GPU metrics for the two Slurm jobs, by their steward ids; the history starts before the window.
+    job = {"scheduler": "slurm", "user": "root", "node": NODE}
+    return parse_scenario({
+        "name": "slurm-live", "start": start.isoformat(), "duration": "2h", "step": "5s",
+        "nodes": [{"name": NODE, "gpus": 8, "gpu_model": "A100-80GB"}],
+        "jobs": [
+            {**job, "id": "gpu/trainer", "gpus": 2,
+             "phases": [{"gpu_util": [85, 99], "gpu_mem_gb": 60, "cpu_pct": [300, 400], "log": "loss"}]},
+            {**job, "id": "gpu/notebook", "gpus": 1,
+             "phases": [{"gpu_util": 0, "gpu_mem_gb": 2, "cpu_pct": 0, "log": "silent"}]},
+        ],
+    })
+
+
+POLICY = {
+    "detectors": {"slice": "10s", "idle": {"window": "60s"}, "zombie": {"window": "60s"},
+                  "overprovisioned": {"window": "60s"}, "pools": {"empty_window": "60s"},
+                  "longtail": {"lookback": "120s"}},
+    "warning": {"min_notice": "2s"},
+    "stop": {"grace_period": "5s"},
+}
+
+
+def _wait_running(slurm: LocalSlurm, *job_ids: int) -> None:
+    for _ in range(100):  # bounded poll for the scheduler to start them; not a timing assertion
+        states = slurm.cli("squeue", "-h", "-o", "%i %T", "-j", ",".join(map(str, job_ids))).stdout.split()
+        if states.count("RUNNING") == len(job_ids):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"jobs {job_ids} did not start: {states}\n{slurm.logs()}")
+
+
+def _job_record(slurm: LocalSlurm, job_id: int) -> dict[str, str]:
+    from tools.slurm_parse import records
+
+    out = slurm.cli("scontrol", "show", "job", "-o", str(job_id))
+    assert out.returncode == 0, out.stderr
+    return records(out.stdout)[0]
+
+
+def _ended(slurm: LocalSlurm, job_id: int) -> dict[str, str]:
+    for _ in range(100):
+        rec = _job_record(slurm, job_id)
+        if rec["JobState"] not in ("RUNNING", "COMPLETING", "PENDING"):
+            return rec
+        time.sleep(0.2)
+    return rec
+
+
+def test_agent_warns_then_stops_only_the_idle_slurm_job(slurm, tmp_path):
+    out = str(tmp_path)
+    trainer = slurm.sbatch("-J", "trainer", "-p", "gpu", "--gres=gpu:2", "-D", out, "-o", f"{out}/trainer-%j.log",
+                           "--wrap", BUSY)
+    notebook = slurm.sbatch("-J", "notebook", "-p", "gpu", "--gres=gpu:1", "-D", out, "-o",
+                            f"{out}/notebook-%j.log", "--wrap", "sleep 600")
+    try:
+        _wait_running(slurm, trainer, notebook)
+        scheduler = SlurmScheduler(SlurmCli(env=slurm.env))
+        jobs = {j.id: j for j in scheduler.list_jobs()}
+        assert jobs["gpu/trainer"].gpus == 2 and jobs["gpu/notebook"].gpus == 1
+        assert jobs["gpu/notebook"].labels[JOB_ID_LABEL] == str(notebook)
+        assert scheduler.list_nodes()[0].gpus == 8
+
+        live = LiveSim(SimCluster(_scenario(datetime.now(UTC) - timedelta(minutes=10))))
+        audit = AuditLog(":memory:")
+        deps = StewardDeps(
+            metrics=live, scheduler=scheduler, logs=scheduler, pools=live.cluster,
+            notifier=RecordingNotifier(live), clock=live, policy=parse_policy(POLICY), audit=audit,
+            approvals=ApprovalStore(":memory:", audit), planner=PolicyModel(),
+        )
+        service = SweepService(deps)
+        before = len(scheduler.calls)
+        deps.observe()
+        assert [c[0] for c in scheduler.calls[before:]].count("squeue") == 1  # one job listing, not one per job
+
+        service.sweep("test")
+        warned = audit.entries(kind="execution", status="executed", limit=50)
+        assert [(e.action, e.target) for e in warned] == [("notify", "gpu/notebook")]
+        assert slurm.cli("squeue", "-h", "-j", str(notebook), "-o", "%T").stdout.strip() == "RUNNING"
+
+        time.sleep(2.5)  # let the 2 s notice period pass in wall-clock time
+        service.sweep("test")
+        stops = [e for e in audit.entries(kind="execution", limit=50) if e.action in ("terminate", "force_terminate")]
+        assert [(e.action, e.target, e.status) for e in stops] == [("terminate", "gpu/notebook", "executed")]
+
+        cancels = [c for c in scheduler.calls if c[0] == "scancel"]
+        assert cancels == [("scancel", "--signal=TERM", "--full", str(notebook))]
+        ended = _ended(slurm, notebook)
+        assert ended["JobState"] in ("CANCELLED", "FAILED", "COMPLETED"), ended
+        assert ended["ExitCode"].endswith(":15"), ended  # it died of our SIGTERM
+        assert _job_record(slurm, trainer)["JobState"] == "RUNNING"
+        assert scheduler.get_job("gpu/trainer").state == "running"
+        assert scheduler.stop_job("gpu/notebook", force=True, grace_s=0, reason="again").status == "already_gone"
+    finally:
+        slurm.cli("scancel", str(trainer), str(notebook))

@@ -1,0 +1,209 @@
+"""SlurmScheduler: jobs, nodes, logs and stops on a real Slurm cluster, through squeue/scontrol/scancel/sacct.
+
+Steward job ids are `partition/jobname`. When several listed jobs share one, each becomes
+`partition/jobname-<slurm job id>`; the Slurm id is always in the label `slurm.job_id`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from tools.models import JobInfo, LogLine, NodeInfo, StopResult
+from tools.slurm_cli import SlurmCli, SlurmError
+from tools.slurm_logs import expand_output_path, tail_log
+from tools.slurm_parse import (
+    TEXT_FORMAT,
+    SlurmJob,
+    SlurmParseError,
+    gpu_type,
+    gpus_in_gres,
+    jobs_from_json,
+    jobs_from_text,
+    records,
+)
+
+JOB_ID_LABEL = "slurm.job_id"
+OutputMode = Literal["auto", "json", "text"]
+_GONE_STATES = frozenset({"completed", "failed", "cancelled"})
+
+
+def steward_ids(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
+    """Steward id -> job; a `partition/jobname` shared by several jobs gets `-<job id>` on each of them."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        base = f"{job.partition}/{job.name}"
+        counts[base] = counts.get(base, 0) + 1
+    out = {}
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        base = f"{job.partition}/{job.name}"
+        out[base if counts[base] == 1 else f"{base}-{job.job_id}"] = job
+    return out
+
+
+class SlurmScheduler:
+    """JobScheduler and LogSource over Slurm's CLIs: one squeue per sweep, scontrol for nodes and log paths."""
+
+    def __init__(self, cli: SlurmCli | None = None, *, output: OutputMode = "auto", stop_settle_s: float = 2.0,
+                 clock: Any = None) -> None:
+        if output not in ("auto", "json", "text"):
+            raise ValueError(f"output must be auto, json or text, got {output!r}")
+        self.cli = cli or SlurmCli()
+        self.output: OutputMode = output
+        self.stop_settle_s = stop_settle_s
+        self._now = clock or (lambda: datetime.now(UTC))
+        self._jobs: dict[str, SlurmJob] = {}  # steward id -> job, from the latest squeue
+        self._stop_sent: dict[str, datetime] = {}  # Slurm job id -> when we sent SIGTERM
+        self._stdout: dict[str, Path | None] = {}
+
+    @property
+    def calls(self) -> list[tuple[str, ...]]:
+        """Every Slurm command run so far, e.g. ("squeue", "--json")."""
+        return self.cli.calls
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _squeue(self, *extra: str) -> list[SlurmJob]:
+        if self.output in ("auto", "json"):
+            try:
+                return jobs_from_json(self.cli.run("squeue", "--json", *extra).stdout)
+            except (SlurmError, SlurmParseError):
+                if self.output == "json":
+                    raise
+                # This Slurm has no JSON output (older, or built without the serializer plugin): use text from now on.
+                self.output = "text"
+        return jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
+
+    def _refresh(self) -> dict[str, SlurmJob]:
+        self._jobs = steward_ids(self._squeue())
+        return self._jobs
+
+    def _info(self, steward_id: str, job: SlurmJob) -> JobInfo:
+        state = job.steward_state
+        asked = self._stop_sent.get(job.job_id)
+        if asked is not None and state == "running":
+            state = "stopping"  # SIGTERM sent and the job has not exited (yet)
+        return JobInfo(
+            id=steward_id, scheduler="slurm", namespace=job.partition, name=job.name, user=job.user,
+            project=job.account, qos=job.qos, gpus=job.gpus, node=job.nodes[0] if job.nodes else None,
+            state=state, labels={JOB_ID_LABEL: job.job_id, "slurm.nodes": ",".join(job.nodes)},
+            owner_kind="batch", started_at=job.started_at, stop_requested_at=asked,
+        )
+
+    def list_jobs(self) -> list[JobInfo]:
+        """Running and pending jobs that hold or ask for GPUs: one squeue call."""
+        return [self._info(sid, job) for sid, job in self._refresh().items()
+                if job.gpus > 0 and job.steward_state not in _GONE_STATES]
+
+    def _find(self, job_id: str, jobs: dict[str, SlurmJob]) -> SlurmJob | None:
+        if "/" not in job_id or job_id.startswith("/") or job_id.endswith("/"):
+            raise ValueError(f"a Slurm job id is partition/jobname (or partition/jobname-<id>), got {job_id!r}")
+        if job_id in jobs:
+            return jobs[job_id]
+        # A suffixed id stays valid after its namesake finished and the suffix fell away.
+        base, _, slurm_id = job_id.rpartition("-")
+        job = next((j for j in jobs.values() if j.job_id == slurm_id), None)
+        return job if job is not None and f"{job.partition}/{job.name}" == base else None
+
+    def get_job(self, job_id: str) -> JobInfo | None:
+        """Fresh state from a new squeue; None when Slurm no longer lists it."""
+        job = self._find(job_id, self._refresh())
+        return self._info(job_id, job) if job is not None else None
+
+    def finished_job(self, slurm_job_id: str) -> dict[str, str] | None:
+        """sacct's record of a finished job (State, ExitCode, End), None without accounting or record."""
+        try:
+            out = self.cli.run("sacct", "-n", "-P", "-X", "-j", slurm_job_id, "-o", "JobID,State,ExitCode,End")
+        except SlurmError:
+            return None  # no slurmdbd: "Slurm accounting storage is disabled"
+        for line in out.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) == 4 and parts[0] == slurm_job_id:
+                return dict(zip(("JobID", "State", "ExitCode", "End"), parts, strict=True))
+        return None
+
+    def list_nodes(self) -> list[NodeInfo]:
+        """Nodes with their GRES gpu count; jobs on each come from the latest squeue (taken if none yet)."""
+        jobs = self._jobs or self._refresh()
+        on_node: dict[str, list[str]] = {}
+        for sid, job in jobs.items():
+            if job.steward_state in ("running", "stopping"):
+                for node in job.nodes:
+                    on_node.setdefault(node, []).append(sid)
+        out = []
+        for rec in records(self.cli.run("scontrol", "show", "nodes", "-o").stdout):
+            name = rec.get("NodeName")
+            if not name:
+                continue
+            gres = rec.get("Gres", "")
+            partitions = [p for p in rec.get("Partitions", "").split(",") if p and p != "(null)"]
+            out.append(NodeInfo(name=name, pool=partitions[0] if partitions else None, gpus=gpus_in_gres(gres),
+                                gpu_model=gpu_type(gres), jobs=sorted(on_node.get(name, []))))
+        return out
+
+    # -- logs ---------------------------------------------------------------------------------------
+    def _stdout_path(self, job: SlurmJob) -> Path | None:
+        if job.job_id not in self._stdout:
+            try:
+                rec = records(self.cli.run("scontrol", "show", "job", "-o", job.job_id).stdout)
+            except SlurmError:
+                return None  # purged from slurmctld: no path to read, and nothing is cached
+            raw = rec[0].get("StdOut") if rec else None
+            path = None
+            if raw and raw.lower() not in ("(null)", "/dev/null"):
+                path = Path(expand_output_path(raw, job_id=job.job_id, user=job.user, name=job.name,
+                                               node=job.nodes[0] if job.nodes else None))
+            self._stdout[job.job_id] = path
+        return self._stdout[job.job_id]
+
+    def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:
+        """The job's StdOut lines in [since, until]; [] when the file is missing or not readable here."""
+        job = self._find(job_id, self._jobs) or self._find(job_id, self._refresh())
+        if job is None:
+            return []
+        path = self._stdout_path(job)
+        return tail_log(path, since, until, limit) if path is not None else []
+
+    # -- stopping -----------------------------------------------------------------------------------
+    def _still_listed(self, slurm_id: str) -> SlurmJob | None:
+        try:
+            jobs = self._squeue("-j", slurm_id)
+        except SlurmError as exc:
+            if "invalid job id" in exc.stderr.lower():
+                return None  # already purged from slurmctld
+            raise
+        return next((j for j in jobs if j.job_id == slurm_id and j.steward_state not in _GONE_STATES), None)
+
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "") -> StopResult:
+        """Graceful: SIGTERM to the batch script and every step (`scancel --signal=TERM --full`), which a job
+        can trap to checkpoint; the guardrail waits grace_s before a force. Force: plain `scancel` (Slurm's
+        own TERM, KillWait, KILL) and the job ends CANCELLED. Idempotent: a finished job is already_gone."""
+        job = self._find(job_id, self._refresh())
+        if job is None:
+            return StopResult(job=job_id, status="already_gone", detail="Slurm no longer lists the job")
+        if job.steward_state in _GONE_STATES:
+            return StopResult(job=job_id, status="already_gone", detail=f"job {job.job_id} is {job.state}")
+        sid = job.job_id
+        if force or job.steward_state == "pending":
+            self.cli.run("scancel", sid)
+            verb = "cancelled" if force else "removed from the queue"
+        else:
+            self.cli.run("scancel", "--signal=TERM", "--full", sid)
+            self._stop_sent.setdefault(sid, self._now())
+            verb = "sent SIGTERM"
+        # Give a job that exits on SIGTERM a moment, so the result says whether the GPUs are free.
+        deadline = time.monotonic() + max(0.0, self.stop_settle_s)
+        while True:
+            left = self._still_listed(sid)
+            if left is None:
+                return StopResult(job=job_id, status="stopped", detail=f"slurm job {sid} {verb}; it has ended")
+            if time.monotonic() >= deadline:
+                return StopResult(job=job_id, status="stopping",
+                                  detail=f"slurm job {sid} {verb}; still {left.state.lower()}")
+            time.sleep(0.25)
+
+
+def slurm_scheduler_from_settings(settings: Any) -> SlurmScheduler:
+    """The Slurm backend from Settings: STEWARD_SLURM_BIN_DIR names where the CLIs live (else PATH)."""
+    return SlurmScheduler(SlurmCli(getattr(settings, "slurm_bin_dir", None)))

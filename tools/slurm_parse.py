@@ -1,0 +1,218 @@
+"""Reads Slurm's outputs: squeue JSON (OpenAPI v0.0.38 and the newer shapes), squeue text, scontrol key=value."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tools.models import JobState
+
+# squeue -o fields joined by the ASCII unit separator: no job name or path contains it.
+SEP = "\x1f"
+TEXT_FIELDS = ("%i", "%P", "%u", "%a", "%q", "%T", "%D", "%b", "%S", "%N", "%j")
+TEXT_FORMAT = SEP.join(TEXT_FIELDS)
+
+_STATES: dict[str, JobState] = {
+    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending",
+    "REQUEUE_FED": "pending", "RESV_DEL_HOLD": "pending", "RESIZING": "running",
+    "RUNNING": "running", "SUSPENDED": "running", "SIGNALING": "running", "STAGE_OUT": "stopping",
+    "COMPLETING": "stopping", "STOPPED": "stopping",
+    "COMPLETED": "completed", "CANCELLED": "cancelled",
+    "FAILED": "failed", "TIMEOUT": "failed", "NODE_FAIL": "failed", "PREEMPTED": "failed",
+    "BOOT_FAIL": "failed", "DEADLINE": "failed", "OUT_OF_MEMORY": "failed", "SPECIAL_EXIT": "failed",
+    "REVOKED": "cancelled",
+}
+_NULL = {"", "(null)", "n/a", "none", "unknown"}
+_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")  # gres/gpu=4, gres/gpu:a100=4 (typed repeats the total)
+_GPU_GRES = re.compile(r"(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?[:=](\d+)")  # gres:gpu:2, gpu:a100:8(S:0-1)
+
+
+class SlurmParseError(ValueError):
+    """Output a Slurm command printed that this adapter cannot read."""
+
+
+@dataclass
+class SlurmJob:
+    """One job as squeue reports it, before it gets a steward id."""
+
+    job_id: str  # what scancel takes: "4242", or "4242_7" for an array task
+    name: str
+    partition: str
+    user: str
+    account: str | None
+    qos: str | None
+    state: str  # Slurm's word: RUNNING, PENDING, ...
+    gpus: int
+    nodes: list[str] = field(default_factory=list)
+    started_at: datetime | None = None
+
+    @property
+    def steward_state(self) -> JobState:
+        return _STATES.get(self.state.upper(), "running" if self.nodes else "pending")
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    value = str(value).strip()
+    return None if value.lower() in _NULL else value
+
+
+def _number(value: Any) -> int | None:
+    """A plain number, or Slurm >= 23.02's {"set": true, "number": n}; unset/infinite -> None."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _epoch(value: Any) -> datetime | None:
+    seconds = _number(value)
+    return datetime.fromtimestamp(seconds, UTC) if seconds else None
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    """squeue/scontrol times are local wall-clock without a zone: read them as this host's local time."""
+    if not value or value.lower() in _NULL:
+        return None
+    try:
+        return datetime.fromisoformat(value).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def expand_hostlist(expr: str | None) -> list[str]:
+    """Slurm's compressed host lists: "gpu[01-03,07],cpu1" -> gpu01, gpu02, gpu03, gpu07, cpu1."""
+    if not expr or expr.strip().lower() in _NULL:
+        return []
+    hosts: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expr):
+        hosts.extend(_expand_one(part.strip()))
+    return [h for h in hosts if h]
+
+
+def _expand_one(pattern: str) -> list[str]:
+    match = re.search(r"\[([^\]]*)\]", pattern)
+    if not match:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end():]
+    out = []
+    for item in match.group(1).split(","):
+        low, _, high = item.partition("-")
+        if high:
+            width = len(low)
+            try:
+                numbers = range(int(low), int(high) + 1)
+            except ValueError:
+                raise SlurmParseError(f"bad host range {item!r} in {pattern!r}") from None
+            out.extend(f"{head}{n:0{width}d}{rest}" for n in numbers for rest in _expand_one(tail))
+        else:
+            out.extend(f"{head}{low}{rest}" for rest in _expand_one(tail))
+    return out
+
+
+def gpus_in_gres(spec: str | None) -> int:
+    """GPUs named in a GRES/TRES-per-node string: "gres:gpu:2", "gpu:a100:4(S:0-1),gpu:v100:2" -> 2, 6."""
+    if not spec:
+        return 0
+    return sum(int(n) for _, n in _GPU_GRES.findall(spec))
+
+
+def gpu_type(spec: str | None) -> str:
+    """The GPU type a GRES string names ("gpu:a100:8" -> "a100"), "" when untyped."""
+    for kind, _ in _GPU_GRES.findall(spec or ""):
+        if kind:
+            return kind
+    return ""
+
+
+def gpus_in_tres(spec: str | None) -> int | None:
+    """GPUs in a TRES string ("cpu=8,gres/gpu=4"); None when it does not count GPUs (no gres/gpu TRES)."""
+    found = _GPU_TRES.findall(spec or "")
+    return max(int(n) for n in found) if found else None
+
+
+def _job_gpus(raw: dict[str, Any], node_count: int) -> int:
+    for key in ("tres_alloc_str", "tres_req_str"):
+        counted = gpus_in_tres(raw.get(key))
+        if counted is not None:
+            return counted
+    per_job = gpus_in_gres(raw.get("tres_per_job"))
+    if per_job:
+        return per_job
+    per_node = gpus_in_gres(raw.get("tres_per_node"))
+    if per_node:
+        return per_node * max(node_count, 1)
+    return sum(gpus_in_gres(d) for d in raw.get("gres_detail") or [])
+
+
+def _state(raw: Any) -> str:
+    if isinstance(raw, list):  # Slurm >= 23.02: ["RUNNING", "COMPLETING"]; the base state comes first
+        return str(raw[0]) if raw else "UNKNOWN"
+    return str(raw or "UNKNOWN")
+
+
+def jobs_from_json(text: str) -> list[SlurmJob]:
+    """Jobs in `squeue --json` output."""
+    try:
+        data = json.loads(text)
+        raw_jobs = data["jobs"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SlurmParseError(f"squeue --json printed no job list: {exc}") from None
+    jobs = []
+    for raw in raw_jobs:
+        nodes = expand_hostlist(_text(raw.get("nodes")))
+        count = _number(raw.get("node_count")) or len(nodes)
+        jobs.append(SlurmJob(
+            job_id=str(_number(raw.get("job_id")) or ""), name=str(raw.get("name") or ""),
+            partition=str(raw.get("partition") or ""), user=_text(raw.get("user_name")) or str(raw.get("user_id", "")),
+            account=_text(raw.get("account")), qos=_text(raw.get("qos")), state=_state(raw.get("job_state")),
+            gpus=_job_gpus(raw, count), nodes=nodes, started_at=_epoch(raw.get("start_time")),
+        ))
+    return jobs
+
+
+def jobs_from_text(text: str) -> list[SlurmJob]:
+    """Jobs in `squeue -h -o TEXT_FORMAT` output (Slurm built without JSON support)."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(SEP)
+        if len(parts) != len(TEXT_FIELDS):
+            raise SlurmParseError(f"squeue printed {len(parts)} fields, expected {len(TEXT_FIELDS)}: {line!r}")
+        job_id, partition, user, account, qos, state, count, per_node, start, nodes, name = parts
+        node_list = expand_hostlist(nodes)
+        n = int(count) if count.strip().isdigit() else len(node_list)
+        # In a multi-partition submission squeue prints the partition list: the job runs in the first.
+        jobs.append(SlurmJob(
+            job_id=job_id.strip(), name=name,
+            partition=partition.split(",")[0], user=user, account=_text(account), qos=_text(qos), state=state,
+            gpus=gpus_in_gres(per_node) * max(n, 1), nodes=node_list,
+            started_at=_timestamp(start) if state.upper() != "PENDING" else None,
+        ))
+    return jobs
+
+
+def key_values(line: str) -> dict[str, str]:
+    """`Key=value Key2=value with spaces` (scontrol -o) -> dict; a value runs to the next ` Key=`."""
+    marks = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=", line))
+    out = {}
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(line)
+        out[mark.group(1)] = line[mark.end():end].strip()
+    return out
+
+
+def records(text: str) -> list[dict[str, str]]:
+    """scontrol show ... -o output: one record per line."""
+    return [key_values(line) for line in text.splitlines() if line.strip()]

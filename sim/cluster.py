@@ -83,6 +83,11 @@ class SimCluster:
         """What dcgm-exporter's /metrics would serve right now."""
         return exporter.render(self._lifecycle, self.offset_s, self.scenario.step)
 
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """The jobs' runs and nodes, read-only, for renderers such as sim/cadvisor.py."""
+        return self._lifecycle
+
     # -- scheduler -------------------------------------------------------------------------------
     def _visible(self, run: Run) -> bool:
         return run.job.submit <= self.offset_s

@@ -1,0 +1,120 @@
+"""Round trip through a real Prometheus: it scrapes the simulated exporter, and a sweep whose metrics come only
+from PromQL finds the same waste (kinds and targets) as the in-process simulator at the same instant."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agent.planner import PolicyModel
+from agent.policy import parse_policy
+from agent.sweep import SweepService
+from agent.wiring import simulated_deps
+from sim.exporter_server import ExporterServer, SimExporter
+from sim.scenario import load_scenario
+from tests.conftest import free_port, require_binary
+from tools.prometheus import PrometheusMetrics
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = Path(__file__).parent / "data" / "prometheus-roundtrip.yaml"
+SWEEP_AT = 27.0  # scenario seconds: every window (20s) lies after the phase changes at 5s
+# Seconds-scale detector windows so the test runs on the scenario's real clock (speed 1).
+POLICY = {
+    "mode": "observe",
+    "detectors": {"slice": "5s", "idle": {"window": "20s"}, "zombie": {"window": "20s"},
+                  "overprovisioned": {"window": "20s"}, "longtail": {"lookback": "20s"},
+                  "pools": {"empty_window": "20s"}},
+}
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return response.read()
+
+
+def _wait(what: str, check, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    binary = require_binary("prometheus")
+    exporter_port, prom_port = free_port(), free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+        f"scrape_configs:\n  - job_name: sim\n    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n"
+    )
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{prom_port}"
+    try:
+        _wait("prometheus to be ready", lambda: _get(url + "/-/ready") is not None, 30)
+        yield url, exporter_port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _findings(deps) -> set[tuple[str, str]]:
+    state = SweepService(deps).sweep(trigger="test").state
+    return {(f["kind"], f["target"]) for f in state["findings"]}
+
+
+def test_sweep_through_prometheus_matches_in_process(prometheus):
+    url, exporter_port = prometheus
+    scenario = load_scenario(SCENARIO)
+    policy = parse_policy(POLICY, "test policy")
+    exporter = SimExporter(scenario, speed=1.0)
+    server = ExporterServer(exporter, port=exporter_port).start()
+    try:
+        sweep_wall = exporter.wall_at(SWEEP_AT)
+        # Wait until Prometheus has stored the scrapes up to the sweep instant (and one more).
+        _wait("the scenario clock to pass the sweep instant", lambda: time.time() > sweep_wall + 2.0, SWEEP_AT + 30)
+        up = json.loads(_get(f"{url}/api/v1/query?query=up&time={sweep_wall:.3f}"))["data"]["result"]
+        assert up and up[0]["value"][1] == "1", f"prometheus did not scrape the exporter: {up}"
+
+        expected_deps, expected_cluster = simulated_deps(scenario, policy, PolicyModel())
+        expected_cluster.advance_to(SWEEP_AT)
+        expected = _findings(expected_deps)
+
+        deps, cluster = simulated_deps(scenario, policy, PolicyModel())
+        cluster.advance_to(SWEEP_AT)
+        slurm = {j.name: j.id for j in scenario.jobs if j.scheduler == "slurm"}
+        # 1.25s: a slice of 5s expects 4 samples, so a late 1s scrape on a busy machine is not a gap.
+        metrics = PrometheusMetrics(url, job_id_for_hpc_job=slurm, sample_interval_s=1.25,
+                                    time_shift=exporter.time_shift())
+        deps.metrics = metrics
+        got = _findings(deps)
+    finally:
+        server.stop()
+
+    kinds = {kind for kind, _ in expected}
+    assert kinds == {"idle", "zombie", "overprovisioned", "node_health", "oversized"}, expected
+    assert got == expected
+    assert metrics.queries == 13
+    gpus = metrics.gpu_series(cluster.now(), 20.0, 5.0)
+    assert {g.job for g in gpus} >= {"ml/busy", "ml/notebook", "cv/hung", "research/sweep", "gpu-long/ablation"}
+    assert len(gpus) == 24  # every GPU of the three nodes, once

@@ -62,7 +62,7 @@ class Trace:
 
 
 def _pick(header: list[str], wanted: str | None, names: tuple[str, ...], role: str, source: str,
-          required: bool) -> int | None:
+          required: bool, contains: tuple[str, ...] = ()) -> int | None:
     lowered = [h.strip().lower() for h in header]
     if wanted is not None:
         if wanted.strip().lower() not in lowered:
@@ -71,6 +71,9 @@ def _pick(header: list[str], wanted: str | None, names: tuple[str, ...], role: s
     for name in names:
         if name in lowered:
             return lowered.index(name)
+    for i, h in enumerate(lowered):  # then a column whose name contains a telling word
+        if any(word in h for word in contains):
+            return i
     if required:
         raise TraceError(f"{source}: cannot tell which column is the {role} (tried {', '.join(names[:6])}, ...); "
                          f"columns: {', '.join(header)}; name it with --{role.split()[0]}-col")
@@ -113,8 +116,8 @@ def load_trace(path: str | Path, *, id_col: str | None = None, time_col: str | N
         raise TraceError(f"{source}: not a CSV text file: {exc}") from None
     i_id = _pick(header, id_col, ID_NAMES, "id column (container)", source, True)
     i_t = _pick(header, time_col, TIME_NAMES, "time column (timestamp)", source, True)
-    i_u = _pick(header, util_col, UTIL_NAMES, "util column (GPU utilisation %)", source, True)
-    i_m = _pick(header, mem_col, MEM_NAMES, "mem column (GPU memory)", source, False)
+    i_u = _pick(header, util_col, UTIL_NAMES, "util column (GPU utilisation %)", source, True, ("util", "duty"))
+    i_m = _pick(header, mem_col, MEM_NAMES, "mem column (GPU memory)", source, False, ("mem", "fb_used"))
     names = {"id": header[i_id], "time": header[i_t], "util": header[i_u], "mem": header[i_m] if i_m is not None
              else None}
     ids: list[str] = []

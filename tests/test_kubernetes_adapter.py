@@ -37,7 +37,8 @@ def api():
     s.put("nodes", gpu_node("gpu-1", 8, pool="a100"))
     s.put("nodes", {"metadata": {"name": "cpu-0"}, "status": {"capacity": {"cpu": "16"}}})
     s.put("pods", gpu_pod("ml", "train-0", 4, owner=("Job", "train"), started=NOW - timedelta(hours=2),
-                          labels={"steward.io/owner": "alice", "steward.io/project": "llm", "job-name": "train"}))
+                          labels={"steward.io/owner": "alice", "steward.io/project": "llm", "job-name": "train",
+                                  "steward.io/priority": "high"}))
     s.put("pods", gpu_pod("ml", "serve-7d9f8-abcde", 1, node="gpu-1", owner=("ReplicaSet", "serve-7d9f8"),
                           labels={"pod-template-hash": "7d9f8", "app": "serve"}))
     s.put("pods", gpu_pod("kf", "nb-0", 1, node="gpu-1", owner=("StatefulSet", "nb"),
@@ -66,7 +67,8 @@ def test_lists_gpu_pods_with_one_call_and_reads_owners(api, settings):
     assert path == "/api/v1/pods" and query["fieldSelector"] == ["status.phase!=Succeeded,status.phase!=Failed"]
     train = jobs["ml/train-0"]
     assert (train.user, train.project, train.gpus, train.node, train.owner_kind) == ("alice", "llm", 4, "gpu-0", "Job")
-    assert train.started_at == NOW - timedelta(hours=2) and train.state == "running"
+    assert train.started_at == NOW - timedelta(hours=2) and train.state == "running" and train.priority == "high"
+    assert jobs["ml/queued"].priority == "normal"
     assert jobs["ml/serve-7d9f8-abcde"].owner_kind == "Deployment"
     assert (jobs["kf/nb-0"].owner_kind, jobs["kf/nb-0"].user, jobs["kf/nb-0"].project) == ("Notebook", "bob", "kf")
     assert (jobs["ml/queued"].state, jobs["ml/queued"].node) == ("pending", None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -14,8 +15,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 _PHASES: dict[str, JobState] = {"Pending": "pending", "Running": "running", "Succeeded": "completed",
                                 "Failed": "failed", "Unknown": "running"}
-# Notebook servers run as CRs whose pods a StatefulSet owns; these kinds name the notebook directly.
-_NOTEBOOK_KINDS = {"Notebook"}
+Priority = Literal["low", "normal", "high"]
 
 
 class PodReading(BaseModel):
@@ -111,7 +111,8 @@ def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     ns, name = meta.get("namespace", "default"), meta["name"]
     labels, annotations = dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
-    priority = labels.get(reading.priority_key) or annotations.get(reading.priority_key) or "normal"
+    wanted = labels.get(reading.priority_key) or annotations.get(reading.priority_key)
+    priority: Priority = wanted if wanted in ("low", "high") else "normal"  # type: ignore[assignment]
     deletion = parse_time(meta.get("deletionTimestamp"))
     stop_requested = None
     if deletion is not None:
@@ -121,7 +122,7 @@ def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
         user=_first(reading.owner_keys, labels, annotations) or ns,
         project=_first(reading.project_keys, labels, annotations) or ns,
         gpus=pod_gpus(pod, reading.gpu_resource), node=spec.get("nodeName"), state=pod_state(pod),
-        priority=priority if priority in ("low", "normal", "high") else "normal",
+        priority=priority,
         labels=labels, annotations=annotations, owner_kind=owner_kind(meta),
         started_at=parse_time(status.get("startTime")), stop_requested_at=stop_requested,
     )

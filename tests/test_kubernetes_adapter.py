@@ -172,3 +172,19 @@ def test_fake_api_answers_errors_as_status_objects(api):
         urllib.request.urlopen(f"{api.url}/api/v1/namespaces/ml/pods/nope")
     status = json.loads(err.value.read())
     assert (status["kind"], status["code"], status["reason"]) == ("Status", 404, "NotFound")
+
+
+def test_in_cluster_the_service_account_is_used(monkeypatch, tmp_path):
+    from kubernetes.config import incluster_config
+
+    token, cert = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("sa-token")
+    cert.write_text("-----BEGIN CERTIFICATE-----\nnot checked until a TLS connection\n-----END CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(cert))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    k8s = kubernetes_scheduler_from_settings(Settings(kubeconfig=None, data_dir=tmp_path))
+    cfg = k8s.core.api_client.configuration
+    assert cfg.host == "https://10.96.0.1:443" and cfg.ssl_ca_cert == str(cert)
+    assert cfg.api_key["BearerToken"] == "bearer sa-token" and cfg.refresh_api_key_hook is not None  # rotated tokens

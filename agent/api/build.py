@@ -63,3 +63,17 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
         chat_model = make_chat_model(settings)
     return StewardRuntime(service, schedule_of(settings), sim_clock=clock, lease=make_lease(settings),
                           chat_model=chat_model)
+
+
+def fast_forward(runtime: StewardRuntime, until_s: float, every_s: float = 300.0) -> None:
+    """Sweep a simulated cluster at each interval up to `until_s` at once (demos, screenshots, tests)."""
+    clock = runtime.sim_clock
+    if clock is None:
+        raise ValueError("fast_forward needs a simulated cluster")
+    t = clock.cluster.offset_s
+    while t + every_s <= until_s:
+        t += every_s
+        with runtime.graph_lock:
+            clock.cluster.advance_to(t)
+        runtime.sweep_now("replay")
+    clock.restart_from(t)

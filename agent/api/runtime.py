@@ -55,10 +55,18 @@ class SimClock:
 
     def advance(self) -> None:
         target = self.target()
-        if target > self.cluster.offset_of(self.cluster.now()):
+        if target > self.cluster.offset_s:
             self.cluster.advance_to(target)
-            if self.state_file is not None:
-                self.state_file.write_text(json.dumps({"scenario": self.cluster.scenario.name, "offset_s": target}))
+            self.save()
+
+    def save(self) -> None:
+        """Remember where the simulation is, so a restarted server continues from there."""
+        if self.state_file is not None:
+            self.state_file.write_text(json.dumps({"scenario": self.cluster.scenario.name,
+                                                   "offset_s": self.cluster.offset_s}))
+
+    def restart_from(self, offset_s: float) -> None:
+        self.start_s, self._t0 = offset_s, time.monotonic()
 
     @staticmethod
     def resume_offset(state_file: Path, scenario_name: str, default: float) -> float:
@@ -94,6 +102,9 @@ class StewardRuntime:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.scheduler.lease.release()
+        if self.sim_clock is not None:
+            with self.graph_lock:
+                self.sim_clock.save()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.tick_s):

@@ -1,0 +1,266 @@
+"""The HTTP API through TestClient: endpoints, roles, approvals answered once, restarts, metrics, OpenAPI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from langchain_core.messages import AIMessage
+
+from agent.settings import ApiToken, Settings
+from server import create_app
+from tests.scripted_model import ScriptedChatModel, rounds, tool_call
+
+START = 3 * 3600 + 50 * 60  # 17:50 on the demo: the next sweep finds the oversized on-demand pool
+APPROVER = {"Authorization": "Bearer approver-token"}
+VIEWER = {"Authorization": "Bearer viewer-token"}
+
+
+def settings_for(data_dir: Path, **extra) -> Settings:
+    return Settings(data_dir=data_dir, leader_lock="none", sweep_every_s=300, **extra)
+
+
+def client_for(settings: Settings, **kwargs) -> TestClient:
+    app = create_app(settings, speed=0, start_s=kwargs.pop("start_s", START), run_scheduler=False, **kwargs)
+    return TestClient(app)
+
+
+def advance(client: TestClient, seconds: float) -> None:
+    rt = client.app.state.runtime
+    with rt.graph_lock:
+        rt.sim_clock.cluster.advance(seconds)
+
+
+def sweep_with_approval(client: TestClient, headers: dict | None = None) -> str:
+    advance(client, 300)
+    resp = client.post("/api/sweeps", headers=headers or {})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["findings"] > 0
+    assert len(body["approvals_opened"]) == 1
+    return body["approvals_opened"][0]
+
+
+def sse_events(text: str) -> list[dict]:
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+@pytest.fixture
+def client(tmp_path):
+    with client_for(settings_for(tmp_path)) as c:
+        yield c
+
+
+def test_health_findings_and_pending_approval(client):
+    health = client.get("/healthz").json()
+    assert health["status"] == "ok" and health["auth_mode"] == "local-dev"
+    assert client.get("/api/findings").json()["findings"] == []
+    approval_id = sweep_with_approval(client)
+    findings = client.get("/api/findings").json()["findings"]
+    assert {"oversized"} <= {f["kind"] for f in findings}
+    pending = client.get("/api/approvals").json()["pending"]
+    assert [a["id"] for a in pending] == [approval_id]
+    assert pending[0]["action"] == "resize_pool" and pending[0]["target"] == "a100-ondemand"
+
+
+def test_approve_executes_once_and_second_answer_is_409(client):
+    approval_id = sweep_with_approval(client)
+    pools_before = {p.name: p.nodes for p in client.app.state.runtime.deps.pools.list_pools()}
+    first = client.post(f"/api/approvals/{approval_id}", json={"decision": "approve", "reason": "night"})
+    assert first.status_code == 200, first.text
+    assert [o["status"] for o in first.json()["outcomes"]] == ["executed"]
+    assert first.json()["approval"]["answered_by"] == "local-dev"
+    pools_after = {p.name: p.nodes for p in client.app.state.runtime.deps.pools.list_pools()}
+    assert pools_after["a100-ondemand"] < pools_before["a100-ondemand"]
+
+    again = client.post(f"/api/approvals/{approval_id}", json={"decision": "deny"})
+    assert again.status_code == 409
+    assert "already approved" in again.json()["detail"]
+    executions = client.get("/api/audit", params={"kind": "execution", "target": "a100-ondemand"}).json()["entries"]
+    assert [e["status"] for e in executions] == ["executed"]  # exactly once
+    refused = client.get("/api/audit", params={"kind": "approval", "status": "refused_answer"}).json()["entries"]
+    assert len(refused) == 1
+    assert client.get("/api/approvals").json()["recent"][0]["status"] == "approved"
+
+
+def test_stale_answer_is_refused_and_nothing_runs(client):
+    client.app.state.runtime.deps.policy.approvals.expire_after = 600
+    approval_id = sweep_with_approval(client)
+    advance(client, 900)  # silence past the deadline is never approval
+    resp = client.post(f"/api/approvals/{approval_id}", json={"decision": "approve"})
+    assert resp.status_code == 409
+    assert "expired" in resp.json()["detail"]
+    assert client.get("/api/audit", params={"kind": "execution", "target": "a100-ondemand"}).json()["entries"] == []
+    statuses = [e["status"] for e in client.get("/api/audit", params={"kind": "approval"}).json()["entries"]]
+    assert "expired" in statuses
+
+
+def test_unknown_approval_is_404_and_bad_decision_422(client):
+    assert client.post("/api/approvals/apr_nope", json={"decision": "approve"}).status_code == 404
+    assert client.post("/api/approvals/apr_nope", json={"decision": "maybe"}).status_code == 422
+
+
+def test_restart_while_pending_then_approve(tmp_path):
+    settings = settings_for(tmp_path)
+    with client_for(settings) as first:
+        approval_id = sweep_with_approval(first)
+    # A new process over the same data dir: the simulated clock resumes, the graph waits in the checkpoint.
+    with client_for(settings) as second:
+        assert [a["id"] for a in second.get("/api/approvals").json()["pending"]] == [approval_id]
+        resp = second.post(f"/api/approvals/{approval_id}", json={"decision": "approve"})
+        assert resp.status_code == 200, resp.text
+        assert [o["status"] for o in resp.json()["outcomes"]] == ["executed"]
+        pool = next(p for p in second.app.state.runtime.deps.pools.list_pools() if p.name == "a100-ondemand")
+        assert pool.nodes < 4
+
+
+def test_roles_with_api_tokens(tmp_path):
+    tokens = {"viewer-token": ApiToken(name="vic", role="viewer"), "approver-token": ApiToken(name="ann", role="approver")}
+    with client_for(settings_for(tmp_path, api_tokens=tokens)) as c:
+        assert c.get("/api/findings").status_code == 401
+        assert c.get("/api/findings", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/api/findings", headers=VIEWER).status_code == 200
+        assert c.post("/api/sweeps", headers=VIEWER).status_code == 403
+        approval_id = sweep_with_approval(c, APPROVER)
+        denied = c.post(f"/api/approvals/{approval_id}", json={"decision": "approve"}, headers=VIEWER)
+        assert denied.status_code == 403 and "approver" in denied.json()["detail"]
+        assert c.post("/api/exemptions", json={"job": "x", "duration": "1h"}, headers=VIEWER).status_code == 403
+        ok = c.post(f"/api/approvals/{approval_id}", json={"decision": "deny", "reason": "peak"}, headers=APPROVER)
+        assert ok.status_code == 200 and ok.json()["approval"]["answered_by"] == "ann"
+        assert c.get("/healthz").json()["auth_mode"] == "tokens"
+
+
+def test_trusted_proxy_headers(tmp_path):
+    with client_for(settings_for(tmp_path, trust_proxy_headers=True)) as c:
+        assert c.get("/api/findings").status_code == 401
+        viewer = {"X-Forwarded-User": "bob", "X-Forwarded-Groups": "ml-team"}
+        approver = {"X-Forwarded-User": "lin", "X-Forwarded-Groups": "ml-team, steward-approvers"}
+        assert c.get("/api/findings", headers=viewer).status_code == 200
+        approval_id = sweep_with_approval(c, approver)
+        assert c.post(f"/api/approvals/{approval_id}", json={"decision": "approve"}, headers=viewer).status_code == 403
+        resp = c.post(f"/api/approvals/{approval_id}", json={"decision": "approve"}, headers=approver)
+        assert resp.json()["approval"]["answered_by"] == "lin"
+
+
+def test_exemption_is_audited_and_honoured_by_history(client):
+    resp = client.post("/api/exemptions", json={"job": "cv-team/augment-worker", "duration": "4h", "reason": "demo"})
+    assert resp.status_code == 201, resp.text
+    rt = client.app.state.runtime
+    history = rt.deps.audit.history(rt.deps.clock.now())
+    assert [e.target for e in history.exemptions] == ["cv-team/augment-worker"]
+    entry = client.get("/api/audit", params={"kind": "exemption"}).json()["entries"][0]
+    assert entry["data"]["until"] == resp.json()["until"].replace("Z", "+00:00") and entry["data"]["by"] == "local-dev"
+    bad = client.post("/api/exemptions", json={"job": "x", "duration": "soon"})
+    assert bad.status_code == 422 and "soon" in bad.json()["detail"]
+
+
+def test_audit_pagination_and_savings(client):
+    approval_id = sweep_with_approval(client)
+    page = client.get("/api/audit", params={"kind": "finding", "limit": 2}).json()
+    assert len(page["entries"]) == 2 and page["next_offset"] == 2
+    rest = client.get("/api/audit", params={"kind": "finding", "limit": 2, "offset": 2}).json()
+    assert {e["seq"] for e in rest["entries"]}.isdisjoint({e["seq"] for e in page["entries"]})
+    client.post(f"/api/approvals/{approval_id}", json={"decision": "approve"})
+    advance(client, 3600)
+    savings = client.get("/api/savings").json()
+    freed = client.get("/api/audit", params={"kind": "execution", "target": "a100-ondemand"}).json()["entries"][0]
+    assert savings["reclaimed_gpu_hours"] == pytest.approx(freed["data"]["gpus"] * 1.0)
+    assert savings["reclaimed_money"] == pytest.approx(savings["reclaimed_gpu_hours"] * 4.1, rel=1e-3)
+    assert savings["timeline"][-1]["reclaimed_gpu_hours"] == savings["reclaimed_gpu_hours"]
+    assert savings["waste_by_team"]
+
+
+def test_metrics_text(client):
+    approval_id = sweep_with_approval(client)
+    text = client.get("/metrics").text
+    assert "steward_sweeps_total 1.0" in text
+    assert 'steward_findings{kind="oversized"} 1.0' in text
+    assert "steward_approvals_pending 1.0" in text
+    assert "steward_llm_tokens_total 0.0" in text
+    client.post(f"/api/approvals/{approval_id}", json={"decision": "approve"})
+    text = client.get("/metrics").text
+    assert 'steward_actions_total{action="resize_pool",level="4",status="executed"} 1.0' in text
+    assert "steward_approvals_pending 0.0" in text
+    assert "steward_reclaimed_gpu_hours_total" in text
+
+
+def test_openapi_schema_is_valid(client):
+    schema = client.get("/openapi.json").json()
+    assert schema["openapi"].startswith("3.")
+    for path in ("/api/chat", "/api/findings", "/api/approvals", "/api/approvals/{approval_id}", "/api/exemptions",
+                 "/api/audit", "/api/savings", "/api/sweeps", "/healthz", "/metrics"):
+        assert path in schema["paths"], path
+    refs = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            refs.extend(v for k, v in node.items() if k == "$ref")
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema)
+    names = set(schema["components"]["schemas"])
+    assert refs and all(r.split("/")[-1] in names for r in refs)
+    answer = schema["paths"]["/api/approvals/{approval_id}"]["post"]
+    assert {"200", "404", "409", "422"} <= set(answer["responses"])
+    assert "text/event-stream" in schema["paths"]["/api/chat"]["post"]["responses"]["200"]["content"]
+
+
+def test_chat_offline_streams_tool_calls_then_answer_in_both_languages(client):
+    sweep_with_approval(client)
+    events = sse_events(client.post("/api/chat", json={"message": "who is wasting A100s right now?"}).text)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "done"
+    assert kinds.index("tool_call") < kinds.index("token")
+    assert {"list_jobs", "query_gpu_metrics"} <= {e["name"] for e in events if e["type"] == "tool_call"}
+    answer = events[-1]["answer"]
+    assert "a100-ondemand" in answer and "".join(e["text"] for e in events if e["type"] == "token") == answer
+    zh = sse_events(client.post("/api/chat", json={"message": "谁在浪费 GPU？"}).text)
+    assert zh[0]["lang"] == "zh" and "浪费" in zh[-1]["answer"] and "a100-ondemand" in zh[-1]["answer"]
+    pending = sse_events(client.post("/api/chat", json={"message": "any pending approvals?"}).text)[-1]["answer"]
+    assert "resize_pool" in pending
+    assert client.post("/api/chat", json={"message": ""}).status_code == 422
+
+
+def test_chat_with_model_binds_only_read_only_tools(tmp_path):
+    model = ScriptedChatModel(script=rounds(
+        AIMessage(content="", tool_calls=[tool_call("list_jobs", "c1", only_with_findings=True),
+                                          tool_call("terminate_job", "c2", job="ml-team/llm-pretrain", reason="x")]),
+        AIMessage(content="The on-demand A100 pool is oversized."),
+    ))
+    with client_for(settings_for(tmp_path), chat_model=model) as c:
+        events = sse_events(c.post("/api/chat", json={"message": "who wastes GPUs?"}).text)
+        assert "terminate_job" not in model.bound_tools and "list_jobs" in model.bound_tools
+        results = {e["name"]: e["status"] for e in events if e["type"] == "tool_result"}
+        assert results == {"list_jobs": "no_data", "terminate_job": "error"}
+        assert events[-1] == {"type": "done", "answer": "The on-demand A100 pool is oversized."}
+        assert c.get("/api/audit", params={"kind": "proposal"}).json()["entries"] == []
+
+
+def test_serve_refuses_a_public_host_without_access_control(tmp_path, capsys):
+    from agent.cli import main
+
+    assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
+    assert "without access control" in capsys.readouterr().out
+
+
+def test_extra_routers_and_listeners(tmp_path):
+    from fastapi import APIRouter
+
+    hook = APIRouter()
+
+    @hook.post("/webhooks/test")
+    def webhook() -> dict:
+        return {"ok": True}
+
+    heard = []
+    settings = settings_for(tmp_path, api_tokens={"approver-token": ApiToken(name="ann", role="approver")})
+    with client_for(settings, extra_routers=[hook], listeners=[lambda e: heard.append(e.kind)]) as c:
+        assert c.post("/webhooks/test").json() == {"ok": True}  # their own auth, not our tokens
+        sweep_with_approval(c, APPROVER)
+    assert heard == ["approval_requested", "sweep_finished"]

@@ -1,0 +1,170 @@
+"""SlurmScheduler without a cluster: output parsing across Slurm versions, ids, logs, stops and CLI errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tools.slurm import JOB_ID_LABEL, SlurmScheduler, slurm_scheduler_from_settings, steward_ids
+from tools.slurm_cli import SlurmCli, SlurmError
+from tools.slurm_logs import dated_lines, line_time, tail_log
+from tools.slurm_parse import (
+    SEP,
+    expand_hostlist,
+    gpus_in_gres,
+    gpus_in_tres,
+    jobs_from_json,
+    jobs_from_text,
+    key_values,
+)
+
+T0 = 1_795_966_000
+
+JSON_OLD = {"jobs": [  # Slurm 22.05, OpenAPI v0.0.38
+    {"job_id": 11, "name": "train", "partition": "gpu", "user_name": "alice", "account": "", "qos": "normal",
+     "job_state": "RUNNING", "nodes": "gpu[01-02]", "node_count": 2, "start_time": T0,
+     "tres_alloc_str": "cpu=2,node=2,billing=2", "tres_per_node": "gres:gpu:4"},
+    {"job_id": 12, "name": "wait", "partition": "gpu", "user_name": "bob", "account": "ml", "qos": "",
+     "job_state": "PENDING", "nodes": "", "node_count": 1, "start_time": 0, "tres_per_node": "gres:gpu:a100:2"},
+]}
+JSON_NEW = {"jobs": [  # Slurm >= 23.11: state lists and {"set", "number"} numbers
+    {"job_id": 21, "name": "train", "partition": "gpu", "user_name": "carol", "account": "research", "qos": "high",
+     "job_state": ["RUNNING"], "nodes": "gpu03", "node_count": {"set": True, "infinite": False, "number": 1},
+     "start_time": {"set": True, "infinite": False, "number": T0}, "tres_alloc_str": "cpu=8,gres/gpu=4"},
+    {"job_id": 22, "name": "cpu-only", "partition": "cpu", "user_name": "dave", "job_state": ["COMPLETED"],
+     "nodes": "cpu1", "node_count": {"set": True, "number": 1}, "start_time": {"set": False, "number": 0}},
+]}
+
+
+def test_hostlists_gres_and_tres():
+    assert expand_hostlist("gpu[01-03,07],cpu1") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]
+    assert expand_hostlist("rack[1-2]-n[1-2]") == ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+    assert expand_hostlist("(null)") == [] and expand_hostlist("") == []
+    assert gpus_in_gres("gres:gpu:2") == 2 and gpus_in_gres("gpu:a100:4(S:0-1),gpu:v100:2") == 6
+    assert gpus_in_gres("gres/gpu=3") == 3 and gpus_in_gres("gres:mps:100") == 0
+    assert gpus_in_tres("cpu=1,gres/gpu=4,gres/gpu:a100=4") == 4 and gpus_in_tres("cpu=1,node=1") is None
+
+
+def test_squeue_json_old_and_new_shapes():
+    old = jobs_from_json(json.dumps(JSON_OLD))
+    assert [(j.job_id, j.gpus, j.nodes, j.account, j.steward_state) for j in old] == [
+        ("11", 8, ["gpu01", "gpu02"], None, "running"), ("12", 2, [], "ml", "pending")]
+    assert old[0].started_at == datetime.fromtimestamp(T0, UTC) and old[1].started_at is None
+    new = jobs_from_json(json.dumps(JSON_NEW))
+    assert [(j.job_id, j.gpus, j.qos, j.steward_state) for j in new] == [
+        ("21", 4, "high", "running"), ("22", 0, None, "completed")]
+    with pytest.raises(ValueError, match="no job list"):
+        jobs_from_json("slurm_load_jobs error")
+
+
+def test_squeue_text_output():
+    line = SEP.join(["7_3", "gpu,debug", "erin", "(null)", "normal", "RUNNING", "2", "gres:gpu:2",
+                     "2026-11-29T15:27:31", "n[1-2]", "name with | pipe"])
+    [job] = jobs_from_text(line + "\n")
+    assert (job.job_id, job.partition, job.gpus, job.nodes, job.name) == ("7_3", "gpu", 4, ["n1", "n2"],
+                                                                          "name with | pipe")
+    with pytest.raises(ValueError, match="fields"):
+        jobs_from_text("1|gpu|x\n")
+
+
+def test_colliding_names_get_the_slurm_id():
+    jobs = jobs_from_json(json.dumps({"jobs": [dict(JSON_OLD["jobs"][0], job_id=5), dict(JSON_OLD["jobs"][0]),
+                                               dict(JSON_OLD["jobs"][1])]}))
+    assert sorted(steward_ids(jobs)) == ["gpu/train-11", "gpu/train-5", "gpu/wait"]
+
+
+def test_scontrol_key_values_keep_spaces():
+    rec = key_values("NodeName=n1 Gres=gpu:a100:8(S:0-1) OS=Linux 6.1 #1 SMP Partitions=gpu,prod")
+    assert rec == {"NodeName": "n1", "Gres": "gpu:a100:8(S:0-1)", "OS": "Linux 6.1 #1 SMP", "Partitions": "gpu,prod"}
+
+
+class FakeCli(SlurmCli):
+    """Answers from a table of (tool, first args) -> stdout or SlurmError."""
+
+    def __init__(self, answers):
+        super().__init__()
+        self.answers = answers
+
+    def run(self, tool, *args, ok_codes=(0,)):
+        self.calls.append((tool, *args))
+        for key, answer in self.answers.items():
+            if (tool, *args)[: len(key)] == key:
+                if isinstance(answer, Exception):
+                    raise answer
+                return subprocess.CompletedProcess([tool, *args], 0, answer() if callable(answer) else answer, "")
+        raise SlurmError([tool, *args], "exited 1: unexpected call", 1, "unexpected")
+
+
+def test_falls_back_to_text_when_json_is_unsupported():
+    line = SEP.join(["3", "gpu", "erin", "acct", "(null)", "RUNNING", "1", "gres:gpu:1", "N/A", "n1", "nb"])
+    cli = FakeCli({("squeue", "--json"): SlurmError(["squeue", "--json"], "exited 1: unrecognized option", 1,
+                                                    "squeue: unrecognized option '--json'"),
+                   ("squeue", "-h"): line + "\n"})
+    scheduler = SlurmScheduler(cli)
+    [job] = scheduler.list_jobs()
+    assert (job.id, job.project, job.labels[JOB_ID_LABEL], job.gpus) == ("gpu/nb", "acct", "3", 1)
+    scheduler.list_jobs()
+    assert [c[:2] for c in cli.calls] == [("squeue", "--json"), ("squeue", "-h"), ("squeue", "-h")]
+
+
+def test_stops_are_graceful_then_forced_and_idempotent():
+    listing = {"jobs": [dict(JSON_OLD["jobs"][0])]}
+    cli = FakeCli({("squeue", "--json", "-j"): lambda: json.dumps(listing),
+                   ("squeue", "--json"): lambda: json.dumps(listing),
+                   ("scancel",): ""})
+    scheduler = SlurmScheduler(cli, stop_settle_s=0)
+    first = scheduler.stop_job("gpu/train", force=False, grace_s=60, reason="idle")
+    assert first.status == "stopping" and ("scancel", "--signal=TERM", "--full", "11") in cli.calls
+    job = scheduler.get_job("gpu/train")
+    assert job.state == "stopping" and job.stop_requested_at is not None
+    assert scheduler.stop_job("gpu/train", force=True, grace_s=60, reason="idle").status == "stopping"
+    assert ("scancel", "11") in cli.calls
+    listing["jobs"] = []
+    assert scheduler.stop_job("gpu/train", force=True, grace_s=60, reason="idle").status == "already_gone"
+    assert scheduler.get_job("gpu/train") is None
+    with pytest.raises(ValueError, match="partition/jobname"):
+        scheduler.get_job("train")
+
+
+def test_logs_by_timestamp_or_mtime_and_missing_files(tmp_path):
+    now = datetime(2026, 11, 29, 15, 0, tzinfo=UTC)
+    assert line_time("[2026-11-29 15:00:01,250] step=1") == datetime(2026, 11, 29, 15, 0, 1, 250000, tzinfo=UTC)
+    assert line_time("2026-11-29T16:00:00+01:00 x") == now and line_time("step 3") is None
+    dated = dated_lines(["warmup", "2026-11-29T15:00:00Z step=1", "traceback line"], now + timedelta(hours=1))
+    assert [d.at for d in dated] == [now, now, now]
+    log = tmp_path / "plain.log"
+    log.write_text("step=1\nstep=2\n")
+    stamp = (now + timedelta(minutes=5)).timestamp()
+    os.utime(log, (stamp, stamp))
+    assert [line.text for line in tail_log(log, now, now + timedelta(minutes=10), limit=1)] == ["step=2"]
+    assert tail_log(log, now, now + timedelta(minutes=1), limit=10) == []  # written after the window
+    assert tail_log(tmp_path / "gone.log", now, now, limit=10) == []
+
+    cli = FakeCli({("squeue", "--json"): json.dumps(JSON_OLD),
+                   ("scontrol", "show", "job"): f"JobId=11 JobName=train StdOut={tmp_path}/out-%j.log\n"})
+    (tmp_path / "out-11.log").write_text("2026-11-29T15:00:00Z step=1 loss=0.5\n")
+    lines = SlurmScheduler(cli).tail("gpu/train", now - timedelta(minutes=1), now + timedelta(minutes=1))
+    assert [line.text for line in lines] == ["2026-11-29T15:00:00Z step=1 loss=0.5"]
+
+
+def test_cli_errors_name_the_command(tmp_path):
+    with pytest.raises(SlurmError, match="squeue --json` failed: .* not found"):
+        SlurmCli(tmp_path).run("squeue", "--json")
+    slow = tmp_path / "scontrol"
+    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.chmod(0o755)
+    with pytest.raises(SlurmError, match="timed out"):
+        SlurmCli(tmp_path, timeout_s=0.2).run("scontrol", "show", "nodes")
+    with pytest.raises(ValueError, match="not a directory"):
+        SlurmCli(tmp_path / "missing")
+    with pytest.raises(ValueError, match="not a Slurm tool"):
+        SlurmCli().run("rm", "-rf", "/")
+
+    class Settings:
+        slurm_bin_dir = tmp_path
+
+    assert slurm_scheduler_from_settings(Settings()).cli.bin_dir == tmp_path

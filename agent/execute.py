@@ -85,7 +85,9 @@ def execute_action(
             recipient = job.user if job else "platform-oncall"
             sent = deps.notifier.notify(recipient, f"GPU Steward: {p.target}", body, job_id=p.target)
             deadline = now + timedelta(seconds=deps.policy.warning.min_notice)
-            status: ActionStatus = "executed" if sent.status == "sent" else "failed"
+            # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
+            status: ActionStatus = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}.get(
+                sent.status, "failed")
             return outcome(status, p.reason or "warned owner", f"{sent.channel} to {recipient}: {sent.status}",
                            deadline=deadline)
         if p.action in ("terminate", "force_terminate"):
@@ -93,7 +95,7 @@ def execute_action(
             result = deps.scheduler.stop_job(p.target, force=force, grace_s=deps.policy.stop.grace_period,
                                              reason=p.reason)
             mapping: dict[str, ActionStatus] = {"stopped": "executed", "stopping": "executed",
-                                                "already_gone": "skipped", "refused": "failed", "error": "failed"}
+                                                "already_gone": "skipped", "refused": "refused", "error": "failed"}
             status = mapping[result.status]
             return outcome(status, p.reason, f"{result.status}: {result.detail}".strip(": "),
                            gpus=gpus if status == "executed" else 0)
@@ -101,7 +103,7 @@ def execute_action(
             assert p.target_nodes is not None
             resized = deps.pools.resize_pool(p.target, p.target_nodes, reason=p.reason)
             freed = (resized.nodes_before - resized.nodes_after) * (facts.pool.gpus_per_node if facts.pool else 0)
-            status = {"resized": "executed", "unchanged": "skipped"}.get(resized.status, "failed")  # type: ignore[assignment]
+            status = {"resized": "executed", "unchanged": "skipped", "refused": "refused"}.get(resized.status, "failed")  # type: ignore[assignment]
             return outcome(status, p.reason, f"{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
                            gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after))
     except Exception as exc:  # the backend failed: audited as failed, counts toward the circuit breaker

@@ -150,6 +150,37 @@ class Approvals(_Section):
     expire_after: Duration = 4 * 3600.0
 
 
+class Notifications(_Section):
+    """When owners may be messaged (ChatOps); approval cards to approvers are not held back."""
+
+    working_hours: str = "09:00-19:00"
+    timezone: str = "Asia/Shanghai"
+    weekdays_only: bool = True
+    outside_hours: Literal["defer", "send"] = "defer"
+
+    @field_validator("working_hours")
+    @classmethod
+    def _hours(cls, value: str) -> str:
+        try:
+            start, end = (time.fromisoformat(part.strip()) for part in value.split("-"))
+        except ValueError:
+            raise ValueError(f"working_hours is 'HH:MM-HH:MM', got {value!r}") from None
+        if start == end:
+            raise ValueError("working_hours start and end are the same")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {value!r}") from None
+        return value
+
+
 class Policy(_Section):
     version: Literal[1] = 1
     mode: Literal["enforce", "dry_run", "observe"] = "enforce"
@@ -161,6 +192,7 @@ class Policy(_Section):
     rate_limits: RateLimits = RateLimits()
     reserve: Reserve = Reserve()
     approvals: Approvals = Approvals()
+    notifications: Notifications = Notifications()
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:

@@ -65,6 +65,22 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = None  # None: in-cluster service account, else ~/.kube/config
     slurm_bin_dir: Path | None = None  # where squeue/scontrol/scancel/sacct live; None = PATH
 
+    # ChatOps (docs/chatops.md): DingTalk / WeCom robots, callbacks and signed approve links.
+    dingtalk_webhook_url: str | None = None  # custom robot webhook (access_token in the URL)
+    dingtalk_secret: SecretStr | None = None  # the robot's 加签 secret (SEC...)
+    dingtalk_app_secret: SecretStr | None = None  # outgoing (@-mention) callback: the robot app's AppSecret
+    wecom_webhook_url: str | None = None  # group robot webhook (key in the URL)
+    wecom_token: SecretStr | None = None  # app callback Token
+    wecom_aes_key: SecretStr | None = None  # app callback EncodingAESKey (43 chars)
+    wecom_corp_id: str | None = None
+    chatops_link_secret: SecretStr | None = None  # signs approve/deny links
+    chatops_public_url: str | None = None  # e.g. https://steward.example.com: where links point
+    chatops_link_ttl_s: float = 3600.0
+    chatops_approvers: list[str] = []  # chat user ids (DingTalk staffId / WeCom userid) who may approve
+    chatops_users: dict[str, dict[str, str]] = {}  # cluster user -> {dingtalk, mobile, wecom}: @-mentions, owners
+    chatops_routes: dict[str, dict[str, str]] = {}  # project -> {dingtalk_webhook_url, wecom_webhook_url}
+    chatops_channels: list[str] = []  # dingtalk / wecom; empty: each one whose webhook is set
+
     @property
     def llm_configured(self) -> bool:
         return bool(self.llm_model and (self.llm_base_url or self.llm_api_key))

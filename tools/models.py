@@ -116,7 +116,7 @@ class ResizeResult(_Record):
 
 class NotifyResult(_Record):
     recipient: str
-    status: Literal["sent", "error", "suppressed"]
+    status: Literal["sent", "error", "suppressed", "deferred"]  # deferred: outside working hours, retried later
     channel: str = "log"
     detail: str = ""
     message_id: str = Field(default="")

@@ -1,0 +1,54 @@
+"""The notification policy: working hours in the team's timezone, and one message per job and violation per period."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, time, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from agent.policy import Policy
+
+Verdict = Literal["send", "defer", "suppress"]
+
+
+def within_working_hours(moment: datetime, working_hours: str, timezone: str, weekdays_only: bool) -> bool:
+    local = moment.astimezone(ZoneInfo(timezone))
+    if weekdays_only and local.weekday() >= 5:
+        return False
+    start, end = (time.fromisoformat(part.strip()) for part in working_hours.split("-"))
+    now = local.time().replace(tzinfo=None)
+    return start <= now < end if start < end else (now >= start or now < end)  # "22:00-06:00" spans midnight
+
+
+def dedupe_key(job_id: str | None, recipient: str, body: str) -> str:
+    """Job + violation: the templates' first line names both ("[GPU Steward] <job>: <what is wrong>")."""
+    first = body.strip().splitlines()[0] if body.strip() else ""
+    return f"{job_id or recipient}\x00{first}"
+
+
+class DeliveryPolicy:
+    """Decides send / defer / suppress for a message to a job's owner; remembers what went out."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._sent: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+
+    def verdict(self, key: str, now: datetime) -> Verdict:
+        rules = self.policy.notifications
+        with self._lock:
+            last = self._sent.get(key)
+        if last is not None and now - last < timedelta(seconds=self.policy.warning.repeat_every):
+            return "suppress"
+        if rules.outside_hours == "defer" and not within_working_hours(now, rules.working_hours, rules.timezone,
+                                                                       rules.weekdays_only):
+            return "defer"
+        return "send"
+
+    def sent(self, key: str, now: datetime) -> None:
+        with self._lock:
+            self._sent[key] = now
+            horizon = now - timedelta(seconds=self.policy.warning.repeat_every)
+            for stale in [k for k, at in self._sent.items() if at < horizon]:
+                del self._sent[stale]

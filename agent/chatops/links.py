@@ -1,0 +1,101 @@
+"""Signed, single-use, expiring approve/deny links for chat cards.
+
+A token is base64url(JSON {a: approval id, d: decision, e: expiry (unix s), n: nonce, r: bound
+recipient}) + "." + base64url(HMAC-SHA256(link secret, that JSON)). Holding the link is the
+capability (see docs/chatops.md for the threat model); a nonce is spent on first use.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import sqlite3
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+
+class LinkRefused(ValueError):
+    """A link that is tampered with, expired or already used."""
+
+
+class LinkClaim(BaseModel):
+    a: str  # approval id
+    d: Literal["approve", "deny"]
+    e: int  # expires at, unix seconds (wall clock: the person clicks in real time)
+    n: str  # nonce
+    r: str = ""  # bound recipient: who the link was sent to; empty = the POST must name an approver
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class ApprovalLinks:
+    def __init__(self, secret: str, public_url: str, ttl_s: float = 3600.0) -> None:
+        if len(secret) < 16:
+            raise ValueError("the link secret needs at least 16 characters")
+        self._key, self.public_url, self.ttl_s = secret.encode(), public_url.rstrip("/"), ttl_s
+
+    def _mac(self, payload: bytes) -> str:
+        return _b64(hmac.new(self._key, payload, hashlib.sha256).digest())
+
+    def token(self, approval_id: str, decision: str, now_s: float, recipient: str = "",
+              ttl_s: float | None = None) -> str:
+        claim = LinkClaim(a=approval_id, d=decision, e=int(now_s + (ttl_s or self.ttl_s)),  # type: ignore[arg-type]
+                          n=secrets.token_urlsafe(12), r=recipient)
+        payload = json.dumps(claim.model_dump(), separators=(",", ":"), sort_keys=True).encode()
+        return f"{_b64(payload)}.{self._mac(payload)}"
+
+    def url(self, approval_id: str, decision: str, now_s: float, recipient: str = "") -> str:
+        token = self.token(approval_id, decision, now_s, recipient)
+        return f"{self.public_url}/chatops/approve?{urllib.parse.urlencode({'token': token})}"
+
+    def verify(self, token: str, now_s: float) -> LinkClaim:
+        """The claim of a genuine, unexpired token (spent or not: see UsedNonces)."""
+        try:
+            payload_b64, mac = token.split(".")
+            payload = _unb64(payload_b64)
+        except ValueError:
+            raise LinkRefused("malformed link") from None
+        if not hmac.compare_digest(self._mac(payload), mac):
+            raise LinkRefused("link signature does not match (tampered or from another server)")
+        try:
+            claim = LinkClaim.model_validate_json(payload)
+        except ValidationError:
+            raise LinkRefused("malformed link") from None
+        if claim.e <= now_s:
+            raise LinkRefused("link expired")
+        return claim
+
+
+class UsedNonces:
+    """Spent link nonces in SQLite (data dir, or memory), so single use survives a restart."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._conn.execute("CREATE TABLE IF NOT EXISTS used_links (nonce TEXT PRIMARY KEY, expires INTEGER, by TEXT)")
+        self._lock = threading.Lock()
+
+    def is_used(self, nonce: str) -> bool:
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM used_links WHERE nonce = ?", (nonce,)).fetchone() is not None
+
+    def spend(self, claim: LinkClaim, by: str, now_s: float) -> None:
+        """Mark the nonce used, atomically; LinkRefused when someone already did."""
+        with self._lock:
+            self._conn.execute("DELETE FROM used_links WHERE expires < ?", (int(now_s) - 86400,))
+            try:
+                self._conn.execute("INSERT INTO used_links VALUES (?,?,?)", (claim.n, claim.e, by))
+            except sqlite3.IntegrityError:
+                raise LinkRefused("link already used") from None

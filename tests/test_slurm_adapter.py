@@ -107,6 +107,7 @@ def test_falls_back_to_text_when_json_is_unsupported():
     scheduler = SlurmScheduler(cli)
     [job] = scheduler.list_jobs()
     assert (job.id, job.project, job.labels[JOB_ID_LABEL], job.gpus) == ("gpu/nb", "acct", "3", 1)
+    assert scheduler.steward_id_for("3") == "gpu/nb" and scheduler.steward_id_for("4") is None
     scheduler.list_jobs()
     assert [c[:2] for c in cli.calls] == [("squeue", "--json"), ("squeue", "-h"), ("squeue", "-h")]
 

@@ -57,6 +57,7 @@ class SlurmScheduler:
         self._jobs: dict[str, SlurmJob] = {}  # steward id -> job, from the latest squeue
         self._stop_sent: dict[str, datetime] = {}  # Slurm job id -> when we sent SIGTERM
         self._stdout: dict[str, Path | None] = {}
+        self._by_slurm_id: dict[str, str] = {}
 
     @property
     def calls(self) -> list[tuple[str, ...]]:
@@ -77,7 +78,13 @@ class SlurmScheduler:
 
     def _refresh(self) -> dict[str, SlurmJob]:
         self._jobs = steward_ids(self._squeue())
+        self._by_slurm_id = {job.job_id: sid for sid, job in self._jobs.items()}
         return self._jobs
+
+    def steward_id_for(self, slurm_job_id: str) -> str | None:
+        """The steward id of a Slurm job id (dcgm-exporter's `hpc_job` label), from the latest squeue.
+        Pass it to PrometheusMetrics(job_id_for_hpc_job=...)."""
+        return self._by_slurm_id.get(str(slurm_job_id).strip())
 
     def _info(self, steward_id: str, job: SlurmJob) -> JobInfo:
         state = job.steward_state

@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     prometheus_headers: dict[str, str] = {}
     kubeconfig: Path | None = None  # None: in-cluster service account, else ~/.kube/config
     slurm_bin_dir: Path | None = None  # where squeue/scontrol/scancel/sacct live; None = PATH
+    aws_region: str | None = None  # EC2 Auto Scaling node pools (docs/cloud-pools.md); None = boto3's default
+    aws_endpoint_url: str | None = None  # a VPC endpoint; None = the public regional endpoint
 
     # ChatOps (docs/chatops.md): DingTalk / WeCom robots, callbacks and signed approve links.
     dingtalk_webhook_url: str | None = None  # custom robot webhook (access_token in the URL)

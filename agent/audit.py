@@ -37,7 +37,6 @@ CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 """
 
-EXECUTION_STATUSES_IN_HISTORY = ("executed", "failed", "dry_run")
 
 
 class AuditEntry(BaseModel):

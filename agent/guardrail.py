@@ -86,12 +86,17 @@ class _Case:
             return "the global levels"
         return f"namespace {job.namespace!r}" + (f" / project {job.project!r}" if job.project else "")
 
-    def past(self, *actions: str, status: str = "executed") -> list[HistoryEntry]:
-        """History entries for this target, oldest first."""
+    @property
+    def done(self) -> tuple[str, ...]:
+        # A dry run escalates as if its earlier steps had happened, so it shows what would happen.
+        return ("executed", "dry_run") if self.policy.mode == "dry_run" else ("executed",)
+
+    def past(self, *actions: str) -> list[HistoryEntry]:
+        """History entries for this target that happened, oldest first."""
         found = [
             e
             for e in self.history.entries
-            if e.target == self.action.target and e.action in actions and e.status == status
+            if e.target == self.action.target and e.action in actions and e.status in self.done
         ]
         return sorted(found, key=lambda e: as_utc(e.at))
 
@@ -197,7 +202,9 @@ def _warning_first(case: _Case) -> _Denial:
     if not case.is_stop:
         return None
     notice = timedelta(seconds=case.policy.warning.min_notice)
-    warnings = [e for e in case.past("notify") if as_utc(e.at) <= case.now]
+    # A warning goes stale: one older than a repeat period plus the notice no longer announces this stop.
+    oldest = case.now - notice - timedelta(seconds=case.policy.warning.repeat_every)
+    warnings = [e for e in case.past("notify") if oldest <= as_utc(e.at) <= case.now]
     if not warnings:
         return "warning_first", (
             f"the owner of job {case.action.target} has not been warned; a stop needs a warning "
@@ -263,8 +270,8 @@ def _duplicate(case: _Case) -> _Denial:
     return None
 
 
-def _all(case: _Case, *actions: str, status: str = "executed") -> list[HistoryEntry]:
-    return [e for e in case.history.entries if e.action in actions and e.status == status]
+def _all(case: _Case, *actions: str) -> list[HistoryEntry]:
+    return [e for e in case.history.entries if e.action in actions and e.status in case.done]
 
 
 def _rate_limit(case: _Case) -> _Denial:

@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized"]
 ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool"]
 Verdict = Literal["allow", "deny", "needs_approval"]
-ActionStatus = Literal["executed", "blocked", "pending_approval", "dry_run", "failed", "skipped", "denied_by_human", "expired"]
+ActionStatus = Literal[
+    "executed", "blocked", "pending_approval", "dry_run", "failed", "refused", "skipped", "denied_by_human", "expired"
+]  # refused: the scheduler said no on purpose (e.g. a PodDisruptionBudget); not a failure
 
 # The intervention level of each action is fixed here, never chosen by the model.
 ACTION_LEVELS: dict[str, int] = {"notify": 1, "terminate": 2, "force_terminate": 3, "resize_pool": 4}

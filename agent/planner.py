@@ -59,10 +59,11 @@ class Planner(Protocol):
         ...
 
 
-def _last(history: History, action: str, target: str, kind: str | None = None) -> datetime | None:
+def _last(history: History, action: str, target: str, kind: str | None = None,
+          statuses: tuple[str, ...] = ("executed",)) -> datetime | None:
     times = [
         e.at for e in history.entries
-        if e.action == action and e.target == target and e.status == "executed"
+        if e.action == action and e.target == target and e.status in statuses
         and (kind is None or e.finding_kind is None or e.finding_kind == kind)
     ]
     return max(times) if times else None
@@ -135,7 +136,8 @@ class PolicyModel:
     def _next_step(f: Finding, state: str | None, history: History, policy: Policy, now: datetime) -> ProposedAction | None:
         base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model"}
         repeat = timedelta(seconds=policy.warning.repeat_every)
-        warned = _last(history, "notify", f.target, f.kind)
+        done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
+        warned = _last(history, "notify", f.target, f.kind, done)
         if f.kind == "oversized":
             target = int(f.metrics.get("suggested_nodes", -1))
             if target < 0:
@@ -145,7 +147,10 @@ class PolicyModel:
             if warned is None or now - warned >= repeat:
                 return ProposedAction(action="notify", reason=f.evidence, **base)
             return None
-        stopped = _last(history, "terminate", f.target)
+        stopped = _last(history, "terminate", f.target, statuses=done)
+        refused = _last(history, "terminate", f.target, statuses=("refused",))
+        if refused is not None and now - refused < repeat:
+            return None  # the scheduler said no on purpose (e.g. a PodDisruptionBudget): back off
         if state == "stopping" and stopped is not None:
             if now - stopped >= timedelta(seconds=policy.stop.grace_period):
                 return ProposedAction(action="force_terminate", reason=f"ignored SIGTERM; {f.evidence}", **base)

@@ -32,7 +32,7 @@ PROJECTS = ["vision", "nlp"]
 ANNOTATIONS = [*PROTECTED_ANNOTATIONS, "team"]
 VALUES = ["true", "True", "TRUE", "false", "False", "yes"]
 
-PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 minutes = st.integers(min_value=-6 * 60, max_value=30)  # history from 6h ago to slightly in the future
 
@@ -65,6 +65,7 @@ pools = st.builds(
     min_nodes=st.integers(0, 3),
     max_nodes=st.none() | st.integers(0, 12),
     busy_nodes=st.integers(0, 12),
+    used_gpus=st.none() | st.integers(0, 16),
 )
 
 findings = st.builds(
@@ -313,6 +314,65 @@ def test_no_stop_without_an_earlier_warning(scenario):
         for d in both(action, facts, policy, history):
             if d.verdict == "allow":
                 assert _warned_in_time(action, facts, policy, history)
+
+
+@PROPERTY
+@given(scenarios(), st.sampled_from(sorted(STOP_ACTIONS)), st.sampled_from(["drop", "late", "failed", "elsewhere"]))
+def test_a_stop_without_a_timely_warning_is_never_allowed(scenario, stop, way):
+    action, facts, policy, history = scenario
+    action = action.model_copy(update={"action": stop})
+    notice = timedelta(seconds=policy.warning.min_notice)
+    kept: list[HistoryEntry] = []
+    for e in history.entries:
+        if e.action == "notify" and e.status == "executed" and e.target == action.target and e.at + notice <= NOW:
+            if way == "late":  # sent, but the notice period has not passed (or it is not sent yet)
+                kept.append(e.model_copy(update={"at": NOW - notice + timedelta(minutes=1)}))
+            elif way == "failed":
+                kept.append(e.model_copy(update={"status": "failed"}))
+            elif way == "elsewhere":
+                kept.append(e.model_copy(update={"target": "ml/someone-else"}))
+            continue
+        kept.append(e)
+    history = history.model_copy(update={"entries": kept})
+    assert not _warned_in_time(action, facts, policy, history)
+    for d in both(action, facts, policy, history):
+        assert d.verdict != "allow", d
+
+
+@PROPERTY
+@given(scenarios(), st.sampled_from(sorted(STOP_ACTIONS)), st.sampled_from(["drop", "kind", "node", "elsewhere"]))
+def test_a_stop_without_a_stoppable_finding_is_never_allowed(scenario, stop, way):
+    action, facts, policy, history = scenario
+    action = action.model_copy(update={"action": stop})
+    kept: list[Finding] = []
+    for f in facts.findings:
+        if f.target == action.target and f.kind in STOPPABLE_KINDS:
+            if way == "kind":
+                kept.append(f.model_copy(update={"kind": "overprovisioned"}))
+            elif way == "node":  # a node of the same name is not the job
+                kept.append(f.model_copy(update={"target_type": "node", "kind": "node_health"}))
+            elif way == "elsewhere":
+                kept.append(f.model_copy(update={"target": "ml/someone-else"}))
+            continue
+        kept.append(f)
+    facts = facts.model_copy(update={"findings": kept})
+    for d in both(action, facts, policy, history):
+        assert d.verdict != "allow", d
+
+
+@PROPERTY
+@given(scenarios())
+def test_no_force_before_a_graceful_stop_and_its_grace_period(scenario):
+    action, facts, policy, history = scenario
+    action = action.model_copy(update={"action": "force_terminate"})
+    grace = timedelta(seconds=policy.stop.grace_period)
+    graceful = any(
+        e.action == "terminate" and e.status == "executed" and e.target == action.target and e.at + grace <= NOW
+        for e in history.entries
+    )
+    for d in both(action, facts, policy, history):
+        if d.verdict == "allow":
+            assert graceful
 
 
 @PROPERTY

@@ -1,0 +1,272 @@
+"""DingTalk ChatOps: signed robot sends, the outgoing callback, keep/approve commands and signed approve links.
+
+No real DingTalk is reached: a loopback robot server checks `timestamp` and `sign` on the webhook
+query exactly as DingTalk documents (HMAC-SHA256 of "timestamp\\nsecret", base64, URL-encoded, at
+most an hour old) and answers errcode 0, or 310000 on a bad signature. Callbacks are signed the
+way DingTalk signs outgoing-robot requests (headers `timestamp`, `sign`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from agent.chatops import dingtalk
+from agent.chatops.cards import approval_card_listener
+from agent.chatops.links import ApprovalLinks, UsedNonces
+from agent.chatops.notifier import ChatOpsNotifier, Route
+from agent.chatops.router import chatops_router
+from agent.execute import fresh_facts
+from agent.guardrail import decide
+from agent.models import ProposedAction
+from agent.planner import PolicyModel
+from agent.policy import Policy
+from agent.settings import Settings
+from agent.sweep import SweepService
+from agent.wiring import simulated_deps
+from sim.scenario import parse_scenario
+from tests.conftest import free_port
+
+NOW = 1_750_000_000.0  # the wall clock the router sees
+
+
+class RobotServer:
+    """A loopback DingTalk custom robot: verifies the signed query like DingTalk and records messages."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret, self.messages, self.refused = secret, [], []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                ts, sign = query.get("timestamp", [""])[0], query.get("sign", [""])[0]
+                expected = base64.b64encode(hmac.new(server.secret.encode(), f"{ts}\n{server.secret}".encode(),
+                                                     hashlib.sha256).digest()).decode()
+                fresh = ts.isdigit() and abs(time.time() * 1000 - int(ts)) < 3600 * 1000
+                if query.get("access_token") != ["tok"] or not fresh or sign != expected:
+                    server.refused.append(body)
+                    answer = {"errcode": 310000, "errmsg": "sign not match, more: [https://ding-doc.dingtalk.com]"}
+                else:
+                    server.messages.append(body)
+                    answer = {"errcode": 0, "errmsg": "ok"}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/robot/send?access_token=tok"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def robot():
+    server = RobotServer("SEC" + secrets.token_hex(16))
+    yield server
+    server.close()
+
+
+IGNORES = {"id": "ml-team/stubborn", "user": "bob", "gpus": 2, "node": "a100-1", "sigterm": "ignores",
+           "phases": [{"gpu_util": 0, "gpu_mem_gb": 10, "cpu_pct": 0.1}]}
+SCENARIO = {
+    "version": 1, "name": "chatops", "duration": "4h", "step": "30s",
+    "pools": [{"name": "a100", "gpus_per_node": 4, "nodes": 2, "min_nodes": 1, "max_nodes": 4,
+               "price_per_gpu_hour": 4.0, "billing": "on-demand"}],
+    "jobs": [{"id": "ml-team/notebook", "user": "alice", "gpus": 2, "node": "a100-0",
+              "phases": [{"gpu_util": 0, "gpu_mem_gb": 10, "cpu_pct": 0.3}]}, IGNORES],
+}
+
+
+class World:
+    """A SweepService over a simulated cluster, the ChatOps router on a bare app, and signing helpers."""
+
+    def __init__(self, app_secret: str | None = None, approvers: tuple[str, ...] = ("staff-lead",)) -> None:
+        self.deps, self.cluster = simulated_deps(parse_scenario(SCENARIO), Policy(), PolicyModel())
+        self.service = SweepService(self.deps)
+        self.app_secret = app_secret or secrets.token_urlsafe(24)
+        self.link_secret = secrets.token_urlsafe(24)
+        self.settings = Settings(dingtalk_app_secret=self.app_secret, chatops_link_secret=self.link_secret,
+                                 chatops_public_url="http://testserver", chatops_approvers=list(approvers),
+                                 chatops_users={"alice": {"dingtalk": "staff-alice"},
+                                                "bob": {"dingtalk": "staff-bob"}})
+        self.now = NOW
+        self.used = UsedNonces()
+        app = FastAPI()
+        app.include_router(chatops_router(self.settings, lambda: self.service, used_nonces=self.used,
+                                          now_s=lambda: self.now))
+        self.client = TestClient(app)
+        self.links = ApprovalLinks(self.link_secret, "http://testserver")
+
+    def say(self, staff_id: str, text: str, *, ts_ms: int | None = None, secret: str | None = None):
+        self.now += 1  # DingTalk's sign covers only the timestamp: each (timestamp, sign) is taken once
+        ts = str(ts_ms if ts_ms is not None else int(self.now * 1000))
+        body = {"msgtype": "text", "text": {"content": f" {text}"}, "senderNick": staff_id,
+                "senderStaffId": staff_id, "conversationId": "cid", "sessionWebhook": "http://127.0.0.1:9/x"}
+        headers = {"timestamp": ts, "sign": dingtalk.sign(ts, secret or self.app_secret)}
+        return self.client.post("/webhooks/dingtalk", json=body, headers=headers)
+
+    def sweep_at(self, *minutes: int) -> None:
+        for minute in minutes:
+            self.cluster.advance_to(minute * 60)
+            self.service.sweep()
+
+    def pending_force_kill(self):
+        self.sweep_at(65, 100, 110, 120)
+        pending = [a for a in self.deps.approvals.pending() if a.target == "ml-team/stubborn"]
+        assert pending, "no approval was requested"
+        return pending[0]
+
+
+def test_robot_signs_webhook_and_sends_markdown_and_action_card(robot):
+    bot = dingtalk.DingTalkRobot(robot.url, robot.secret)
+    bot.send(dingtalk.markdown_message("GPU Steward", "**idle**", at_user_ids=["staff-alice"]))
+    bot.send(dingtalk.action_card("Approve?", "text", [("Approve", "http://x/a"), ("Deny", "http://x/d")]))
+    assert [m["msgtype"] for m in robot.messages] == ["markdown", "actionCard"]
+    assert robot.messages[0]["at"]["atUserIds"] == ["staff-alice"] and "@staff-alice" in robot.messages[0][
+        "markdown"]["text"]
+    assert [b["title"] for b in robot.messages[1]["actionCard"]["btns"]] == ["Approve", "Deny"]
+
+
+def test_wrong_secret_surfaces_errcode_310000(robot):
+    with pytest.raises(dingtalk.DingTalkError) as err:
+        dingtalk.DingTalkRobot(robot.url, "SECwrong").send(dingtalk.markdown_message("t", "x"))
+    assert err.value.errcode == 310000 and robot.refused and not robot.messages
+
+
+def test_notifier_mentions_owner_and_reports_errors(robot):
+    deps, cluster = simulated_deps(parse_scenario(SCENARIO), Policy(), PolicyModel())
+    policy = Policy.model_validate({"notifications": {"outside_hours": "send"}})
+    ok = ChatOpsNotifier(clock=cluster, policy=policy, default=Route(dingtalk=dingtalk.DingTalkRobot(robot.url, robot.secret)),
+                         directory=__import__("agent.chatops.directory", fromlist=["x"]).UserDirectory(
+                             users={"alice": {"dingtalk": "staff-alice"}}))
+    assert ok.notify("alice", "GPU Steward: nb", "[GPU Steward] nb: idle\n\nWhy: 0%", job_id="nb").status == "sent"
+    assert robot.messages[-1]["at"]["atUserIds"] == ["staff-alice"]
+    bad = ChatOpsNotifier(clock=cluster, policy=policy, default=Route(dingtalk=dingtalk.DingTalkRobot(robot.url, "x")))
+    result = bad.notify("alice", "s", "[GPU Steward] nb: idle", job_id="nb")
+    assert result.status == "error" and "310000" in result.detail
+
+
+def test_callback_refuses_forged_stale_future_and_replayed_requests():
+    world = World()
+    assert world.say("staff-alice", "hello", secret="forged-secret").status_code == 401
+    assert world.say("staff-alice", "hello", ts_ms=int((NOW - 3601) * 1000)).status_code == 401
+    assert world.say("staff-alice", "hello", ts_ms=int((NOW + 600) * 1000)).status_code == 401
+    ok = world.say("staff-alice", "hello", ts_ms=int((NOW - 10) * 1000))
+    assert ok.status_code == 200 and ok.json()["msgtype"] == "text"
+    assert world.say("staff-alice", "hello", ts_ms=int((NOW - 10) * 1000)).status_code == 401  # replayed
+    assert world.client.post("/webhooks/dingtalk", json={"text": {"content": "x"}}).status_code == 401
+
+
+def test_keep_from_owner_makes_the_guardrail_refuse_the_stop():
+    world = World()
+    world.sweep_at(65)  # alice is warned
+    reply = world.say("staff-alice", "keep 4h running the demo tonight").json()["text"]["content"]
+    assert "ml-team/notebook" in reply and "running the demo tonight" in reply
+    exemption = world.deps.audit.entries(kind="exemption")[0]
+    assert exemption.target == "ml-team/notebook" and exemption.data["by"] == "dingtalk:alice"
+    world.sweep_at(100, 110)  # past the notice period: would have been stopped
+    assert world.cluster.get_job("ml-team/notebook").state == "running"
+    facts = fresh_facts(world.deps, "check", "ml-team/notebook", None)
+    proposal = ProposedAction(action="terminate", target="ml-team/notebook", reason="idle", finding_kind="idle")
+    decision = decide(proposal, facts, world.deps.policy, world.deps.audit.history(world.deps.clock.now()))
+    assert decision.verdict == "deny" and decision.rule == "protected"
+    assert "running the demo tonight" in decision.reason and "dingtalk:alice" in decision.reason
+
+
+def test_keep_from_someone_else_is_refused_and_chinese_gets_chinese():
+    world = World()
+    world.sweep_at(65)
+    reply = world.say("staff-bob", "保留 4h ml-team/notebook 帮同事").json()["text"]["content"]
+    assert "只有作业所有者 alice" in reply
+    assert world.deps.audit.entries(kind="exemption") == []
+    reply = world.say("staff-lead", "keep 2h ml-team/notebook approved by lead").json()["text"]["content"]
+    assert reply.startswith("OK") and world.deps.audit.entries(kind="exemption")
+
+
+def test_approve_and_deny_commands_are_for_approvers_only():
+    world = World()
+    approval = world.pending_force_kill()
+    refused = world.say("staff-bob", f"approve {approval.id}").json()["text"]["content"]
+    assert "Only approvers" in refused and world.deps.approvals.get(approval.id).status == "pending"
+    done = world.say("staff-lead", f"approve {approval.id} confirmed idle").json()["text"]["content"]
+    assert "approved" in done
+    assert world.deps.approvals.get(approval.id).answered_by == "dingtalk:staff-lead"
+    assert world.cluster.get_job("ml-team/stubborn").state == "cancelled"
+    again = world.say("staff-lead", f"deny {approval.id}").json()["text"]["content"]
+    assert "Not taken" in again
+
+
+def test_other_questions_get_the_injected_answer_or_a_findings_summary():
+    world = World()
+    world.sweep_at(65)
+    summary = world.say("staff-alice", "who is wasting GPUs?").json()["text"]["content"]
+    assert "ml-team/notebook: idle" in summary and "keep 4h" in summary
+    app = FastAPI()
+    app.include_router(chatops_router(world.settings, lambda: world.service, now_s=lambda: NOW,
+                                      answer=lambda q, user, lang: f"{user}/{lang}: {q}"))
+    world.client = TestClient(app)
+    assert world.say("staff-alice", "今天做了什么").json()["text"]["content"] == "alice/zh: 今天做了什么"
+
+
+def test_signed_approve_link_acts_once_and_refuses_tampered_expired_and_reused():
+    world = World()
+    approval = world.pending_force_kill()
+    token = world.links.token(approval.id, "approve", NOW, recipient="lead")
+    page = world.client.get("/chatops/approve", params={"token": token})
+    assert page.status_code == 200 and "<form" in page.text
+    assert world.deps.approvals.get(approval.id).status == "pending"  # GET never acts
+    payload, mac = token.split(".")
+    forged = base64.urlsafe_b64encode(base64.urlsafe_b64decode(payload + "==").replace(b'"approve"', b'"deny"'))
+    tampered = forged.rstrip(b"=").decode() + "." + mac
+    assert world.client.post("/chatops/approve", data={"token": tampered}).status_code == 403
+    expired = world.links.token(approval.id, "approve", NOW - 7200, recipient="lead")
+    assert world.client.get("/chatops/approve", params={"token": expired}).status_code == 403
+    done = world.client.post("/chatops/approve", data={"token": token, "reason": "ok"})
+    assert done.status_code == 200 and world.deps.approvals.get(approval.id).status == "approved"
+    assert world.deps.approvals.get(approval.id).answered_by == "link:lead"
+    assert world.client.post("/chatops/approve", data={"token": token}).status_code == 410
+    assert world.client.get("/chatops/approve", params={"token": token}).status_code == 410
+
+
+def test_unbound_link_needs_a_named_approver():
+    world = World(approvers=("lead",))
+    approval = world.pending_force_kill()
+    token = world.links.token(approval.id, "deny", NOW)
+    assert world.client.post("/chatops/approve", data={"token": token, "by": "mallory"}).status_code == 403
+    assert world.client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 200
+    assert world.deps.approvals.get(approval.id).status == "denied"
+
+
+def test_approval_card_listener_posts_action_card_with_signed_links(robot):
+    world = World()
+    approval = world.pending_force_kill()
+    listener = approval_card_listener(Route(dingtalk=dingtalk.DingTalkRobot(robot.url, robot.secret)), world.links,
+                                      now_s=lambda: NOW)
+    listener(type("Event", (), {"kind": "approval_requested", "approval": approval})())
+    card = robot.messages[-1]["actionCard"]
+    assert approval.id in card["text"]
+    approve_url = card["btns"][0]["actionURL"]
+    token = urllib.parse.parse_qs(urllib.parse.urlsplit(approve_url).query)["token"][0]
+    assert world.links.verify(token, NOW).d == "approve"

@@ -1,0 +1,115 @@
+"""Benchmark the PrometheusMetrics path: PromQL queries per sweep, wall time and peak memory at 1k and 10k GPUs.
+
+A loopback fake Prometheus serves answers serialised in advance (one series per GPU, half the GPUs per job), so
+the numbers are the client's: HTTP, JSON parsing and building the records. Prints numbers; asserts nothing.
+
+    .venv/bin/python evals/bench_prometheus_sweep.py [--gpus 1000 10000] [--lookback 6h] [--slice 5m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tracemalloc
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sim.durations import parse_duration  # noqa: E402
+from sim.fake_prometheus import FakePrometheus  # noqa: E402
+from tools import promql  # noqa: E402
+from tools.prometheus import PrometheusMetrics  # noqa: E402
+
+END = datetime(2026, 11, 2, 20, 0, tzinfo=UTC)
+
+
+def _gpu_labels(i: int) -> str:
+    node, g = divmod(i, 8)
+    job = i // 2  # two GPUs per job; every tenth job runs under Slurm
+    pod = f'"namespace":"team-{job % 40}","pod":"job-{job}"' if job % 10 else f'"hpc_job":"{100000 + job}"'
+    return (f'{{"Hostname":"node-{node}","gpu":"{g}","UUID":"GPU-{i:08d}","modelName":"NVIDIA H100 80GB HBM3",'
+            f'{pod}}}')
+
+
+def _answer(path: str, params: dict[str, str], series: list[str], value_of) -> bytes:
+    if path.endswith("query_range"):
+        start, step, end = float(params["start"]), float(params["step"]), float(params["end"])
+        n = round((end - start) / step) + 1
+        rows = []
+        for i, labels in enumerate(series):
+            points = ",".join(f'[{start + k * step:.3f},"{value_of(i, k)}"]' for k in range(n))
+            rows.append(f'{{"metric":{labels},"values":[{points}]}}')
+        kind = "matrix"
+    else:
+        t = float(params["time"])
+        rows = [f'{{"metric":{labels},"value":[{t:.3f},"{value_of(i, 0)}"]}}' for i, labels in enumerate(series)]
+        kind = "vector"
+    return f'{{"status":"success","data":{{"resultType":"{kind}","result":[{",".join(rows)}]}}}}'.encode()
+
+
+def build_answers(gpus: int, lookback: float, slice_s: float) -> dict[str, bytes]:
+    """Every query a sweep sends, answered in advance (the server then only copies bytes)."""
+    gpu_series = [_gpu_labels(i) for i in range(gpus)]
+    jobs = sorted({json.dumps({k: v for k, v in json.loads(s).items() if k in promql.JOB_KEYS}, separators=(",", ":"))
+                   for s in gpu_series})
+    n = max(round(lookback / slice_s), 1)
+    t_end = END.timestamp()
+    start = t_end - (n - 1) * slice_s
+    rng = {"start": f"{start:.3f}", "end": f"{t_end:.3f}", "step": f"{slice_s:g}"}
+    inst = {"time": f"{t_end:.3f}"}
+    util = lambda i, k: (i * 7 + k) % 100  # noqa: E731
+    values = {"util_max": util, "util_min": util, "util_avg": util, "util_count": lambda i, k: 10,
+              "engine_avg": lambda i, k: 0.5, "xid_last": lambda i, k: 0, "fb_used": lambda i, k: 40960,
+              "temp_max": lambda i, k: 60, "power_avg": lambda i, k: 300, "last_seen": lambda i, k: t_end}
+    answers = {}
+    for name, q in promql.gpu_range_queries("", slice_s).items():
+        answers[q] = _answer("query_range", rng, gpu_series, values[name])
+    for name, q in promql.gpu_instant_queries("", n * slice_s).items():
+        answers[q] = _answer("query", inst, gpu_series, values[name])
+    io = promql.job_io_queries("", promql.DEFAULT_CONTAINER_SELECTOR, promql.DEFAULT_NETWORK_SELECTOR, slice_s)
+    for q in io.values():
+        answers[q] = _answer("query_range", rng, jobs, lambda i, k: 1.5)
+    return answers
+
+
+def run(gpus: int, lookback: float, slice_s: float) -> dict[str, float]:
+    answers = build_answers(gpus, lookback, slice_s)
+    with FakePrometheus(lambda path, params: answers[params["query"]]) as fake:
+        metrics = PrometheusMetrics(fake.url, job_id_for_hpc_job=lambda j: f"gpu-long/{j}", sample_interval_s=30)
+        t0 = time.perf_counter()
+        series = metrics.gpu_series(END, lookback, slice_s)
+        io = metrics.job_io_series(END, lookback, slice_s)
+        wall = time.perf_counter() - t0
+        queries = metrics.queries
+        del series[:], io[:]
+        # A second sweep under tracemalloc for the peak (tracemalloc slows Python down, so it is not timed).
+        tracemalloc.start()
+        kept = (metrics.gpu_series(END, lookback, slice_s), metrics.job_io_series(END, lookback, slice_s))
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return {"gpus": gpus, "series": len(kept[0]), "jobs": len(kept[1]), "queries": queries, "wall_s": wall,
+            "peak_mb": peak / 1e6, "payload_mb": sum(len(a) for a in answers.values()) / 1e6}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--lookback", default="6h", help="sweep lookback (default 6h, the default policy's)")
+    parser.add_argument("--slice", default="5m", help="slice width (default 5m, the default policy's)")
+    args = parser.parse_args()
+    lookback, slice_s = parse_duration(args.lookback), parse_duration(args.slice)
+    print(f"PrometheusMetrics sweep, lookback {args.lookback}, slice {args.slice} "
+          f"({round(lookback / slice_s)} slices), loopback fake Prometheus")
+    print(f"{'GPUs':>7} {'jobs':>6} {'queries':>8} {'payload MB':>11} {'wall s':>8} {'peak MB':>8}")
+    for gpus in args.gpus:
+        r = run(gpus, lookback, slice_s)
+        print(f"{r['gpus']:>7} {r['jobs']:>6} {r['queries']:>8} {r['payload_mb']:>11.1f} {r['wall_s']:>8.2f} "
+              f"{r['peak_mb']:>8.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -406,3 +406,29 @@ def test_a_resize_ignores_job_facts():
     stray = pool_facts().model_copy(update={"job": job(namespace="kube-system")})
     policy = parse_policy({"levels": {"overrides": [{"namespace": "kube-system", "max": 1}]}})
     check(decide(resize(5), stray, policy, History(), approved=True), "allow", "allow")
+
+
+# Later additions: dry runs, stale warnings, scheduler refusals
+
+
+def test_dry_run_escalates_as_if_the_warning_had_been_sent():
+    dry = parse_policy({"mode": "dry_run"})
+    history = History(entries=[entry("notify", 60, status="dry_run", finding_kind="idle")])
+    decision = decide(act(), facts(), dry, history)
+    assert decision.verdict == "allow" and decision.dry_run
+    # In enforce mode a dry-run warning is no warning at all.
+    check(decide(act(), facts(), Policy(), history), "deny", "warning_first", "has not been warned")
+
+
+def test_a_stale_warning_does_not_announce_a_stop():
+    policy = Policy()
+    stale = (policy.warning.repeat_every + policy.warning.min_notice) / 60 + 10
+    check(decide(act(), facts(), policy, warned(stale)), "deny", "warning_first", "has not been warned")
+    assert decide(act(), facts(), policy, warned(60)).verdict == "allow"
+
+
+def test_a_refused_stop_does_not_trip_the_circuit_breaker():
+    refusals = [entry("terminate", m, status="refused", target=f"ml/other-{m}") for m in (5, 10, 15, 20)]
+    assert decide(act(), facts(), Policy(), warned(60, *refusals)).verdict == "allow"
+    failures = [entry("terminate", m, status="failed", target=f"ml/other-{m}") for m in (5, 10, 15, 20)]
+    check(decide(act(), facts(), Policy(), warned(60, *failures)), "deny", "circuit_breaker")

@@ -1,0 +1,189 @@
+"""WeCom (企业微信) ChatOps: callback crypto against an independently built reference, URL verification,
+encrypted messages and replies, refusals, and the group robot.
+
+No real WeCom is reached. The reference vectors are built here by hand from WeCom's published
+scheme (sha1 of the sorted strings; AES-256-CBC, IV = key[:16]; random(16) + length (4 bytes,
+network order) + message + corp id; PKCS#7 to 32 bytes), not with the code under test. The
+group robot is a loopback server that takes `key` in the URL like qyapi.weixin.qq.com.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import secrets
+import struct
+import threading
+import xml.etree.ElementTree as ET
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from agent.chatops import wecom
+from agent.chatops.router import chatops_router
+from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
+from agent.planner import PolicyModel
+from agent.policy import Policy
+from agent.settings import Settings
+from agent.sweep import SweepService
+from agent.wiring import simulated_deps
+from sim.scenario import parse_scenario
+from tests.conftest import free_port
+from tests.test_dingtalk import SCENARIO
+
+NOW = 1_750_000_000
+
+
+def _key() -> str:
+    return base64.b64encode(os.urandom(32)).decode()[:43]
+
+
+def ref_encrypt(aes_key43: str, message: str, corp_id: str) -> str:
+    key = base64.b64decode(aes_key43 + "=")
+    plain = os.urandom(16) + struct.pack(">I", len(message.encode())) + message.encode() + corp_id.encode()
+    pad = 32 - len(plain) % 32
+    plain += bytes([pad]) * pad
+    enc = Cipher(algorithms.AES(key), modes.CBC(key[:16])).encryptor()
+    return base64.b64encode(enc.update(plain) + enc.finalize()).decode()
+
+
+def ref_decrypt(aes_key43: str, encrypted: str) -> tuple[str, str]:
+    key = base64.b64decode(aes_key43 + "=")
+    dec = Cipher(algorithms.AES(key), modes.CBC(key[:16])).decryptor()
+    plain = dec.update(base64.b64decode(encrypted)) + dec.finalize()
+    plain = plain[:-plain[-1]]
+    (n,) = struct.unpack(">I", plain[16:20])
+    return plain[20:20 + n].decode(), plain[20 + n:].decode()
+
+
+def ref_sign(*parts: str) -> str:
+    return hashlib.sha1("".join(sorted(parts)).encode()).hexdigest()
+
+
+def test_crypto_matches_the_reference_both_ways():
+    key, corp = _key(), "ww" + secrets.token_hex(8)
+    crypto = WeComCrypto("tok", key, corp)
+    assert crypto.decrypt(ref_encrypt(key, "<xml>你好 hello</xml>", corp)) == "<xml>你好 hello</xml>"
+    assert ref_decrypt(key, crypto.encrypt("回复 reply")) == ("回复 reply", corp)
+    assert crypto.sign("1", "n", "E") == ref_sign("tok", "1", "n", "E")
+    with pytest.raises(WeComCryptoError, match="another corp"):
+        crypto.decrypt(ref_encrypt(key, "x", "ww-other"))
+    with pytest.raises(WeComCryptoError):
+        WeComCrypto("tok", _key(), corp).decrypt(ref_encrypt(key, "x" * 40, corp))
+
+
+class Callback:
+    def __init__(self) -> None:
+        self.token, self.key, self.corp = secrets.token_hex(8), _key(), "ww" + secrets.token_hex(8)
+        self.deps, self.cluster = simulated_deps(parse_scenario(SCENARIO), Policy(), PolicyModel())
+        self.service = SweepService(self.deps)
+        settings = Settings(wecom_token=self.token, wecom_aes_key=self.key, wecom_corp_id=self.corp,
+                            chatops_approvers=["lead"])
+        app = FastAPI()
+        app.include_router(chatops_router(settings, lambda: self.service, now_s=lambda: NOW))
+        self.client = TestClient(app)
+
+    def params(self, encrypted: str, *, ts: int = NOW, nonce: str | None = None, token: str | None = None) -> dict:
+        nonce = nonce or secrets.token_hex(6)
+        return {"msg_signature": ref_sign(token or self.token, str(ts), nonce, encrypted), "timestamp": str(ts),
+                "nonce": nonce}
+
+    def post(self, user: str, content: str, **kw):
+        inner = (f"<xml><ToUserName><![CDATA[{self.corp}]]></ToUserName><FromUserName><![CDATA[{user}]]>"
+                 f"</FromUserName><CreateTime>{NOW}</CreateTime><MsgType><![CDATA[text]]></MsgType>"
+                 f"<Content><![CDATA[{content}]]></Content><AgentID>1000002</AgentID></xml>")
+        encrypted = ref_encrypt(self.key, inner, self.corp)
+        body = f"<xml><ToUserName><![CDATA[{self.corp}]]></ToUserName><Encrypt><![CDATA[{encrypted}]]></Encrypt></xml>"
+        return self.client.post("/webhooks/wecom", params=self.params(encrypted, **kw), content=body)
+
+    def reply_text(self, response) -> str:
+        env = {c.tag: c.text for c in ET.fromstring(response.text)}
+        assert env["MsgSignature"] == ref_sign(self.token, env["TimeStamp"], env["Nonce"], env["Encrypt"])
+        inner, corp = ref_decrypt(self.key, env["Encrypt"])
+        assert corp == self.corp
+        return {c.tag: c.text for c in ET.fromstring(inner)}["Content"]
+
+
+def test_url_verification_echoes_and_refuses_forged_stale_and_replayed():
+    cb = Callback()
+    echostr = ref_encrypt(cb.key, "echo-1234567890", cb.corp)
+    params = cb.params(echostr)
+    ok = cb.client.get("/webhooks/wecom", params={**params, "echostr": echostr})
+    assert ok.status_code == 200 and ok.text == "echo-1234567890"
+    assert cb.client.get("/webhooks/wecom", params={**params, "echostr": echostr}).status_code == 401  # replay
+    forged = cb.params(echostr, token="not-the-token")
+    assert cb.client.get("/webhooks/wecom", params={**forged, "echostr": echostr}).status_code == 401
+    stale = cb.params(echostr, ts=NOW - 3600)
+    assert cb.client.get("/webhooks/wecom", params={**stale, "echostr": echostr}).status_code == 401
+    other = ref_encrypt(cb.key, "echo", "ww-someone-else")
+    assert cb.client.get("/webhooks/wecom", params={**cb.params(other), "echostr": other}).status_code == 401
+
+
+def test_message_keep_gets_an_encrypted_reply_and_an_exemption():
+    cb = Callback()
+    cb.cluster.advance_to(65 * 60)
+    cb.service.sweep()
+    response = cb.post("alice", "keep 4h 今晚演示 ml-team/notebook")
+    assert response.status_code == 200
+    assert "ml-team/notebook" in cb.reply_text(response)
+    exemption = cb.deps.audit.entries(kind="exemption")[0]
+    assert exemption.target == "ml-team/notebook" and exemption.data["by"] == "wecom:alice"
+
+
+def test_forged_and_replayed_messages_are_refused():
+    cb = Callback()
+    assert cb.post("alice", "hi", token="forged").status_code == 401
+    assert cb.post("alice", "hi", ts=NOW + 3600).status_code == 401
+    assert cb.post("alice", "hi", nonce="n1").status_code == 200
+    assert cb.post("alice", "hi", nonce="n1").status_code == 401
+    doctype = "<!DOCTYPE x [<!ENTITY a 'b'>]><xml><Encrypt>&a;</Encrypt></xml>"
+    assert cb.client.post("/webhooks/wecom", params=cb.params("b"), content=doctype).status_code == 400
+
+
+class WeComRobotServer:
+    """A loopback group robot: POST /cgi-bin/webhook/send?key=…; errcode 93000 for an unknown key."""
+
+    def __init__(self, key: str) -> None:
+        self.key, self.messages = key, []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                good = self.path == f"/cgi-bin/webhook/send?key={server.key}"
+                if good:
+                    server.messages.append(body)
+                data = json.dumps({"errcode": 0, "errmsg": "ok"} if good else
+                                  {"errcode": 93000, "errmsg": "invalid webhook url"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_port}/cgi-bin/webhook/send?key="
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def test_group_robot_sends_markdown_and_cards_and_surfaces_errcode():
+    server = WeComRobotServer(secrets.token_hex(8))
+    try:
+        bot = wecom.WeComRobot(server.base + server.key)
+        bot.send(wecom.markdown_message("**idle**", mention_user_ids=["alice"]))
+        bot.send(wecom.approval_card("Approve?", "force_terminate x", [("Approve", "http://a"), ("Deny", "http://d")]))
+        assert "<@alice>" in server.messages[0]["markdown"]["content"]
+        assert server.messages[1]["template_card"]["jump_list"][1]["url"] == "http://d"
+        with pytest.raises(wecom.WeComError) as err:
+            wecom.WeComRobot(server.base + "wrong").send(wecom.markdown_message("x"))
+        assert err.value.errcode == 93000
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()

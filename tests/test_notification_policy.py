@@ -1,0 +1,116 @@
+"""Notification policy: working hours in the team's timezone, one message per job and violation per
+period, per-project routing, and deferred warnings that do not start the notice period."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent.chatops.notifier import ChatOpsNotifier, Route
+from agent.planner import PolicyModel
+from agent.policy import Policy, PolicyError, parse_policy
+from agent.sweep import SweepService
+from agent.wiring import simulated_deps
+from sim.scenario import parse_scenario
+from tests.test_dingtalk import SCENARIO
+from tools.models import JobInfo
+
+# 2025-06-04 is a Wednesday; 02:00 UTC is 10:00 in Shanghai, 14:00 UTC is 22:00 there.
+WED_10_SHANGHAI = datetime(2025, 6, 4, 2, 0, tzinfo=UTC)
+WARNING = "[GPU Steward] ml-team/notebook: GPUs allocated but idle\n\nWhy: 0.0% for 60m"
+
+
+@dataclass
+class Clock:
+    at: datetime
+
+    def now(self) -> datetime:
+        return self.at
+
+
+@dataclass
+class FakeRobot:
+    sent: list[dict] = field(default_factory=list)
+
+    def send(self, message: dict) -> dict:
+        self.sent.append(message)
+        return {"errcode": 0}
+
+
+@dataclass
+class Jobs:
+    def get_job(self, job_id: str) -> JobInfo | None:
+        return JobInfo(id=job_id, scheduler="kubernetes", namespace="ml", name=job_id, user="alice",
+                       project="vision" if "vision" in job_id else None)
+
+
+def _notifier(clock: Clock, **notifications) -> tuple[ChatOpsNotifier, FakeRobot]:
+    robot = FakeRobot()
+    policy = Policy.model_validate({"notifications": notifications})
+    return ChatOpsNotifier(clock=clock, policy=policy, default=Route(dingtalk=robot)), robot
+
+
+def test_policy_section_is_validated():
+    assert parse_policy({"notifications": {"working_hours": "22:00-06:00", "timezone": "UTC"}})
+    for bad in ({"working_hours": "9-19"}, {"working_hours": "09:00-09:00"}, {"timezone": "Mars/Olympus"},
+                {"outside_hours": "maybe"}):
+        with pytest.raises(PolicyError, match="notifications"):
+            parse_policy({"notifications": bad})
+
+
+def test_working_hours_defer_or_send():
+    clock = Clock(WED_10_SHANGHAI)
+    notifier, robot = _notifier(clock)
+    assert notifier.notify("alice", "s", WARNING, job_id="ml-team/notebook").status == "sent"
+    clock.at = WED_10_SHANGHAI + timedelta(hours=12)  # 22:00 Shanghai
+    assert notifier.notify("alice", "s", WARNING, job_id="other").status == "deferred"
+    clock.at = WED_10_SHANGHAI + timedelta(days=3)  # Saturday 10:00
+    assert notifier.notify("alice", "s", WARNING, job_id="other").status == "deferred"
+    weekend_ok, _ = _notifier(clock, weekdays_only=False)
+    assert weekend_ok.notify("alice", "s", WARNING, job_id="other").status == "sent"
+    night = Clock(WED_10_SHANGHAI + timedelta(hours=12))
+    always, _ = _notifier(night, outside_hours="send")
+    assert always.notify("alice", "s", WARNING, job_id="other").status == "sent"
+    assert len(robot.sent) == 1
+
+
+def test_one_message_per_job_and_violation_per_period():
+    clock = Clock(WED_10_SHANGHAI)
+    notifier, robot = _notifier(clock)
+    assert notifier.notify("alice", "s", WARNING, job_id="ml-team/notebook").status == "sent"
+    clock.at += timedelta(hours=1)
+    assert notifier.notify("alice", "s", WARNING, job_id="ml-team/notebook").status == "suppressed"
+    zombie = WARNING.replace("GPUs allocated but idle", "job looks hung")
+    assert notifier.notify("alice", "s", zombie, job_id="ml-team/notebook").status == "sent"
+    clock.at += timedelta(hours=4)  # repeat_every (4h) has passed since the first
+    assert notifier.notify("alice", "s", WARNING, job_id="ml-team/notebook").status == "sent"
+    assert len(robot.sent) == 3
+
+
+def test_routes_per_project():
+    team, default = FakeRobot(), FakeRobot()
+    notifier = ChatOpsNotifier(clock=Clock(WED_10_SHANGHAI), policy=Policy(), default=Route(dingtalk=default),
+                               per_project={"vision": Route(wecom=team)}, jobs=Jobs())
+    assert notifier.notify("alice", "s", WARNING, job_id="vision/train").channel == "wecom"
+    assert notifier.notify("alice", "s", WARNING, job_id="nlp/train").channel == "dingtalk"
+    assert len(team.sent) == len(default.sent) == 1
+
+
+def test_deferred_warning_is_skipped_not_failed_and_does_not_start_the_notice():
+    deps, cluster = simulated_deps(parse_scenario(SCENARIO), Policy(), PolicyModel())
+    night = Policy.model_validate({"notifications": {"working_hours": "00:00-00:01", "timezone": "UTC",
+                                                     "weekdays_only": False}})
+    robot = FakeRobot()
+    deps.notifier = ChatOpsNotifier(clock=cluster, policy=night, default=Route(dingtalk=robot))
+    service = SweepService(deps)
+    for minute in (65, 100, 110):
+        cluster.advance_to(minute * 60)
+        service.sweep()
+    notes = deps.audit.entries(kind="execution", target="ml-team/notebook")
+    assert notes and {e.status for e in notes} == {"skipped"} and {e.action for e in notes} == {"notify"}
+    assert "deferred" in notes[0].data["detail"]
+    assert robot.sent == []
+    assert cluster.get_job("ml-team/notebook").state == "running"  # never warned, so never stopped
+    assert deps.audit.entries(kind="execution", status="failed") == []

@@ -190,3 +190,19 @@ def test_factory_uses_adaptive_retries(aws):
     pools = aws_pools_from_settings(None, list, AwsPoolConfig(region=REGION, endpoint_url=url))
     assert pools.asg.meta.config.retries["mode"] == "adaptive"
     assert pools.list_pools() == []
+
+
+def test_a_bad_tag_is_a_clear_error():
+    boto3 = require_module("boto3")
+    from botocore.stub import Stubber
+
+    asg = boto3.client("autoscaling", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    group = {"AutoScalingGroupName": "g", "MinSize": 0, "MaxSize": 4, "DesiredCapacity": 0, "DefaultCooldown": 0,
+             "AvailabilityZones": ["a"], "HealthCheckType": "EC2", "CreatedTime": "2026-01-01T00:00:00Z",
+             "Instances": [], "Tags": [{"Key": "steward.io/pool", "Value": "h100"},
+                                       {"Key": "steward.io/gpus-per-node", "Value": "eight"}]}
+    with Stubber(asg) as stub:
+        stub.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [group]})
+        pools = AwsAutoScalingPools(asg, None, list, sleep=lambda s: None)
+        with pytest.raises(ValueError, match="group g: tag steward.io/gpus-per-node='eight' is not a number"):
+            pools.list_pools()

@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +25,7 @@ BILLING_TAG = "steward.io/billing"
 NODE_NAME_TAG = "steward.io/node-name"
 THROTTLED = frozenset({"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
                        "RequestThrottled", "SlowDown"})
+Billing = Literal["on-demand", "reserved", "spot"]
 _LIVE = frozenset({"Pending", "Pending:Wait", "Pending:Proceed", "InService"})
 
 
@@ -36,12 +37,12 @@ class AwsPoolConfig(BaseModel):
     region: str | None = None
     endpoint_url: str | None = None  # a VPC endpoint, or a local test server
     pool_tag: str = POOL_TAG
-    cache_s: float = Field(30.0, ge=0)  # one describe per sweep; resizes always read fresh
+    cache_s: float = Field(default=30.0, ge=0)  # one describe per sweep; resizes always read fresh
     prices: dict[str, float] = {}  # pool -> price per GPU-hour, when not tagged
-    reserve_fraction: float = Field(0.10, ge=0, le=1)  # the policy's reserve: GPUs kept free, never released
+    reserve_fraction: float = Field(default=0.10, ge=0, le=1)  # the policy's reserve: GPUs kept free, never released
     protect_busy: bool = False  # also set scale-in protection on instances that run jobs
     currency: str = "USD"
-    max_attempts: int = Field(6, ge=1)  # per call, throttling included
+    max_attempts: int = Field(default=6, ge=1)  # per call, throttling included
 
 
 @dataclass
@@ -53,6 +54,19 @@ class _Group:
     max_size: int
     desired: int
     instances: list[dict[str, Any]]  # ASG instance records that are pending or in service
+
+
+def _tag_number(group: _Group, tag: str, default: float) -> float:
+    raw = group.tags.get(tag)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"Auto Scaling group {group.name}: tag {tag}={raw!r} is not a number") from None
+    if value < 0:
+        raise ValueError(f"Auto Scaling group {group.name}: tag {tag}={raw!r} is negative")
+    return value
 
 
 class AwsAutoScalingPools:
@@ -140,7 +154,7 @@ class AwsAutoScalingPools:
 
     def _shape(self, group: _Group) -> tuple[int, str]:
         known = gpus_of(next((i.get("InstanceType") for i in group.instances if i.get("InstanceType")), None))
-        gpus = int(group.tags.get(GPUS_TAG) or (known[0] if known else 0))
+        gpus = int(_tag_number(group, GPUS_TAG, known[0] if known else 0))
         return gpus, group.tags.get(MODEL_TAG) or (known[1] if known else "")
 
     def list_pools(self) -> list[PoolInfo]:
@@ -152,11 +166,11 @@ class AwsAutoScalingPools:
             if gpus <= 0:
                 log.warning("pool %s (ASG %s): unknown GPUs per node; tag it %s", pool, g.name, GPUS_TAG)
                 continue
-            billing = g.tags.get(BILLING_TAG, "on-demand")
+            billing = cast(Billing, g.tags.get(BILLING_TAG, "on-demand"))
             pools.append(PoolInfo(
                 name=pool, provider="aws", gpu_model=model, gpus_per_node=gpus, nodes=len(g.instances),
                 min_nodes=g.min_size, max_nodes=g.max_size,
-                price_per_gpu_hour=float(g.tags.get(PRICE_TAG) or self.config.prices.get(pool, 0.0)),
+                price_per_gpu_hour=_tag_number(g, PRICE_TAG, self.config.prices.get(pool, 0.0)),
                 billing=billing if billing in ("on-demand", "reserved", "spot") else "on-demand",
                 busy_nodes=len(self._busy(g, names, nodes)), currency=self.config.currency))
         return pools

@@ -105,7 +105,7 @@ def _expand_one(pattern: str) -> list[str]:
     if not match:
         return [pattern]
     head, tail = pattern[: match.start()], pattern[match.end():]
-    out = []
+    out: list[str] = []
     for item in match.group(1).split(","):
         low, _, high = item.partition("-")
         if high:

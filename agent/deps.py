@@ -35,6 +35,8 @@ class StewardDeps:
     currency: str = "USD"
     language: str = "en"
     runbook_search: Any = None  # callable(query, kind, k) -> list[dict], when an index is configured
+    runbook_catalog: Any = None  # callable(language) -> str: the runbook list the planning prompt shows
+    runbook_max_level: Any = None  # callable(runbook_id) -> int | None: agent/runbook_limits.py applies it
     # Raw samples are large and can be re-read from the cluster, so they stay out of checkpoints.
     _observations: OrderedDict[str, Observation] = field(default_factory=OrderedDict)
 

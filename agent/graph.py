@@ -20,6 +20,7 @@ from agent.execute import execute_action, fresh_facts
 from agent.guardrail import decide
 from agent.models import ActionOutcome, Finding, GuardedAction, ProposedAction
 from agent.report import render_report
+from agent.runbook_limits import limit_by_runbook
 from agent.state import StewardState
 
 
@@ -83,7 +84,8 @@ def build_graph(deps: StewardDeps, checkpointer: Any = None):  # noqa: ANN201 - 
         for raw in state.get("proposals", []):
             proposal = ProposedAction.model_validate(raw)
             facts = fresh_facts(deps, run_id, proposal.target, findings)
-            decision = decide(proposal, facts, deps.policy, history)
+            decision = limit_by_runbook(decide(proposal, facts, deps.policy, history), proposal, findings,
+                                        deps.runbook_max_level)
             ga = GuardedAction(id=f"{run_id}:{proposal.key()}", proposal=proposal, decision=decision, decided_at=now)
             deps.audit.record("decision", at=now, run_id=run_id, target=proposal.target, action=proposal.action,
                               level=decision.level, status=decision.verdict, reason=decision.reason,

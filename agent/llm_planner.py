@@ -82,6 +82,8 @@ class LLMPlanner:
         if not findings:
             result.explanation = "No waste found."
             return result
+        if not catalog and deps.runbook_catalog is not None:
+            catalog = deps.runbook_catalog(deps.language)
         ctx = ToolContext(observation=obs, findings=findings, scheduler=deps.scheduler, logs=deps.logs,
                           runbook_search=deps.runbook_search, proposed_by=self.name)
         tools = {t.name: t for t in make_tools(ctx)}

@@ -86,7 +86,7 @@ def test_planted_log_text_reaches_the_model_fenced_as_untrusted():
     service.sweep()
     tool_messages = [m for call in model.calls for m in call if m.type == "tool"]
     logs = next(m for m in tool_messages if PLANTED in str(m.content))
-    assert "<untrusted>" in str(logs.content)
+    assert "<untrusted source=" in str(logs.content)
     errors = " ".join(str(m.content) for m in tool_messages)
     assert "no tool 'delete_all_pods'" in errors
     assert "terminate_job" in errors and "reason" in errors  # the malformed call is named back to the model

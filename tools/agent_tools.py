@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from agent.models import ACTION_LEVELS, Finding, ProposedAction
 from agent.observation import Observation
+from agent.prompts import fence_untrusted
 from tools.log_progress import analyse_log
 from tools.protocols import JobScheduler, LogSource
 
@@ -142,7 +143,7 @@ def make_tools(ctx: ToolContext) -> list[BaseTool]:
         return ToolResult(status="ok", data={
             "job": job, "lines": progress.lines, "progress_lines": progress.progress_lines,
             "advancing": advancing, "last_progress_at": progress.last_progress_at,
-            "last_step": progress.last_step, "last_lines": f"<untrusted>\n{tail}\n</untrusted>",
+            "last_step": progress.last_step, "last_lines": fence_untrusted(f"logs:{job}", tail),
         }, message=UNTRUSTED_NOTE).model_dump(mode="json")
 
     def retrieve_runbook(query: str, finding_kind: str | None = None) -> dict:

@@ -51,7 +51,7 @@ GresTypes=gpu
 ReturnToService=2
 SlurmdParameters=config_overrides
 MinJobAge=600
-KillWait=5
+KillWait=2
 SchedulerParameters=sched_interval=1
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:{gpus} State=UNKNOWN
 PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP
@@ -140,6 +140,14 @@ class LocalSlurm:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        # Job steps run under slurmstepd, outside the daemons' process groups: end the jobs first.
+        if self._procs and self.env:
+            self.cli("scancel", "--full", "--state=RUNNING")
+            self.cli("scancel", "--state=PENDING")
+            for _ in range(60):  # bounded wait for KillWait (2 s) to pass; not a timing assertion
+                if not self.cli("squeue", "-h", "-o", "%i").stdout.strip():
+                    break
+                time.sleep(0.25)
         for proc in reversed(self._procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -150,3 +158,22 @@ class LocalSlurm:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
         self._procs.clear()
+        self._kill_leftover_steps()
+
+    def _kill_leftover_steps(self) -> None:
+        """Job scripts of this cluster that outlived it (and their slurmstepd), found by our temp dir."""
+        marker = str(self.root).encode()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if marker not in (proc / "cmdline").read_bytes():
+                    continue
+                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                pids = [int(proc.name)]
+                if (Path("/proc") / str(parent) / "comm").read_text().strip() == "slurmstepd":
+                    pids.append(parent)
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                continue

@@ -28,7 +28,7 @@ class StewardCollector:
         yield sweeps
 
         findings = GaugeMetricFamily("steward_findings", "Findings in the latest sweep, by kind.", labels=["kind"])
-        counts = Counter(f.kind for f in rt.findings())
+        counts: Counter[str] = Counter(f.kind for f in rt.findings())
         for kind in sorted(set(KNOWN_KINDS) | set(counts)):
             findings.add_metric([kind], counts.get(kind, 0))
         yield findings

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from agent.detectors.engine import run_detectors
 from agent.guardrail import Facts, decide
-from agent.models import ActionOutcome, ActionStatus, Finding, GuardedAction
+from agent.models import ActionOutcome, ActionStatus, Finding, GuardedAction, History, HistoryEntry
 from agent.planner import warning_message
 
 if TYPE_CHECKING:
@@ -44,7 +44,9 @@ def execute_action(
     *,
     run_findings: list[Finding] | None = None,
     approved_by: str | None = None,
+    history: History | None = None,
 ) -> ActionOutcome:
+    """Act on one decision. Pass `history` when acting on several: the caller keeps it current."""
     p = ga.proposal
     now = deps.clock.now()
 
@@ -70,7 +72,8 @@ def execute_action(
         facts = fresh_facts(deps, run_id, p.target, run_findings)
     except Exception as exc:  # cannot re-read state: do not act blind
         return outcome("failed", f"could not re-read fresh state: {exc}")
-    history = deps.audit.history(now)
+    if history is None:
+        history = deps.audit.history(now)
     decision = decide(p, facts, deps.policy, history, approved=approved_by is not None)
     if decision.verdict != "allow":
         return outcome("blocked", f"re-checked before acting: {decision.reason}")
@@ -109,3 +112,9 @@ def execute_action(
     except Exception as exc:  # the backend failed: audited as failed, counts toward the circuit breaker
         return outcome("failed", f"{p.action} failed: {type(exc).__name__}: {exc}")
     return outcome("failed", f"unknown action {p.action}")
+
+
+def remember_outcome(history: History, outcome: ActionOutcome, finding_kind: str | None) -> None:
+    """Add an outcome to a history being used for later decisions in the same step."""
+    history.entries.append(HistoryEntry(action=outcome.action, target=outcome.target, status=outcome.status,
+                                        at=outcome.at, finding_kind=finding_kind, gpus=outcome.gpus))  # type: ignore[arg-type]

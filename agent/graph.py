@@ -16,7 +16,7 @@ from langgraph.types import Command, interrupt
 
 from agent.deps import StewardDeps
 from agent.detectors.engine import run_detectors
-from agent.execute import execute_action, fresh_facts
+from agent.execute import execute_action, fresh_facts, remember_outcome
 from agent.guardrail import decide
 from agent.models import ActionOutcome, Finding, GuardedAction, ProposedAction
 from agent.report import render_report
@@ -115,17 +115,20 @@ def build_graph(deps: StewardDeps, checkpointer: Any = None):  # noqa: ANN201 - 
     def execute(state: StewardState) -> dict[str, Any]:
         run_id = state["run_id"]
         outcomes = []
+        # One history for the whole step, kept current, so limits hold within a sweep without re-reading the log.
+        history = deps.audit.history(deps.clock.now())
         if state.get("mode") == "approval":
             by = state.get("approval", {}).get("by") or "approver"
-            for raw in state.get("approval_requests", []):
-                ga = GuardedAction.model_validate(raw)
-                outcomes.append(execute_action(deps, ga, run_id, approved_by=by))
+            todo = [(GuardedAction.model_validate(raw), None) for raw in state.get("approval_requests", [])]
         else:
             findings = _findings(state)
-            for raw in state.get("decisions", []):
-                ga = GuardedAction.model_validate(raw)
-                if ga.decision.verdict == "allow":
-                    outcomes.append(execute_action(deps, ga, run_id, run_findings=findings))
+            todo = [(ga, findings) for ga in map(GuardedAction.model_validate, state.get("decisions", []))
+                    if ga.decision.verdict == "allow"]
+            by = None
+        for ga, run_findings in todo:
+            out = execute_action(deps, ga, run_id, run_findings=run_findings, approved_by=by, history=history)
+            remember_outcome(history, out, ga.proposal.finding_kind)
+            outcomes.append(out)
         return {"outcomes": [o.model_dump(mode="json") for o in outcomes]}
 
     def report(state: StewardState) -> dict[str, Any]:

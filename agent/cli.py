@@ -36,16 +36,39 @@ def _scenario_files(paths: list[str]) -> list[Path]:
     return files
 
 
+def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    """One sweep of the real cluster that STEWARD_BACKEND names."""
+    from agent.sweep import SweepService
+    from agent.wiring import cluster_deps, make_planner
+
+    policy = load_policy(args.policy or settings.policy_file)
+    deps = cluster_deps(settings, policy, make_planner(settings))
+    saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
+    result = SweepService(deps, checkpointer=saver, run_prefix=settings.backend).sweep(trigger="cli")
+    if args.json:
+        print(json.dumps(result.state, default=str, ensure_ascii=False, indent=2))
+    else:
+        print(result.report)
+        print(f"\nAudit log: {deps.audit.path}")
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     from agent.sweep import SweepService
     from agent.wiring import make_planner, simulated_deps
     from evals.runner import ScriptedApprovals
+
+    if settings.backend != "sim" and args.scenario is None:
+        return cmd_sweep_cluster(args, settings)
 
     scenario = load_scenario(args.scenario or settings.scenario or demo_scenario_path())
     policy = load_policy(args.policy or settings.policy_file)
     run_dir = settings.ensure_data_dir() / "runs" / f"{scenario.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     deps, cluster = simulated_deps(scenario, policy, make_planner(settings), data_dir=run_dir,
                                    language=args.lang or settings.language)
+    from agent.runbook_index import runbooks_from_settings
+
+    runbooks_from_settings(deps, settings)
     saver = SqliteSaver(sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False))
     service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
     until = min(args.at if args.at is not None else scenario.duration, scenario.duration)

@@ -57,9 +57,11 @@ class Settings(BaseSettings):
     runbook_index_dir: Path | None = None  # None: data_dir/"runbooks-index"
     chroma_url: str | None = None  # e.g. http://chroma:8000 to use a Chroma server instead
     runbook_embedder: str = "e5-small"  # e5-small (multilingual-e5-small, bundled) | use-v3
+    runbooks_enabled: bool = False  # attach the index to sweeps and the server (first use builds it: ~1 min)
 
     # Real backends (see docs/real-cluster.md); "sim" runs against the simulated cluster.
     backend: str = "sim"  # sim | kubernetes | slurm
+    pool_provider: str = "none"  # none | capi | aws: what resize_pool calls on a real cluster
     prometheus_url: str | None = None  # Prometheus, Thanos Query or VictoriaMetrics
     prometheus_headers: dict[str, str] = {}
     kubeconfig: Path | None = None  # None: in-cluster service account, else ~/.kube/config

@@ -12,7 +12,9 @@ from agent.policy import Policy
 from agent.settings import Settings
 from sim.cluster import SimCluster
 from sim.scenario import Scenario
+from tools.models import PoolInfo, ResizeResult
 from tools.notify import RecordingNotifier
+from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools, Notifier
 
 
 def make_planner(settings: Settings, model_name: str | None = None) -> Planner:
@@ -44,3 +46,69 @@ def simulated_deps(
         approvals=approvals, planner=planner, currency=scenario.currency, language=language,
     )
     return deps, cluster
+
+
+class NoPools:
+    """A cluster whose node pools GPU Steward does not manage: nothing to list, nothing to resize."""
+
+    def list_pools(self) -> list[PoolInfo]:
+        return []
+
+    def resize_pool(self, pool: str, target_nodes: int, *, reason: str) -> ResizeResult:
+        return ResizeResult(pool=pool, status="refused", nodes_before=0, nodes_after=0,
+                            detail="no pool provider configured (STEWARD_POOL_PROVIDER)")
+
+
+def _chatops_or(settings: Settings, fallback: Notifier, clock: Clock, policy: Policy, jobs: JobScheduler) -> Notifier:
+    if settings.dingtalk_webhook_url or settings.wecom_webhook_url:
+        from agent.chatops.notifier import ChatOpsNotifier
+
+        return ChatOpsNotifier.from_settings(settings, clock=clock, policy=policy, jobs=jobs)
+    return fallback
+
+
+def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> StewardDeps:
+    """Deps for a real cluster (STEWARD_BACKEND=kubernetes|slurm); stores under STEWARD_DATA_DIR."""
+    from tools.kubernetes import WallClock
+    from tools.prometheus import prometheus_metrics_from_settings
+
+    clock = WallClock()
+    data_dir = settings.ensure_data_dir()
+    pools: NodePools = NoPools()
+    if settings.backend == "kubernetes":
+        from tools.k8s_notify import kubernetes_notifier_from_settings
+        from tools.kubernetes import kubernetes_scheduler_from_settings
+
+        k8s = kubernetes_scheduler_from_settings(settings, clock=clock)
+        scheduler: JobScheduler = k8s
+        logs: LogSource = k8s
+        metrics: MetricsSource = prometheus_metrics_from_settings(settings)
+        notifier: Notifier = kubernetes_notifier_from_settings(settings, policy.warning.min_notice, clock=clock)
+        if settings.pool_provider == "capi":
+            from tools.capi import capi_pools_from_settings
+
+            pools = capi_pools_from_settings(settings, k8s)
+    elif settings.backend == "slurm":
+        from tools.slurm import slurm_scheduler_from_settings
+
+        slurm = slurm_scheduler_from_settings(settings)
+        scheduler, logs = slurm, slurm
+        metrics = prometheus_metrics_from_settings(settings, job_id_for_hpc_job=slurm.steward_id_for)
+        notifier = RecordingNotifier(clock)
+    else:
+        raise ValueError(f"STEWARD_BACKEND={settings.backend!r}: use sim, kubernetes or slurm")
+    if settings.pool_provider == "aws":
+        from tools.aws_pools import AwsPoolConfig, aws_pools_from_settings
+
+        config = AwsPoolConfig(region=settings.aws_region, endpoint_url=settings.aws_endpoint_url,
+                               reserve_fraction=policy.reserve.fraction)
+        pools = aws_pools_from_settings(settings, scheduler.list_nodes, config)
+    elif settings.pool_provider not in ("none", "capi"):
+        raise ValueError(f"STEWARD_POOL_PROVIDER={settings.pool_provider!r}: use none, capi or aws")
+    audit = AuditLog(data_dir / "audit.sqlite")
+    return StewardDeps(
+        metrics=metrics, scheduler=scheduler, logs=logs, pools=pools,
+        notifier=_chatops_or(settings, notifier, clock, policy, scheduler), clock=clock, policy=policy,
+        audit=audit, approvals=ApprovalStore(data_dir / "approvals.sqlite", audit), planner=planner,
+        language=settings.language,
+    )

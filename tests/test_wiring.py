@@ -1,0 +1,59 @@
+"""Settings to deps: STEWARD_BACKEND=kubernetes builds the real adapters and a sweep runs through them.
+
+The Kubernetes API server and Prometheus are faithful loopback fakes (tests/k8s_fake_api.py,
+sim/fake_prometheus.py) speaking the real REST protocols; no real cluster can run here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.planner import PolicyModel
+from agent.policy import Policy
+from agent.settings import Settings
+from agent.sweep import SweepService
+from agent.wiring import cluster_deps
+from sim.cluster import SimCluster
+from sim.fake_prometheus import FakePrometheus
+from sim.scenario import parse_scenario
+from tests.k8s_fake_api import FakeKubernetesApi
+from tests.k8s_fake_cluster import kubeconfig, mirror_sim
+from tools.kubernetes import KubernetesScheduler
+from tools.prometheus import PrometheusMetrics
+
+SCENARIO = {
+    "version": 1, "name": "wiring", "duration": "2h",
+    "pools": [{"name": "a100", "gpus_per_node": 4, "nodes": 1}],
+    "jobs": [{"id": "ml/notebook", "user": "alice", "gpus": 2, "node": "a100-0",
+              "phases": [{"gpu_util": 0, "gpu_mem_gb": 10}]}],
+}
+
+
+def test_kubernetes_backend_sweeps_and_missing_metrics_mean_no_action(tmp_path):
+    api = FakeKubernetesApi().start()
+    # Prometheus answers, but has no samples at all.
+    with FakePrometheus(lambda path, params: []) as prometheus:
+        try:
+            _sweep_once(api, prometheus, tmp_path)
+        finally:
+            api.stop()
+
+
+def _sweep_once(api, prometheus, tmp_path):
+    mirror_sim(api, SimCluster(parse_scenario(SCENARIO)))
+    settings = Settings(backend="kubernetes", kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path,
+                        prometheus_url=prometheus.url)
+    deps = cluster_deps(settings, Policy(), PolicyModel())
+    assert isinstance(deps.scheduler, KubernetesScheduler) and isinstance(deps.metrics, PrometheusMetrics)
+    result = SweepService(deps).sweep()
+    assert result.state["observed"]["jobs"] == 1
+    assert result.state["findings"] == []  # no data is never "idle"
+    assert not [m for m, _, _ in api.requests if m != "GET"]
+    assert prometheus.requests
+
+
+
+
+def test_unknown_backend_is_named():
+    with pytest.raises(ValueError, match="STEWARD_BACKEND='nomad'"):
+        cluster_deps(Settings(backend="nomad", prometheus_url="http://127.0.0.1:9"), Policy(), PolicyModel())

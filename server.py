@@ -76,6 +76,24 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     return app
 
 
+def chatops_wiring(settings: Settings) -> tuple[list[APIRouter], list[Callable[[StewardEvent], None]]]:
+    """DingTalk / WeCom webhooks and approval cards, when any ChatOps setting is present (docs/chatops.md)."""
+    configured = any([settings.dingtalk_webhook_url, settings.dingtalk_app_secret, settings.wecom_webhook_url,
+                      settings.wecom_token])
+    if not configured:
+        return [], []
+    from agent.chatops.cards import approval_card_listener
+    from agent.chatops.notifier import routes_from_settings
+    from agent.chatops.router import chatops_router
+
+    router = chatops_router(settings)
+    listeners: list[Callable[[StewardEvent], None]] = []
+    if settings.chatops_link_secret is not None:
+        default_route, _ = routes_from_settings(settings)
+        listeners.append(approval_card_listener(default_route, router.links, settings.language))  # type: ignore[attr-defined]
+    return [router], listeners
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -106,7 +124,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # The demo's interesting part starts mid-afternoon: begin there unless told otherwise.
     start = args.start if args.start is not None else (0.0 if settings.scenario else parse_duration("210m"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings, start_s=start)
+    routers, listeners = chatops_wiring(settings)
+    app = create_app(settings, start_s=start, extra_routers=routers, listeners=listeners)
     print(f"GPU Steward on http://{args.host}:{args.port}/  (simulated clock x{settings.sim_speed:g}; "
           f"sweeps every {settings.sweep_cron or f'{settings.sweep_every_s:g}s'} of cluster time)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

@@ -194,6 +194,11 @@ def open_runbook_index(settings: Settings) -> RunbookIndex:
                         embedder=settings.runbook_embedder)
 
 
+def runbooks_from_settings(deps: StewardDeps, settings: Settings) -> StewardDeps:
+    """Attach the configured index when STEWARD_RUNBOOKS_ENABLED is set; otherwise leave deps as they are."""
+    return attach_runbooks(deps, open_runbook_index(settings)) if settings.runbooks_enabled else deps
+
+
 def attach_runbooks(deps: StewardDeps, index: RunbookIndex) -> StewardDeps:
     """Give the graph the index: search for detect and the tools, the catalog for the prompt, limits for execution."""
     deps.runbook_search = index.search

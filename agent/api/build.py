@@ -51,6 +51,9 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
                                    data_dir=data_dir, language=settings.language)
     if notifier is not None:
         deps.notifier = notifier
+    from agent.runbook_index import runbooks_from_settings
+
+    runbooks_from_settings(deps, settings)
     saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
     service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
     state_file = data_dir / "sim-clock.json"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,10 +59,15 @@ class RunbookIndex:
         self._hash = ""
         self._checked_at = float("-inf")
         self.last_build_s: float | None = None
+        self._lock = threading.RLock()  # the server searches from several threads; build once
 
     # -- building -------------------------------------------------------------------------------------------------
     def ensure(self) -> bool:
         """Make the index match the files; returns True when it was (re)built."""
+        with self._lock:
+            return self._ensure()
+
+    def _ensure(self) -> bool:
         self._checked_at = time.monotonic()
         digest = content_hash(self.directory, self.embedding.model)
         if self._collection is not None and digest == self._hash:
@@ -79,12 +85,13 @@ class RunbookIndex:
 
     def rebuild(self) -> None:
         """Re-embed everything, whatever the stored hash says."""
-        books = load_runbooks(self.directory)
-        if self._client is None:
-            self._client = chroma_client(self.index_dir, self.chroma_url)
-        self._books = books
-        self._build(books, content_hash(self.directory, self.embedding.model))
-        self._checked_at = time.monotonic()
+        with self._lock:
+            books = load_runbooks(self.directory)
+            if self._client is None:
+                self._client = chroma_client(self.index_dir, self.chroma_url)
+            self._books = books
+            self._build(books, content_hash(self.directory, self.embedding.model))
+            self._checked_at = time.monotonic()
 
     def count(self) -> int:
         return int(self._collection.count()) if self._collection is not None else 0

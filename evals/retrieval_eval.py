@@ -66,8 +66,10 @@ def synthesize(directory: Path, out: Path, sections: int, seed: int = 7) -> int:
     while written < sections:
         copy += 1
         for b in books:
-            text = files[b.path].replace(f"id: {b.id}\n", f"id: {b.id}-v{copy}\n", 1)
-            text = re.sub(r"\b(\d{2,3})\b", lambda m: str(int(m.group(1)) + rng.randint(1, 9)), text)
+            front, _, body = files[b.path].partition("\n---\n")
+            front = front.replace(f"id: {b.id}\n", f"id: {b.id}-v{copy}\n", 1)
+            body = re.sub(r"\b([1-9]\d{1,2})\b", lambda m: str(int(m.group(1)) + rng.randint(1, 9)), body)
+            text = f"{front}\n---\n{body}"
             lines = text.split("\n")
             bullets = [i for i, line in enumerate(lines) if line.startswith("- ")]
             shuffled = [lines[i] for i in bullets]

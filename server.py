@@ -36,7 +36,11 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = service
-        if runtime is None:
+        if runtime is None and settings.backend != "sim":
+            from agent.api.build import cluster_runtime
+
+            runtime = cluster_runtime(settings, chat_model=chat_model)
+        elif runtime is None:
             from agent.api.build import simulated_runtime
 
             runtime = simulated_runtime(settings, speed=speed, start_s=start_s, notifier=notifier,

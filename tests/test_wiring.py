@@ -57,3 +57,23 @@ def _sweep_once(api, prometheus, tmp_path):
 def test_unknown_backend_is_named():
     with pytest.raises(ValueError, match="STEWARD_BACKEND='nomad'"):
         cluster_deps(Settings(backend="nomad", prometheus_url="http://127.0.0.1:9"), Policy(), PolicyModel())
+
+
+def test_serve_runs_against_a_real_backend(tmp_path):
+    """`steward serve` with STEWARD_BACKEND=kubernetes: the API answers from the real adapters."""
+    from fastapi.testclient import TestClient
+
+    from server import create_app
+
+    api = FakeKubernetesApi().start()
+    with FakePrometheus(lambda path, params: []) as prometheus:
+        try:
+            mirror_sim(api, SimCluster(parse_scenario(SCENARIO)))
+            settings = Settings(backend="kubernetes", kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path,
+                                prometheus_url=prometheus.url, leader_lock="none")
+            with TestClient(create_app(settings, run_scheduler=False)) as client:
+                assert client.post("/api/sweeps").status_code == 200
+                assert client.get("/api/findings").json() is not None
+                assert client.get("/healthz").status_code == 200
+        finally:
+            api.stop()

@@ -68,6 +68,25 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
                           chat_model=chat_model)
 
 
+def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRuntime:
+    """A real cluster (STEWARD_BACKEND=kubernetes|slurm) on the wall clock; stores under the data dir."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from agent.policy import load_policy
+    from agent.runbook_index import runbooks_from_settings
+    from agent.wiring import cluster_deps, make_planner
+
+    deps = cluster_deps(settings, load_policy(settings.policy_file), make_planner(settings))
+    runbooks_from_settings(deps, settings)
+    saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
+    service = SweepService(deps, checkpointer=saver, run_prefix=settings.backend)
+    if chat_model is None and settings.llm_configured:
+        from agent.llm_planner import make_chat_model
+
+        chat_model = make_chat_model(settings)
+    return StewardRuntime(service, schedule_of(settings), lease=make_lease(settings), chat_model=chat_model)
+
+
 def fast_forward(runtime: StewardRuntime, until_s: float, every_s: float = 300.0) -> None:
     """Sweep a simulated cluster at each interval up to `until_s` at once (demos, screenshots, tests)."""
     clock = runtime.sim_clock

@@ -89,8 +89,8 @@ def execute_action(
             sent = deps.notifier.notify(recipient, f"GPU Steward: {p.target}", body, job_id=p.target)
             deadline = now + timedelta(seconds=deps.policy.warning.min_notice)
             # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
-            status: ActionStatus = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}.get(
-                sent.status, "failed")
+            sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}
+            status: ActionStatus = sent_as.get(sent.status, "failed")
             return outcome(status, p.reason or "warned owner", f"{sent.channel} to {recipient}: {sent.status}",
                            deadline=deadline)
         if p.action in ("terminate", "force_terminate"):

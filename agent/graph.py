@@ -117,6 +117,7 @@ def build_graph(deps: StewardDeps, checkpointer: Any = None):  # noqa: ANN201 - 
         outcomes = []
         # One history for the whole step, kept current, so limits hold within a sweep without re-reading the log.
         history = deps.audit.history(deps.clock.now())
+        todo: list[tuple[GuardedAction, list[Finding] | None]]
         if state.get("mode") == "approval":
             by = state.get("approval", {}).get("by") or "approver"
             todo = [(GuardedAction.model_validate(raw), None) for raw in state.get("approval_requests", [])]

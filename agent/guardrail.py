@@ -177,7 +177,7 @@ def _no_finding(case: _Case) -> _Denial:
             )
         stoppable = [f for f in current if f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
         if not stoppable:
-            wanted = kind or "idle or zombie"
+            wanted: str = kind or "idle or zombie"
             return "no_finding", (
                 f"no current {wanted} finding for job {action.target} (current findings: {seen}); "
                 "the detectors did not flag it, so it is not stopped"

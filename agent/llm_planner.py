@@ -99,7 +99,7 @@ class LLMPlanner:
             if not isinstance(reply, AIMessage):
                 result.errors.append(f"model returned {type(reply).__name__}, not a message")
                 break
-            usage = reply.usage_metadata or {}
+            usage: dict[str, Any] = dict(reply.usage_metadata or {})
             result.prompt_tokens += int(usage.get("input_tokens", 0))
             result.completion_tokens += int(usage.get("output_tokens", 0))
             messages.append(reply)
@@ -112,7 +112,7 @@ class LLMPlanner:
                 break
             for call in reply.tool_calls:
                 result.tool_calls += 1
-                messages.append(self._run_tool(tools, call, result))
+                messages.append(self._run_tool(tools, dict(call), result))
         result.proposals = list(ctx.proposals)
         if not result.explanation:
             result.explanation = "\n".join(f"- {f.target}: {f.kind}. {f.evidence}" for f in findings)

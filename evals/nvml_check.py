@@ -47,8 +47,8 @@ def main() -> int:
         print(collector.render(readings), end="")
         if not readings:
             problems.append("no GPUs found")
-        for p in problems:
-            print(f"FAIL: {p}")
+        for problem in problems:
+            print(f"FAIL: {problem}")
         print("PASS" if not problems else "")
         return 1 if problems else 0
     finally:

@@ -50,7 +50,7 @@ class Trace:
     duration_s: float
     interval_s: float  # median gap between a container's samples
     containers: dict[str, ContainerTrace] = field(default_factory=dict)
-    columns: dict[str, str | None] = field(default_factory=dict)  # role -> column used
+    columns: dict[str, str] = field(default_factory=dict)  # role -> column used ("" = none)
     rows: int = 0
 
     def ended_inside(self, c: ContainerTrace) -> bool:
@@ -118,8 +118,9 @@ def load_trace(path: str | Path, *, id_col: str | None = None, time_col: str | N
     i_t = _pick(header, time_col, TIME_NAMES, "time column (timestamp)", source, True)
     i_u = _pick(header, util_col, UTIL_NAMES, "util column (GPU utilisation %)", source, True, ("util", "duty"))
     i_m = _pick(header, mem_col, MEM_NAMES, "mem column (GPU memory)", source, False, ("mem", "fb_used"))
-    names = {"id": header[i_id], "time": header[i_t], "util": header[i_u], "mem": header[i_m] if i_m is not None
-             else None}
+    assert i_id is not None and i_t is not None and i_u is not None  # required=True raised otherwise
+    names: dict[str, str] = {"id": header[i_id], "time": header[i_t], "util": header[i_u],
+                             "mem": header[i_m] if i_m is not None else ""}
     ids: list[str] = []
     ts: list[float] = []
     us: list[float] = []

@@ -7,7 +7,7 @@ import hashlib
 import hmac
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -44,7 +44,7 @@ def signed_url(webhook_url: str, secret: str | None, now_ms: int | None = None) 
     return f"{webhook_url}{joiner}timestamp={ts}&sign={urllib.parse.quote_plus(sign(ts, secret))}"
 
 
-def markdown_message(title: str, text: str, *, at_user_ids: list[str] = (), at_mobiles: list[str] = ()) -> dict:
+def markdown_message(title: str, text: str, *, at_user_ids: Sequence[str] = (), at_mobiles: Sequence[str] = ()) -> dict:
     """A markdown message; @-mentions need both the `at` block and the @id in the text."""
     mentions = " ".join(f"@{x}" for x in [*at_user_ids, *at_mobiles])
     return {"msgtype": "markdown", "markdown": {"title": title, "text": f"{text}\n\n{mentions}".rstrip()},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -21,7 +22,7 @@ class WeComError(RuntimeError):
         self.errcode, self.errmsg = errcode, errmsg
 
 
-def markdown_message(text: str, *, mention_user_ids: list[str] = ()) -> dict:
+def markdown_message(text: str, *, mention_user_ids: Sequence[str] = ()) -> dict:
     """A markdown message; robots @-mention with <@userid> inside markdown."""
     mentions = " ".join(f"<@{u}>" for u in mention_user_ids)
     return {"msgtype": "markdown", "markdown": {"content": f"{text}\n{mentions}".rstrip()}}

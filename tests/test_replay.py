@@ -62,7 +62,7 @@ def test_other_column_names_are_detected_or_named(tmp_path: Path):
     with pytest.raises(TraceError, match="--id-col"):
         load_trace(odd)
     trace = load_trace(odd, id_col="who", time_col="when", util_col="busy")
-    assert trace.columns["mem"] is None and list(trace.containers) == ["a"]
+    assert trace.columns["mem"] == "" and list(trace.containers) == ["a"]
 
 
 def test_malformed_rows_name_the_row_and_column(tmp_path: Path):

@@ -8,7 +8,7 @@ from typing import Any
 def print_eval_tables(documents: dict[str, list[dict[str, Any]]]) -> None:
     for model, docs in documents.items():
         print(f"\nPlanner: {model}")
-        header = (f"{'scenario':<34} {'pass':<5} {'found':>5} {'missed':>6} {'FP':>3} {'kills!':>6} "
+        header = (f"{'scenario':<42} {'pass':<5} {'found':>5} {'missed':>6} {'FP':>3} {'kills!':>6} "
                   f"{'refused':>7} {'tools':>5} {'tokens':>7} {'GPU-h':>7} {'wall s':>7}")
         print(header)
         print("-" * len(header))
@@ -16,7 +16,7 @@ def print_eval_tables(documents: dict[str, list[dict[str, Any]]]) -> None:
         for d in docs:
             s, st = d["score"], d["stats"]
             tokens = st["prompt_tokens"] + st["completion_tokens"]
-            print(f"{d['name']:<34} {'yes' if d['passed'] else 'NO':<5} {s['detected']:>5} {s['missed']:>6} "
+            print(f"{d['name']:<42} {'yes' if d['passed'] else 'NO':<5} {s['detected']:>5} {s['missed']:>6} "
                   f"{s['false_positives']:>3} {s['false_kills']:>6} {st['guardrail_refusals']:>7} "
                   f"{st['tool_calls']:>5} {tokens:>7} {s['reclaimed_gpu_hours']:>7.1f} {st['wall_s']:>7.2f}")
             totals["passed"] += int(d["passed"])

@@ -43,6 +43,9 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
 
     policy = load_policy(args.policy or settings.policy_file)
     deps = cluster_deps(settings, policy, make_planner(settings))
+    from agent.runbook_index import runbooks_from_settings
+
+    runbooks_from_settings(deps, settings)
     saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
     result = SweepService(deps, checkpointer=saver, run_prefix=settings.backend).sweep(trigger="cli")
     if args.json:
@@ -209,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     settings = Settings()
+    if settings.runbooks_enabled is None:  # the commands people run ground their answers in runbooks
+        settings = settings.model_copy(update={"runbooks_enabled": True})
     try:
         return int(args.handler(args, settings))
     except (ScenarioError, PolicyError) as exc:

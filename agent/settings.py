@@ -57,7 +57,9 @@ class Settings(BaseSettings):
     runbook_index_dir: Path | None = None  # None: data_dir/"runbooks-index"
     chroma_url: str | None = None  # e.g. http://chroma:8000 to use a Chroma server instead
     runbook_embedder: str = "e5-small"  # e5-small (multilingual-e5-small, bundled) | use-v3
-    runbooks_enabled: bool = False  # attach the index to sweeps and the server (first use builds it: ~1 min)
+    # Attach the runbook index to sweeps and the server. None: on for `steward sweep` and `steward serve`,
+    # off for library use (tests); the first use builds the index (20-60 s on 2 cores), later runs reuse it.
+    runbooks_enabled: bool | None = None
 
     # Real backends (see docs/real-cluster.md); "sim" runs against the simulated cluster.
     backend: str = "sim"  # sim | kubernetes | slurm

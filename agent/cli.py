@@ -117,8 +117,34 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         print("\nWaiting for a human:")
         for a in pending:
             print(f"  {a.id}  {a.action} {a.target} (level {a.level}), expires {a.expires_at:%H:%M} UTC")
+    print(run_summary(deps))
     print(f"\nAudit log: {deps.audit.path}  ({deps.audit.count()} entries)")
     return 0
+
+
+def run_summary(deps: Any) -> str:
+    """What the whole run found, did and saved, and one warning as its owner received it."""
+    from agent.api.savings import compute_savings
+    from agent.cost import money
+
+    found = {(e.target, e.status) for e in deps.audit.entries(kind="finding", limit=1_000_000)}
+    done = [e for e in deps.audit.entries(kind="execution", status="executed", limit=100_000)]
+    count = {a: sum(1 for e in done if e.action == a) for a in ("notify", "terminate", "force_terminate",
+                                                                "resize_pool")}
+    savings = compute_savings(deps.audit, [], deps.clock.now(), deps.currency)
+    lines = [
+        "",
+        f"Over the run: {len(found)} findings on {len({t for t, _ in found})} targets; {count['notify']} warnings, "
+        f"{count['terminate']} graceful stops, {count['force_terminate']} forced stops, "
+        f"{count['resize_pool']} pool resizes executed.",
+        f"Reclaimed so far: {savings.reclaimed_gpu_hours:.1f} GPU-hours ({money(savings.reclaimed_money, deps.currency)}).",
+    ]
+    sent = getattr(deps.notifier, "sent", [])
+    warning = next((m for m in sent if "SIGTERM" in m.body), sent[0] if sent else None)
+    if warning is not None:
+        lines += ["", f"A warning as {warning.recipient} received it at {warning.at:%H:%M}:"]
+        lines += [f"  | {line}" for line in warning.body.splitlines()]
+    return "\n".join(lines)
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:

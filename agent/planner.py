@@ -71,7 +71,8 @@ def _last(history: History, action: str, target: str, kind: str | None = None,
 
 def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
     words = KIND_WORDS.get(language, KIND_WORDS["en"])
-    runbook = f"Runbook: {finding.runbook}" if finding.runbook else ""
+    label = "运行手册" if language == "zh" else "Runbook"
+    runbook = f"{label}: {finding.runbook}" if finding.runbook else ""
     common = {
         "job": finding.target,
         "kind_words": words[finding.kind],

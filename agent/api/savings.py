@@ -30,11 +30,18 @@ def team_of(f: Finding) -> str:
 def compute_savings(audit: AuditLog, findings: list[Finding], now: datetime, currency: str,
                     points: int = 24, default_price: float = 0.0) -> Savings:
     """GPUs an action freed count from its execution until now (the job would otherwise still hold them)."""
-    freed: list[tuple[datetime, int, float]] = []
+    # A job's GPUs are freed once: when a graceful stop was ignored, by the forced stop that followed it.
+    last_stop: dict[str, tuple[datetime, int, float]] = {}
+    resizes: list[tuple[datetime, int, float]] = []
     for e in audit.entries(kind="execution", status="executed", limit=100_000, newest_first=False):
         gpus = int(e.data.get("gpus") or 0)
         if e.action in FREEING_ACTIONS and gpus > 0 and e.at <= now:
-            freed.append((e.at, gpus, _price(audit, e.target or "", default_price)))
+            item = (e.at, gpus, _price(audit, e.target or "", default_price))
+            if e.action == "resize_pool":
+                resizes.append(item)
+            else:
+                last_stop[e.target or ""] = item
+    freed = sorted([*last_stop.values(), *resizes])
 
     def totals(t: datetime) -> tuple[float, float]:
         hours = money = 0.0

@@ -6,10 +6,10 @@ from datetime import time
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.durations import Duration
+from sim.files import format_validation_errors, read_yaml
 
 
 class PolicyError(ValueError):
@@ -214,14 +214,6 @@ class Policy(_Section):
         return min(max_auto, hard_max), hard_max
 
 
-def _format(source: str, error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        loc = ".".join(str(p) for p in item["loc"])
-        lines.append(f"{source}: {loc or '(top level)'}: {item['msg']}")
-    return "\n".join(lines)
-
-
 def parse_policy(data: Any, source: str = "<policy>") -> Policy:
     if data is None:
         data = {}
@@ -230,18 +222,11 @@ def parse_policy(data: Any, source: str = "<policy>") -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(_format(source, exc)) from None
+        raise PolicyError(format_validation_errors(source, exc)) from None
 
 
 def load_policy(path: str | Path | None) -> Policy:
     """The policy at `path`, or the defaults when no path is given."""
     if path is None:
         return Policy()
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not valid YAML: {exc}") from None
-    return parse_policy(data, str(path))
+    return parse_policy(read_yaml(path, PolicyError), str(path))

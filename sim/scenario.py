@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.durations import Duration
+from sim.files import format_validation_errors, read_yaml
 
 DEFAULT_START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 NAME_RE = re.compile(r"^[a-z0-9-]+$")
@@ -212,14 +212,6 @@ class Scenario(_Strict):
         return self
 
 
-def _format_errors(source: str, error: ValidationError) -> str:
-    parts = []
-    for item in error.errors():
-        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in item["loc"]).replace(".[", "[")
-        parts.append(f"{source}: {loc or '(top level)'}: {item['msg']}")
-    return "\n".join(parts)
-
-
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate already-parsed YAML/JSON data as a scenario."""
     if not isinstance(data, dict):
@@ -227,20 +219,12 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(_format_errors(source, exc)) from None
+        raise ScenarioError(format_validation_errors(source, exc)) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, ScenarioError)
     return parse_scenario(data, str(path))
 
 

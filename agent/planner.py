@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import BaseModel
 
 from agent.cost import money
+from agent.evidence import describe, duration_zh
 from agent.guardrail import protection_reason
 from agent.models import STOPPABLE_KINDS, Finding, History, ProposedAction
 from agent.observation import Observation
@@ -76,15 +77,17 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
     common = {
         "job": finding.target,
         "kind_words": words[finding.kind],
-        "evidence": finding.evidence,
+        "evidence": describe(finding, language),
         "runbook_line": runbook,
     }
     if finding.kind in STOPPABLE_KINDS:
         deadline = now + timedelta(seconds=policy.warning.min_notice)
+        grace = policy.stop.grace_period
+        grace_words = duration_zh(grace) if language == "zh" else format_duration(grace)
         return render(
             template_name("notify_warning", language), now,
             waste_gpu_hours=f"{finding.waste_gpu_hours:.1f}", waste_cost=money(finding.waste_cost, finding.currency),
-            deadline=deadline.strftime("%Y-%m-%d %H:%M UTC"), grace=format_duration(policy.stop.grace_period), **common,
+            deadline=deadline.strftime("%Y-%m-%d %H:%M UTC"), grace=grace_words, **common,
         )
     advice = {
         "overprovisioned": f"request {max(1, int(finding.metrics.get('working_gpus', 1)))} GPU(s) next time",

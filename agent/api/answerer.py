@@ -12,6 +12,7 @@ from agent.api.savings import compute_savings
 from agent.approvals import Approval
 from agent.audit import AuditLog
 from agent.cost import money
+from agent.evidence import describe, kind_label
 from agent.models import Finding
 from agent.observation import Observation
 
@@ -94,7 +95,10 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
                 f"发现 {len(rows)} 处{scope} GPU 浪费，累计 {money(total, ctx.currency)}：")]
     for f, job, gpu in rows:
         who = job.get("user") or f.owner or "-"
-        lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {f.evidence}{_rb(f)}")
+        if lang == "zh":
+            lines.append(f"- **{f.target}**（{who}，{f.gpus}× {gpu}）{kind_label(f.kind, lang)}：{describe(f, lang)}{_rb(f)}")
+        else:
+            lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {f.evidence}{_rb(f)}")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 from agent.approvals import ApprovalError
 from agent.chatops.directory import UserDirectory
 from agent.deps import StewardDeps
+from agent.evidence import describe, kind_label
 from agent.models import Finding
 from sim.durations import format_duration, parse_duration
 
@@ -59,7 +60,10 @@ def findings_summary(service: StewardService, lang: str) -> str:
     if not findings:
         return _t(lang, "No waste found right now.", "当前未发现浪费。")
     head = _t(lang, f"{len(findings)} finding(s) now:", f"当前发现 {len(findings)} 项：")
-    lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings[:10]]
+    if lang == "zh":
+        lines = [f"- {f.target}：{kind_label(f.kind, lang)}。{describe(f, lang)}" for f in findings[:10]]
+    else:
+        lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings[:10]]
     tail = _t(lang, "Reply `keep 4h <reason>` to keep your job, `approve <id>` / `deny <id>` to answer a request.",
               "回复 `keep 4h 原因` 可暂缓你的作业；审批人回复 `approve <id>` / `deny <id>` 处理审批。")
     return "\n".join([head, *lines, tail])

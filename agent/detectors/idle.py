@@ -6,6 +6,7 @@ from datetime import datetime
 
 from agent.detectors.longtail import long_tail_reason
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from agent.evidence import io_metrics, log_metrics
 from agent.models import Finding
 from agent.observation import LogProgress, Observation
 from agent.policy import Policy
@@ -74,6 +75,7 @@ class IdleGpuDetector:
         }
         if w.cpu_avg is not None:
             metrics["cpu_pct"] = w.cpu_avg
+        metrics.update(log_metrics(logs, at) | io_metrics(w))
         return Finding(
             kind="idle", target=job.id, since=since, detected_at=at, evidence=evidence, metrics=metrics, gpus=job.gpus
         )

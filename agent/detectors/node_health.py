@@ -40,20 +40,23 @@ class NodeHealthDetector:
             first_at = None
             worst_xid = 0
             hottest = None
+            per_gpu: dict[str, float] = {}  # gpu<n>_xid / gpu<n>_temp_c: each problem as numbers
             for g in sorted(series, key=lambda s: s.gpu):
                 if g.xid_last and g.xid_last not in ignore:
                     problems.append(f"GPU {g.gpu} XID {g.xid_last} ({xid_meaning(g.xid_last)})")
                     bad_gpus.add(g.gpu)
+                    per_gpu[f"gpu{g.gpu}_xid"] = float(g.xid_last)
                     worst_xid = worst_xid or g.xid_last
                     if g.xid_at is not None and (first_at is None or g.xid_at < first_at):
                         first_at = g.xid_at
                 if g.temp_c_max is not None and g.temp_c_max >= self.rule.max_temp_c:
                     problems.append(f"GPU {g.gpu} at {g.temp_c_max:.0f}°C (limit {self.rule.max_temp_c:g}°C)")
                     bad_gpus.add(g.gpu)
+                    per_gpu[f"gpu{g.gpu}_temp_c"] = g.temp_c_max
                     hottest = max(hottest or g.temp_c_max, g.temp_c_max)
             if not problems:
                 continue
-            metrics = {"affected_gpus": float(len(bad_gpus))}
+            metrics = {"affected_gpus": float(len(bad_gpus)), "temp_limit_c": self.rule.max_temp_c, **per_gpu}
             if worst_xid:
                 metrics["xid"] = float(worst_xid)
             if hottest is not None:

@@ -50,7 +50,11 @@ class OverprovisionedDetector:
                 "ratio": job.gpus / working,
                 "coverage": round(w.coverage, 4),
                 "util_avg_pct": w.avg_util or 0.0,
+                "window_s": w.seconds,
+                "working_util_pct": rule.working_util_pct,
             }
+            per_gpu = sorted((v or 0.0 for v in w.gpu_avg_util), reverse=True)
+            metrics.update({f"gpu_util_pct_{k}": v for k, v in enumerate(per_gpu)})  # highest first
             findings.append(
                 Finding(
                     kind="overprovisioned",

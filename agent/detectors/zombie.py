@@ -5,6 +5,7 @@ from __future__ import annotations
 from agent.detectors.idle import ACTIVE_STATES, log_summary
 from agent.detectors.longtail import long_tail_reason
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from agent.evidence import io_metrics, log_metrics
 from agent.models import Finding
 from agent.observation import Observation
 from agent.policy import Policy
@@ -78,7 +79,12 @@ class ZombieDetector:
                 "log_silent_s": silent,
                 "cpu_pct": w.cpu_avg or 0.0,
                 "mem_gb": round(w.mem_gb, 1),
+                "util_min_pct": min(v or 0.0 for v in w.gpu_avg_util),
+                "window_s": w.seconds,
             }
+            if logs.typical_gap_s:
+                metrics["log_gap_s"] = logs.typical_gap_s
+            metrics.update(log_metrics(logs, obs.at) | io_metrics(w))
             findings.append(
                 Finding(
                     kind="zombie",

@@ -90,13 +90,13 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
             deadline=deadline.strftime("%Y-%m-%d %H:%M UTC"), grace=grace_words, **common,
         )
     advice = {
-        "overprovisioned": f"request {max(1, int(finding.metrics.get('working_gpus', 1)))} GPU(s) next time",
+        "overprovisioned": f"request {max(1, int(finding.metrics.get('gpus_working', 1)))} GPU(s) next time",
         "node_health": "drain the node and follow the runbook",
         "oversized": "let the pool shrink or approve the resize",
     }.get(finding.kind, "take a look")
     if language == "zh":
         advice = {
-            "overprovisioned": f"下次申请 {max(1, int(finding.metrics.get('working_gpus', 1)))} 块 GPU",
+            "overprovisioned": f"下次申请 {max(1, int(finding.metrics.get('gpus_working', 1)))} 块 GPU",
             "node_health": "排空该节点并按运行手册处理",
             "oversized": "缩容节点池或批准缩容操作",
         }.get(finding.kind, "请检查")

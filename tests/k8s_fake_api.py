@@ -69,7 +69,7 @@ class FakeKubernetesApi:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def start(self) -> FakeKubernetesApi:
         self._thread.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import copy
 import itertools
 import threading
@@ -227,7 +228,7 @@ class FakeStore:
             if deadline and deadline <= now:
                 self.objects["pods"].pop(key)
 
-    def pod_log(self, ns: str, name: str) -> list[tuple[datetime, str]]:
+    def pod_log(self, ns: str, name: str) -> builtins.list[tuple[datetime, str]]:
         self.get("pods", ns, name)
         if self.log_provider is not None:
             return self.log_provider(ns, name)

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.sqlite import SqliteSaver
-
 from agent.policy import PolicyError, load_policy
 from agent.settings import Settings
+from agent.sweep_cli import cmd_sweep
 from sim.durations import parse_duration
-from sim.scenario import ScenarioError, demo_scenario_path, load_scenario
+from sim.scenario import ScenarioError, load_scenario
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -34,117 +31,6 @@ def _scenario_files(paths: list[str]) -> list[Path]:
         p = Path(raw)
         files.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
     return files
-
-
-def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
-    """One sweep of the real cluster that STEWARD_BACKEND names."""
-    from agent.sweep import SweepService
-    from agent.wiring import cluster_deps, make_planner
-
-    policy = load_policy(args.policy or settings.policy_file)
-    deps = cluster_deps(settings, policy, make_planner(settings))
-    from agent.runbook_index import runbooks_from_settings
-
-    runbooks_from_settings(deps, settings)
-    saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
-    result = SweepService(deps, checkpointer=saver, run_prefix=settings.backend).sweep(trigger="cli")
-    if args.json:
-        print(json.dumps(result.state, default=str, ensure_ascii=False, indent=2))
-    else:
-        print(result.report)
-        print(f"\nAudit log: {deps.audit.path}")
-    return 0
-
-
-def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
-    from agent.sweep import SweepService
-    from agent.wiring import make_planner, simulated_deps
-    from evals.runner import ScriptedApprovals
-
-    if settings.backend != "sim" and args.scenario is None:
-        return cmd_sweep_cluster(args, settings)
-
-    scenario = load_scenario(args.scenario or settings.scenario or demo_scenario_path())
-    policy = load_policy(args.policy or settings.policy_file)
-    run_dir = settings.ensure_data_dir() / "runs" / f"{scenario.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
-    deps, cluster = simulated_deps(scenario, policy, make_planner(settings), data_dir=run_dir,
-                                   language=args.lang or settings.language)
-    from agent.runbook_index import runbooks_from_settings
-
-    runbooks_from_settings(deps, settings)
-    saver = SqliteSaver(sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False))
-    service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
-    until = min(args.at if args.at is not None else scenario.duration, scenario.duration)
-    every = args.every or settings.sweep_every_s
-    times = [until] if args.once else [t * every for t in range(1, int(until // every) + 1)] or [until]
-    if times[-1] < until:
-        times.append(until)
-    timeline: list[str] = []
-    result = None
-    scripted = ScriptedApprovals(scenario, service)  # the scenario's scripted human answers
-    for t in times:
-        cluster.advance_to(t)
-        service.expire_due()
-        for answered in scripted.answer_due(t):
-            a = answered.state.get("approval", {})
-            for o in answered.state.get("outcomes", []):
-                timeline.append(f"  {cluster.now():%H:%M}  {o['action']:<16} {o['target']:<34} level {o['level']}  "
-                                f"{a.get('decision')}d by {a.get('by')}: {o['status']}")
-        result = service.sweep(trigger="cli")
-        for d in result.state.get("decisions", []):
-            outs = {o["id"]: o for o in result.state.get("outcomes", [])}
-            status = outs.get(d["id"], {}).get("status") or {"deny": "refused", "needs_approval": "awaiting approval",
-                                                             "allow": "allowed"}[d["decision"]["verdict"]]
-            timeline.append(f"  {cluster.now():%H:%M}  {d['proposal']['action']:<16} {d['proposal']['target']:<34} "
-                            f"level {d['decision']['level']}  {status}")
-    assert result is not None
-    if args.json:
-        print(json.dumps({"scenario": scenario.name, "run_dir": str(run_dir), "state": result.state,
-                          "timeline": timeline, "pending_approvals": [a.model_dump(mode="json")
-                                                                       for a in deps.approvals.pending()]},
-                         default=str, ensure_ascii=False, indent=2))
-        return 0
-    print(f"GPU Steward on simulated cluster '{scenario.name}' ({scenario.description.strip().splitlines()[0] if scenario.description else ''})")
-    print(f"Sweeping every {int(every // 60)}m from {scenario.start:%H:%M} to {cluster.now():%H:%M} UTC "
-          f"({len(times)} sweeps; planner: {deps.planner.name}).\n")
-    if timeline and not args.once:
-        print("What the agent did along the way:")
-        print("\n".join(timeline))
-        print()
-    print(result.report)
-    pending = deps.approvals.pending()
-    if pending:
-        print("\nWaiting for a human:")
-        for a in pending:
-            print(f"  {a.id}  {a.action} {a.target} (level {a.level}), expires {a.expires_at:%H:%M} UTC")
-    print(run_summary(deps))
-    print(f"\nAudit log: {deps.audit.path}  ({deps.audit.count()} entries)")
-    return 0
-
-
-def run_summary(deps: Any) -> str:
-    """What the whole run found, did and saved, and one warning as its owner received it."""
-    from agent.api.savings import compute_savings
-    from agent.cost import money
-
-    found = {(e.target, e.status) for e in deps.audit.entries(kind="finding", limit=1_000_000)}
-    done = [e for e in deps.audit.entries(kind="execution", status="executed", limit=100_000)]
-    count = {a: sum(1 for e in done if e.action == a) for a in ("notify", "terminate", "force_terminate",
-                                                                "resize_pool")}
-    savings = compute_savings(deps.audit, [], deps.clock.now(), deps.currency)
-    lines = [
-        "",
-        f"Over the run: {len(found)} findings on {len({t for t, _ in found})} targets; {count['notify']} warnings, "
-        f"{count['terminate']} graceful stops, {count['force_terminate']} forced stops, "
-        f"{count['resize_pool']} pool resizes executed.",
-        f"Reclaimed so far: {savings.reclaimed_gpu_hours:.1f} GPU-hours ({money(savings.reclaimed_money, deps.currency)}).",
-    ]
-    sent = getattr(deps.notifier, "sent", [])
-    warning = next((m for m in sent if "SIGTERM" in m.body), sent[0] if sent else None)
-    if warning is not None:
-        lines += ["", f"A warning as {warning.recipient} received it at {warning.at:%H:%M}:"]
-        lines += [f"  | {line}" for line in warning.body.splitlines()]
-    return "\n".join(lines)
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:

@@ -126,7 +126,8 @@ def test_demo_sweep_in_chinese_warns_with_chinese_evidence(capsys, tmp_path, mon
     reason = next(line for line in warning.splitlines() if "原因：" in line)
     assert "块 GPU" in reason and "样本覆盖率" in reason and "CPU" in reason
     assert "util for" not in reason and "coverage" not in reason and "holding" not in reason
-    report = out[out.index("GPU Steward 巡检时间"):out.index("规划器")]
+    start = out.index("GPU Steward 巡检时间")
+    report = out[start:out.index("规划器", start)]
     assert "各卡平均利用率" in report and "按需节点池 a100-ondemand" in report
     assert "requested" not in report and "on-demand pool" not in report and "GPU-h" not in report
 

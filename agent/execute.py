@@ -33,7 +33,7 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
         job=job,
         pool=pool,
         findings=[f for f in findings if f.target == target],
-        cluster_gpus=sum(n.gpus for n in obs.nodes),
+        cluster_gpus=obs.cluster_gpus(),
     )
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from tools.models import GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
 
@@ -39,6 +40,9 @@ class Observation(BaseModel):
     io: list[JobIoSeries] = []
     logs: dict[str, LogProgress] = {}
     backend_calls: int = 0  # requests this observation cost (for the benchmarks)
+    # Derived once per observation (agent/detectors/signals.py), never serialised.
+    _signals: Any = PrivateAttr(default=None)
+    _gpu_total: tuple[tuple[int, int], int] | None = PrivateAttr(default=None)
 
     def jobs_by_id(self) -> dict[str, JobInfo]:
         return {j.id: j for j in self.jobs}
@@ -57,3 +61,10 @@ class Observation(BaseModel):
         pool_of = {n.name: n.pool for n in self.nodes}
         prices = {p.name: p.price_per_gpu_hour for p in self.pools}
         return prices.get(pool_of.get(node or "") or "", 0.0)
+
+    def cluster_gpus(self) -> int:
+        """GPUs on every node; counted once, since each guarded action of a sweep asks."""
+        key = (id(self.nodes), len(self.nodes))
+        if self._gpu_total is None or self._gpu_total[0] != key:
+            self._gpu_total = (key, sum(n.gpus for n in self.nodes))
+        return self._gpu_total[1]

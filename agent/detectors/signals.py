@@ -21,7 +21,9 @@ def window_slices(seconds: float, slice_s: float) -> int:
 
 def align_end(values: list, length: int) -> list:
     """The last `length` values, padded at the front with None (aligned from the end)."""
-    if len(values) >= length:
+    if len(values) == length:
+        return values  # read-only callers: no copy of a long series
+    if len(values) > length:
         return values[len(values) - length :]
     return [None] * (length - len(values)) + list(values)
 
@@ -71,27 +73,36 @@ def build_job_series(
     out = JobSeries(job_id=job_id, at=at, slice_s=slice_s, gpus=gpus, io=io)
     columns = []
     for g in gpus:
-        maxes = [valid_pct(v) for v in align_end(g.util_max, length)]
-        avgs = [valid_pct(v) for v in align_end(g.util_avg, length)]
-        counts = [min(max(int(c or 0), 0), g.expected) for c in align_end(g.samples, length)]
-        columns.append((maxes, avgs, counts, g.expected))
+        exp = g.expected
+        maxes = align_end(g.util_max, length)
+        avgs = align_end(g.util_avg, length)
+        counts = [min(max(int(c or 0), 0), exp) for c in align_end(g.samples, length)]
+        # A slice counts only with a valid max, a valid average and at least one sample.
+        keep = [
+            m is not None and a is not None and c > 0 and 0.0 <= m <= 100.0 and 0.0 <= a <= 100.0
+            for m, a, c in zip(maxes, avgs, counts, strict=True)
+        ]
+        columns.append((maxes, avgs, counts, keep))
+    expected = sum(g.expected for g in gpus)
+    out.expected = [expected] * length
+    if len(columns) == 1:  # most jobs hold one GPU: its own slices, without a per-slice merge
+        maxes, avgs, counts, keep = columns[0]
+        if all(keep):  # share the GPU's lists rather than copy them
+            out.util_max, out.util_avg = maxes, avgs
+        else:
+            out.util_max = [m if k else None for m, k in zip(maxes, keep, strict=True)]
+            out.util_avg = [a if k else None for a, k in zip(avgs, keep, strict=True)]
+        out.samples = counts
+        return out
+    n = len(columns)
     for k in range(length):
-        peak: float | None = -1.0
-        total = 0.0
-        samples = expected = 0
-        for maxes, avgs, counts, exp in columns:
-            expected += exp
-            samples += counts[k]
-            m, a = maxes[k], avgs[k]
-            if peak is None or m is None or a is None or counts[k] == 0:
-                peak = None
-                continue
-            peak = max(peak, m)
-            total += a
-        out.util_max.append(peak if columns else None)
-        out.util_avg.append(total / len(columns) if peak is not None and columns else None)
-        out.samples.append(samples)
-        out.expected.append(expected)
+        if all(col[3][k] for col in columns):
+            out.util_max.append(max(col[0][k] for col in columns))
+            out.util_avg.append(sum(col[1][k] for col in columns) / n)
+        else:
+            out.util_max.append(None)
+            out.util_avg.append(None)
+        out.samples.append(sum(col[2][k] for col in columns))
     return out
 
 
@@ -187,7 +198,21 @@ class ClusterSignals:
 
 
 def group_signals(obs: Observation) -> ClusterSignals:
-    """One pass over obs.gpus and obs.io; cost is linear in the number of samples."""
+    """One pass over obs.gpus and obs.io; cost is linear in the number of samples.
+
+    Kept on the observation, so log selection, detection and every fresh re-check of one
+    sweep group its metrics once.
+    """
+    key = (id(obs.gpus), len(obs.gpus), id(obs.io), len(obs.io), obs.at, obs.slice_s)
+    cached = obs._signals
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    signals = _group(obs)
+    obs._signals = (key, signals)
+    return signals
+
+
+def _group(obs: Observation) -> ClusterSignals:
     by_job: dict[str, list[GpuSeries]] = {}
     by_node: dict[str, list[GpuSeries]] = {}
     for s in obs.gpus:

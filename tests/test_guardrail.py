@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent import guardrail
+from agent import guardrail_scope
 from agent.guardrail import Facts, decide, protection_reason
 from agent.models import Exemption, Finding, History, HistoryEntry, ProposedAction
 from agent.policy import Policy, parse_policy
@@ -398,7 +398,7 @@ def test_a_guardrail_bug_fails_closed(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(guardrail, "protection_reason", broken)
+    monkeypatch.setattr(guardrail_scope, "protection_reason", broken)
     check(decide(act(), facts(), Policy(), warned()), "deny", "internal_error", "boom")
 
 

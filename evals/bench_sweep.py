@@ -69,6 +69,8 @@ def one_size(gpus: int) -> dict:
     findings = run_detectors(obs, deps.policy)
     detect_s = time.perf_counter() - t0
     chars = prompt_size(findings, obs, deps)
+    calls, found = obs.backend_calls, len(findings)
+    del obs, findings  # the timing observation goes before the sweep takes its own, as in production
     service = SweepService(deps, run_prefix="bench")
     t0 = time.perf_counter()
     result = service.sweep(trigger="bench")
@@ -76,7 +78,7 @@ def one_size(gpus: int) -> dict:
     plan = result.state.get("plan", {})
     return {"gpus": gpus, "build_trace_s": round(built, 2), "observe_s": round(observe_s, 2),
             "detect_s": round(detect_s, 2), "full_sweep_s": round(sweep_s, 2),
-            "backend_calls": obs.backend_calls, "findings": len(findings),
+            "backend_calls": calls, "findings": found,
             "actions": len(result.state.get("outcomes", [])),
             "llm_tokens": int(plan.get("prompt_tokens", 0)) + int(plan.get("completion_tokens", 0)),
             "prompt_chars": chars, "prompt_tokens_est": chars // 4,

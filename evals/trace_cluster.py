@@ -185,7 +185,8 @@ class TraceCluster:
             avg = np.divide(s.util_sum[lo:hi_in], cnt, out=np.full(len(cnt), np.nan), where=cnt > 0)
             mem = s.mem_last[lo:hi_in]
             mem_known = mem[~np.isnan(mem)]
-            out.append(GpuSeries(
+            # Built from typed numpy slices, so pydantic's per-element validation is skipped (a 50k sweep).
+            out.append(GpuSeries.model_construct(
                 job=job_id(c.id), node=f"node-{c.id}", gpu=0, model=self.gpu_model, slice_s=slice_s,
                 util_max=[None if math.isnan(v) else v for v in umax.tolist()] + [None] * pad,
                 util_avg=[None if math.isnan(v) else v for v in avg.tolist()] + [None] * pad,

@@ -14,7 +14,7 @@ from tests.k8s_fake_api import FakeKubernetesApi
 from tests.k8s_fake_cluster import capi_pool, gpu_node, gpu_pod, kubeconfig
 
 pytestmark = pytest.mark.integration
-NOW = datetime.now(UTC)
+NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,7 @@ def kubectl(tmp_path_factory):
     home = tmp_path_factory.mktemp("kubectl")
     api = FakeKubernetesApi().start()
     s = api.store
+    s.now = lambda: NOW  # a fixed server clock: `--since` is measured against it, however long the suite runs
     s.put("nodes", gpu_node("gpu-0", 8, pool="a100"))
     s.put("pods", gpu_pod("ml", "train-0", 4, labels={"team": "llm"}))
     s.put("pods", gpu_pod("ml", "queued", 2, phase="Pending"))

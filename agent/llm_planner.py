@@ -54,11 +54,24 @@ def _history_block(history: History, targets: set[str]) -> str:
     return "\n".join(rows[-30:]) or "(none)"
 
 
+def split_for_model(findings: list[Finding], limit: int) -> tuple[list[Finding], list[Finding]]:
+    """The `limit` costliest findings for the model; the rest for the built-in policy model.
+
+    Keeps the prompt bounded at any cluster size (500 findings would be ~31k tokens).
+    """
+    if len(findings) <= limit:
+        return findings, []
+    ranked = sorted(findings, key=lambda f: (-f.waste_cost, -f.waste_gpu_hours, f.target, f.kind))
+    return ranked[:limit], ranked[limit:]
+
+
 class LLMPlanner:
-    def __init__(self, model: BaseChatModel, *, name: str | None = None, max_rounds: int = 6) -> None:
+    def __init__(self, model: BaseChatModel, *, name: str | None = None, max_rounds: int = 6,
+                 max_findings: int = 40) -> None:
         self.model = model
         self.name = name or getattr(model, "model_name", None) or type(model).__name__
         self.max_rounds = max_rounds
+        self.max_findings = max_findings
 
     def _messages(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
                   catalog: str) -> list[BaseMessage]:
@@ -82,6 +95,20 @@ class LLMPlanner:
         if not findings:
             result.explanation = "No waste found."
             return result
+        findings, overflow = split_for_model(findings, self.max_findings)
+        if overflow:
+            from agent.planner import PolicyModel
+
+            rest = PolicyModel().plan(overflow, obs, history, deps)
+            planned = self._plan_with_model(findings, obs, history, deps, catalog, result)
+            planned.proposals += rest.proposals
+            planned.explanation += (f"\n({len(overflow)} smaller findings were planned by the built-in policy "
+                                    "model to keep the prompt bounded.)")
+            return planned
+        return self._plan_with_model(findings, obs, history, deps, catalog, result)
+
+    def _plan_with_model(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
+                         catalog: str, result: PlanResult) -> PlanResult:
         if not catalog and deps.runbook_catalog is not None:
             catalog = deps.runbook_catalog(deps.language)
         ctx = ToolContext(observation=obs, findings=findings, scheduler=deps.scheduler, logs=deps.logs,

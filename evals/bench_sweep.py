@@ -46,9 +46,12 @@ def synthetic_trace(gpus: int, seed: int = 7) -> Trace:
 
 
 def prompt_size(findings: list, obs, deps) -> int:
-    from agent.llm_planner import LLMPlanner
+    """What the LLM planner would send: its costliest findings (the rest go to the policy model)."""
+    from agent.llm_planner import LLMPlanner, split_for_model
 
-    messages = LLMPlanner(model=None)._messages(findings, obs, deps.audit.history(obs.at), deps, "")  # type: ignore[arg-type]
+    planner = LLMPlanner(model=None)  # type: ignore[arg-type]
+    for_model, _ = split_for_model(findings, planner.max_findings)
+    messages = planner._messages(for_model, obs, deps.audit.history(obs.at), deps, "")
     return sum(len(str(m.content)) for m in messages)
 
 

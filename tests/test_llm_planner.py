@@ -1,0 +1,47 @@
+"""The LLM planner keeps its prompt bounded: the costliest findings go to the model, the rest to the policy model."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from langchain_core.messages import AIMessage
+
+from agent.llm_planner import LLMPlanner, split_for_model
+from agent.models import Finding, History
+from agent.planner import PolicyModel
+from agent.policy import Policy
+from agent.wiring import simulated_deps
+from sim.scenario import parse_scenario
+from tests.scripted_model import ScriptedChatModel
+
+NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+
+
+def _finding(i: int, cost: float) -> Finding:
+    return Finding(kind="idle", target=f"ml/job-{i}", since=NOW - timedelta(hours=2), detected_at=NOW,
+                   evidence=f"job {i} idle", gpus=1, waste_gpu_hours=cost / 4, waste_cost=cost)
+
+
+def test_the_costliest_findings_go_to_the_model():
+    findings = [_finding(i, cost=float(i)) for i in range(10)]
+    for_model, rest = split_for_model(findings, 3)
+    assert [f.target for f in for_model] == ["ml/job-9", "ml/job-8", "ml/job-7"]
+    assert len(rest) == 7
+    assert split_for_model(findings, 10) == (findings, [])
+
+
+def test_overflow_is_planned_by_the_policy_model_and_the_prompt_stays_small():
+    jobs = [{"id": f"ml/job-{i}", "user": "u", "gpus": 1, "phases": [{"gpu_util": 0}]} for i in range(6)]
+    scenario = parse_scenario({"version": 1, "name": "many", "duration": "2h",
+                               "nodes": [{"name": "n0", "gpus": 8}], "jobs": jobs})
+    model = ScriptedChatModel(script=lambda messages, i: AIMessage(content="looked at the big ones"))
+    deps, cluster = simulated_deps(scenario, Policy(), PolicyModel())
+    cluster.advance_to(90 * 60)
+    obs = deps.observe()
+    findings = [_finding(i, cost=float(i)) for i in range(6)]
+    result = LLMPlanner(model, max_findings=2).plan(findings, obs, History(), deps)
+    prompt = str(model.calls[0][1].content)
+    assert "ml/job-5" in prompt and "ml/job-4" in prompt and "ml/job-0" not in prompt
+    assert {p.target for p in result.proposals} == {"ml/job-0", "ml/job-1", "ml/job-2", "ml/job-3"}
+    assert all(p.action == "notify" and p.proposed_by == "policy-model" for p in result.proposals)
+    assert "4 smaller findings" in result.explanation

@@ -21,12 +21,16 @@ def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
     )
 
 
-def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None) -> Facts:
-    """Facts read right now; findings are re-detected whenever time has passed since the run's."""
+def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None, *,
+                reread_job: bool = True) -> Facts:
+    """Facts read right now; findings are re-detected whenever time has passed since the run's.
+
+    reread_job=False takes the job from the sweep's own listing (deciding); acting always re-reads it.
+    """
     prior = deps._observations.get(run_id)
     obs = deps.fresh_observation(run_id)
     findings = run_findings if (prior is obs and run_findings is not None) else run_detectors(obs, deps.policy)
-    job = deps.scheduler.get_job(target)
+    job = deps.scheduler.get_job(target) if reread_job else obs.jobs_by_id().get(target)
     pool = next((p for p in obs.pools if p.name == target), None)
     return Facts(
         now=obs.at,

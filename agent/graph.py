@@ -83,7 +83,7 @@ def build_graph(deps: StewardDeps, checkpointer: Any = None):  # noqa: ANN201 - 
         waiting: list[dict[str, Any]] = []
         for raw in state.get("proposals", []):
             proposal = ProposedAction.model_validate(raw)
-            facts = fresh_facts(deps, run_id, proposal.target, findings)
+            facts = fresh_facts(deps, run_id, proposal.target, findings, reread_job=False)
             decision = limit_by_runbook(decide(proposal, facts, deps.policy, history), proposal, findings,
                                         deps.runbook_max_level)
             ga = GuardedAction(id=f"{run_id}:{proposal.key()}", proposal=proposal, decision=decision, decided_at=now)

@@ -43,9 +43,13 @@ class Observation(BaseModel):
     # Derived once per observation (agent/detectors/signals.py), never serialised.
     _signals: Any = PrivateAttr(default=None)
     _gpu_total: tuple[tuple[int, int], int] | None = PrivateAttr(default=None)
+    _jobs_index: dict[str, JobInfo] | None = PrivateAttr(default=None)
 
     def jobs_by_id(self) -> dict[str, JobInfo]:
-        return {j.id: j for j in self.jobs}
+        """Jobs by id; built once per observation (every decision of a sweep looks its target up)."""
+        if self._jobs_index is None or len(self._jobs_index) != len(self.jobs):
+            self._jobs_index = {j.id: j for j in self.jobs}
+        return self._jobs_index
 
     def gpus_by_job(self) -> dict[str, list[GpuSeries]]:
         out: dict[str, list[GpuSeries]] = {}

@@ -57,7 +57,7 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
         finally:
             runtime.stop()
 
-    from agent.api import chat, routes
+    from agent.api import chat, routes, runbook_pages
 
     app = FastAPI(title="GPU Steward", version="0.1.0", lifespan=lifespan,
                   description="Finds and reclaims wasted GPUs through a deterministic guardrail, with approvals "
@@ -65,6 +65,8 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     app.state.settings = settings
     app.include_router(routes.router)
     app.include_router(chat.router)
+    app.include_router(runbook_pages.router)
+    app.state.runbooks_route = True  # the UI turns [rb:<id>] into links only when this is served
     for router in extra_routers:
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")

@@ -264,3 +264,11 @@ def test_extra_routers_and_listeners(tmp_path):
         assert c.post("/webhooks/test").json() == {"ok": True}  # their own auth, not our tokens
         sweep_with_approval(c, APPROVER)
     assert heard == ["approval_requested", "sweep_finished"]
+
+
+def test_runbook_pages_make_references_links(client):
+    assert client.get("/healthz").json()["runbooks_route"] is True
+    page = client.get("/runbooks/idle-gpu-job")
+    assert page.status_code == 200 and "idle-gpu-job" in page.text and "<pre>" in page.text
+    assert "GPU" in client.get("/runbooks/idle-gpu-job", params={"lang": "zh"}).text
+    assert client.get("/runbooks/no-such-runbook").status_code == 404

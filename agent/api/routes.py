@@ -36,7 +36,7 @@ def runtime_of(request: Request) -> StewardRuntime:
 @router.get("/healthz", response_model=Health, tags=["ops"])
 def healthz(request: Request) -> Health:
     rt = runtime_of(request)
-    has_runbooks = any(getattr(r, "path", "").startswith("/runbooks/") for r in request.app.routes)
+    has_runbooks = bool(getattr(request.app.state, "runbooks_route", False))
     return Health(cluster_time=rt.deps.clock.now(), planner=rt.deps.planner.name,
                   auth_mode=auth_mode(request.app.state.settings), schedule=rt.scheduler.schedule.describe(),
                   leader=rt.scheduler.leader,

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 from agent.approvals import ApprovalStore
 from agent.audit import AuditLog
 from agent.detectors.engine import log_candidates
+from agent.detectors.signals import window_slices
 from agent.observation import Observation
 from agent.policy import Policy
+from tools.history import gpu_history
 from tools.log_progress import analyse_log
 from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools, Notifier
 
@@ -41,15 +43,33 @@ class StewardDeps:
     _observations: OrderedDict[str, Observation] = field(default_factory=OrderedDict)
 
     def lookback_s(self) -> float:
+        """What the fine slices cover: the detectors' windows (the long-tail day is read coarse)."""
         d = self.policy.detectors
-        windows = [d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window, d.longtail.lookback]
-        return max(windows)
+        return max(d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window)
+
+    def history_slice_s(self) -> float:
+        """The coarse slice: a whole number of fine slices, so the two grids meet at the sweep instant.
+
+        Never longer than the detectors' windows, since the fine slices are rounded up to whole coarse ones.
+        """
+        d = self.policy.detectors
+        ratio = min(round(d.longtail.history_slice / d.slice), window_slices(self.lookback_s(), d.slice))
+        return max(1, ratio) * d.slice
 
     def observe(self, at: datetime | None = None) -> Observation:
         """Read the whole cluster: a fixed handful of backend calls whatever its size."""
         at = at or self.clock.now()
         slice_s = self.policy.detectors.slice
-        lookback = math.ceil(self.lookback_s() / slice_s) * slice_s
+        coarse_s = self.history_slice_s()
+        windows = math.ceil(self.lookback_s() / coarse_s - 1e-9) * coarse_s
+        history_lookback = math.ceil(self.policy.detectors.longtail.lookback / coarse_s - 1e-9) * coarse_s
+        history: list = []
+        lookback = windows
+        if history_lookback > windows:
+            # Whole coarse slices, so both grids meet; one more coarse slice of fine ones measures a quiet
+            # stretch to the fine slice up to a coarse slice past the windows, where idle calls are made.
+            lookback = min(windows + coarse_s, history_lookback)
+            history = gpu_history(self.metrics, at, history_lookback, coarse_s)
         obs = Observation(
             at=at,
             slice_s=slice_s,
@@ -60,7 +80,9 @@ class StewardDeps:
             pools=self.pools.list_pools(),
             gpus=self.metrics.gpu_series(at, lookback, slice_s),
             io=self.metrics.job_io_series(at, lookback, slice_s),
-            backend_calls=5,
+            history=history,
+            history_slice_s=coarse_s if history else 0.0,
+            backend_calls=6 if history else 5,
         )
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
         log_span = timedelta(seconds=max(self.policy.detectors.zombie.window, self.policy.detectors.idle.window) * 2)

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from tools.models import GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from tools.models import GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
 
 
 class LogProgress(BaseModel):
@@ -38,6 +38,9 @@ class Observation(BaseModel):
     pools: list[PoolInfo] = []
     gpus: list[GpuSeries] = []
     io: list[JobIoSeries] = []
+    # Coarse max/sample counts over the long-tail lookback (agent/detectors/history.py); empty when not read.
+    history: list[GpuHistory] = []
+    history_slice_s: float = 0.0
     logs: dict[str, LogProgress] = {}
     backend_calls: int = 0  # requests this observation cost (for the benchmarks)
     # Derived once per observation (agent/detectors/signals.py), never serialised.

@@ -42,6 +42,9 @@ class OverprovisionedRule(_Section):
 
 class LongTailRule(_Section):
     lookback: Duration = 24 * 3600.0  # a whole day, so a service's quiet hours are part of its history
+    # Beyond the detectors' windows the day is read in coarse slices (max and sample count only): a fraction
+    # of the fine slices' cost. Rounded to a whole number of fine slices.
+    history_slice: Duration = 900.0
     quiet_factor: float = Field(1.5, ge=1)  # quiet stretch must exceed this many past gaps
     quiet_share: float = Field(1 / 3, ge=0, le=1)  # ... and this share of the span it worked in the lookback
     io_threshold_mbps: float = Field(1.0, ge=0)

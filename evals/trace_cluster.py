@@ -15,7 +15,17 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from evals.trace import ContainerTrace, Trace
-from tools.models import GpuSeries, JobInfo, JobIoSeries, LogLine, NodeInfo, PoolInfo, ResizeResult, StopResult
+from tools.models import (
+    GpuHistory,
+    GpuSeries,
+    JobInfo,
+    JobIoSeries,
+    LogLine,
+    NodeInfo,
+    PoolInfo,
+    ResizeResult,
+    StopResult,
+)
 
 NAMESPACE = "trace"
 POOL = "trace-pool"
@@ -38,6 +48,7 @@ class _Slices:
 
     first: int
     util_max: np.ndarray  # NaN where no valid sample
+    util_min: np.ndarray
     util_sum: np.ndarray
     count: np.ndarray
     mem_last: np.ndarray  # latest memory sample in the slice, NaN where none
@@ -54,10 +65,13 @@ def _slices(c: ContainerTrace, phase: float, slice_s: float) -> _Slices:
     util_max = np.full(n, -np.inf)
     np.maximum.at(util_max, rel[valid], c.util[valid])
     util_max[count == 0] = np.nan
+    util_min = np.full(n, np.inf)
+    np.minimum.at(util_min, rel[valid], c.util[valid])
+    util_min[count == 0] = np.nan
     mem_last = np.full(n, np.nan)
     has_mem = ~np.isnan(c.mem_mb)
     mem_last[rel[has_mem]] = c.mem_mb[has_mem]  # later samples overwrite earlier ones
-    return _Slices(first, util_max, util_sum, count, mem_last)
+    return _Slices(first, util_max, util_min, util_sum, count, mem_last)
 
 
 class TraceCluster:
@@ -162,8 +176,8 @@ class TraceCluster:
             self._cache[key] = grid
         return grid
 
-    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
-        self.backend_calls += 1
+    def _window(self, end: datetime, lookback_s: float, slice_s: float) -> list[tuple]:
+        """(container, its slices, first index, end index, empty slices to pad, expected) per running container."""
         end_off = self.offset_of(end)
         n = max(1, math.ceil(lookback_s / slice_s - 1e-6))
         phase = end_off % slice_s
@@ -180,6 +194,13 @@ class TraceCluster:
             lo = min(lo, len(s.count))
             hi_in = min(hi, len(s.count))
             pad = hi - max(lo, hi_in)  # slices after its last sample (a gap so far)
+            out.append((c, s, lo, hi_in, pad, expected))
+        return out
+
+    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        self.backend_calls += 1
+        out = []
+        for c, s, lo, hi_in, pad, expected in self._window(end, lookback_s, slice_s):
             umax = s.util_max[lo:hi_in]
             cnt = s.count[lo:hi_in]
             avg = np.divide(s.util_sum[lo:hi_in], cnt, out=np.full(len(cnt), np.nan), where=cnt > 0)
@@ -192,6 +213,19 @@ class TraceCluster:
                 util_avg=[None if math.isnan(v) else v for v in avg.tolist()] + [None] * pad,
                 samples=cnt.tolist() + [0] * pad, expected=expected,
                 mem_used_mb=float(mem_known[-1]) if len(mem_known) else None,
+            ))
+        return out
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        """Coarse max, min and sample count per running container, on the same grid as gpu_series."""
+        self.backend_calls += 1
+        out = []
+        for c, s, lo, hi_in, pad, expected in self._window(end, lookback_s, slice_s):
+            out.append(GpuHistory.model_construct(
+                job=job_id(c.id), node=f"node-{c.id}", gpu=0, slice_s=slice_s, expected=expected,
+                util_max=[None if math.isnan(v) else v for v in s.util_max[lo:hi_in].tolist()] + [None] * pad,
+                util_min=[None if math.isnan(v) else v for v in s.util_min[lo:hi_in].tolist()] + [None] * pad,
+                samples=s.count[lo:hi_in].tolist() + [0] * pad,
             ))
         return out
 

@@ -12,6 +12,7 @@ from sim.metrics import MetricSlices
 from sim.scenario import Scenario
 from sim.topology import build_nodes, new_pool_node
 from tools.models import (
+    GpuHistory,
     GpuSeries,
     JobInfo,
     JobIoSeries,
@@ -74,6 +75,10 @@ class SimCluster:
     def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
         self.backend_calls += 1
         return self._metrics.gpu_series(self.offset_of(end), self.offset_s, lookback_s, slice_s)
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        self.backend_calls += 1
+        return self._metrics.gpu_history(self.offset_of(end), self.offset_s, lookback_s, slice_s)
 
     def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
         self.backend_calls += 1

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from sim.lifecycle import Lifecycle, Run
 from sim.signals import power_w, temp_c
 from sim.topology import SimNode
-from tools.models import GpuSeries, JobIoSeries
+from tools.models import GpuHistory, GpuSeries, JobIoSeries
 
 _EPS = 1e-6
 # (util %, FB used MB, temp C, power W, xid, xid time)
@@ -39,7 +39,7 @@ def io_sample(run: Run, t: float, k: int) -> tuple[float, float, float] | None:
 
 
 def _aggregate(samples: list) -> tuple:
-    umax = None
+    umax = umin = None
     usum = 0.0
     nvalid = nraw = 0
     tmax = None
@@ -56,13 +56,15 @@ def _aggregate(samples: list) -> tuple:
             usum += u
             if umax is None or u > umax:
                 umax = u
+            if umin is None or u < umin:
+                umin = u
         if tmax is None or s[2] > tmax:
             tmax = s[2]
         psum += s[3]
         mem = s[1]
         if s[4]:
             xid, xid_at = s[4], s[5]
-    return umax, usum, nvalid, nraw, tmax, psum, mem, xid, xid_at
+    return umax, usum, nvalid, nraw, tmax, psum, mem, xid, xid_at, umin
 
 
 def _io_aggregate(samples: list) -> tuple[float | None, float | None, float | None]:
@@ -85,15 +87,20 @@ class MetricSlices:
         self._slices: dict[tuple, tuple] = {}
 
     def slices(self, end: float, lookback_s: float, slice_s: float) -> list[tuple[int, int]]:
-        """Sample index ranges [k_lo, k_hi] of slices (end - slice_s, end], oldest first, none before 0."""
+        """Sample index ranges [k_lo, k_hi] of slices (end - slice_s, end], oldest first, none before 0.
+
+        A slice that straddles 0 keeps its part after 0 (as a real exporter's first scrapes would): a
+        coarse slice must not drop the first minutes the fine slices still show.
+        """
         n = max(math.ceil(lookback_s / slice_s - _EPS), 0)
         out = []
         for j in range(n):
             s_end = end - (n - 1 - j) * slice_s
             s_start = s_end - slice_s
-            if s_start < -_EPS:
+            if s_end <= _EPS:
                 continue
-            out.append((math.floor(s_start / self.step + _EPS) + 1, math.floor(s_end / self.step + _EPS)))
+            k_lo = 0 if s_start < -_EPS else math.floor(s_start / self.step + _EPS) + 1
+            out.append((k_lo, math.floor(s_end / self.step + _EPS)))
         return out
 
     def _range(self, key: tuple, make, k_lo: int, k_hi: int, now: float) -> list:
@@ -121,19 +128,30 @@ class MetricSlices:
         return value
 
     def gpu_series(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        expected = round(slice_s / self.step)
+        return [self._series(run, node, g, slice_s, expected, aggs)
+                for run, node, g, aggs in self._gpu_slices(end, now, lookback_s, slice_s)]
+
+    def gpu_history(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        """Coarse max, min and sample count per GPU, for the same occupant gpu_series picks."""
+        return [GpuHistory(job=run.job.id if run else None, node=node.name, gpu=g, slice_s=slice_s,
+                           expected=round(slice_s / self.step), util_max=[a[0] for a in aggs],
+                           util_min=[a[9] for a in aggs], samples=[a[2] for a in aggs])
+                for run, node, g, aggs in self._gpu_slices(end, now, lookback_s, slice_s)]
+
+    def _gpu_slices(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[tuple]:
+        """(occupant run, node, gpu, per-slice aggregates) for every GPU that reported in the lookback."""
         at = min(end, now)
         bounds = self.slices(end, lookback_s, slice_s)
-        expected = round(slice_s / self.step)
-        out: list[GpuSeries] = []
+        out = []
         for node in self.lifecycle.nodes:
             for g in range(node.gpus):
                 run = self.lifecycle.occupant(node, g, at)
                 make = self._job_gpu(run, node, g) if run is not None else self._free_gpu(node, g)
                 key = (node.uid, g, run.index if run else -1)
                 aggs = [self._slice("gpu", key, make, _aggregate, lo, hi, now) for lo, hi in bounds]
-                if not any(a[3] for a in aggs):
-                    continue
-                out.append(self._series(run, node, g, slice_s, expected, aggs))
+                if any(a[3] for a in aggs):
+                    out.append((run, node, g, aggs))
         return out
 
     @staticmethod

@@ -28,7 +28,7 @@ SWEEP_AT = 27.0  # scenario seconds: every window (20s) lies after the phase cha
 POLICY = {
     "mode": "observe",
     "detectors": {"slice": "5s", "idle": {"window": "20s"}, "zombie": {"window": "20s"},
-                  "overprovisioned": {"window": "20s"}, "longtail": {"lookback": "20s"},
+                  "overprovisioned": {"window": "20s"}, "longtail": {"lookback": "40s", "history_slice": "10s"},
                   "pools": {"empty_window": "20s"}},
 }
 
@@ -114,7 +114,7 @@ def test_sweep_through_prometheus_matches_in_process(prometheus):
     kinds = {kind for kind, _ in expected}
     assert kinds == {"idle", "zombie", "overprovisioned", "node_health", "oversized"}, expected
     assert got == expected
-    assert metrics.queries == 13
+    assert metrics.queries == 16  # 10 GPU, 3 coarse history, 3 process I/O
     gpus = metrics.gpu_series(cluster.now(), 20.0, 5.0)
     assert {g.job for g in gpus} >= {"ml/busy", "ml/notebook", "cv/hung", "research/sweep", "gpu-long/ablation"}
     assert len(gpus) == 24  # every GPU of the three nodes, once

@@ -172,6 +172,27 @@ def test_query_count_is_fixed_whatever_the_cluster_size():
         assert metrics.queries == len(fake.requests)
         counts.append(metrics.queries)
     assert counts[0] == counts[1] == 13
+    # The coarse long-tail history adds three range queries, whatever the size: 16 per sweep.
+    with FakePrometheus(Cluster(many(1000))) as fake:
+        metrics = PrometheusMetrics(fake.url)
+        assert len(metrics.gpu_history(END, LOOKBACK, SLICE)) == 1000
+    assert metrics.queries == len(fake.requests) == 3
+
+
+def test_history_keeps_max_and_counts_and_drops_out_of_range_slices():
+    # The history queries at SLICE are the fine max/min/count queries, so the fake answers them alike.
+    series = [
+        (gpu("n1", 0, namespace="ml", pod="a"), {**steady(5.0), "util_max": [5.0, 150.0, None, 5.0]}),
+        (gpu("n1", 1), steady(0.0)),
+    ]
+    with FakePrometheus(Cluster(series)) as fake:
+        history = PrometheusMetrics(fake.url, sample_interval_s=30).gpu_history(END, LOOKBACK, SLICE)
+    by = {h.job: h for h in history}
+    assert by["ml/a"].util_max == [5.0, None, None, 5.0]
+    assert by["ml/a"].samples == [10, 0, 0, 10]
+    assert by["ml/a"].util_min == [5.0, None, None, 5.0]
+    assert by["ml/a"].expected == 10
+    assert (by[None].node, by[None].gpu, by[None].util_max) == ("n1", 1, [0.0] * N)
 
 
 def test_query_times_are_exact_and_shifted():

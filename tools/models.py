@@ -84,6 +84,23 @@ class GpuSeries(_Record):
     xid_at: datetime | None = None
 
 
+class GpuHistory(_Record):
+    """One GPU's coarse history over the long-tail lookback: per slice the max utilisation and sample count.
+
+    Read only where the fine slices (GpuSeries) are too short: the long-tail check and quiet-since.
+    """
+
+    job: str | None
+    node: str
+    gpu: int
+    slice_s: float
+    util_max: list[float | None]  # None = no valid sample in the slice
+    samples: list[int]
+    expected: int  # samples a full slice holds
+    # Lowest sample per slice: above the quiet threshold, no pause can hide inside. Empty = unknown.
+    util_min: list[float | None] = []
+
+
 class JobIoSeries(_Record):
     """A job's process CPU (% of one core), network receive and disk read (MB/s) per slice."""
 

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from tools.models import GpuSeries, JobIoSeries
+from tools.models import GpuHistory, GpuSeries, JobIoSeries
 from tools.nvml import GpuReading, NvmlCollector
 from tools.pid_jobs import ProcessOwner
 
@@ -40,10 +40,28 @@ class NvmlMetrics:
         return readings
 
     def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        expected = max(round(slice_s / self.interval_s), 1)
+        return [GpuSeries(
+            job=job, node=self.collector.hostname, gpu=index, uuid=r.uuid, model=r.model, slice_s=slice_s,
+            util_max=[max(u) if u else None for u in utils], util_avg=[sum(u) / len(u) if u else None for u in utils],
+            samples=counts, expected=expected, mem_used_mb=r.mem_used_mb,
+            temp_c_max=max(temps) if temps else None, power_w_avg=sum(powers) / len(powers) if powers else None,
+            xid_last=r.xid, xid_at=datetime.fromtimestamp(r.xid_at, UTC) if r.xid_at is not None else None,
+        ) for (index, job), (utils, counts, r, temps, powers) in self._collect(end, lookback_s, slice_s)]
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        """Coarse max, min and sample count per GPU, from the same kept readings."""
+        expected = max(round(slice_s / self.interval_s), 1)
+        return [GpuHistory(
+            job=job, node=self.collector.hostname, gpu=index, slice_s=slice_s, expected=expected, samples=counts,
+            util_max=[max(u) if u else None for u in utils], util_min=[min(u) if u else None for u in utils],
+        ) for (index, job), (utils, counts, _, _, _) in self._collect(end, lookback_s, slice_s)]
+
+    def _collect(self, end: datetime, lookback_s: float, slice_s: float) -> list:
+        """((gpu index, job), (per-slice utilisations, counts, newest reading, temps, powers)) per GPU."""
         n = max(math.ceil(lookback_s / slice_s - 1e-9), 1)
         t_end = end.timestamp()
         t_start = t_end - n * slice_s
-        expected = max(round(slice_s / self.interval_s), 1)
         # (gpu index, job) -> per-slice lists of utilisation, plus the newest reading
         series: dict[tuple[int, str | None], tuple[list[list[float]], list[int], GpuReading, list[float], list[float]]] = {}
         latest: dict[int, tuple[float, str | None]] = {}
@@ -65,18 +83,9 @@ class NvmlMetrics:
                     powers.append(r.power_w)
                 if r.index not in latest or at >= latest[r.index][0]:
                     latest[r.index] = (at, job)
-        out = []
-        for (index, job), (utils, counts, r, temps, powers) in sorted(series.items(), key=lambda kv: str(kv[0])):
-            if latest.get(index, (0, None))[1] != job:
-                continue  # one series per GPU: the job that holds it now
-            out.append(GpuSeries(
-                job=job, node=self.collector.hostname, gpu=index, uuid=r.uuid, model=r.model, slice_s=slice_s,
-                util_max=[max(u) if u else None for u in utils], util_avg=[sum(u) / len(u) if u else None for u in utils],
-                samples=counts, expected=expected, mem_used_mb=r.mem_used_mb,
-                temp_c_max=max(temps) if temps else None, power_w_avg=sum(powers) / len(powers) if powers else None,
-                xid_last=r.xid, xid_at=datetime.fromtimestamp(r.xid_at, UTC) if r.xid_at is not None else None,
-            ))
-        return out
+        # One series per GPU: the job that holds it now.
+        return [(key, value) for key, value in sorted(series.items(), key=lambda kv: str(kv[0]))
+                if latest.get(key[0], (0, None))[1] == key[1]]
 
     def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
         return []

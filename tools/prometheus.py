@@ -1,6 +1,7 @@
 """PrometheusMetrics: the MetricsSource over Prometheus, Thanos Query or VictoriaMetrics scraping dcgm-exporter.
 
-A sweep costs a fixed 13 PromQL requests (10 for GPUs, 3 for process I/O) whatever the cluster size.
+A sweep costs a fixed 16 PromQL requests (10 for GPUs over the detectors' windows, 3 for the coarse long-tail
+history, 3 for process I/O) whatever the cluster size.
 Gaps, stale series, NaN and out-of-range utilisation come back as missing slices, never as zeros.
 """
 
@@ -12,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tools import promql
-from tools.models import GpuSeries, JobIoSeries
+from tools.models import GpuHistory, GpuSeries, JobIoSeries
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
 
@@ -170,6 +171,29 @@ class PrometheusMetrics:
             first -= 1
         at = datetime.fromtimestamp(start + (first - 1) * slice_s, UTC) - self.time_shift
         return xid, at
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        """Coarse max, min and sample count per GPU and occupant: three range queries at the coarse step."""
+        start, t_end, n = self._grid(end, lookback_s, slice_s)
+        cols = {name: promql.range_columns(self._range(q, start, t_end, slice_s), promql.GPU_KEYS, start, slice_s, n)
+                for name, q in promql.gpu_history_queries(self.selector, slice_s).items()}
+        expected = max(round(slice_s / self.sample_interval_s), 1)
+        out = []
+        for key, counts in cols["util_count"].items():
+            host, gpu, _uuid, _model, namespace, pod, hpc_job = key
+            if not any(counts) or not gpu.isdigit():
+                continue
+            maxes, mins = cols["util_max"].get(key, [None] * n), cols["util_min"].get(key, [None] * n)
+            # Out-of-range values make the slice unknown, which only ever stops a quiet stretch.
+            ok = [bool(c) and hi is not None and lo is not None and 0.0 <= lo <= hi <= 100.0
+                  for c, hi, lo in zip(counts, maxes, mins, strict=True)]
+            out.append(GpuHistory(
+                job=self.job_id(namespace, pod, hpc_job), node=host, gpu=int(gpu), slice_s=slice_s,
+                util_max=[m if k else None for m, k in zip(maxes, ok, strict=True)],
+                util_min=[m if k else None for m, k in zip(mins, ok, strict=True)],
+                samples=[int(c or 0) if k else 0 for c, k in zip(counts, ok, strict=True)], expected=expected,
+            ))
+        return sorted(out, key=lambda h: (h.node, h.gpu))
 
     def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
         start, t_end, n = self._grid(end, lookback_s, slice_s)

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from tools.models import (
+    GpuHistory,
     GpuSeries,
     JobInfo,
     JobIoSeries,
@@ -33,6 +34,10 @@ class MetricsSource(Protocol):
 
     def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
         """Per-job process CPU, network and disk slice averages."""
+        ...
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        """Per-GPU coarse max utilisation and sample counts (tools/history.py has the default)."""
         ...
 
 

@@ -37,33 +37,43 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float) -> str | 
     quiet_share x the span over which it worked in the lookback. A service that has served
     all day has quiet hours longer than any pause seen so far; the longer it has worked,
     the longer the lull it is given before it counts as idle.
+
+    With a coarse history the past is read in coarse slices of r fine ones, and every count and
+    length is its largest possible fine value: more bursts, a longer past pause or working span only
+    protect more. A busy coarse slice whose lowest sample is quiet (or unknown) may hide a pause.
     """
     series = window.series
     quiet = series.quiet_slices(quiet_pct)
     if quiet == 0:
         return None  # busy now: periodicity protects pauses, not hangs
-    lookback = window_slices(rule.lookback, series.slice_s)
-    history = series.util_max[max(0, series.length - lookback) : series.length - quiet]
-    bursts = 0
-    longest_gap = gap = 0
-    first_busy = last_busy = -1
-    for k, value in enumerate(history):
-        if value is not None and value > quiet_pct:
-            if gap and bursts:
-                longest_gap = max(longest_gap, gap)
-            if gap or bursts == 0:
-                bursts += 1
-            gap = 0
-            first_busy = k if first_busy < 0 else first_busy
-            last_busy = k
-        else:
-            gap += 1
-    worked = last_busy - first_busy + 1 if bursts else 0
+    coarse = series.history
+    r = coarse.ratio if coarse is not None else 1
+    values = coarse.util_max if coarse is not None else series.util_max
+    lookback = window_slices(rule.lookback, series.slice_s * r)
+    # A coarse slice only partly inside the quiet run holds the activity that ended it: it stays in.
+    first = max(0, len(values) - lookback)
+    history = values[first : len(values) - quiet // r]
+    busy = [k for k, value in enumerate(history) if value is not None and value > quiet_pct]
+    # Quiet fine slices r-1 at most, each side of a busy coarse slice that is not busy throughout.
+    edge = {k: r - 1 for k in busy if coarse is not None and not coarse.solid(first + k, quiet_pct)}
+    bursts = 1 if busy else 0
+    longest_gap = 0
+    for prev, k in zip(busy, busy[1:], strict=False):
+        ends = edge.get(prev, 0) + edge.get(k, 0)
+        if k - prev > 1:
+            bursts += 1
+            longest_gap = max(longest_gap, (k - prev - 1) * r + ends)
+        elif ends:
+            longest_gap = max(longest_gap, ends)
+    # An inner slice that dipped may split a burst in two; the first and last may just hold the quiet
+    # before the first burst and the current pause, which the fine slices would not count either.
+    bursts += sum(1 for k in busy[1:-1] if k in edge)
+    worked = (busy[-1] - busy[0] + 1) * r if busy else 0
     needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
     if bursts >= 2 and quiet < needed:
         s = series.slice_s
         return (
-            f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * s)} (working over "
+            f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * r * s)} (working over "
             f"{format_duration(worked * s)}) with pauses up to {format_duration(longest_gap * s)}; quiet for "
             f"{format_duration(quiet * s)} now (< {rule.quiet_factor:g} x the longest pause and "
             f"{rule.quiet_share:.2g} x the span it worked)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, time, timedelta
 
-from agent.detectors.signals import ClusterSignals, align_end, group_signals, valid_pct, window_slices
+from agent.detectors.signals import ClusterSignals, CoarseHistory, align_end, group_signals, valid_pct, window_slices
 from agent.models import Finding
 from agent.observation import Observation
 from agent.policy import Policy
@@ -34,8 +34,13 @@ class OversizedPoolDetector:
         self.quiet_pct = policy.detectors.idle.util_threshold_pct
         self.reserve = policy.reserve.fraction
 
-    def empty_slices(self, node: NodeInfo, series: list[GpuSeries], slice_s: float) -> int:
-        """How many newest slices the node has been verifiably empty (0 = not empty, or unknown)."""
+    def empty_slices(
+        self, node: NodeInfo, series: list[GpuSeries], slice_s: float, history: CoarseHistory | None = None
+    ) -> int:
+        """How many newest slices the node has been verifiably empty (0 = not empty, or unknown).
+
+        Past the fine slices it reads the node's coarse history, so `since` is not capped at the window.
+        """
         if node.jobs or not series or len(series) < node.gpus or any(g.job is not None for g in series):
             return 0
         length = max(len(g.util_max) for g in series)
@@ -45,6 +50,8 @@ class OversizedPoolDetector:
             if not all((v := col[k]) is not None and v <= self.quiet_pct for col in columns):
                 break
             count += 1
+        if count == length and history is not None:
+            count += history.quiet_beyond(count, self.quiet_pct)
         return count
 
     def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
@@ -66,7 +73,10 @@ class OversizedPoolDetector:
             if pool.billing != "on-demand" or pool.nodes <= pool.min_nodes or pool.gpus_per_node <= 0:
                 continue
             members = nodes_by_pool.get(pool.name, [])
-            empty_for = [self.empty_slices(n, signals.by_node.get(n.name, []), obs.slice_s) for n in members]
+            empty_for = [
+                self.empty_slices(n, signals.by_node.get(n.name, []), obs.slice_s, signals.node_history.get(n.name))
+                for n in members
+            ]
             empty = [(n, s) for n, s in zip(members, empty_for, strict=True) if s >= needed_slices]
             if not empty:
                 continue

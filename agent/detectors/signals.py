@@ -10,22 +10,16 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from agent.detectors.history import CoarseHistory, align_end, merge_history
 from agent.observation import Observation
-from tools.models import GpuSeries, JobIoSeries
+from tools.models import GpuHistory, GpuSeries, JobIoSeries
+
+__all__ = ["CoarseHistory", "align_end"]
 
 
 def window_slices(seconds: float, slice_s: float) -> int:
     """How many of the newest slices make a window of `seconds`."""
     return max(1, math.ceil(seconds / slice_s - 1e-9))
-
-
-def align_end(values: list, length: int) -> list:
-    """The last `length` values, padded at the front with None (aligned from the end)."""
-    if len(values) == length:
-        return values  # read-only callers: no copy of a long series
-    if len(values) > length:
-        return values[len(values) - length :]
-    return [None] * (length - len(values)) + list(values)
 
 
 def valid_pct(value: float | None) -> float | None:
@@ -45,6 +39,7 @@ class JobSeries:
     util_avg: list[float | None] = field(default_factory=list)  # mean over GPUs; same rule
     samples: list[int] = field(default_factory=list)  # valid samples over GPUs
     expected: list[int] = field(default_factory=list)
+    history: CoarseHistory | None = None  # coarse slices over the long-tail lookback, when observed
 
     @property
     def length(self) -> int:
@@ -57,6 +52,8 @@ class JobSeries:
             if value is None or value > threshold_pct:
                 break
             count += 1
+        if count == self.length and self.history is not None:
+            count += self.history.quiet_beyond(count, threshold_pct)
         return count
 
     def quiet_since(self, threshold_pct: float) -> datetime:
@@ -195,6 +192,7 @@ class ClusterSignals:
 
     jobs: dict[str, JobSeries]
     by_node: dict[str, list[GpuSeries]]
+    node_history: dict[str, CoarseHistory] = field(default_factory=dict)  # nodes whose every GPU was unassigned
 
 
 def group_signals(obs: Observation) -> ClusterSignals:
@@ -203,7 +201,7 @@ def group_signals(obs: Observation) -> ClusterSignals:
     Kept on the observation, so log selection, detection and every fresh re-check of one
     sweep group its metrics once.
     """
-    key = (id(obs.gpus), len(obs.gpus), id(obs.io), len(obs.io), obs.at, obs.slice_s)
+    key = (id(obs.gpus), len(obs.gpus), id(obs.io), len(obs.io), id(obs.history), len(obs.history), obs.at, obs.slice_s)
     cached = obs._signals
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -221,4 +219,21 @@ def _group(obs: Observation) -> ClusterSignals:
             by_job.setdefault(s.job, []).append(s)
     io = {s.job: s for s in obs.io}
     jobs = {job: build_job_series(job, obs.at, obs.slice_s, series, io.get(job)) for job, series in by_job.items()}
-    return ClusterSignals(jobs=jobs, by_node=by_node)
+    signals = ClusterSignals(jobs=jobs, by_node=by_node)
+    if obs.history and obs.history_slice_s > 0:
+        _attach_history(signals, obs.history, round(obs.history_slice_s / obs.slice_s))
+    return signals
+
+
+def _attach_history(signals: ClusterSignals, history: list[GpuHistory], ratio: int) -> None:
+    """Each job's and empty node's coarse history, matched to its fine series by GPU and occupant."""
+    index = {(h.node, h.gpu, h.job): h for h in history}
+    for job in signals.jobs.values():
+        found = [h for g in job.gpus if (h := index.get((g.node, g.gpu, g.job))) is not None]
+        job.history = merge_history(found, ratio)
+    for node, series in signals.by_node.items():
+        free = [index.get((g.node, g.gpu, None)) for g in series if g.job is None]
+        if free and len(free) == len(series) and all(h is not None for h in free):
+            merged = merge_history([h for h in free if h is not None], ratio)
+            if merged is not None:
+                signals.node_history[node] = merged

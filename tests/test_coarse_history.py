@@ -1,0 +1,86 @@
+"""The coarse long-tail history: quiet time extends only through surely quiet slices; past pauses count long."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent.detectors.history import merge_history
+from agent.detectors.idle import IdleGpuDetector
+from agent.detectors.pools import OversizedPoolDetector
+from agent.detectors.signals import group_signals
+from tests.test_detectors import AT, POLICY, SLICE, gpu, io, job, observe
+from tools.models import GpuHistory, NodeInfo, PoolInfo
+
+COARSE = 1800.0  # 6 fine slices
+FULL = 60  # samples a full coarse slice holds (6 x 10)
+
+
+def hist(job_id: str | None, utils: list[float | None], *, samples: list[int] | None = None, node: str = "n1",
+         index: int = 0, mins: list[float | None] | None = None) -> GpuHistory:
+    counts = samples if samples is not None else [0 if u is None else FULL for u in utils]
+    lows = mins if mins is not None else list(utils)  # steady by default: busy slices stay busy throughout
+    return GpuHistory(job=job_id, node=node, gpu=index, slice_s=COARSE, util_max=list(utils), samples=counts,
+                      expected=FULL, util_min=lows)
+
+
+def quiet_job(history: list[GpuHistory]):
+    obs = observe([job(gpus=1)], [gpu("ml/train", [0.0] * 12)], [io("ml/train", 12)], history=history,
+                  history_slice_s=COARSE)
+    return obs, IdleGpuDetector(POLICY).detect(obs)
+
+
+def test_quiet_time_extends_through_full_quiet_coarse_slices_only():
+    _, [f] = quiet_job([hist("ml/train", [90.0, 0.0, 0.0, 0.0, 0.0, 0.0])])
+    assert f.since == AT - timedelta(hours=2.5)  # 1 h of fine slices + 3 quiet coarse ones
+    # 50 of 60 samples: one fine slice inside may have been empty, so the quiet run stops there; 51 cannot.
+    _, [f] = quiet_job([hist("ml/train", [0.0] * 5, samples=[FULL, 50, FULL, FULL, FULL])])
+    assert f.since == AT - timedelta(hours=1.5)
+    _, [f] = quiet_job([hist("ml/train", [0.0] * 5, samples=[FULL, 51, FULL, FULL, FULL])])
+    assert f.since == AT - timedelta(hours=2.5)
+    _, [f] = quiet_job([hist("ml/train", [0.0, None, 0.0, 0.0, 0.0])])
+    assert f.since == AT - timedelta(hours=1.5)
+
+
+def test_a_coarse_slice_needs_every_gpu_full_and_known():
+    merged = merge_history([hist("j", [0.0, 0.0]), hist("j", [None, 5.0], samples=[0, 55], index=1)], 6)
+    assert merged is not None and merged.util_max == [None, 5.0] and merged.full == [False, True]
+
+
+def test_a_past_coarse_pause_counts_as_its_longest_possible_length():
+    # Bursts around a 2-slice coarse pause whose neighbours dipped to 0 (they may hide its ends): it may
+    # have lasted (2+2)*6-2 = 22 fine slices (110 min), so a 90-minute quiet run (< 1.5 x 110) is still
+    # protected; read as 60 minutes it would not be.
+    dips = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    obs, found = quiet_job([hist("ml/train", [80.0, 0.0, 0.0, 80.0, 0.0, 0.0, 0.0], mins=dips)])
+    assert found == []
+    window = group_signals(obs).jobs["ml/train"].window(3600, 1)
+    assert window.series.quiet_slices(2.0) == 18
+    # Neighbours busy throughout: the pause was exactly 60 minutes, and 90 quiet minutes are too long.
+    _, [f] = quiet_job([hist("ml/train", [80.0, 0.0, 0.0, 80.0, 0.0, 0.0, 0.0])])
+    assert f.since == AT - timedelta(hours=1.5)
+    # Quiet for 3 hours now: far longer than any pause could have been.
+    _, [f] = quiet_job([hist("ml/train", [80.0, 0.0, 0.0, 80.0] + [0.0] * 6, mins=[0.0] * 10)])
+    assert f.since == AT - timedelta(hours=3)
+
+
+def test_a_busy_slice_that_dipped_may_hide_a_pause_and_a_second_burst():
+    # One coarse burst all day, but its slices dipped to 0: fine slices could have shown many bursts with
+    # pauses, so a job that worked 20 hours keeps a third of that as its allowed lull.
+    busy = [80.0] * 40
+    _, found = quiet_job([hist("ml/train", busy + [0.0] * 4, mins=[0.0] * 44)])
+    assert found == []
+    _, [f] = quiet_job([hist("ml/train", busy + [0.0] * 4)])  # busy throughout: it simply stopped
+    assert f.since == AT - timedelta(hours=2)
+
+
+def test_empty_node_since_reaches_into_the_coarse_history():
+    nodes = [NodeInfo(name=f"p-{i}", pool="a100", gpus=1, jobs=[]) for i in range(2)]
+    pools = [PoolInfo(name="a100", gpus_per_node=1, nodes=2, price_per_gpu_hour=2.0, billing="on-demand")]
+    gpus = [gpu(None, [0.0] * 12, node=n.name) for n in nodes]
+    history = [hist(None, [50.0, 0.0, 0.0, 0.0], node="p-0"), hist(None, [50.0, 0.0, 0.0, 0.0], node="p-1")]
+    obs = observe([], gpus, nodes=nodes, pools=pools, history=history, history_slice_s=COARSE)
+    [f] = OversizedPoolDetector(POLICY).detect(obs)
+    assert f.since == AT - timedelta(hours=1.5)
+    without = OversizedPoolDetector(POLICY).detect(observe([], gpus, nodes=nodes, pools=pools))
+    assert without[0].since == AT - timedelta(hours=1)
+    assert SLICE * 6 == COARSE

@@ -22,6 +22,30 @@ if TYPE_CHECKING:
     from agent.planner import Planner
 
 
+@dataclass(frozen=True)
+class SweepGrid:
+    """What one observation reads: fine slices over the detectors' windows, coarse ones over the long-tail day."""
+
+    slice_s: float
+    lookback_s: float
+    history_slice_s: float
+    history_lookback_s: float  # 0 when the fine slices already cover the long-tail lookback
+
+
+def sweep_grid(policy: Policy) -> SweepGrid:
+    d = policy.detectors
+    windows = max(d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window)
+    # A whole number of fine slices, and never longer than the windows: the fine span is rounded up to it.
+    coarse = max(1, min(round(d.longtail.history_slice / d.slice), window_slices(windows, d.slice))) * d.slice
+    fine = math.ceil(windows / coarse - 1e-9) * coarse
+    history = math.ceil(d.longtail.lookback / coarse - 1e-9) * coarse
+    if history <= fine:
+        return SweepGrid(d.slice, fine, coarse, 0.0)
+    # Both grids end at the sweep instant. One more coarse slice of fine ones measures a quiet stretch to
+    # the fine slice a little past the windows, where idle calls are made.
+    return SweepGrid(d.slice, min(fine + coarse, history), coarse, history)
+
+
 @dataclass
 class StewardDeps:
     metrics: MetricsSource
@@ -43,33 +67,14 @@ class StewardDeps:
     _observations: OrderedDict[str, Observation] = field(default_factory=OrderedDict)
 
     def lookback_s(self) -> float:
-        """What the fine slices cover: the detectors' windows (the long-tail day is read coarse)."""
-        d = self.policy.detectors
-        return max(d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window)
-
-    def history_slice_s(self) -> float:
-        """The coarse slice: a whole number of fine slices, so the two grids meet at the sweep instant.
-
-        Never longer than the detectors' windows, since the fine slices are rounded up to whole coarse ones.
-        """
-        d = self.policy.detectors
-        ratio = min(round(d.longtail.history_slice / d.slice), window_slices(self.lookback_s(), d.slice))
-        return max(1, ratio) * d.slice
+        return sweep_grid(self.policy).lookback_s
 
     def observe(self, at: datetime | None = None) -> Observation:
         """Read the whole cluster: a fixed handful of backend calls whatever its size."""
         at = at or self.clock.now()
-        slice_s = self.policy.detectors.slice
-        coarse_s = self.history_slice_s()
-        windows = math.ceil(self.lookback_s() / coarse_s - 1e-9) * coarse_s
-        history_lookback = math.ceil(self.policy.detectors.longtail.lookback / coarse_s - 1e-9) * coarse_s
-        history: list = []
-        lookback = windows
-        if history_lookback > windows:
-            # Whole coarse slices, so both grids meet; one more coarse slice of fine ones measures a quiet
-            # stretch to the fine slice up to a coarse slice past the windows, where idle calls are made.
-            lookback = min(windows + coarse_s, history_lookback)
-            history = gpu_history(self.metrics, at, history_lookback, coarse_s)
+        grid = sweep_grid(self.policy)
+        slice_s, lookback, coarse_s = grid.slice_s, grid.lookback_s, grid.history_slice_s
+        history = gpu_history(self.metrics, at, grid.history_lookback_s, coarse_s) if grid.history_lookback_s else []
         obs = Observation(
             at=at,
             slice_s=slice_s,

@@ -51,6 +51,10 @@ def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
     """One job's or node's GPUs merged per coarse slice; None without any."""
     if not gpus or ratio < 1:
         return None
+    if len(gpus) == 1:  # most jobs hold one GPU: its own lists
+        g = gpus[0]
+        whole = [c * ratio > g.expected * (ratio - 1) for c in g.samples]
+        return CoarseHistory(ratio=ratio, util_max=g.util_max, full=whole, util_min=g.util_min or [None] * len(whole))
     length = max(len(g.util_max) for g in gpus)
     cols = [(align_end(g.util_max, length), align_end(g.samples, length), g.expected,
              align_end(g.util_min, length) if g.util_min else [None] * length) for g in gpus]

@@ -74,7 +74,7 @@ class OversizedPoolDetector:
                 continue
             members = nodes_by_pool.get(pool.name, [])
             empty_for = [
-                self.empty_slices(n, signals.by_node.get(n.name, []), obs.slice_s, signals.node_history.get(n.name))
+                self.empty_slices(n, signals.by_node.get(n.name, []), obs.slice_s, signals.node_history(n.name))
                 for n in members
             ]
             empty = [(n, s) for n, s in zip(members, empty_for, strict=True) if s >= needed_slices]

@@ -39,11 +39,22 @@ class JobSeries:
     util_avg: list[float | None] = field(default_factory=list)  # mean over GPUs; same rule
     samples: list[int] = field(default_factory=list)  # valid samples over GPUs
     expected: list[int] = field(default_factory=list)
-    history: CoarseHistory | None = None  # coarse slices over the long-tail lookback, when observed
+    # Its GPUs' coarse history over the long-tail lookback; merged only when asked (few jobs are quiet).
+    history_gpus: list[GpuHistory] = field(default_factory=list)
+    history_ratio: int = 0
+    _history: CoarseHistory | None = None
+    _merged: bool = False
 
     @property
     def length(self) -> int:
         return len(self.util_max)
+
+    @property
+    def history(self) -> CoarseHistory | None:
+        if not self._merged:
+            self._history = merge_history(self.history_gpus, self.history_ratio)
+            self._merged = True
+        return self._history
 
     def quiet_slices(self, threshold_pct: float) -> int:
         """Newest slices in a row where every GPU stayed at or below `threshold_pct`."""
@@ -192,7 +203,12 @@ class ClusterSignals:
 
     jobs: dict[str, JobSeries]
     by_node: dict[str, list[GpuSeries]]
-    node_history: dict[str, CoarseHistory] = field(default_factory=dict)  # nodes whose every GPU was unassigned
+    history_by_node: dict[str, list[GpuHistory]] = field(default_factory=dict)  # nodes whose GPUs were all free
+    history_ratio: int = 0
+
+    def node_history(self, node: str) -> CoarseHistory | None:
+        """An empty node's coarse history, merged on demand."""
+        return merge_history(self.history_by_node.get(node, []), self.history_ratio)
 
 
 def group_signals(obs: Observation) -> ClusterSignals:
@@ -229,11 +245,10 @@ def _attach_history(signals: ClusterSignals, history: list[GpuHistory], ratio: i
     """Each job's and empty node's coarse history, matched to its fine series by GPU and occupant."""
     index = {(h.node, h.gpu, h.job): h for h in history}
     for job in signals.jobs.values():
-        found = [h for g in job.gpus if (h := index.get((g.node, g.gpu, g.job))) is not None]
-        job.history = merge_history(found, ratio)
+        job.history_gpus = [h for g in job.gpus if (h := index.get((g.node, g.gpu, g.job))) is not None]
+        job.history_ratio = ratio
+    signals.history_ratio = ratio
     for node, series in signals.by_node.items():
-        free = [index.get((g.node, g.gpu, None)) for g in series if g.job is None]
-        if free and len(free) == len(series) and all(h is not None for h in free):
-            merged = merge_history([h for h in free if h is not None], ratio)
-            if merged is not None:
-                signals.node_history[node] = merged
+        free = [h for g in series if g.job is None and (h := index.get((g.node, g.gpu, None))) is not None]
+        if free and len(free) == len(series):
+            signals.history_by_node[node] = free

@@ -84,3 +84,26 @@ def test_empty_node_since_reaches_into_the_coarse_history():
     without = OversizedPoolDetector(POLICY).detect(observe([], gpus, nodes=nodes, pools=pools))
     assert without[0].since == AT - timedelta(hours=1)
     assert SLICE * 6 == COARSE
+
+
+def test_sim_and_trace_history_agree_with_their_own_slices_at_the_coarse_step():
+    from datetime import timedelta as td
+
+    from agent.planner import PolicyModel
+    from agent.wiring import simulated_deps
+    from evals.bench_sweep import synthetic_trace
+    from evals.replay import trace_deps
+    from sim.scenario import load_scenario
+
+    _, sim = simulated_deps(load_scenario("evals/scenarios/longtail-periodic.yaml"), POLICY, PolicyModel())
+    trace_cluster = trace_deps(synthetic_trace(20), POLICY)[1]
+    for cluster in (sim, trace_cluster):
+        cluster.advance_to(4 * 3600.0)
+        end = cluster.now() - td(seconds=60)  # off the coarse grid: a partial newest slice
+        fine = {(s.node, s.gpu, s.job): s for s in cluster.gpu_series(end, 3 * 3600.0, COARSE)}
+        history = cluster.gpu_history(end, 3 * 3600.0, COARSE)
+        assert history and len(history) == len(fine)
+        for h in history:
+            s = fine[(h.node, h.gpu, h.job)]
+            assert (h.util_max, h.samples, h.expected) == (s.util_max, s.samples, s.expected)
+            assert all(lo is None or lo <= hi for lo, hi in zip(h.util_min, h.util_max, strict=True))

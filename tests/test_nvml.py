@@ -152,3 +152,8 @@ def test_sampler_is_a_metrics_source(proc):
     assert by[1].job == "4242" and by[1].util_max == [0.0, 0.0]
     assert by[2].util_max == [None, None] and by[2].samples == [0, 0]
     assert metrics.job_io_series(datetime.fromtimestamp(now[0], UTC), 120.0, 60.0) == []
+    # The coarse history from the same readings: one 120 s slice with max, min and sample count.
+    history = {h.gpu: h for h in metrics.gpu_history(datetime.fromtimestamp(now[0], UTC), 120.0, 120.0)}
+    assert (history[0].job, history[0].util_max, history[0].util_min) == ("ml/train", [97.0], [97.0])
+    assert (history[0].samples, history[0].expected) == ([12], 12)
+    assert history[2].util_max == [None] and history[2].samples == [0]

@@ -21,14 +21,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.approvals import ApprovalStore  # noqa: E402
 from agent.audit import AuditLog  # noqa: E402
-from agent.deps import StewardDeps  # noqa: E402
+from agent.deps import (  # noqa: E402
+    StewardDeps,  # noqa: E402
+    SweepGrid,
+    sweep_grid,
+)
 from agent.planner import PolicyModel  # noqa: E402
 from agent.policy import parse_policy  # noqa: E402
 from agent.settings import Settings  # noqa: E402
 from agent.sweep import SweepService  # noqa: E402
 from agent.wiring import NoPools  # noqa: E402
-from evals.bench_prometheus_sweep import END, _answer  # noqa: E402
-from sim.durations import parse_duration  # noqa: E402
+from evals.bench_prometheus_sweep import END, _answer, _grid  # noqa: E402
 from sim.fake_prometheus import FakePrometheus  # noqa: E402
 from tests.k8s_fake_api import FakeKubernetesApi  # noqa: E402
 from tests.k8s_fake_cluster import gpu_node, gpu_pod  # noqa: E402
@@ -52,13 +55,14 @@ def _labels(gpu: int) -> str:
             f'"namespace":"team-{job % 40}","pod":"job-{job}"}}')
 
 
-def _answers(gpus: int, lookback: float, slice_s: float) -> dict[str, bytes]:
+def _answers(gpus: int, grid: SweepGrid) -> dict[str, bytes]:
     """Every job busy, except every tenth: quiet for the whole lookback (so idle findings, logs, warnings)."""
     series = [_labels(i) for i in range(gpus)]
     jobs = sorted({f'{{"namespace":"team-{j % 40}","pod":"job-{j}"}}' for j in range(gpus // GPUS_PER_JOB)})
-    n = max(round(lookback / slice_s), 1)
+    slice_s = grid.slice_s
+    n = max(round(grid.lookback_s / slice_s), 1)
     t_end = END.timestamp()
-    rng = {"start": f"{t_end - (n - 1) * slice_s:.3f}", "end": f"{t_end:.3f}", "step": f"{slice_s:g}"}
+    rng = _grid(grid.lookback_s, slice_s)
     inst = {"time": f"{t_end:.3f}"}
     expected = slice_s / 30
 
@@ -73,6 +77,11 @@ def _answers(gpus: int, lookback: float, slice_s: float) -> dict[str, bytes]:
                for name, q in promql.gpu_range_queries("", slice_s).items()}
     answers |= {q: _answer("query", inst, series, values[name])
                 for name, q in promql.gpu_instant_queries("", n * slice_s).items()}
+    if grid.history_lookback_s:
+        coarse = _grid(grid.history_lookback_s, grid.history_slice_s)
+        history = {"util_count": lambda i, k: grid.history_slice_s / 30}
+        answers |= {q: _answer("query_range", coarse, series, history.get(name, values.get(name, util)))
+                    for name, q in promql.gpu_history_queries("", grid.history_slice_s).items()}
     io = promql.job_io_queries("", promql.DEFAULT_CONTAINER_SELECTOR, promql.DEFAULT_NETWORK_SELECTOR, slice_s)
     answers |= {q: _answer("query_range", rng, jobs, lambda i, k: 0.0) for q in io.values()}
     return answers
@@ -80,8 +89,7 @@ def _answers(gpus: int, lookback: float, slice_s: float) -> dict[str, bytes]:
 
 def run(gpus: int, lookback: str, tmp: Path) -> dict[str, float]:
     policy = parse_policy({"detectors": {"longtail": {"lookback": lookback}}})
-    slice_s = policy.detectors.slice
-    answers = _answers(gpus, max(parse_duration(lookback), 3600.0), slice_s)
+    answers = _answers(gpus, sweep_grid(policy))
     api = FakeKubernetesApi().start()
     try:
         for n in range(gpus // GPUS_PER_NODE):
@@ -120,7 +128,7 @@ def run(gpus: int, lookback: str, tmp: Path) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--lookback", default="6h", help="long-tail lookback to query (default 6h)")
+    parser.add_argument("--lookback", default="24h", help="long-tail lookback (default 24h, the default policy's)")
     args = parser.parse_args()
     print(f"One sweep over PrometheusMetrics + KubernetesScheduler (loopback fakes), long-tail lookback "
           f"{args.lookback}; a tenth of the jobs idle, so logs are read and owners warned")

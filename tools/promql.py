@@ -63,14 +63,8 @@ def gpu_range_queries(extra: str, slice_s: float) -> dict[str, str]:
 
 def gpu_history_queries(extra: str, slice_s: float) -> dict[str, str]:
     """The coarse history over the long-tail lookback: only the max, min and sample count per slice."""
-    s = duration(slice_s)
-    k = by(GPU_KEYS)
-    util = selector(UTIL, extra)
-    return {
-        "util_max": f"max {k} (max_over_time({util}[{s}]))",
-        "util_min": f"min {k} (min_over_time({util}[{s}]))",
-        "util_count": f"max {k} (count_over_time({util}[{s}]))",
-    }
+    fine = gpu_range_queries(extra, slice_s)
+    return {name: fine[name] for name in ("util_max", "util_min", "util_count")}
 
 
 def gpu_instant_queries(extra: str, lookback_s: float) -> dict[str, str]:

@@ -48,3 +48,14 @@ renderSuggestions(submit);
 const start = location.hash.slice(1);
 show(start in loaders ? start : "chat");
 setInterval(() => { if (!document.hidden) refresh(); }, 3000);
+
+// Runbook links are plain links; with token auth a new tab has no token, so fetch with it and open the page.
+document.addEventListener("click", async (e) => {
+  const link = e.target.closest("a.rb");
+  const token = localStorage.getItem("steward.token");
+  if (!link || !token) return;
+  e.preventDefault();
+  const resp = await fetch(link.href, { headers: { Authorization: `Bearer ${token}` } });
+  const page = URL.createObjectURL(new Blob([await resp.text()], { type: "text/html" }));
+  window.open(page, "_blank", "noopener");
+});

@@ -6,13 +6,13 @@ import json
 import secrets
 import sqlite3
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agent.audit import AuditLog
+from agent.audit import AuditLog, iso_utc
 
 ApprovalStatus = Literal["pending", "approved", "denied", "expired"]
 
@@ -52,10 +52,6 @@ class Approval(BaseModel):
     answered_at: datetime | None = None
     answer_reason: str | None = None
     payload: dict[str, Any] = {}
-
-
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat()
 
 
 class ApprovalStore:
@@ -116,13 +112,13 @@ class ApprovalStore:
             self._conn.execute(
                 "INSERT INTO approvals (id, proposal_key, target, action, level, requested_at, expires_at, payload)"
                 " VALUES (?,?,?,?,?,?,?,?)",
-                (approval_id, proposal_key, target, action, level, _iso(now), _iso(expires),
+                (approval_id, proposal_key, target, action, level, iso_utc(now), iso_utc(expires),
                  json.dumps(payload, default=str, ensure_ascii=False)),
             )
         self.audit.record(
             "approval", at=now, run_id=run_id, target=target, action=action, level=level, status="pending",
-            reason=f"waiting for a human until {_iso(expires)}",
-            data={"approval_id": approval_id, "proposal_key": proposal_key, "expires_at": _iso(expires)},
+            reason=f"waiting for a human until {iso_utc(expires)}",
+            data={"approval_id": approval_id, "proposal_key": proposal_key, "expires_at": iso_utc(expires)},
         )
         got = self.get(approval_id)
         assert got is not None
@@ -144,7 +140,7 @@ class ApprovalStore:
             cur = self._conn.execute(
                 "UPDATE approvals SET status = ?, answered_by = ?, answered_at = ?, answer_reason = ?"
                 " WHERE id = ? AND status = 'pending' AND expires_at > ?",
-                (new_status, by, _iso(now), reason, approval_id, _iso(now)),
+                (new_status, by, iso_utc(now), reason, approval_id, iso_utc(now)),
             )
             taken = cur.rowcount == 1
         if not taken:
@@ -171,18 +167,18 @@ class ApprovalStore:
 
     def expire_due(self, now: datetime, run_id: str) -> list[Approval]:
         """Mark every overdue request expired (silence is never approval)."""
-        due = self._select("status = 'pending' AND expires_at <= ?", (_iso(now),))
+        due = self._select("status = 'pending' AND expires_at <= ?", (iso_utc(now),))
         expired = []
         for item in due:
             with self._lock:
                 cur = self._conn.execute(
                     "UPDATE approvals SET status = 'expired', answered_at = ? WHERE id = ? AND status = 'pending'",
-                    (_iso(now), item.id),
+                    (iso_utc(now), item.id),
                 )
             if cur.rowcount == 1:
                 self.audit.record(
                     "approval", at=now, run_id=run_id, target=item.target, action=item.action, level=item.level,
-                    status="expired", reason=f"no answer by {_iso(item.expires_at)}; not done",
+                    status="expired", reason=f"no answer by {iso_utc(item.expires_at)}; not done",
                     data={"approval_id": item.id, "proposal_key": item.proposal_key},
                 )
                 expired.append(item)

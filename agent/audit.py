@@ -53,7 +53,8 @@ class AuditEntry(BaseModel):
     data: dict[str, Any] = {}
 
 
-def _iso(value: datetime) -> str:
+def iso_utc(value: datetime) -> str:
+    """ISO 8601 in UTC; a naive time is taken to be UTC already."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat()
@@ -97,7 +98,7 @@ class AuditLog:
         data: dict[str, Any] | None = None,
     ) -> int:
         row = (
-            _iso(at),
+            iso_utc(at),
             datetime.now(UTC).isoformat(),
             run_id,
             kind,
@@ -135,7 +136,7 @@ class AuditLog:
                 args.append(value)
         if since is not None:
             clauses.append("at >= ?")
-            args.append(_iso(since))
+            args.append(iso_utc(since))
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT * FROM audit {where} ORDER BY seq {order} LIMIT ? OFFSET ?"

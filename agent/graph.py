@@ -8,6 +8,7 @@ as it was decided, never re-planned.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -22,6 +23,8 @@ from agent.models import ActionOutcome, Finding, GuardedAction, ProposedAction
 from agent.report import render_report
 from agent.runbook_limits import limit_by_runbook
 from agent.state import StewardState
+
+_NUMBERS = re.compile(r"\d+(?:[.:]\d+)*")
 
 
 def _findings(state: StewardState) -> list[Finding]:
@@ -46,7 +49,8 @@ def build_graph(deps: StewardDeps, checkpointer: Any = None):  # noqa: ANN201 - 
         obs = deps.observation(state["run_id"])
         findings = run_detectors(obs, deps.policy)
         if deps.runbook_search is not None:
-            findings = [_with_runbook(f) for f in findings]
+            searched: dict[str, str | None] = {}
+            findings = [_with_runbook(f, searched) for f in findings]
         for f in findings:
             deps.audit.record("finding", at=obs.at, run_id=state["run_id"], target=f.target, action=None,
                               status=f.kind, reason=f.evidence,
@@ -55,12 +59,17 @@ def build_graph(deps: StewardDeps, checkpointer: Any = None):  # noqa: ANN201 - 
                                     "runbook": f.runbook})
         return {"findings": [f.model_dump(mode="json") for f in findings]}
 
-    def _with_runbook(f: Finding) -> Finding:
-        try:
-            hits = deps.runbook_search(f"{f.kind} {f.evidence}", f.kind, 1)
-        except Exception:  # retrieval is advisory; a broken index must not stop a sweep
-            hits = []
-        return f.model_copy(update={"runbook": hits[0]["id"]}) if hits else f
+    def _with_runbook(f: Finding, searched: dict[str, str | None]) -> Finding:
+        # Findings that differ only in their numbers share one search: hundreds of idle jobs, a few queries.
+        query = f"{f.kind} {_NUMBERS.sub('#', f.evidence)}"
+        if query not in searched:
+            try:
+                hits = deps.runbook_search(f"{f.kind} {f.evidence}", f.kind, 1)
+            except Exception:  # retrieval is advisory; a broken index must not stop a sweep
+                hits = []
+            searched[query] = hits[0]["id"] if hits else None
+        runbook = searched[query]
+        return f.model_copy(update={"runbook": runbook}) if runbook else f
 
     def plan(state: StewardState) -> dict[str, Any]:
         obs = deps.observation(state["run_id"])

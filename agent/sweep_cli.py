@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,6 +87,9 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     policy = load_policy(args.policy or settings.policy_file)
     run_dir = settings.ensure_data_dir() / "runs" / f"{scenario.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     deps, cluster = simulated_deps(scenario, policy, make_planner(settings), data_dir=run_dir, language=language)
+    index_dir = settings.runbook_index_dir or settings.data_dir / "runbooks-index"
+    if settings.runbooks_enabled and not settings.chroma_url and not index_dir.exists():
+        print("Building the runbook index once (20-60 s; later runs reuse it)...", file=sys.stderr, flush=True)
     runbooks_from_settings(deps, settings)
     saver = SqliteSaver(sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False))
     service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)

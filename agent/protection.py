@@ -61,6 +61,9 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
     if annotation:
         return f"annotation {annotation[0]}={annotation[1]} is in protection.annotations"
     now = as_utc(now)
+    kept = _keep_until(job, now)
+    if kept:
+        return kept
     live = [e for e in history.exemptions if e.target == job.id and as_utc(e.until) > now]
     if live:
         # The longest-running exemption is the one the owner will ask about.
@@ -68,3 +71,19 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
         why = f" ({exemption.reason})" if exemption.reason else ""
         return f"exempted by {exemption.by} until {when(exemption.until)}{why}"
     return None
+
+
+KEEP_UNTIL = "steward.io/keep-until"
+
+
+def _keep_until(job: JobInfo, now: datetime) -> str | None:
+    """An owner's own time-boxed exemption, written on the pod as an ISO 8601 time."""
+    raw = job.annotations.get(KEEP_UNTIL)
+    if raw is None:
+        return None
+    try:
+        until = as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+    except ValueError:
+        # Unreadable is not expired: protect, and say why, so the owner can fix it.
+        return f"annotation {KEEP_UNTIL}={raw!r} is not an ISO 8601 time; kept until it is fixed"
+    return f"annotation {KEEP_UNTIL} keeps it until {when(until)}" if until > now else None

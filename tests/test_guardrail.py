@@ -432,3 +432,12 @@ def test_a_refused_stop_does_not_trip_the_circuit_breaker():
     assert decide(act(), facts(), Policy(), warned(60, *refusals)).verdict == "allow"
     failures = [entry("terminate", m, status="failed", target=f"ml/other-{m}") for m in (5, 10, 15, 20)]
     check(decide(act(), facts(), Policy(), warned(60, *failures)), "deny", "circuit_breaker")
+
+
+def test_keep_until_annotation_protects_until_its_time():
+    kept = job(annotations={"steward.io/keep-until": "2025-03-01T14:00:00Z"})
+    check(decide(act(), facts(kept), Policy(), warned()), "deny", "protected", "keep-until", "2025-03-01 14:00 UTC")
+    past = job(annotations={"steward.io/keep-until": "2025-03-01T11:00:00+00:00"})
+    assert decide(act(), facts(past), Policy(), warned()).verdict == "allow"
+    garbled = job(annotations={"steward.io/keep-until": "next tuesday"})
+    check(decide(act(), facts(garbled), Policy(), warned()), "deny", "protected", "not an ISO 8601 time")

@@ -37,6 +37,7 @@ from agent.sweep import SweepService
 from agent.wiring import simulated_deps
 from sim.scenario import parse_scenario
 from tests.conftest import free_port
+from tests.loopback import send_json
 
 NOW = 1_750_000_000.0  # the wall clock the router sees
 
@@ -62,12 +63,7 @@ class RobotServer:
                 else:
                     server.messages.append(body)
                     answer = {"errcode": 0, "errmsg": "ok"}
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, answer)
 
             def log_message(self, *args) -> None:
                 pass

@@ -34,6 +34,7 @@ from agent.sweep import SweepService
 from agent.wiring import simulated_deps
 from sim.scenario import parse_scenario
 from tests.conftest import free_port
+from tests.loopback import send_json
 from tests.test_dingtalk import SCENARIO
 
 NOW = 1_750_000_000
@@ -158,12 +159,8 @@ class WeComRobotServer:
                 good = self.path == f"/cgi-bin/webhook/send?key={server.key}"
                 if good:
                     server.messages.append(body)
-                data = json.dumps({"errcode": 0, "errmsg": "ok"} if good else
-                                  {"errcode": 93000, "errmsg": "invalid webhook url"}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, {"errcode": 0, "errmsg": "ok"} if good else
+                          {"errcode": 93000, "errmsg": "invalid webhook url"})
 
             def log_message(self, *args) -> None:
                 pass

@@ -1,0 +1,17 @@
+"""Small pieces the tests' loopback HTTP servers share."""
+
+from __future__ import annotations
+
+import json
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+
+def send_json(handler: BaseHTTPRequestHandler, answer: Any, status: int = 200) -> None:
+    """Answer a request with a JSON body, as the chat platforms' webhooks do."""
+    data = json.dumps(answer).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -72,6 +72,13 @@ def cmd_policy_check(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_policy_example(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.assets import EXAMPLE_POLICY
+
+    sys.stdout.write(EXAMPLE_POLICY.read_text(encoding="utf-8"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="steward", description="GPU Steward: find and reclaim wasted GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = policy_sub.add_parser("check", help="validate a policy file")
     check.add_argument("file", type=Path)
     check.set_defaults(handler=cmd_policy_check)
+    example = policy_sub.add_parser("example", help="print the example policy (every key, with its default)")
+    example.set_defaults(handler=cmd_policy_example)
 
     for register in _extensions():
         register(sub)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import string
 from datetime import datetime
 from functools import lru_cache
-from pathlib import Path
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+from agent.assets import PROMPTS_DIR
 
 
 class PromptError(KeyError):
@@ -18,7 +17,7 @@ class PromptError(KeyError):
 def _template(name: str) -> string.Template:
     path = PROMPTS_DIR / name
     if not path.is_file():
-        raise PromptError(f"no prompt template {name!r} in {PROMPTS_DIR.name}/")
+        raise PromptError(f"no prompt template {name!r} in {PROMPTS_DIR} (is the package installed completely?)")
     return string.Template(path.read_text(encoding="utf-8"))
 
 

@@ -16,7 +16,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-RUNBOOKS_DIR = Path(__file__).resolve().parent.parent / "runbooks"
+from agent.assets import RUNBOOKS_DIR
+
 FINDING_KINDS = ("idle", "zombie", "overprovisioned", "node_health", "oversized")
 CHUNK_CHARS = 900  # long sections are split near this size, at a paragraph or list item
 CHUNKER_VERSION = "2"

@@ -42,6 +42,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _empty_home(tmp_path_factory):
+    """Every test sees an empty HOME and XDG dirs, so nothing cached on this machine (a runbook index,
+    a data dir, a kubeconfig) can make a test pass here that fails on a fresh one."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR") or os.path.expanduser("~/.cache/pip"))
+        mp.setenv("HOME", str(home))
+        for var, sub in (("XDG_CACHE_HOME", ".cache"), ("XDG_DATA_HOME", ".local/share"), ("XDG_CONFIG_HOME", ".config")):
+            mp.setenv(var, str(home / sub))
+        for var in ("STEWARD_DATA_DIR", "STEWARD_POLICY_FILE", "STEWARD_BACKEND", "STEWARD_LLM_BASE_URL", "KUBECONFIG"):
+            mp.delenv(var, raising=False)
+        yield home
+
+
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch, request):
     """Unit tests never reach the network: only loopback connections are allowed."""

@@ -1,8 +1,9 @@
-"""The runbook index: Chroma (embedded directory or a server), rebuilt when any runbook file changes.
+"""The runbook index: Chroma (embedded directory or a server) plus BM25, rebuilt when any runbook file changes.
 
-`RunbookIndex.search` is what StewardDeps.runbook_search calls; `catalog` is the short
-list of runbooks the planning prompt shows; `max_level` is what a runbook lets the agent
-do on its own (agent/runbook_limits.py applies it after the guardrail).
+`RunbookIndex.search` (hybrid: embedding and BM25 rankings fused by reciprocal rank) is what
+StewardDeps.runbook_search calls; `catalog` is the short list of runbooks the planning prompt
+shows; `max_level` is what a runbook lets the agent do on its own (agent/runbook_limits.py
+applies it after the guardrail).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import re
 import statistics
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from agent.runbook_bm25 import RunbookBM25
 from agent.runbook_embeddings import RunbookEmbeddingFunction
 from agent.runbooks import RUNBOOKS_DIR, Runbook, chunk_runbook, content_hash, load_runbooks
 
@@ -27,6 +30,33 @@ COLLECTION = "runbooks"
 EXCERPT_CHARS = 400
 CANDIDATES = 200  # sections scored per query (per language for Chinese queries)
 CJK = re.compile(r"[\u4e00-\u9fff]")
+METHODS = ("embedding", "bm25")
+# k = 60 is the constant of Cormack, Clarke & Buettcher (2009), not tuned here: large against the few top ranks, so
+# no single ranking's first place decides alone and a rank's weight falls off slowly.
+RRF_K = 60
+
+
+def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion, best first: an id scores the mean of 1/(k + rank) over the rankings that contain it.
+
+    The mean over the rankings that found an id, not the usual sum (CombANZ rather than CombSUM, Fox & Shaw
+    1994): BM25 cannot match a Chinese word in a section written in English, so its silence means "cannot
+    tell", not "last". Ties keep the order ids were first seen in.
+    """
+    total: dict[str, float] = {}
+    votes: dict[str, int] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, 1):
+            total[item] = total.get(item, 0.0) + 1 / (k + rank)
+            votes[item] = votes.get(item, 0) + 1
+    return dict(sorted(((item, s / votes[item]) for item, s in total.items()), key=lambda pair: -pair[1]))
+
+
+def _hit(section: Mapping[str, Any], cosine: float) -> dict[str, Any]:
+    """One search result from a section's metadata (Chroma's, or a Chunk's fields)."""
+    return {"id": str(section["runbook_id"]), "title": section["title"], "language": section["language"],
+            "section": section["section"], "excerpt": str(section["body"])[:EXCERPT_CHARS],
+            "score": round(cosine, 4), "max_level": int(section["max_level"])}
 
 
 def chroma_client(index_dir: Path | None = None, url: str | None = None) -> Any:
@@ -56,6 +86,7 @@ class RunbookIndex:
         self._client: Any = None
         self._collection: Any = None
         self._books: list[Runbook] = []
+        self._bm25 = RunbookBM25([])
         self._hash = ""
         self._checked_at = float("-inf")
         self.last_build_s: float | None = None
@@ -76,7 +107,7 @@ class RunbookIndex:
         if self._client is None:
             self._client = chroma_client(self.index_dir, self.chroma_url)
         collection = self._open()
-        self._books = books
+        self._load(books)
         if (collection.metadata or {}).get("content_hash") == digest and collection.count() > 0:
             self._collection, self._hash = collection, digest
             return False
@@ -89,9 +120,13 @@ class RunbookIndex:
             books = load_runbooks(self.directory)
             if self._client is None:
                 self._client = chroma_client(self.index_dir, self.chroma_url)
-            self._books = books
+            self._load(books)
             self._build(books, content_hash(self.directory, self.embedding.model))
             self._checked_at = time.monotonic()
+
+    def _load(self, books: list[Runbook]) -> None:
+        self._books = books
+        self._bm25 = RunbookBM25([c for b in books for c in chunk_runbook(b)])
 
     def count(self) -> int:
         return int(self._collection.count()) if self._collection is not None else 0
@@ -126,25 +161,45 @@ class RunbookIndex:
             self._books = load_runbooks(self.directory)
         return self._books
 
-    def search(self, query: str, kind: str | None = None, k: int = 3) -> list[dict[str, Any]]:
-        """Best section per runbook, best runbooks first: id, title, language, section, excerpt, score (cosine)."""
+    def search(self, query: str, kind: str | None = None, k: int = 3,
+               methods: Sequence[str] = METHODS) -> list[dict[str, Any]]:
+        """Best section per runbook, best runbooks first: id, title, language, section, excerpt, score, max_level, rrf.
+
+        The embedding and BM25 each rank the sections; `rrf` fuses the two rankings and each runbook
+        is represented by its best fused section. `score` is that section's cosine (0 where only BM25
+        found it, outside the embedding's candidates). `kind` keeps only runbooks whose `kinds` name it;
+        `methods` picks one side alone (the eval compares them).
+        """
         if self._collection is None or time.monotonic() - self._checked_at > self.recheck_s:
             self.ensure()
         if not query.strip() or self._collection.count() == 0:
             return []
+        sections: dict[str, tuple[Mapping[str, Any], float]] = {}  # section id -> (metadata, cosine)
+        rankings: list[list[str]] = []
+        for method in methods:
+            if method == "embedding":
+                ranked = sorted(self._scored(query, kind), key=lambda t: -t[3])
+                for sid, meta, cosine, _r in ranked:
+                    sections.setdefault(sid, (meta, cosine))
+                rankings.append([sid for sid, *_ in ranked])
+            elif method == "bm25":
+                chunks = [c for c, _score in self._bm25.ranked(query, kind)]
+                for c in chunks:
+                    if c.chunk_id not in sections:
+                        sections[c.chunk_id] = (c.model_dump(), 0.0)
+                rankings.append([c.chunk_id for c in chunks])
+            else:
+                raise ValueError(f"unknown search method {method!r}; choose from {', '.join(METHODS)}")
         hits: dict[str, dict[str, Any]] = {}
-        for meta, cosine, _rank in sorted(self._scored(query, kind), key=lambda t: -t[2]):
-            rid = str(meta["runbook_id"])
-            if rid not in hits:
-                hits[rid] = {"id": rid, "title": meta["title"], "language": meta["language"],
-                             "section": meta["section"], "excerpt": str(meta["body"])[:EXCERPT_CHARS],
-                             "score": round(cosine, 4), "max_level": int(meta["max_level"])}
+        for sid, fused in rrf(rankings).items():
+            section, cosine = sections[sid]
+            hits.setdefault(str(section["runbook_id"]), {**_hit(section, cosine), "rrf": round(fused, 6)})
             if len(hits) == k:
                 break
         return list(hits.values())
 
-    def _scored(self, query: str, kind: str | None) -> list[tuple[dict[str, Any], float, float]]:
-        """(metadata, cosine, ranking score) for candidate sections.
+    def _scored(self, query: str, kind: str | None) -> list[tuple[str, dict[str, Any], float, float]]:
+        """(section id, metadata, cosine, ranking score) for the embedding's candidate sections.
 
         A query with Chinese in it is scored against sections with and without Chinese text
         separately, each on its own scale (a z-score within the group): multilingual-e5 gives
@@ -153,7 +208,7 @@ class RunbookIndex:
         """
         kind_filter = {f"kind_{kind}": True} if kind else None
         groups = [None] if not CJK.search(query) else ["cjk", "latin"]
-        out: list[tuple[dict[str, Any], float, float]] = []
+        out: list[tuple[str, dict[str, Any], float, float]] = []
         for script in groups:
             clauses = [c for c in (kind_filter, {"script": script} if script else None) if c]
             where = clauses[0] if len(clauses) == 1 else ({"$and": clauses} if clauses else None)
@@ -170,7 +225,7 @@ class RunbookIndex:
             else:
                 mean, std = statistics.fmean(cosines), statistics.pstdev(cosines) or 1.0
                 ranks = [(c - mean) / std for c in cosines]
-            out.extend(zip(res["metadatas"][0], cosines, ranks, strict=True))
+            out.extend(zip(res["ids"][0], res["metadatas"][0], cosines, ranks, strict=True))
         return out
 
     def __call__(self, query: str, kind: str | None = None, k: int = 3) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
-"""Runbook retrieval eval: recall@1, recall@3 and MRR for the embedding index and a BM25 baseline, plus timings.
+"""Runbook retrieval eval: recall@1, recall@3 and MRR of embedding, BM25 and hybrid search, Chinese and English apart.
 
-    python -m evals.retrieval_eval [--embedder e5-small|use-v3] [--bench-sections 1000]
+    python -m evals.retrieval_eval [--embedder e5-small|use-v3] [--bench-sections 1000] [--show-misses]
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,16 @@ import yaml
 
 from agent.runbook_index import RunbookIndex
 from agent.runbooks import RUNBOOKS_DIR, chunk_runbook, load_runbooks
-from evals.keyword_baseline import KeywordIndex
 
 QUERIES = Path(__file__).resolve().parent / "retrieval_queries.yaml"
 Search = Callable[[str, str | None, int], list[dict[str, Any]]]
+METHODS = {"embedding": ("embedding",), "BM25": ("bm25",), "hybrid (RRF)": ("embedding", "bm25")}
+LANGUAGES = ("zh", "en", "all")  # zh: the query has Chinese in it (pure or mixed)
 
 
-def load_queries(path: Path = QUERIES) -> list[dict[str, Any]]:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))["queries"]
+def load_queries(path: Path = QUERIES, *, held_out: bool = False) -> list[dict[str, Any]]:
+    """The labelled queries, or with `held_out` only the held-out ones (never used to choose anything)."""
+    return [q for q in yaml.safe_load(path.read_text(encoding="utf-8"))["queries"] if bool(q.get("held_out")) == held_out]
 
 
 def is_chinese(text: str) -> bool:
@@ -34,21 +37,30 @@ def is_chinese(text: str) -> bool:
 
 
 def score(search: Search, queries: list[dict[str, Any]]) -> dict[str, Any]:
-    """recall@1, recall@3, MRR over the top 10, and per-query latency in ms."""
-    r1 = r3 = rr = 0.0
+    """Per language (zh, en, all): n, recall@1, recall@3, MRR over the top 10; plus per-query latency (ms) and misses at 3."""
+    rows: list[tuple[str, int | None]] = []
     latencies, misses = [], []
     for item in queries:
         started = time.perf_counter()
         ids = [h["id"] for h in search(item["q"], None, 10)]
         latencies.append((time.perf_counter() - started) * 1000)
         rank = next((i + 1 for i, rid in enumerate(ids) if rid in item["expect"]), None)
-        r1 += rank == 1
-        r3 += rank is not None and rank <= 3
-        rr += 1 / rank if rank else 0.0
+        rows.append(("zh" if is_chinese(item["q"]) else "en", rank))
         if rank is None or rank > 3:
             misses.append(f"{item['q']!r} -> {ids[:3]} (want {item['expect']})")
-    n = len(queries)
-    return {"recall@1": r1 / n, "recall@3": r3 / n, "mrr": rr / n, "latencies": latencies, "misses": misses}
+    out: dict[str, Any] = {"latencies": latencies, "misses": misses}
+    for lang in LANGUAGES:
+        ranks = [rank for q_lang, rank in rows if lang in ("all", q_lang)]
+        n = len(ranks) or 1
+        out[lang] = {"n": len(ranks), "recall@1": sum(r == 1 for r in ranks) / n,
+                     "recall@3": sum(r is not None and r <= 3 for r in ranks) / n,
+                     "mrr": sum(1 / r for r in ranks if r) / n}
+    return out
+
+
+def evaluate(index: RunbookIndex, queries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`score` for each search method of the index: embedding only, BM25 only, and the shipped hybrid."""
+    return {name: score(partial(index.search, methods=methods), queries) for name, methods in METHODS.items()}
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -89,11 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show-misses", action="store_true")
     args = parser.parse_args(argv)
 
-    queries = load_queries()
+    queries, held_out = load_queries(), load_queries(held_out=True)
     zh = sum(is_chinese(q["q"]) for q in queries)
     chunks = [c for b in load_runbooks(args.runbooks) for c in chunk_runbook(b)]
-    print(f"{len(queries)} labelled queries ({zh} with Chinese); {len(chunks)} sections from "
-          f"{len({c.runbook_id for c in chunks})} runbooks in {args.runbooks}")
+    print(f"{len(queries)} labelled queries ({zh} with Chinese, {len(queries) - zh} English) and {len(held_out)} "
+          f"held out; {len(chunks)} sections from {len({c.runbook_id for c in chunks})} runbooks in {args.runbooks}")
 
     with tempfile.TemporaryDirectory() as tmp:
         index = RunbookIndex(args.runbooks, index_dir=Path(tmp) / "index", embedder=args.embedder)
@@ -101,23 +113,24 @@ def main(argv: list[str] | None = None) -> int:
         index.ensure()
         build_s = time.perf_counter() - started
         index.search("warm up", None, 1)
-        results = {f"embedding ({args.embedder})": score(index.search, queries),
-                   "BM25 keyword baseline": score(KeywordIndex(chunks).search, queries)}
-        print(f"\nindex build (cold, embeds every section): {build_s:.1f}s\n")
-        print(f"{'retriever':<28} {'recall@1':>9} {'recall@3':>9} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}")
-        for name, r in results.items():
-            lat = r["latencies"]
-            print(f"{name:<28} {r['recall@1']:>9.3f} {r['recall@3']:>9.3f} {r['mrr']:>6.3f} "
-                  f"{statistics.median(lat):>7.1f} {percentile(lat, 95):>7.1f}")
-        for lang, pick in (("en only", lambda q: not is_chinese(q["q"])), ("with Chinese", lambda q: is_chinese(q["q"]))):
-            sub = [q for q in queries if pick(q)]
-            parts = [f"{name.split(' ')[0]} r@3={score(s, sub)['recall@3']:.3f}"
-                     for name, s in (("embedding", index.search), ("BM25", KeywordIndex(chunks).search))]
-            print(f"  {lang:<13} ({len(sub)} queries): " + ", ".join(parts))
-        if args.show_misses:
+        print(f"\nindex build (cold, embeds every section): {build_s:.1f}s; embedder {args.embedder}")
+        for title, subset in (("labelled queries", queries), ("held-out queries", held_out)):
+            if not subset:
+                continue
+            results = evaluate(index, subset)
+            print(f"\n{title}\n{'method':<14} {'queries':<8} {'recall@1':>9} {'recall@3':>9} {'MRR':>6} "
+                  f"{'p50 ms':>7} {'p95 ms':>7}")
             for name, r in results.items():
-                print(f"\nmisses at 3, {name}:")
-                print("\n".join(f"  {m}" for m in r["misses"]) or "  none")
+                lat = r["latencies"]
+                for lang in LANGUAGES:
+                    m = r[lang]
+                    group = f"{lang} ({m['n']})"
+                    timing = f" {statistics.median(lat):>7.1f} {percentile(lat, 95):>7.1f}" if lang == "all" else ""
+                    print(f"{name:<14} {group:<8} {m['recall@1']:>9.3f} {m['recall@3']:>9.3f} {m['mrr']:>6.3f}{timing}")
+            if args.show_misses:
+                for name, r in results.items():
+                    print(f"\nmisses at 3, {name} ({title}):")
+                    print("\n".join(f"  {m}" for m in r["misses"]) or "  none")
 
     if args.bench_sections:
         with tempfile.TemporaryDirectory() as tmp:

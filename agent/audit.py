@@ -172,6 +172,8 @@ class AuditLog:
                 finding_kind=e.data.get("finding_kind"),
                 gpus=int(e.data.get("gpus") or 0),
                 deadline=e.data.get("deadline"),
+                target_uid=e.data.get("target_uid"),
+                detail=str(e.data.get("detail") or ""),
             )
             for e in executions
             if e.at <= now

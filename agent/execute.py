@@ -7,8 +7,18 @@ from typing import TYPE_CHECKING
 
 from agent.detectors.engine import run_detectors
 from agent.guardrail import Facts, decide
-from agent.models import ActionOutcome, ActionStatus, Finding, GuardedAction, History, HistoryEntry
+from agent.models import (
+    STOPPABLE_KINDS,
+    ActionOutcome,
+    ActionStatus,
+    Finding,
+    GuardedAction,
+    History,
+    HistoryEntry,
+)
 from agent.planner import warning_message
+
+MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
 
 if TYPE_CHECKING:
     from agent.deps import StewardDeps
@@ -53,18 +63,23 @@ def execute_action(
     """Act on one decision. Pass `history` when acting on several: the caller keeps it current."""
     p = ga.proposal
     now = deps.clock.now()
+    uid = p.target_uid
+    # A warning (it announces a stop) states its deadline; advice (over-provisioned, node health) has none.
+    warning_deadline = (now + timedelta(seconds=deps.policy.warning.min_notice)
+                        if p.action == "notify" and p.finding_kind in STOPPABLE_KINDS else None)
 
     def outcome(status: ActionStatus, reason: str, detail: str = "", gpus: int = 0,
                 deadline: datetime | None = None, removed_nodes: int = 0) -> ActionOutcome:
         out = ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status=status, at=now,
                             reason=reason, detail=detail, gpus=gpus,
                             reclaimed_gpu_hours_per_hour=float(gpus) if status == "executed" and p.action != "notify"
-                            else 0.0, approved_by=approved_by)
+                            else 0.0, approved_by=approved_by, target_uid=uid, deadline=deadline)
         deps.audit.record(
             "execution", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level, status=status,
             reason=reason,
             data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "detail": detail,
                   "deadline": deadline.isoformat() if deadline else None, "approved_by": approved_by,
+                  "target_uid": uid,
                   "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "removed_nodes": removed_nodes},
         )
         return out
@@ -76,31 +91,37 @@ def execute_action(
         facts = fresh_facts(deps, run_id, p.target, run_findings)
     except Exception as exc:  # cannot re-read state: do not act blind
         return outcome("failed", f"could not re-read fresh state: {exc}")
+    if facts.job is not None and not uid:
+        uid = facts.job.uid or None
     if history is None:
         history = deps.audit.history(now)
     decision = decide(p, facts, deps.policy, history, approved=approved_by is not None)
     if decision.verdict != "allow":
         return outcome("blocked", f"re-checked before acting: {decision.reason}")
     if decision.dry_run:
-        return outcome("dry_run", f"dry run: would {p.action} {p.target}")
+        return outcome("dry_run", f"dry run: would {p.action} {p.target}", deadline=warning_deadline)
     job = facts.job
     gpus = job.gpus if job else 0
     try:
         if p.action == "notify":
             finding = next((f for f in facts.findings if f.kind == p.finding_kind), facts.findings[0])
-            body = p.message or warning_message(finding, deps.policy, now, deps.language)
+            # The text is the product's template (deadline, evidence, how to keep the job); a model adds a note.
+            body = warning_message(finding, deps.policy, now, deps.language)
+            if p.message and p.proposed_by != "policy-model" and p.message.strip() != body.strip():
+                note = " ".join(p.message.split())[:MODEL_NOTE_CHARS]
+                body += ("\n\n助手备注：" if deps.language == "zh" else "\n\nNote from the assistant: ") + note
             recipient = job.user if job else "platform-oncall"
             sent = deps.notifier.notify(recipient, f"GPU Steward: {p.target}", body, job_id=p.target)
-            deadline = now + timedelta(seconds=deps.policy.warning.min_notice)
             # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
             sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}
             status: ActionStatus = sent_as.get(sent.status, "failed")
-            return outcome(status, p.reason or "warned owner", f"{sent.channel} to {recipient}: {sent.status}",
-                           deadline=deadline)
+            detail = f"{sent.channel} to {recipient}: {sent.status}" + (f" ({sent.detail})" if sent.detail else "")
+            return outcome(status, p.reason or "warned owner", detail,
+                           deadline=warning_deadline if status == "executed" else None)
         if p.action in ("terminate", "force_terminate"):
             force = p.action == "force_terminate"
             result = deps.scheduler.stop_job(p.target, force=force, grace_s=deps.policy.stop.grace_period,
-                                             reason=p.reason)
+                                             reason=p.reason, uid=uid)
             mapping: dict[str, ActionStatus] = {"stopped": "executed", "stopping": "executed",
                                                 "already_gone": "skipped", "refused": "refused", "error": "failed"}
             status = mapping[result.status]
@@ -121,4 +142,6 @@ def execute_action(
 def remember_outcome(history: History, outcome: ActionOutcome, finding_kind: str | None) -> None:
     """Add an outcome to a history being used for later decisions in the same step."""
     history.entries.append(HistoryEntry(action=outcome.action, target=outcome.target, status=outcome.status,
-                                        at=outcome.at, finding_kind=finding_kind, gpus=outcome.gpus))  # type: ignore[arg-type]
+                                        at=outcome.at, finding_kind=finding_kind, gpus=outcome.gpus,  # type: ignore[arg-type]
+                                        target_uid=outcome.target_uid, deadline=outcome.deadline,
+                                        detail=outcome.detail))

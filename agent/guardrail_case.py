@@ -73,13 +73,22 @@ class Case:
         # A dry run escalates as if its earlier steps had happened, so it shows what would happen.
         return ("executed", "dry_run") if self.policy.mode == "dry_run" else ("executed",)
 
-    def past(self, *actions: str) -> list[HistoryEntry]:
-        """History entries for this target that happened, oldest first."""
-        found = [
-            e
-            for e in self.history.entries
-            if e.target == self.action.target and e.action in actions and e.status in self.done
-        ]
+    @property
+    def uid(self) -> str | None:
+        """The target job's immutable identity: the fresh job's, else what the proposal was made for."""
+        job = self.job
+        return (job.uid or None) if job is not None else self.action.target_uid
+
+    def same_job(self, entry: HistoryEntry) -> bool:
+        """The entry is about this very job, not an earlier one under the same name (a namesake)."""
+        if entry.target != self.action.target:
+            return False
+        return self.uid is None or entry.target_uid == self.uid
+
+    def past(self, *actions: str, statuses: tuple[str, ...] | None = None) -> list[HistoryEntry]:
+        """History entries for this job (this uid) that happened, oldest first."""
+        wanted = statuses or self.done
+        found = [e for e in self.history.entries if e.action in actions and e.status in wanted and self.same_job(e)]
         return sorted(found, key=lambda e: as_utc(e.at))
 
     def last_hour(self, entries: list[HistoryEntry]) -> list[HistoryEntry]:

@@ -18,11 +18,24 @@ def warning_first_rule(case: Case) -> Denial:
     notice = timedelta(seconds=case.policy.warning.min_notice)
     # A warning goes stale: one older than a repeat period plus the notice no longer announces this stop.
     oldest = case.now - notice - timedelta(seconds=case.policy.warning.repeat_every)
-    warnings = [e for e in case.past("notify") if oldest <= as_utc(e.at) <= case.now]
+    kind = case.action.finding_kind
+
+    def announces_this_stop(e: HistoryEntry) -> bool:
+        # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job.
+        return e.deadline is not None and (kind is None or e.finding_kind == kind) and oldest <= as_utc(e.at) <= case.now
+
+    warnings = [e for e in case.past("notify") if announces_this_stop(e)]
     if not warnings:
+        about = f" about {kind}" if kind else ""
+        undelivered = [e for e in case.past("notify", statuses=("failed",)) if oldest <= as_utc(e.at) <= case.now]
+        if undelivered:
+            return "warning_first", (
+                f"the warning{about} to the owner of job {case.action.target} was not delivered "
+                f"({undelivered[-1].detail or 'delivery failed'}); a stop needs a delivered warning"
+            )
         return "warning_first", (
-            f"the owner of job {case.action.target} has not been warned; a stop needs a warning "
-            f"at least {format_duration(notice.total_seconds())} earlier"
+            f"the owner of job {case.action.target} has not been warned{about}; a stop needs a delivered "
+            f"warning stating its deadline at least {format_duration(notice.total_seconds())} earlier"
         )
 
     def due(entry: HistoryEntry) -> datetime:

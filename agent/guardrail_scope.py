@@ -28,6 +28,11 @@ def unknown_target_rule(case: Case) -> Denial:
     if facts.job is not None:
         if facts.job.id != action.target:
             return "unknown_target", f"the fresh facts are for job {facts.job.id}, not {action.target}"
+        if action.target_uid and facts.job.uid != action.target_uid:
+            return "replaced_target", (
+                f"job {action.target} is now a different job (uid {facts.job.uid or 'unknown'}); "
+                f"the {action.action} was proposed for uid {action.target_uid}, which is gone"
+            )
         return None
     if action.action == "notify" and node_findings(case):
         return None  # a node-health notice: the target is a node, not a job

@@ -53,6 +53,7 @@ class ProposedAction(_Record):
     target_nodes: int | None = None  # resize_pool only
     message: str | None = None  # notify only: the text for the owner
     proposed_by: str = "policy-model"
+    target_uid: str | None = None  # job actions: the job's immutable identity when proposed (JobInfo.uid)
 
     @property
     def level(self) -> int:
@@ -61,6 +62,8 @@ class ProposedAction(_Record):
     def key(self) -> str:
         """Stable identity used for idempotency and dedupe."""
         raw = f"{self.action}|{self.target}|{self.finding_kind}|{self.target_nodes}"
+        if self.target_uid:  # a namesake is another job: its own approvals and its own dedupe
+            raw += f"|{self.target_uid}"
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -93,6 +96,8 @@ class ActionOutcome(_Record):
     gpus: int = 0
     reclaimed_gpu_hours_per_hour: float = 0.0
     approved_by: str | None = None
+    target_uid: str | None = None  # the job's immutable identity this was about
+    deadline: datetime | None = None  # a delivered warning: the earliest stop it announced
 
 
 class HistoryEntry(_Record):
@@ -104,7 +109,9 @@ class HistoryEntry(_Record):
     at: datetime
     finding_kind: FindingKind | None = None
     gpus: int = 0
-    deadline: datetime | None = None  # notify: when the warned stop may happen
+    deadline: datetime | None = None  # notify: when the warned stop may happen (None: advice, not a warning)
+    target_uid: str | None = None  # the job's immutable identity when it happened
+    detail: str = ""  # e.g. how a warning was (not) delivered
 
 
 class Exemption(_Record):

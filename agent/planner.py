@@ -61,11 +61,13 @@ class Planner(Protocol):
 
 
 def _last(history: History, action: str, target: str, kind: str | None = None,
-          statuses: tuple[str, ...] = ("executed",)) -> datetime | None:
+          statuses: tuple[str, ...] = ("executed",), uid: str | None = None) -> datetime | None:
+    """When `action` last happened to this job; with `uid`, to this very job and not an earlier namesake."""
     times = [
         e.at for e in history.entries
         if e.action == action and e.target == target and e.status in statuses
         and (kind is None or e.finding_kind is None or e.finding_kind == kind)
+        and (uid is None or e.target_uid == uid)
     ]
     return max(times) if times else None
 
@@ -122,7 +124,8 @@ class PolicyModel:
                 if why_protected:
                     notes.append(f"{f.target}: {f.kind}, but protected ({why_protected}); observing only")
                     continue
-            proposal = self._next_step(f, job.state if job else None, history, policy, now)
+            proposal = self._next_step(f, job.state if job else None, history, policy, now,
+                                       (job.uid or None) if job else None)
             if proposal is None:
                 continue
             if proposal.key() in history.pending_approvals or proposal.key() in history.denied_recently:
@@ -137,11 +140,12 @@ class PolicyModel:
         return PlanResult(proposals=proposals, explanation=explanation, model=self.name)
 
     @staticmethod
-    def _next_step(f: Finding, state: str | None, history: History, policy: Policy, now: datetime) -> ProposedAction | None:
-        base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model"}
+    def _next_step(f: Finding, state: str | None, history: History, policy: Policy, now: datetime,
+                   uid: str | None = None) -> ProposedAction | None:
+        base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model", "target_uid": uid}
         repeat = timedelta(seconds=policy.warning.repeat_every)
         done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
-        warned = _last(history, "notify", f.target, f.kind, done)
+        warned = _last(history, "notify", f.target, f.kind, done, uid=uid)
         if f.kind == "oversized":
             target = int(f.metrics.get("suggested_nodes", -1))
             if target < 0:
@@ -151,8 +155,8 @@ class PolicyModel:
             if warned is None or now - warned >= repeat:
                 return ProposedAction(action="notify", reason=f.evidence, **base)
             return None
-        stopped = _last(history, "terminate", f.target, statuses=done)
-        refused = _last(history, "terminate", f.target, statuses=("refused",))
+        stopped = _last(history, "terminate", f.target, statuses=done, uid=uid)
+        refused = _last(history, "terminate", f.target, statuses=("refused",), uid=uid)
         if refused is not None and now - refused < repeat:
             return None  # the scheduler said no on purpose (e.g. a PodDisruptionBudget): back off
         if state == "stopping" and stopped is not None:

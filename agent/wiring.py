@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from agent.approvals import ApprovalStore
@@ -12,8 +13,9 @@ from agent.policy import Policy
 from agent.settings import Settings
 from sim.cluster import SimCluster
 from sim.scenario import Scenario
+from tools.email_notify import email_notifier_from_env
 from tools.models import PoolInfo, ResizeResult
-from tools.notify import RecordingNotifier
+from tools.notify import NoChannelNotifier, RecordingNotifier
 from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools, Notifier
 
 
@@ -94,7 +96,8 @@ def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> Stewar
         slurm = slurm_scheduler_from_settings(settings)
         scheduler, logs = slurm, slurm
         metrics = prometheus_metrics_from_settings(settings, job_id_for_hpc_job=slurm.steward_id_for)
-        notifier = RecordingNotifier(clock)
+        # Slurm has no place on the job to leave a warning: e-mail (or ChatOps below) or nothing at all.
+        notifier = email_notifier_from_env(os.environ) or NoChannelNotifier()
     else:
         raise ValueError(f"STEWARD_BACKEND={settings.backend!r}: use sim, kubernetes or slurm")
     if settings.pool_provider == "aws":

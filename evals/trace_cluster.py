@@ -113,7 +113,7 @@ class TraceCluster:
         return "running"
 
     def _job(self, c: ContainerTrace, state: str) -> JobInfo:
-        return JobInfo(id=job_id(c.id), scheduler="kubernetes", namespace=NAMESPACE, name=c.id,
+        return JobInfo(id=job_id(c.id), uid=f"container:{c.id}", scheduler="kubernetes", namespace=NAMESPACE, name=c.id,
                        user=f"owner-{c.id[:6]}", gpus=1, node=f"node-{c.id}", state=state,  # type: ignore[arg-type]
                        owner_kind="Deployment", started_at=self.start + timedelta(seconds=c.first))
 
@@ -136,7 +136,7 @@ class TraceCluster:
         return [NodeInfo(name=f"node-{c.id}", pool=POOL, gpus=1, gpu_model=self.gpu_model, jobs=[job_id(c.id)])
                 for c in self.running()]
 
-    def stop_job(self, job: str, *, force: bool, grace_s: float, reason: str) -> StopResult:
+    def stop_job(self, job: str, *, force: bool, grace_s: float, reason: str, uid: str | None = None) -> StopResult:
         self.backend_calls += 1
         cid = job.removeprefix(f"{NAMESPACE}/")
         c = self.trace.containers.get(cid)

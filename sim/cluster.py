@@ -105,7 +105,7 @@ class SimCluster:
         owner = "batch" if job.scheduler == "slurm" else "Job" if "job-name" in job.labels else "Pod"
         at = self.scenario.start
         return JobInfo(
-            id=job.id, scheduler=job.scheduler, namespace=job.namespace, name=job.name, user=job.user,
+            id=job.id, uid=f"sim:{job.id}@{job.submit:g}", scheduler=job.scheduler, namespace=job.namespace, name=job.name, user=job.user,
             project=job.project or job.namespace, gpus=job.gpus, node=run.node.name if run.node else None,
             state=self._state(run), priority=job.priority, labels=dict(job.labels),
             annotations=dict(job.annotations), owner_kind=owner,
@@ -128,12 +128,15 @@ class SimCluster:
         return [NodeInfo(name=n.name, pool=n.pool, gpus=n.gpus, gpu_model=n.gpu_model,
                          jobs=[r.job.id for r in self._lifecycle.jobs_on(n)]) for n in self._lifecycle.nodes]
 
-    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "") -> StopResult:
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
+                 uid: str | None = None) -> StopResult:
         """SIGTERM (a job that ignores it keeps running as `stopping`) or a forced reclaim; idempotent."""
         run = self._lifecycle.by_id.get(job_id)
         now = self.offset_s
         status: StopStatus
-        if run is None or not self._visible(run) or run.state in ("completed", "cancelled"):
+        if uid and run is not None and self._info(run).uid != uid:
+            status, detail = "refused", f"{job_id} is another job now (uid {self._info(run).uid}, not {uid})"
+        elif run is None or not self._visible(run) or run.state in ("completed", "cancelled"):
             status, detail = "already_gone", "no such job" if run is None else "job already ended"
         elif run.state == "waiting":
             run.state = "cancelled"  # it never held GPUs, so stop_offset stays None

@@ -174,7 +174,9 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET":
                 return self._send(200, store.get(res.plural, ns, name))
             if method == "DELETE":
-                grace = q.get("gracePeriodSeconds", self._body().get("gracePeriodSeconds"))
+                body = self._body()
+                grace = q.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+                store.check_preconditions(res.plural, ns, name, body.get("preconditions"))
                 return self._send(200, store.delete(res.plural, ns, name, None if grace is None else int(grace)))
             if method == "PATCH":
                 return self._send(200, store.patch(res.plural, ns, name, self._body(),
@@ -184,8 +186,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif sub == "log" and method == "GET":
             return self._log(ns, name, q)
         elif sub == "eviction" and method == "POST":
-            grace = (self._body().get("deleteOptions") or {}).get("gracePeriodSeconds")
-            store.evict(ns, name, grace)
+            options = self._body().get("deleteOptions") or {}
+            store.check_preconditions("pods", ns, name, options.get("preconditions"))
+            store.evict(ns, name, options.get("gracePeriodSeconds"))
             return self._send(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                     "code": 201})
         elif sub == "scale" and res.plural == "machinedeployments":

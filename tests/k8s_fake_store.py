@@ -199,6 +199,16 @@ class FakeStore:
             patched = json_patch(obj, body) if "json-patch" in content_type else merge_patch(obj, body)
             return self.put(plural, patched)
 
+    def check_preconditions(self, plural: str, ns: str, name: str, preconditions: dict | None) -> None:
+        """DeleteOptions.preconditions: the API server answers 409 Conflict when the uid differs."""
+        wanted = (preconditions or {}).get("uid")
+        if not wanted:
+            return
+        actual = self.get(plural, ns, name)["metadata"].get("uid")
+        if wanted != actual:
+            raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {plural} \"{name}\": "
+                           f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {actual}")
+
     def evict(self, ns: str, name: str, grace_s: int | None) -> None:
         """policy/v1 Eviction: 429 while a matching PodDisruptionBudget allows no disruption."""
         with self.lock:

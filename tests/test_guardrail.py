@@ -44,8 +44,13 @@ def entry(action, minutes_ago, status="executed", target=JOB_ID, **kw) -> Histor
     return HistoryEntry(action=action, target=target, status=status, at=ago(minutes_ago), **kw)
 
 
+def warning(minutes_ago=60, kind="idle", **kw) -> HistoryEntry:
+    """A delivered warning: it names the kind of waste and states its deadline (the notice period later)."""
+    return entry("notify", minutes_ago, finding_kind=kind, deadline=ago(minutes_ago - 30), **kw)
+
+
 def warned(minutes_ago=60, *more: HistoryEntry, **kw) -> History:
-    return History(entries=[entry("notify", minutes_ago, finding_kind="idle"), *more], **kw)
+    return History(entries=[warning(minutes_ago), *more], **kw)
 
 
 def facts(job_info: JobInfo | None = None, findings=None, **kw) -> Facts:
@@ -235,8 +240,8 @@ def test_stop_before_notice_ends_names_the_due_time():
 
 
 def test_failed_warning_does_not_count():
-    history = History(entries=[entry("notify", 120, status="failed")])
-    check(decide(act(), facts(), Policy(), history), "deny", "warning_first", "not been warned")
+    history = History(entries=[entry("notify", 120, status="failed", detail="email to alice: error (connection refused)")])
+    check(decide(act(), facts(), Policy(), history), "deny", "warning_first", "not delivered", "connection refused")
 
 
 def test_promised_deadline_is_honoured():
@@ -413,7 +418,7 @@ def test_a_resize_ignores_job_facts():
 
 def test_dry_run_escalates_as_if_the_warning_had_been_sent():
     dry = parse_policy({"mode": "dry_run"})
-    history = History(entries=[entry("notify", 60, status="dry_run", finding_kind="idle")])
+    history = History(entries=[entry("notify", 60, status="dry_run", finding_kind="idle", deadline=ago(30))])
     decision = decide(act(), facts(), dry, history)
     assert decision.verdict == "allow" and decision.dry_run
     # In enforce mode a dry-run warning is no warning at all.

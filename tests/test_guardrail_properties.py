@@ -200,7 +200,8 @@ def scenarios(draw):
             )
         )
         when = at(draw(st.integers(-300, 0)))
-        past.append(HistoryEntry(action="notify", target=target, status="executed", at=when, finding_kind="idle"))
+        past.append(HistoryEntry(action="notify", target=target, status="executed", at=when, finding_kind="idle",
+                                 deadline=when))
         # Forced stops need an earlier graceful one: give that path enough cases to be explored.
         if draw(st.integers(0, 3)) > (0 if kind == "force_terminate" else 1):
             past.append(HistoryEntry(action="terminate", target=target, status="executed", at=when))
@@ -300,9 +301,13 @@ def test_protected_jobs_are_never_allowed(scenario):
 
 
 def _warned_in_time(action, facts, policy, history) -> bool:
+    """A delivered warning to this very job (same uid), about this kind of waste, stating a deadline, in time."""
     notice = timedelta(seconds=policy.warning.min_notice)
+    uid = (facts.job.uid or None) if facts.job is not None else action.target_uid
     return any(
         e.action == "notify" and e.status == "executed" and e.target == action.target and e.at + notice <= NOW
+        and e.deadline is not None and (action.finding_kind is None or e.finding_kind == action.finding_kind)
+        and (uid is None or e.target_uid == uid)
         for e in history.entries
     )
 
@@ -318,10 +323,13 @@ def test_no_stop_without_an_earlier_warning(scenario):
 
 
 @PROPERTY
-@given(scenarios(), st.sampled_from(sorted(STOP_ACTIONS)), st.sampled_from(["drop", "late", "failed", "elsewhere"]))
+@given(scenarios(), st.sampled_from(sorted(STOP_ACTIONS)),
+       st.sampled_from(["drop", "late", "failed", "elsewhere", "advice", "other_kind", "namesake"]))
 def test_a_stop_without_a_timely_warning_is_never_allowed(scenario, stop, way):
     action, facts, policy, history = scenario
     action = action.model_copy(update={"action": stop})
+    if way == "namesake" and facts.job is not None:  # the job now under this name is a new one
+        facts = facts.model_copy(update={"job": facts.job.model_copy(update={"uid": "uid-new"})})
     notice = timedelta(seconds=policy.warning.min_notice)
     kept: list[HistoryEntry] = []
     for e in history.entries:
@@ -332,6 +340,13 @@ def test_a_stop_without_a_timely_warning_is_never_allowed(scenario, stop, way):
                 kept.append(e.model_copy(update={"status": "failed"}))
             elif way == "elsewhere":
                 kept.append(e.model_copy(update={"target": "ml/someone-else"}))
+            elif way == "advice":  # a message that announced no stop (e.g. "request fewer GPUs next time")
+                kept.append(e.model_copy(update={"deadline": None}))
+            elif way == "other_kind":  # warned about another kind of waste
+                action = action.model_copy(update={"finding_kind": "zombie" if e.finding_kind == "idle" else "idle"})
+                kept.append(e)
+            elif way == "namesake":  # warned the earlier job of the same name
+                kept.append(e.model_copy(update={"target_uid": "uid-old"}))
             continue
         kept.append(e)
     history = history.model_copy(update={"entries": kept})

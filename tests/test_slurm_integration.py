@@ -18,7 +18,8 @@ from sim.cluster import SimCluster
 from sim.scenario import parse_scenario
 from tests.conftest import in_ci, require_binary
 from tests.local_slurm import NODE, LocalSlurm
-from tools.notify import RecordingNotifier
+from tests.test_email_notify import Mailbox, smtp_server
+from tools.email_notify import AddressBook, EmailNotifier
 from tools.slurm import JOB_ID_LABEL, SlurmScheduler
 from tools.slurm_cli import SlurmCli
 
@@ -117,6 +118,14 @@ def _ended(slurm: LocalSlurm, job_id: int) -> dict[str, str]:
 
 
 def test_agent_warns_then_stops_only_the_idle_slurm_job(slurm, tmp_path):
+    """The owner's mailbox (a real SMTP server on loopback) has the warning before the job is stopped."""
+    mailbox = Mailbox()
+    with smtp_server(mailbox) as port:
+        _warn_then_stop(slurm, tmp_path, EmailNotifier("127.0.0.1", "steward@example.org", port=port, timeout_s=5,
+                                                       addresses=AddressBook(template="{user}@example.org")), mailbox)
+
+
+def _warn_then_stop(slurm, tmp_path, notifier: EmailNotifier, mailbox: Mailbox) -> None:
     out = str(tmp_path)
     trainer = slurm.sbatch("-J", "trainer", "-p", "gpu", "--gres=gpu:2", "-D", out, "-o", f"{out}/trainer-%j.log",
                            "--wrap", BUSY)
@@ -134,7 +143,7 @@ def test_agent_warns_then_stops_only_the_idle_slurm_job(slurm, tmp_path):
         audit = AuditLog(":memory:")
         deps = StewardDeps(
             metrics=live, scheduler=scheduler, logs=scheduler, pools=live.cluster,
-            notifier=RecordingNotifier(live), clock=live, policy=parse_policy(POLICY), audit=audit,
+            notifier=notifier, clock=live, policy=parse_policy(POLICY), audit=audit,
             approvals=ApprovalStore(":memory:", audit), planner=PolicyModel(),
         )
         service = SweepService(deps)
@@ -146,6 +155,12 @@ def test_agent_warns_then_stops_only_the_idle_slurm_job(slurm, tmp_path):
         warned = audit.entries(kind="execution", status="executed", limit=50)
         assert [(e.action, e.target) for e in warned] == [("notify", "gpu/notebook")]
         assert slurm.cli("squeue", "-h", "-j", str(notebook), "-o", "%T").stdout.strip() == "RUNNING"
+        # Delivered: the owner's mailbox holds the warning, with its deadline, before anything is stopped.
+        [message] = mailbox.messages()
+        owner = jobs["gpu/notebook"].user
+        assert message["To"] == f"{owner}@example.org" and "gpu/notebook" in message["Subject"]
+        assert "gpu/notebook" in message.get_content()
+        assert not [c for c in scheduler.calls if c[0] == "scancel"]
 
         time.sleep(2.5)  # let the 2 s notice period pass in wall-clock time
         service.sweep("test")

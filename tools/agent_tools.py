@@ -156,7 +156,9 @@ def make_tools(ctx: ToolContext) -> list[BaseTool]:
     def _propose(action: str, target: str, **extra: Any) -> dict:
         if not any(target == j.id for j in obs.jobs) and action != "resize_pool" and target not in finding_index:
             return ToolResult(status="error", message=f"unknown target {target!r}: call list_jobs first").model_dump()
-        proposal = ProposedAction(action=action, target=target, proposed_by=ctx.proposed_by, **extra)  # type: ignore[arg-type]
+        uid = next((j.uid for j in obs.jobs if j.id == target and j.uid), None)  # the job as the model saw it
+        proposal = ProposedAction(action=action, target=target, proposed_by=ctx.proposed_by, target_uid=uid,
+                                  **extra)  # type: ignore[arg-type]
         if all(p.key() != proposal.key() for p in ctx.proposals):
             ctx.proposals.append(proposal)
         return ToolResult(

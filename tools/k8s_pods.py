@@ -118,7 +118,7 @@ def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
     if deletion is not None:
         stop_requested = deletion - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
     return JobInfo(
-        id=f"{ns}/{name}", scheduler="kubernetes", namespace=ns, name=name,
+        id=f"{ns}/{name}", uid=str(meta.get("uid") or ""), scheduler="kubernetes", namespace=ns, name=name,
         user=_first(reading.owner_keys, labels, annotations) or ns,
         project=_first(reading.project_keys, labels, annotations) or ns,
         gpus=pod_gpus(pod, reading.gpu_resource), node=spec.get("nodeName"), state=pod_state(pod),

@@ -104,19 +104,23 @@ class KubernetesScheduler:
                 for n in nodes if node_gpus(n, self.reading.gpu_resource) > 0]
 
     # -- stops -------------------------------------------------------------------------------------
-    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 30.0, reason: str = "") -> StopResult:
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 30.0, reason: str = "",
+                 uid: str | None = None) -> StopResult:
         """Evict (PodDisruptionBudgets honoured, grace period kept) or, forced, delete with no grace."""
         from kubernetes import client
 
         ns, name = split_job_id(job_id)
         try:
             pod = self._json("read_namespaced_pod", name, ns)
+            # The API server checks the uid atomically with the delete: a namesake pod is never hit.
+            pre = client.V1Preconditions(uid=uid) if uid else None
             if force:
-                self._json("delete_namespaced_pod", name, ns, grace_period_seconds=0)
+                self._json("delete_namespaced_pod", name, ns, grace_period_seconds=0,
+                           body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=pre))
                 return StopResult(job=job_id, status="stopped", detail="pod deleted with no grace period")
             body = client.V1Eviction(
                 metadata=client.V1ObjectMeta(name=name, namespace=ns),
-                delete_options=client.V1DeleteOptions(grace_period_seconds=max(0, int(grace_s))),
+                delete_options=client.V1DeleteOptions(grace_period_seconds=max(0, int(grace_s)), preconditions=pre),
             )
             self._json("create_namespaced_pod_eviction", name, ns, body)
         except Exception as exc:
@@ -125,6 +129,8 @@ class KubernetesScheduler:
                 return StopResult(job=job_id, status="already_gone", detail="the pod no longer exists")
             if code == 429:  # a PodDisruptionBudget said no: the workload's owner decided, not an error
                 return StopResult(job=job_id, status="refused", detail=f"eviction refused: {api_message(exc)}")
+            if code == 409 and uid:  # the name now belongs to another pod
+                return StopResult(job=job_id, status="refused", detail=f"not the same pod: {api_message(exc)}")
             if code is not None:
                 return StopResult(job=job_id, status="error", detail=f"HTTP {code}: {api_message(exc)}")
             raise

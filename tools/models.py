@@ -16,9 +16,16 @@ class _Record(BaseModel):
 
 
 class JobInfo(_Record):
-    """A job as the scheduler reports it. `id` is namespace/pod or partition/jobname."""
+    """A job as the scheduler reports it.
+
+    `id` is the display name (namespace/pod or partition/jobname), which the scheduler reuses: every
+    `srun --pty bash` is `bash`, StatefulSet and notebook pods come back under the same name. `uid` is
+    the scheduler's immutable identity (Kubernetes metadata.uid, the Slurm job id, a trace's container
+    id): warnings, approvals and stops are about one uid, and a new uid under an old name starts clean.
+    """
 
     id: str
+    uid: str = ""  # "" = the backend gave none (then nothing can license a stop by identity)
     scheduler: SchedulerKind
     namespace: str  # Kubernetes namespace; Slurm partition
     name: str

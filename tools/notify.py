@@ -1,4 +1,4 @@
-"""Notifiers: where warnings and approval requests go. The recording one backs the simulator."""
+"""Notifiers: where warnings and approval requests go. The recording one backs the simulator only."""
 
 from __future__ import annotations
 
@@ -32,3 +32,16 @@ class RecordingNotifier:
         message_id = f"msg-{next(self._ids)}"
         self.sent.append(SentMessage(self.clock.now(), recipient, subject, body, job_id, message_id))
         return NotifyResult(recipient=recipient, status="sent", channel="inbox", message_id=message_id)
+
+
+@dataclass
+class NoChannelNotifier:
+    """What a real cluster gets when no channel reaches owners: every message fails, saying why.
+
+    A warning nobody received is no warning, so the guardrail refuses stops (levels >= 2) with this reason.
+    """
+
+    reason: str = "no notification channel configured (set STEWARD_SMTP_HOST, or DingTalk/WeCom webhooks)"
+
+    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None) -> NotifyResult:
+        return NotifyResult(recipient=recipient, status="error", channel="none", detail=self.reason)

@@ -56,8 +56,10 @@ class JobScheduler(Protocol):
     def list_nodes(self) -> list[NodeInfo]:
         ...
 
-    def stop_job(self, job_id: str, *, force: bool, grace_s: float, reason: str) -> StopResult:
-        """Graceful stop (SIGTERM, then wait grace_s) or forced reclaim; idempotent."""
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float, reason: str, uid: str | None = None) -> StopResult:
+        """Graceful stop (SIGTERM, then wait grace_s) or forced reclaim; idempotent.
+
+        With `uid`, only the job with that immutable identity is stopped: a namesake is `refused`."""
         ...
 
 

@@ -92,7 +92,7 @@ class SlurmScheduler:
         if asked is not None and state == "running":
             state = "stopping"  # SIGTERM sent and the job has not exited (yet)
         return JobInfo(
-            id=steward_id, scheduler="slurm", namespace=job.partition, name=job.name, user=job.user,
+            id=steward_id, uid=f"slurm:{job.job_id}", scheduler="slurm", namespace=job.partition, name=job.name, user=job.user,
             project=job.account, qos=job.qos, gpus=job.gpus, node=job.nodes[0] if job.nodes else None,
             state=state, labels={JOB_ID_LABEL: job.job_id, "slurm.nodes": ",".join(job.nodes)},
             owner_kind="batch", started_at=job.started_at, stop_requested_at=asked,
@@ -182,13 +182,17 @@ class SlurmScheduler:
             raise
         return next((j for j in jobs if j.job_id == slurm_id and j.steward_state not in _GONE_STATES), None)
 
-    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "") -> StopResult:
+    def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
+                 uid: str | None = None) -> StopResult:
         """Graceful: SIGTERM to the batch script and every step (`scancel --signal=TERM --full`), which a job
         can trap to checkpoint; the guardrail waits grace_s before a force. Force: plain `scancel` (Slurm's
         own TERM, KillWait, KILL) and the job ends CANCELLED. Idempotent: a finished job is already_gone."""
         job = self._find(job_id, self._refresh())
         if job is None:
             return StopResult(job=job_id, status="already_gone", detail="Slurm no longer lists the job")
+        if uid and uid != f"slurm:{job.job_id}":
+            return StopResult(job=job_id, status="refused",
+                              detail=f"{job_id} is now Slurm job {job.job_id}, not {uid.removeprefix('slurm:')}")
         if job.steward_state in _GONE_STATES:
             return StopResult(job=job_id, status="already_gone", detail=f"job {job.job_id} is {job.state}")
         sid = job.job_id

@@ -1,0 +1,148 @@
+"""Real-cluster terms for the guardrail's promises: reused names, undelivered warnings, advice that is no warning.
+
+Each test here failed before jobs carried the scheduler's immutable identity (uid) and before a stop
+needed a *delivered* warning about the same kind of waste that stated its deadline.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent.guardrail import Facts, decide
+from agent.models import Finding, History, HistoryEntry, ProposedAction
+from agent.planner import PolicyModel
+from agent.policy import Policy
+from agent.settings import Settings
+from agent.sweep import SweepService
+from agent.wiring import cluster_deps, simulated_deps
+from sim.scenario import load_scenario
+from tests.k8s_fake_api import FakeKubernetesApi
+from tests.k8s_fake_cluster import gpu_node, gpu_pod, kubeconfig
+from tools.kubernetes import kubernetes_scheduler_from_settings
+from tools.models import JobInfo
+from tools.notify import NoChannelNotifier
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+SCENARIOS = __import__("pathlib").Path(__file__).resolve().parent.parent / "evals" / "scenarios"
+
+
+def _job(uid: str) -> JobInfo:
+    return JobInfo(id="gpu/bash", uid=uid, scheduler="slurm", namespace="gpu", name="bash", user="carol", gpus=1)
+
+
+def _idle() -> list[Finding]:
+    return [Finding(kind="idle", target="gpu/bash", since=NOW - timedelta(hours=2), detected_at=NOW,
+                    evidence="0% for 2h")]
+
+
+def _warning(uid: str | None, kind: str = "idle", deadline: bool = True) -> HistoryEntry:
+    at = NOW - timedelta(hours=1)
+    return HistoryEntry(action="notify", target="gpu/bash", status="executed", at=at, finding_kind=kind,  # type: ignore[arg-type]
+                        target_uid=uid, deadline=at + timedelta(minutes=30) if deadline else None)
+
+
+def _stop(uid: str | None = None) -> ProposedAction:
+    return ProposedAction(action="terminate", target="gpu/bash", finding_kind="idle", target_uid=uid)
+
+
+def test_a_warning_to_an_earlier_namesake_does_not_license_a_stop():
+    # Every `srun --pty bash` is named bash: the warning went to Slurm job 100, job 200 runs now.
+    facts = Facts(now=NOW, job=_job("slurm:200"), findings=_idle())
+    decision = decide(_stop(), facts, Policy(), History(entries=[_warning("slurm:100")]))
+    assert (decision.verdict, decision.rule) == ("deny", "warning_first"), decision
+    assert decide(_stop(), facts, Policy(), History(entries=[_warning("slurm:200")])).verdict == "allow"
+
+
+def test_an_action_proposed_for_one_uid_never_runs_against_a_namesake():
+    # A force-stop approved for job 100 reaches execute after job 100 ended and job 200 took the name.
+    facts = Facts(now=NOW, job=_job("slurm:200"), findings=_idle())
+    history = History(entries=[_warning("slurm:200")])
+    decision = decide(_stop("slurm:100"), facts, Policy(), history, approved=True)
+    assert (decision.verdict, decision.rule) == ("deny", "replaced_target")
+    assert "slurm:100" in decision.reason
+
+
+def test_advice_and_other_kinds_are_not_warnings():
+    facts = Facts(now=NOW, job=_job("slurm:200"), findings=_idle())
+    # "Request fewer GPUs next time" promised no stop: no deadline.
+    advice = History(entries=[_warning("slurm:200", kind="overprovisioned", deadline=False)])
+    assert decide(_stop(), facts, Policy(), advice).rule == "warning_first"
+    # A zombie warning does not announce a stop for idleness.
+    other = History(entries=[_warning("slurm:200", kind="zombie")])
+    assert decide(_stop(), facts, Policy(), other).rule == "warning_first"
+
+
+def test_proposals_for_namesakes_are_distinct_approvals():
+    assert _stop("slurm:100").key() != _stop("slurm:200").key()
+
+
+@pytest.fixture
+def k8s(tmp_path):
+    server = FakeKubernetesApi()
+    server.start()
+    server.store.put("nodes", gpu_node("gpu-0", 8, pool="a100"))
+    server.store.put("pods", gpu_pod("kf", "nb-0", 1, owner=("StatefulSet", "nb")))
+    try:
+        yield server, kubernetes_scheduler_from_settings(Settings(kubeconfig=kubeconfig(server, tmp_path),
+                                                                  data_dir=tmp_path))
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_eviction_and_delete_carry_the_uid_so_a_recreated_pod_is_not_hit(k8s, force):
+    server, scheduler = k8s
+    old_uid = scheduler.get_job("kf/nb-0").uid
+    assert old_uid
+    # The StatefulSet's pod was replaced between the decision and the stop: same name, new uid.
+    server.store.delete("pods", "kf", "nb-0", 0)
+    server.store.put("pods", gpu_pod("kf", "nb-0", 1, owner=("StatefulSet", "nb")))
+    assert scheduler.get_job("kf/nb-0").uid != old_uid
+    result = scheduler.stop_job("kf/nb-0", force=force, grace_s=30, reason="idle", uid=old_uid)
+    assert result.status == "refused" and "Precondition failed" in result.detail
+    assert scheduler.get_job("kf/nb-0").state == "running"
+    # The right uid goes through.
+    fresh = scheduler.get_job("kf/nb-0").uid
+    assert scheduler.stop_job("kf/nb-0", force=force, grace_s=30, reason="idle", uid=fresh).status in (
+        "stopped", "stopping")
+
+
+def test_with_no_channel_warnings_fail_and_nothing_is_stopped():
+    """A warning nobody received is no warning: the idle notebook keeps running, and the report says why."""
+    deps, cluster = simulated_deps(load_scenario(SCENARIOS / "idle-notebook.yaml"), Policy(), PolicyModel())
+    deps.notifier = NoChannelNotifier()
+    service = SweepService(deps)
+    end = float(cluster.scenario.duration)
+    for at in range(0, int(end) + 1, 300):
+        cluster.advance_to(at)
+        service.sweep("t")
+    executions = deps.audit.entries(kind="execution", limit=1000)
+    assert not [e for e in executions if e.action in ("terminate", "force_terminate") and e.status == "executed"]
+    notifies = [e for e in executions if e.action == "notify"]
+    assert notifies and all(e.status == "failed" for e in notifies)
+    assert "no notification channel" in notifies[0].data["detail"]
+    # The report the operator reads says the warning did not reach anyone.
+    reports = [e.reason or "" for e in deps.audit.entries(kind="report", limit=1000)]
+    assert any("no notification channel" in r for r in reports), reports[-1]
+    # Asked directly, the guardrail names the undelivered warning as the reason.
+    job = next(j for j in cluster.list_jobs() if j.id == notifies[0].target)
+    facts = Facts(now=cluster.now(), job=job, findings=[Finding(kind="idle", target=job.id, since=cluster.now(),
+                                                                  detected_at=cluster.now(), evidence="idle")])
+    decision = decide(ProposedAction(action="terminate", target=job.id, finding_kind="idle", target_uid=job.uid),
+                      facts, deps.policy, deps.audit.history(cluster.now()))
+    assert decision.rule == "warning_first" and "was not delivered" in decision.reason
+
+
+def test_a_slurm_cluster_without_a_channel_gets_no_pretend_inbox(tmp_path, monkeypatch):
+    monkeypatch.delenv("STEWARD_SMTP_HOST", raising=False)
+    monkeypatch.setattr("tools.slurm.slurm_scheduler_from_settings", lambda s: _FakeSlurm())
+    settings = Settings(backend="slurm", data_dir=tmp_path, prometheus_url="http://127.0.0.1:9")
+    deps = cluster_deps(settings, Policy(), PolicyModel())
+    assert isinstance(deps.notifier, NoChannelNotifier)
+
+
+class _FakeSlurm:
+    def steward_id_for(self, slurm_job_id: str) -> str | None:
+        return None

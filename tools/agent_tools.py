@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from agent.models import ACTION_LEVELS, Finding, ProposedAction
 from agent.observation import Observation
 from agent.prompts import fence_untrusted
+from core.redact import DEFAULT_REDACTOR, Redactor
 from tools.log_progress import analyse_log
 from tools.protocols import JobScheduler, LogSource
 
@@ -40,6 +41,7 @@ class ToolContext:
     runbook_search: Callable[[str, str | None, int], list[dict[str, Any]]] | None = None
     proposals: list[ProposedAction] = field(default_factory=list)
     proposed_by: str = "model"
+    redactor: Redactor = DEFAULT_REDACTOR  # secrets are scrubbed from log text before the model sees it
 
 
 class QueryGpuMetricsArgs(BaseModel):
@@ -133,10 +135,14 @@ def make_tools(ctx: ToolContext) -> list[BaseTool]:
     def inspect_job_logs(job: str, minutes: int = 60) -> dict:
         """Whether a job's log still shows progress (step/loss/counters advancing), and its last lines."""
         until = obs.at
+        # Only the GPU jobs the steward manages (those it listed), never an arbitrary pod's log.
+        if not any(j.id == job for j in obs.jobs):
+            return ToolResult(status="error", message=f"{job!r} is not a GPU job GPU Steward manages; "
+                              "its log is not read").model_dump()
         lines = ctx.logs.tail(job, until - timedelta(minutes=minutes), until, limit=500)
         if not lines:
             return ToolResult(status="no_data", message=f"no log lines from {job} in the last {minutes}m").model_dump()
-        progress = analyse_log(job, lines, until)
+        progress = analyse_log(job, lines, until, ctx.redactor)
         advancing = progress.last_progress_at is not None and (until - progress.last_progress_at) <= timedelta(
             minutes=max(10, minutes // 3))
         tail = "\n".join(progress.tail)

@@ -7,6 +7,7 @@ from datetime import datetime
 from statistics import median
 
 from agent.observation import LogProgress
+from core.redact import DEFAULT_REDACTOR, Redactor
 from tools.models import LogLine
 
 _MAX_CHARS = 2000  # a pathological megabyte line must not cost more than a normal one
@@ -40,9 +41,12 @@ def _shape(text: str) -> tuple[str, tuple[str, ...]]:
     return template, tuple(_NUMBER.findall(text))
 
 
-def analyse_log(job_id: str, lines: list[LogLine], now: datetime) -> LogProgress:
+def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Redactor = DEFAULT_REDACTOR) -> LogProgress:
     """Progress summary of `lines` (oldest first): a line makes progress when its counters changed
-    since the previous line of the same shape; repeated identical lines never do."""
+    since the previous line of the same shape; repeated identical lines never do.
+
+    The kept tail is the only log text that leaves this function (to the model, the UI, a notification):
+    secrets in it are redacted here, once, by pattern."""
     last_seen: dict[str, tuple[str, ...]] = {}
     progress_at: list[datetime] = []
     last_step: float | None = None
@@ -74,7 +78,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime) -> LogProgress
         last_progress_at=max(progress_at) if progress_at else None,
         typical_gap_s=float(median(gaps)) if gaps else None,
         last_step=last_step,
-        tail=[line.text[:_TAIL_CHARS] for line in lines[-_TAIL:]],
+        tail=[redactor.redact(line.text[:_TAIL_CHARS]) for line in lines[-_TAIL:]],
     )
 
 

@@ -1,0 +1,1 @@
+"""Shared value types and small utilities that agent/, tools/ and sim/ all import; imports none of them."""

@@ -1,7 +1,9 @@
 """The LLM planner: a chat model with typed tools reads the cluster and proposes actions.
 
-Any model error, unknown tool or malformed argument goes back to the model as a tool
-message naming the exact call; nothing escapes the graph and nothing mutates here.
+Any unknown tool or malformed argument goes back to the model as a tool message naming
+the exact call; nothing escapes the graph and nothing mutates here. The model is bounded:
+only complete JSON runs, at most `max_tool_calls_per_turn` calls per reply, arguments up to
+`max_tool_args_bytes`; an endpoint that fails hands the sweep to the built-in policy model.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agent.models import Finding, History
 from agent.observation import Observation
-from agent.planner import PlanResult
+from agent.planner import PlanResult, PolicyModel
 from agent.prompts import fence_untrusted, render, template_name
 from sim.durations import format_duration
 from tools.agent_tools import ToolContext, make_tools
@@ -65,13 +67,79 @@ def split_for_model(findings: list[Finding], limit: int) -> tuple[list[Finding],
     return ranked[:limit], ranked[limit:]
 
 
+COMPLETE_FINISH_REASONS = ("tool_calls", "stop")
+
+
+def cut_off(reply: AIMessage) -> str | None:
+    """Why `reply` may have been cut off, or None. langchain "repairs" the partial arguments of a stream that
+    ended early, and the only sign left is a missing finish_reason (in-process models report no metadata at all)."""
+    meta = reply.response_metadata or {}
+    finish = meta.get("finish_reason")
+    if finish in COMPLETE_FINISH_REASONS or (finish is None and not meta):
+        return None
+    return f"the reply ended with finish_reason {finish!r}" if finish else "the reply ended without a finish_reason"
+
+
+def _complete_json(text: str) -> bool:
+    try:
+        return not text.strip() or isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def screen_tool_calls(reply: AIMessage, max_calls: int, max_args_bytes: int,
+                      ) -> tuple[list[tuple[dict[str, Any], str | None]], list[str]]:
+    """Each tool call of `reply` with why it must not run (None: run it), and one note per kind of refusal.
+
+    Only complete JSON runs; arguments over `max_args_bytes` are refused; past `max_calls` in one reply the
+    rest are refused (a planner that needs more per turn is looping or attacked). Each call gets an answer.
+    """
+    raw = {c.get("id") or "": c.get("args") or "" for c in getattr(reply, "tool_call_chunks", None) or []}
+    for c in reply.additional_kwargs.get("tool_calls") or []:  # clients that keep the wire format here
+        raw.setdefault(c.get("id") or "", (c.get("function") or {}).get("arguments") or "")
+    calls, cut = [dict(c) for c in reply.tool_calls], cut_off(reply)
+    screened: list[tuple[dict[str, Any], str | None]] = []
+    refused: dict[str, int] = {}
+    for i, call in enumerate(calls):
+        text = raw.get(call.get("id") or "")
+        text = json.dumps(call.get("args") or {}, ensure_ascii=False) if text is None else text
+        size = len(text.encode())
+        if cut:
+            why: str | None = f"{cut}; only complete JSON arguments are executed"
+        elif not _complete_json(text):
+            why = "its arguments are not complete JSON; only complete JSON arguments are executed"
+        elif size > max_args_bytes:
+            why = f"its arguments are over the {max_args_bytes}-byte bound"
+        elif i >= max_calls:
+            why = f"the reply had {len(calls)} tool calls and at most {max_calls} run per turn"
+        else:
+            why = None
+        if why:
+            refused[why] = refused.get(why, 0) + 1
+        screened.append((call, why))
+    return screened, [f"refused {n} tool call(s): {why}" for why, n in refused.items()]
+
+
+def refusal_message(call: dict[str, Any], why: str) -> str:
+    return f"error: {call.get('name')} was not run: {why}."
+
+
 class LLMPlanner:
     def __init__(self, model: BaseChatModel, *, name: str | None = None, max_rounds: int = 6,
-                 max_findings: int = 40) -> None:
+                 max_findings: int = 40, max_tool_calls_per_turn: int = 20, max_tool_args_bytes: int = 8192) -> None:
         self.model = model
         self.name = name or getattr(model, "model_name", None) or type(model).__name__
         self.max_rounds = max_rounds
         self.max_findings = max_findings
+        self.max_tool_calls_per_turn = max_tool_calls_per_turn
+        self.max_tool_args_bytes = max_tool_args_bytes
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model: BaseChatModel | None = None) -> LLMPlanner:
+        return cls(model or make_chat_model(settings), name=settings.llm_model,
+                   max_rounds=settings.llm_max_tool_rounds,
+                   max_tool_calls_per_turn=settings.llm_max_tool_calls_per_turn,
+                   max_tool_args_bytes=settings.llm_max_tool_args_bytes)
 
     def _messages(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
                   catalog: str) -> list[BaseMessage]:
@@ -97,8 +165,6 @@ class LLMPlanner:
             return result
         findings, overflow = split_for_model(findings, self.max_findings)
         if overflow:
-            from agent.planner import PolicyModel
-
             rest = PolicyModel().plan(overflow, obs, history, deps)
             planned = self._plan_with_model(findings, obs, history, deps, catalog, result)
             planned.proposals += rest.proposals
@@ -120,8 +186,8 @@ class LLMPlanner:
         for _ in range(self.max_rounds):
             try:
                 reply = bound.invoke(messages)
-            except Exception as exc:  # the endpoint failed: report, propose nothing
-                result.errors.append(f"model call failed: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # the endpoint is down (refused, timeout, 5xx): the policy model plans
+                result.degraded = f"model unavailable: {type(exc).__name__}: {exc}; planned by the policy model"
                 break
             if not isinstance(reply, AIMessage):
                 result.errors.append(f"model returned {type(reply).__name__}, not a message")
@@ -132,15 +198,25 @@ class LLMPlanner:
             messages.append(reply)
             for bad in reply.invalid_tool_calls or []:
                 result.errors.append(f"malformed tool call {bad.get('name')}: {bad.get('error')}")
-                messages.append(ToolMessage(f"error: malformed call {bad.get('name')}({bad.get('args')}): "
+                messages.append(ToolMessage(f"error: malformed call {bad.get('name')}({str(bad.get('args'))[:200]}): "
                                             f"{bad.get('error')}", tool_call_id=bad.get("id") or "invalid"))
             if not reply.tool_calls:
                 result.explanation = str(reply.content).strip()
                 break
-            for call in reply.tool_calls:
-                result.tool_calls += 1
-                messages.append(self._run_tool(tools, dict(call), result))
+            screened, notes = screen_tool_calls(reply, self.max_tool_calls_per_turn, self.max_tool_args_bytes)
+            result.errors += notes
+            for call, why in screened:
+                if why:
+                    messages.append(ToolMessage(refusal_message(call, why), tool_call_id=call.get("id") or "call"))
+                else:
+                    result.tool_calls += 1
+                    messages.append(self._run_tool(tools, call, result))
         result.proposals = list(ctx.proposals)
+        if result.degraded:  # findings the model did not get to are planned as if no model were configured
+            covered = {p.target for p in result.proposals}
+            fallback = PolicyModel().plan([f for f in findings if f.target not in covered], obs, history, deps)
+            result.proposals += fallback.proposals
+            result.explanation = result.explanation or fallback.explanation
         if not result.explanation:
             result.explanation = "\n".join(f"- {f.target}: {f.kind}. {f.evidence}" for f in findings)
         return result

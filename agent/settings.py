@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     llm_temperature: float = 0.0
     llm_timeout_s: float = 60.0
     llm_max_tool_rounds: int = 6
+    # A planner that needs more tool calls than this in one reply is looping or attacked: the rest are refused.
+    llm_max_tool_calls_per_turn: int = 20
+    llm_max_tool_args_bytes: int = 8192  # a tool call with larger JSON arguments is refused, not run
 
     language: str = "en"  # en | zh: replies and notifications
 

@@ -27,7 +27,7 @@ def make_planner(settings: Settings, model_name: str | None = None) -> Planner:
 
     if model_name is not None:
         settings = settings.model_copy(update={"llm_model": model_name})
-    return LLMPlanner(make_chat_model(settings), name=settings.llm_model, max_rounds=settings.llm_max_tool_rounds)
+    return LLMPlanner.from_settings(settings, make_chat_model(settings))
 
 
 def simulated_deps(

@@ -64,8 +64,10 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
         from agent.llm_planner import make_chat_model
 
         chat_model = make_chat_model(settings)
-    return StewardRuntime(service, schedule_of(settings), sim_clock=clock, lease=make_lease(settings),
-                          chat_model=chat_model)
+    rt = StewardRuntime(service, schedule_of(settings), sim_clock=clock, lease=make_lease(settings),
+                        chat_model=chat_model)
+    rt.chat_bounds = _chat_bounds(settings)
+    return rt
 
 
 def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRuntime:
@@ -84,7 +86,14 @@ def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRun
         from agent.llm_planner import make_chat_model
 
         chat_model = make_chat_model(settings)
-    return StewardRuntime(service, schedule_of(settings), lease=make_lease(settings), chat_model=chat_model)
+    rt = StewardRuntime(service, schedule_of(settings), lease=make_lease(settings), chat_model=chat_model)
+    rt.chat_bounds = _chat_bounds(settings)
+    return rt
+
+
+def _chat_bounds(settings: Settings) -> dict[str, int]:
+    return {"max_tool_calls_per_turn": settings.llm_max_tool_calls_per_turn,
+            "max_tool_args_bytes": settings.llm_max_tool_args_bytes}
 
 
 def fast_forward(runtime: StewardRuntime, until_s: float, every_s: float = 300.0) -> None:

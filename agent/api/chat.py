@@ -45,7 +45,7 @@ def chat_events(rt: StewardRuntime, body: ChatRequest) -> Iterator[str]:
             def count(n: int) -> None:
                 rt.llm_tokens_total += n
 
-            events = answer_with_model(rt.chat_model, ctx, body.message, lang, count_tokens=count)
+            events = answer_with_model(rt.chat_model, ctx, body.message, lang, count_tokens=count, **rt.chat_bounds)
         else:
             events = answer(ctx, body.message, lang)
         for event in events:

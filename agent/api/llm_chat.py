@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent.api.answerer import ChatContext, ChatEvent, Lang
-from agent.llm_planner import LANGUAGE_NAMES
+from agent.llm_planner import LANGUAGE_NAMES, refusal_message, screen_tool_calls
 from agent.prompts import fence_untrusted
 from tools.agent_tools import UNTRUSTED_NOTE
 
@@ -38,7 +38,10 @@ def _tokens_used(chunk: AIMessageChunk) -> int:
 
 
 def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, max_rounds: int = 6,
-                      count_tokens: Callable[[int], None] = lambda n: None) -> Iterator[ChatEvent]:
+                      count_tokens: Callable[[int], None] = lambda n: None, max_tool_calls_per_turn: int = 20,
+                      max_tool_args_bytes: int = 8192) -> Iterator[ChatEvent]:
+    """Only complete tool calls run: a stream cut mid-arguments, oversized arguments and calls past the per-turn
+    cap are answered with an error instead (see agent.llm_planner.screen_tool_calls)."""
     bound = model.bind_tools(list(ctx.tools.values()))
     messages: list[BaseMessage] = [_system(ctx, lang), HumanMessage(text)]
     yield {"type": "start", "intent": "model", "lang": lang, "answerer": getattr(model, "model_name", None) or "model"}
@@ -54,9 +57,17 @@ def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, ma
             break
         count_tokens(_tokens_used(gathered))
         messages.append(gathered)
-        if not gathered.tool_calls:
+        for bad in gathered.invalid_tool_calls:  # unparseable arguments: answered, so the next request is valid
+            yield {"type": "tool_result", "name": bad.get("name"), "status": "error", "summary": bad.get("error")}
+            messages.append(ToolMessage(f"error: malformed call {bad.get('name')}: {bad.get('error')}",
+                                        tool_call_id=bad.get("id") or "invalid"))
+        if not gathered.tool_calls and not gathered.invalid_tool_calls:
             break
-        for call in gathered.tool_calls:
+        for call, why in screen_tool_calls(gathered, max_tool_calls_per_turn, max_tool_args_bytes)[0]:
+            if why:
+                yield {"type": "tool_result", "name": call["name"], "status": "error", "summary": why}
+                messages.append(ToolMessage(refusal_message(call, why), tool_call_id=call.get("id") or call["name"]))
+                continue
             yield {"type": "tool_call", "name": call["name"], "args": call["args"]}
             tool = ctx.tools.get(call["name"])
             if tool is None:  # the model asked for a tool chat does not have (a mutating one, or a made-up name)

@@ -88,6 +88,7 @@ class StewardRuntime:
         self.listeners: list[Callable[[StewardEvent], None]] = []
         self.sweeps_total = 0
         self.llm_tokens_total = 0
+        self.chat_bounds: dict[str, int] = {}  # max_tool_calls_per_turn / max_tool_args_bytes from settings
         self.tick_s = tick_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

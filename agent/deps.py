@@ -74,21 +74,28 @@ class StewardDeps:
         at = at or self.clock.now()
         grid = sweep_grid(self.policy)
         slice_s, lookback, coarse_s = grid.slice_s, grid.lookback_s, grid.history_slice_s
+        # Jobs first: on Slurm the metrics map dcgm-exporter's hpc_job label through this listing, so every
+        # series read below (the coarse history included) is mapped with the jobs this sweep judges.
+        jobs = self.scheduler.list_jobs()
+        nodes = self.scheduler.list_nodes()
+        pools = self.pools.list_pools()
         history = gpu_history(self.metrics, at, grid.history_lookback_s, coarse_s) if grid.history_lookback_s else []
         obs = Observation(
             at=at,
             slice_s=slice_s,
             lookback_s=lookback,
             currency=self.currency,
-            jobs=self.scheduler.list_jobs(),
-            nodes=self.scheduler.list_nodes(),
-            pools=self.pools.list_pools(),
+            jobs=jobs,
+            nodes=nodes,
+            pools=pools,
             gpus=self.metrics.gpu_series(at, lookback, slice_s),
             io=self.metrics.job_io_series(at, lookback, slice_s),
             history=history,
             history_slice_s=coarse_s if history else 0.0,
             backend_calls=6 if history else 5,
         )
+        # Partial answers (Prometheus warnings, a Thanos store that did not answer) of this sweep's reads.
+        obs.degraded = list(getattr(self.metrics, "warnings", None) or [])
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
         log_span = timedelta(seconds=max(self.policy.detectors.zombie.window, self.policy.detectors.idle.window) * 2)
         logs = {}

@@ -43,6 +43,9 @@ class Observation(BaseModel):
     history_slice_s: float = 0.0
     logs: dict[str, LogProgress] = {}
     backend_calls: int = 0  # requests this observation cost (for the benchmarks)
+    # Why the metrics may be incomplete (e.g. a partial Thanos response, Prometheus warnings); empty = complete.
+    # The idle and zombie detectors make no job finding on degraded data (agent/detectors/longtail.py).
+    degraded: list[str] = []
     # Derived once per observation (agent/detectors/signals.py), never serialised.
     _signals: Any = PrivateAttr(default=None)
     _gpu_total: tuple[tuple[int, int], int] | None = PrivateAttr(default=None)

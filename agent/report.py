@@ -99,6 +99,9 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
                   f"{observed.get('gpus', 0)} GPUs, {observed.get('nodes', 0)} nodes "
                   f"({observed.get('backend_calls', 0)} backend calls)")
     lines = [header, ""]
+    # Partial metric answers: no idle or zombie finding was made on them (agent/detectors/longtail.py).
+    degraded = observed.get("degraded") or getattr(deps._observations.get(state.get("run_id", "")), "degraded", [])
+    lines[1:1] = [f"{'数据不完整' if zh else 'degraded'}: {reason}" for reason in degraded]
     findings = state.get("findings", [])
     if findings:
         lines.append(f"{words['findings']}（{len(findings)}）：" if zh else f"{words['findings']} ({len(findings)}):")
@@ -123,6 +126,7 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
         lines.append(f"\n{words['planner']}{'：' if zh else ': '}{plan.get('model', '?')}{extra}")
         if plan.get("model") != "policy-model" and plan.get("explanation"):
             lines.append(plan["explanation"])
+        lines.extend([f"  ! {plan['degraded']}"] if plan.get("degraded") else [])
         for err in plan.get("errors", []):
             lines.append(f"  ! {err}")
     return "\n".join(lines)

@@ -11,16 +11,21 @@ from urllib.parse import parse_qs, urlparse
 
 # (path, params) -> the `result` list of a Prometheus answer (or a whole JSON answer as bytes); raise to send an error
 Answer = Callable[[str, dict[str, str]], list[dict[str, Any]] | bytes]
+# (path, params) -> the `warnings` a successful answer carries, as Prometheus and Thanos (partial response) send them
+Warnings = Callable[[str, dict[str, str]], list[str]]
 
 
 class FakePrometheus:
     """Serves /api/v1/query and /api/v1/query_range on 127.0.0.1 in a background thread.
 
-    `requests` records every (path, params) received, so tests can count what a sweep cost.
+    `requests` records every (path, params) received, so tests can count what a sweep cost. `warnings`, when
+    given, adds a `warnings` list to successful answers (an empty list adds none), e.g. Thanos' partial-response
+    warning when a store did not answer.
     """
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, warnings: Warnings | None = None) -> None:
         self.answer = answer
+        self.warnings = warnings
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.last_headers: dict[str, str] = {}
         fake = self
@@ -40,7 +45,11 @@ class FakePrometheus:
                 if isinstance(result, bytes):  # a whole answer serialised in advance (benchmarks)
                     return self._send(200, result)
                 kind = "matrix" if url.path.endswith("query_range") else "vector"
-                self._send(200, {"status": "success", "data": {"resultType": kind, "result": result}})
+                body: dict[str, Any] = {"status": "success", "data": {"resultType": kind, "result": result}}
+                warned = fake.warnings(url.path, params) if fake.warnings is not None else []
+                if warned:
+                    body["warnings"] = list(warned)
+                self._send(200, body)
 
             def _send(self, code: int, body: dict[str, Any] | bytes) -> None:
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()

@@ -3,10 +3,13 @@
 A sweep costs a fixed 16 PromQL requests (10 for GPUs over the detectors' windows, 3 for the coarse long-tail
 history, 3 for process I/O) whatever the cluster size.
 Gaps, stale series, NaN and out-of-range utilisation come back as missing slices, never as zeros.
+A response that succeeds with `warnings` (Prometheus' own, or Thanos' partial-response warnings when a store
+did not answer) is kept, and its warnings are surfaced in `warnings`: the sweep marks its observation degraded.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -16,6 +19,25 @@ from tools import promql
 from tools.models import GpuHistory, GpuSeries, JobIoSeries
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
+MAX_WARNINGS = 10  # distinct warnings kept per sweep; the rest are counted
+
+
+def response_warnings(body: bytes) -> list[str]:
+    """The `warnings` of a Prometheus API answer (Thanos puts partial-response warnings there); [] without.
+
+    A cheap byte search first: a sweep's answers are large, and nearly all of them carry no warning.
+    Prometheus 3's `infos` are notes about a query, not missing data, and are left out.
+    """
+    if b'"warnings"' not in body:
+        return []
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return []
+    raw = answer.get("warnings") if isinstance(answer, dict) else None
+    if not raw:
+        return []
+    return [str(w) for w in (raw if isinstance(raw, list) else [raw])]
 
 
 class PrometheusError(RuntimeError):
@@ -55,9 +77,18 @@ class PrometheusMetrics:
         if bearer_token:
             all_headers["Authorization"] = f"Bearer {bearer_token}"
         if client is None:
+            import requests
             from prometheus_api_client import PrometheusConnect
 
-            client = PrometheusConnect(url=url.rstrip("/"), headers=all_headers or None, timeout=timeout_s)
+            # The client returns only data.result; a response hook keeps each answer's warnings.
+            session = requests.Session()
+            try:
+                client = PrometheusConnect(url=url.rstrip("/"), headers=all_headers or None, timeout=timeout_s,
+                                           session=session)
+            except TypeError:  # a client older than its `session` argument: hook the session it made
+                client = PrometheusConnect(url=url.rstrip("/"), headers=all_headers or None, timeout=timeout_s)
+                session = getattr(client, "_session", session)
+            session.hooks["response"].append(self._keep_warnings)
         self.url = url
         self.client = client
         self.selector = selector
@@ -67,24 +98,70 @@ class PrometheusMetrics:
         self.time_shift = time_shift
         self._hpc = job_id_for_hpc_job
         self.queries = 0  # PromQL requests made so far (benchmarks and tests read it)
+        self._answer_warnings: list[str] = []  # of the request in flight (filled by the response hook)
+        self._reads_end: datetime | None = None  # the sweep instant the warnings below belong to
+        self._reads_done: set[str] = set()  # the reads made for it
+        self._warnings: list[str] = []
+        self._more_warnings = 0
+        self.last_read_warnings: list[str] = []  # the latest read's (gpu_series, gpu_history, job_io_series)
+
+    # -- warnings --------------------------------------------------------------------------------
+    def _keep_warnings(self, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if response.status_code == 200:
+            self._answer_warnings.extend(response_warnings(response.content))
+        return response
+
+    def _begin(self, read: str, end: datetime) -> None:
+        """A read for the sweep at `end` starts; a read for another instant, or one this sweep already made
+        (the next sweep, at the same instant), starts a new record."""
+        if end != self._reads_end or read in self._reads_done:
+            self._reads_end, self._reads_done, self._warnings, self._more_warnings = end, set(), [], 0
+        self._reads_done.add(read)
+        self.last_read_warnings = []
+
+    def _note(self, read: str, warnings: list[str]) -> None:
+        for w in warnings:
+            line = f"{read}: {w}"
+            if line in self.last_read_warnings:
+                continue
+            self.last_read_warnings.append(line)
+            if line in self._warnings:
+                continue
+            if len(self._warnings) < MAX_WARNINGS:
+                self._warnings.append(line)
+            else:
+                self._more_warnings += 1
+
+    @property
+    def warnings(self) -> list[str]:
+        """Why the reads of the latest sweep instant may be incomplete: each answer's `warnings` (a Thanos
+        partial response among them), named by the read. Empty when every answer came back whole."""
+        more = [f"... and {self._more_warnings} more warnings"] if self._more_warnings else []
+        return [*self._warnings, *more]
 
     # -- transport -------------------------------------------------------------------------------
-    def _range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def _range(self, read: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         self.queries += 1
+        self._answer_warnings = []
         # The client rounds start/end to whole seconds; the explicit params keep sub-second slices exact.
         params = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         try:
             when = datetime.fromtimestamp(start, UTC)
-            return self.client.custom_query_range(query, when, when, f"{step:g}", params=params)
+            result = self.client.custom_query_range(query, when, when, f"{step:g}", params=params)
         except Exception as exc:  # the client raises requests' and its own errors alike
             raise PrometheusError(f"query_range {query!r} on {self.url} failed: {exc}") from exc
+        self._note(read, self._answer_warnings)
+        return result
 
-    def _instant(self, query: str, at: float) -> list[dict[str, Any]]:
+    def _instant(self, read: str, query: str, at: float) -> list[dict[str, Any]]:
         self.queries += 1
+        self._answer_warnings = []
         try:
-            return self.client.custom_query(query, params={"time": f"{at:.3f}"})
+            result = self.client.custom_query(query, params={"time": f"{at:.3f}"})
         except Exception as exc:
             raise PrometheusError(f"query {query!r} on {self.url} failed: {exc}") from exc
+        self._note(read, self._answer_warnings)
+        return result
 
     def _grid(self, end: datetime, lookback_s: float, slice_s: float) -> tuple[float, float, int]:
         """(first evaluation time, last evaluation time, slice count): slice i is (t_i - slice_s, t_i]."""
@@ -106,11 +183,13 @@ class PrometheusMetrics:
     # -- MetricsSource ---------------------------------------------------------------------------
     def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
         start, t_end, n = self._grid(end, lookback_s, slice_s)
+        self._begin("gpu metrics", end)
         keys = promql.GPU_KEYS
-        cols = {name: promql.range_columns(self._range(q, start, t_end, slice_s), keys, start, slice_s, n)
+        cols = {name: promql.range_columns(self._range("gpu metrics", q, start, t_end, slice_s), keys, start,
+                                           slice_s, n)
                 for name, q in promql.gpu_range_queries(self.selector, slice_s).items()}
         lookback = n * slice_s
-        point = {name: promql.instant_values(self._instant(q, t_end), keys)
+        point = {name: promql.instant_values(self._instant("gpu metrics", q, t_end), keys)
                  for name, q in promql.gpu_instant_queries(self.selector, lookback).items()}
         expected = max(round(slice_s / self.sample_interval_s), 1)
         chosen: dict[tuple[str, str, str], tuple[tuple, GpuSeries]] = {}
@@ -175,7 +254,9 @@ class PrometheusMetrics:
     def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
         """Coarse max, min and sample count per GPU and occupant: three range queries at the coarse step."""
         start, t_end, n = self._grid(end, lookback_s, slice_s)
-        cols = {name: promql.range_columns(self._range(q, start, t_end, slice_s), promql.GPU_KEYS, start, slice_s, n)
+        self._begin("gpu history", end)
+        cols = {name: promql.range_columns(self._range("gpu history", q, start, t_end, slice_s), promql.GPU_KEYS,
+                                           start, slice_s, n)
                 for name, q in promql.gpu_history_queries(self.selector, slice_s).items()}
         expected = max(round(slice_s / self.sample_interval_s), 1)
         out = []
@@ -197,9 +278,10 @@ class PrometheusMetrics:
 
     def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
         start, t_end, n = self._grid(end, lookback_s, slice_s)
+        self._begin("process I/O", end)
         queries = promql.job_io_queries(self.selector, self.container_selector, self.network_selector, slice_s)
-        cols = {name: promql.range_columns(self._range(q, start, t_end, slice_s), promql.JOB_KEYS, start,
-                                           slice_s, n)
+        cols = {name: promql.range_columns(self._range("process I/O", q, start, t_end, slice_s), promql.JOB_KEYS,
+                                           start, slice_s, n)
                 for name, q in queries.items()}
         by_job: dict[str, dict[str, list[float | None]]] = {}
         for name, column in cols.items():

@@ -58,6 +58,7 @@ class SlurmScheduler:
         self._stop_sent: dict[str, datetime] = {}  # Slurm job id -> when we sent SIGTERM
         self._stdout: dict[str, Path | None] = {}
         self._by_slurm_id: dict[str, str] = {}
+        self._listed = False  # whether any squeue has filled the two maps above
 
     @property
     def calls(self) -> list[tuple[str, ...]]:
@@ -79,11 +80,15 @@ class SlurmScheduler:
     def _refresh(self) -> dict[str, SlurmJob]:
         self._jobs = steward_ids(self._squeue())
         self._by_slurm_id = {job.job_id: sid for sid, job in self._jobs.items()}
+        self._listed = True
         return self._jobs
 
     def steward_id_for(self, slurm_job_id: str) -> str | None:
         """The steward id of a Slurm job id (dcgm-exporter's `hpc_job` label), from the latest squeue.
-        Pass it to PrometheusMetrics(job_id_for_hpc_job=...)."""
+        Pass it to PrometheusMetrics(job_id_for_hpc_job=...). A sweep lists jobs before it reads metrics, so
+        the ids match the jobs it judges; metrics read before any listing take one (never an empty mapping)."""
+        if not self._listed:
+            self._refresh()
         return self._by_slurm_id.get(str(slurm_job_id).strip())
 
     def _info(self, steward_id: str, job: SlurmJob) -> JobInfo:

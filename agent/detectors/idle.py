@@ -55,7 +55,8 @@ class IdleGpuDetector:
             if window is None:
                 continue
             logs = obs.logs.get(job.id)
-            if long_tail_reason(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct):
+            if long_tail_reason(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
+                                min_coverage=self.rule.min_coverage):
                 continue
             since = window.series.quiet_since(self.rule.util_threshold_pct)
             findings.append(self._finding(job, window, logs, since, obs.at))

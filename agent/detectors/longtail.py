@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agent.detectors.signals import JobWindow, window_slices
+from agent.detectors.signals import JobSeries, JobWindow, window_slices
 from agent.observation import LogProgress
 from agent.policy import LongTailRule
 from sim.durations import format_duration
 
 
 def long_tail_reason(
-    window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float
+    window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float, min_coverage: float = 0.9
 ) -> str | None:
-    """Why this quiet job is probably still working (for the explanation), or None when nothing suggests it."""
+    """Why this quiet job is probably still working, or why we cannot tell (for the explanation); None when
+    nothing suggests it and the data can rule it out.
+
+    Unknown is not idle: metrics read from a partial response, or a history that does not cover the lookback
+    (short retention, gaps) while the job is quiet now, protect the job like evidence of work would.
+    """
     span = format_duration(window.seconds)
     if window.net_max is not None and window.net_max >= rule.io_threshold_mbps:
         return (
@@ -27,10 +32,12 @@ def long_tail_reason(
     if last is not None and last >= window.at - timedelta(seconds=window.seconds):
         step = f" (step {logs.last_step:g})" if logs is not None and logs.last_step is not None else ""
         return f"log still advancing: last progress line at {last:%H:%M}{step}"
-    return _periodic(window, rule, quiet_pct)
+    if window.series.degraded:
+        return f"metrics incomplete ({'; '.join(window.series.degraded)}): cannot rule out a working job"
+    return _periodic(window, rule, quiet_pct, min_coverage)
 
 
-def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float) -> str | None:
+def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_coverage: float) -> str | None:
     """A job with past bursts of GPU work whose current pause is not yet long for it.
 
     Long means both: longer than quiet_factor x its longest past pause, and longer than
@@ -41,6 +48,10 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float) -> str | 
     With a coarse history the past is read in coarse slices of r fine ones, and every count and
     length is its largest possible fine value: more bursts, a longer past pause or working span only
     protect more. A busy coarse slice whose lowest sample is quiet (or unknown) may hide a pause.
+
+    Unknown is not idle: when valid samples cover less than `min_coverage` of the lookback (or of the
+    life of a younger job), the gaps are read in the job's favour (_gaps_could_protect), and a job the
+    gaps could protect is one we cannot tell from a periodic one.
     """
     series = window.series
     quiet = series.quiet_slices(quiet_pct)
@@ -78,4 +89,63 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float) -> str | 
             f"{format_duration(quiet * s)} now (< {rule.quiet_factor:g} x the longest pause and "
             f"{rule.quiet_share:.2g} x the span it worked)"
         )
+    gap = series.coverage(rule.lookback).gap(min_coverage)
+    if gap is not None and _gaps_could_protect(series, rule, quiet_pct, quiet, lookback, bursts):
+        return gap
     return None
+
+
+def _gaps_could_protect(
+    series: JobSeries, rule: LongTailRule, quiet_pct: float, quiet: int, lookback: int, bursts: int
+) -> bool:
+    """Whether some filling of the unknown slices in the lookback would make the job periodic and its
+    current pause not yet long for it (the most protective reading of the gaps).
+
+    Unknown: a slice inside the job's life (all of the lookback when its start is unknown) with no valid
+    reading, or a quiet coarse slice with samples missing (a burst may hide in them). A slice before the
+    job started is not a gap. The longest possible pause runs between two slices that may have been busy
+    with no known busy slice in between; the longest possible working span from the first slice that may
+    have been busy to the last. Both are reached by one filling, so the bound is tight up to the fine
+    structure inside a coarse slice, which is read in the job's favour too.
+    """
+    coarse = series.history
+    r = coarse.ratio if coarse is not None else 1
+    step = series.slice_s * r
+    values = coarse.util_max if coarse is not None else series.util_max
+    frame = lookback - quiet // r  # the lookback's slices before the current quiet run
+    if frame <= 0:
+        return False
+    start = series.at - timedelta(seconds=lookback * step)
+    born = series.started_at
+    kinds: list[str] = []  # "B" busy, "b" busy but not throughout, "U" unknown, "Q" quiet, "X" before the job
+    for p in range(frame):
+        k = len(values) - lookback + p
+        value = values[k] if k >= 0 else None
+        alive = born is None or start + timedelta(seconds=p * step) >= born - timedelta(seconds=1e-3)
+        if value is not None and value > quiet_pct:
+            kinds.append("B" if coarse is None or coarse.solid(k, quiet_pct) else "b")
+        elif not alive:
+            kinds.append("X")
+        elif value is None or (coarse is not None and not coarse.full[k]):
+            kinds.append("U")
+        else:
+            kinds.append("Q")
+    if "U" not in kinds:
+        return False  # nothing unknown in the job's life: the reading above stands
+    maybe = [p for p, kind in enumerate(kinds) if kind in "BbU"]
+    ends = [0 if kind == "B" else r - 1 for kind in kinds]  # quiet fine slices a slice may hide at each end
+    worked = (maybe[-1] - maybe[0] + 1) * r
+    longest = max(0, r - 2)  # burst, pause, burst inside one unknown coarse slice
+    last_busy: int | None = None
+    for p in maybe:
+        i = last_busy if last_busy is not None else maybe[0]
+        if i < p:
+            longest = max(longest, (p - i - 1) * r + ends[i] + ends[p])
+        if kinds[p] != "U":
+            last_busy = p
+    # Two bursts need a slice that may have been quiet between two that may have been busy, or room for
+    # a pause inside an unknown coarse slice.
+    between = any(kind not in "Bb" for kind in kinds[maybe[0] + 1 : maybe[-1]])
+    if bursts < 2 and not (between or r >= 3 or (r >= 2 and len(maybe) >= 2)):
+        return False
+    return quiet < max(rule.quiet_factor * longest, rule.quiet_share * worked)

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from agent.detectors.history import CoarseHistory, align_end, merge_history
 from agent.observation import Observation
+from sim.durations import format_duration
 from tools.models import GpuHistory, GpuSeries, JobIoSeries
 
 __all__ = ["CoarseHistory", "align_end"]
@@ -42,6 +43,8 @@ class JobSeries:
     # Its GPUs' coarse history over the long-tail lookback; merged only when asked (few jobs are quiet).
     history_gpus: list[GpuHistory] = field(default_factory=list)
     history_ratio: int = 0
+    started_at: datetime | None = None  # the job's start, when the scheduler knows it
+    degraded: tuple[str, ...] = ()  # why the sweep's metrics may be incomplete (partial reads); empty = complete
     _history: CoarseHistory | None = None
     _merged: bool = False
 
@@ -72,6 +75,41 @@ class JobSeries:
 
     def window(self, seconds: float, requested: int | None = None) -> JobWindow:
         return JobWindow.of(self, window_slices(seconds, self.slice_s), requested)
+
+    def coverage(self, lookback_s: float) -> HistoryCoverage:
+        """How much of the last `lookback_s` (or of the job's life, when shorter) its GPUs' valid samples cover.
+
+        Coverage = valid samples / expected samples, summed over the job's GPUs and the whole slices inside
+        the span (a slice that straddles the job's start is left out). The coarse history is read when it
+        is attached and the span reaches past the fine slices; a GPU without history, a slice it did not
+        reach and a slice without a valid reading all add expected samples and no valid ones. An unknown
+        start counts as older than the lookback: missing data is never taken for the job's own youth.
+        """
+        span = lookback_s
+        lifetime = False
+        if self.started_at is not None:
+            age = max(0.0, (self.at - self.started_at).total_seconds())
+            if age < lookback_s:
+                span, lifetime = age, True
+        if self.history_ratio > 0 and span > self.length * self.slice_s + 1e-9:
+            step = self.slice_s * self.history_ratio
+            index = {(h.node, h.gpu): h for h in self.history_gpus}
+            columns = [(h.util_max, h.samples, h.expected) if (h := index.get((g.node, g.gpu))) is not None
+                       else ([], [], g.expected * self.history_ratio) for g in self.gpus]
+        else:
+            step = self.slice_s
+            columns = [(g.util_max, g.samples, g.expected) for g in self.gpus]
+        n = math.floor(span / step + 1e-9)
+        valid = expected = 0
+        for maxes, counts, exp in columns:
+            expected += exp * n
+            if not n:
+                continue
+            for value, count in zip(align_end(maxes, n), align_end(counts, n), strict=True):
+                if valid_pct(value) is not None and count:
+                    valid += min(max(int(count), 0), exp)
+        fraction = valid / expected if expected else (1.0 if n == 0 and self.gpus else 0.0)
+        return HistoryCoverage(span_s=span, lookback_s=lookback_s, lifetime=lifetime, fraction=fraction)
 
 
 def build_job_series(
@@ -112,6 +150,25 @@ def build_job_series(
             out.util_avg.append(None)
         out.samples.append(sum(col[2][k] for col in columns))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryCoverage:
+    """How much of a job's long-tail lookback its history covers (JobSeries.coverage)."""
+
+    span_s: float  # the lookback, or the job's age when it is younger
+    lookback_s: float
+    lifetime: bool  # the job is younger than the lookback: judged on its life, which is not a gap
+    fraction: float  # valid samples / expected samples over the span
+
+    def gap(self, min_coverage: float) -> str | None:
+        """Why the history cannot rule out a periodic job (retention or gaps), or None when it covers enough."""
+        if self.fraction >= min_coverage:
+            return None
+        whole = f"the job's {format_duration(self.span_s)} life" if self.lifetime else (
+            f"the {format_duration(self.lookback_s)} lookback")
+        return (f"history covers only {format_duration(self.fraction * self.span_s)} ({self.fraction:.0%}) of {whole} "
+                f"(retention or gaps): cannot rule out a periodic job")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +274,8 @@ def group_signals(obs: Observation) -> ClusterSignals:
     Kept on the observation, so log selection, detection and every fresh re-check of one
     sweep group its metrics once.
     """
-    key = (id(obs.gpus), len(obs.gpus), id(obs.io), len(obs.io), id(obs.history), len(obs.history), obs.at, obs.slice_s)
+    key = (id(obs.gpus), len(obs.gpus), id(obs.io), len(obs.io), id(obs.history), len(obs.history), obs.at, obs.slice_s,
+           id(obs.jobs), len(obs.jobs), tuple(obs.degraded))
     cached = obs._signals
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -235,6 +293,12 @@ def _group(obs: Observation) -> ClusterSignals:
             by_job.setdefault(s.job, []).append(s)
     io = {s.job: s for s in obs.io}
     jobs = {job: build_job_series(job, obs.at, obs.slice_s, series, io.get(job)) for job, series in by_job.items()}
+    infos = obs.jobs_by_id()
+    degraded = tuple(obs.degraded)
+    for job_id, series in jobs.items():
+        info = infos.get(job_id)
+        series.started_at = info.started_at if info is not None else None
+        series.degraded = degraded
     signals = ClusterSignals(jobs=jobs, by_node=by_node)
     if obs.history and obs.history_slice_s > 0:
         _attach_history(signals, obs.history, round(obs.history_slice_s / obs.slice_s))

@@ -65,7 +65,8 @@ class ZombieDetector:
             w = self.pinned_window(job, signals)
             if w is None:
                 continue
-            if long_tail_reason(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct):
+            if long_tail_reason(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct,
+                                min_coverage=self.idle.min_coverage):
                 continue
             gap = f", usual gap {format_duration(logs.typical_gap_s)}" if logs.typical_gap_s else ""
             evidence = (

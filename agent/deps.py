@@ -16,6 +16,7 @@ from agent.observation import Observation
 from agent.policy import Policy
 from tools.history import gpu_history
 from tools.log_progress import analyse_log
+from tools.models import GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
 from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools, Notifier
 
 if TYPE_CHECKING:
@@ -47,6 +48,27 @@ def sweep_grid(policy: Policy) -> SweepGrid:
 
 
 @dataclass
+class JobMetrics:
+    """A metrics source narrowed to one job's series, for sources that cannot scope their own queries."""
+
+    inner: Any
+    job_id: str
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(getattr(self.inner, "warnings", None) or [])
+
+    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        return [s for s in self.inner.gpu_series(end, lookback_s, slice_s) if s.job == self.job_id]
+
+    def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
+        return [s for s in self.inner.job_io_series(end, lookback_s, slice_s) if s.job == self.job_id]
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        return [h for h in gpu_history(self.inner, end, lookback_s, slice_s) if h.job == self.job_id]
+
+
+@dataclass
 class StewardDeps:
     metrics: MetricsSource
     scheduler: JobScheduler
@@ -72,14 +94,29 @@ class StewardDeps:
     def observe(self, at: datetime | None = None) -> Observation:
         """Read the whole cluster: a fixed handful of backend calls whatever its size."""
         at = at or self.clock.now()
-        grid = sweep_grid(self.policy)
-        slice_s, lookback, coarse_s = grid.slice_s, grid.lookback_s, grid.history_slice_s
         # Jobs first: on Slurm the metrics map dcgm-exporter's hpc_job label through this listing, so every
         # series read below (the coarse history included) is mapped with the jobs this sweep judges.
         jobs = self.scheduler.list_jobs()
         nodes = self.scheduler.list_nodes()
         pools = self.pools.list_pools()
-        history = gpu_history(self.metrics, at, grid.history_lookback_s, coarse_s) if grid.history_lookback_s else []
+        return self._observe(at, self.metrics, jobs, nodes, pools, listing_calls=3)
+
+    def observe_job(self, job: JobInfo, at: datetime | None = None) -> Observation:
+        """Re-read one job right before acting on it: its own series over the detectors' windows, its log.
+
+        Bounded whatever the cluster's size: a metrics source that can scope its queries to one job
+        (`for_job`, e.g. a PromQL label matcher) does; any other is filtered to the job after reading.
+        """
+        at = at or self.clock.now()
+        for_job = getattr(self.metrics, "for_job", None)
+        metrics = for_job(job) if callable(for_job) else JobMetrics(self.metrics, job.id)
+        return self._observe(at, metrics, [job], [], [], listing_calls=0)
+
+    def _observe(self, at: datetime, metrics: Any, jobs: list[JobInfo], nodes: list[NodeInfo],
+                 pools: list[PoolInfo], *, listing_calls: int) -> Observation:
+        grid = sweep_grid(self.policy)
+        slice_s, lookback, coarse_s = grid.slice_s, grid.lookback_s, grid.history_slice_s
+        history = gpu_history(metrics, at, grid.history_lookback_s, coarse_s) if grid.history_lookback_s else []
         obs = Observation(
             at=at,
             slice_s=slice_s,
@@ -88,14 +125,14 @@ class StewardDeps:
             jobs=jobs,
             nodes=nodes,
             pools=pools,
-            gpus=self.metrics.gpu_series(at, lookback, slice_s),
-            io=self.metrics.job_io_series(at, lookback, slice_s),
+            gpus=metrics.gpu_series(at, lookback, slice_s),
+            io=metrics.job_io_series(at, lookback, slice_s),
             history=history,
             history_slice_s=coarse_s if history else 0.0,
-            backend_calls=6 if history else 5,
+            backend_calls=listing_calls + (3 if history else 2),
         )
         # Partial answers (Prometheus warnings, a Thanos store that did not answer) of this sweep's reads.
-        obs.degraded = list(getattr(self.metrics, "warnings", None) or [])
+        obs.degraded = list(getattr(metrics, "warnings", None) or [])
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
         log_span = timedelta(seconds=max(self.policy.detectors.zombie.window, self.policy.detectors.idle.window) * 2)
         logs = {}

@@ -33,22 +33,35 @@ def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
 
 def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None, *,
                 reread_job: bool = True) -> Facts:
-    """Facts read right now; findings are re-detected whenever time has passed since the run's.
+    """The facts an action is decided or carried out on.
 
-    reread_job=False takes the job from the sweep's own listing (deciding); acting always re-reads it.
+    Deciding (reread_job=False) uses the sweep's own observation and findings, read moments ago. Acting
+    re-reads only the target, on any clock: a job is one scheduler get plus its own window of metrics,
+    re-detected (a bounded number of calls, never the whole cluster); a pool or a node, whose findings
+    need the cluster as context, gets a fresh observation of the cluster.
     """
-    prior = deps._observations.get(run_id)
-    obs = deps.fresh_observation(run_id)
-    findings = run_findings if (prior is obs and run_findings is not None) else run_detectors(obs, deps.policy)
-    job = deps.scheduler.get_job(target) if reread_job else obs.jobs_by_id().get(target)
-    pool = next((p for p in obs.pools if p.name == target), None)
-    return Facts(
-        now=obs.at,
-        job=job,
-        pool=pool,
-        findings=[f for f in findings if f.target == target],
-        cluster_gpus=obs.cluster_gpus(),
-    )
+    obs = deps.observation(run_id)
+    if not reread_job:
+        findings = run_findings if run_findings is not None else run_detectors(obs, deps.policy)
+        return Facts(now=obs.at, job=obs.jobs_by_id().get(target),
+                     pool=next((p for p in obs.pools if p.name == target), None),
+                     findings=[f for f in findings if f.target == target], cluster_gpus=obs.cluster_gpus())
+    if any(p.name == target for p in obs.pools) or any(n.name == target for n in obs.nodes):
+        fresh = deps.fresh_observation(run_id)
+        findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(fresh, deps.policy)
+        return Facts(now=fresh.at, job=deps.scheduler.get_job(target),
+                     pool=next((p for p in fresh.pools if p.name == target), None),
+                     findings=[f for f in findings if f.target == target], cluster_gpus=fresh.cluster_gpus())
+    now = deps.clock.now()
+    job = deps.scheduler.get_job(target)
+    if job is None:
+        return Facts(now=now, job=None, findings=[], cluster_gpus=obs.cluster_gpus())
+    if run_findings is not None and obs.at == now:
+        findings = run_findings  # no time has passed since the sweep's own reading
+    else:
+        findings = run_detectors(deps.observe_job(job, now), deps.policy)
+    return Facts(now=now, job=job, findings=[f for f in findings if f.target == target],
+                 cluster_gpus=obs.cluster_gpus())
 
 
 def execute_action(

@@ -11,10 +11,13 @@ Every tenth job is quiet, so the sweep also reads logs, warns and audits. Prints
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,9 +46,19 @@ from tools.prometheus import PrometheusMetrics  # noqa: E402
 GPUS_PER_NODE, GPUS_PER_JOB = 8, 2
 
 
-class FixedClock:
+class MovingClock:
+    """A wall clock, sped up: every read is a second later. The sweep observes at END; every decision and
+    action after it happens later, so nothing can lean on "no time has passed" to skip a fresh read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
     def now(self):  # noqa: ANN201
-        return END
+        self.reads += 1
+        return END + timedelta(seconds=self.reads - 1)
+
+
+SCOPED = re.compile(r'namespace="team-(\d+)", pod="job-(\d+)"')
 
 
 def _labels(gpu: int) -> str:
@@ -55,8 +68,11 @@ def _labels(gpu: int) -> str:
             f'"namespace":"team-{job % 40}","pod":"job-{job}"}}')
 
 
-def _answers(gpus: int, grid: SweepGrid) -> dict[str, bytes]:
-    """Every job busy, except every tenth: quiet for the whole lookback (so idle findings, logs, warnings)."""
+def _answers(gpus: int, grid: SweepGrid) -> tuple[dict[str, bytes], Callable[[str, dict[str, str]], bytes]]:
+    """Every job busy, except every tenth: quiet for the whole lookback (so idle findings, logs, warnings).
+
+    The sweep's queries are answered in advance; a re-read of one job (its pod matchers in the query, at a
+    later instant) is answered on the fly from the same numbers, for that job's two GPUs only."""
     series = [_labels(i) for i in range(gpus)]
     jobs = sorted({f'{{"namespace":"team-{j % 40}","pod":"job-{j}"}}' for j in range(gpus // GPUS_PER_JOB)})
     slice_s = grid.slice_s
@@ -84,12 +100,33 @@ def _answers(gpus: int, grid: SweepGrid) -> dict[str, bytes]:
                     for name, q in promql.gpu_history_queries("", grid.history_slice_s).items()}
     io = promql.job_io_queries("", promql.DEFAULT_CONTAINER_SELECTOR, promql.DEFAULT_NETWORK_SELECTOR, slice_s)
     answers |= {q: _answer("query_range", rng, jobs, lambda i, k: 0.0) for q in io.values()}
-    return answers
+    fns = {q: values[name] for name, q in promql.gpu_range_queries("", slice_s).items()}
+    fns |= {q: values[name] for name, q in promql.gpu_instant_queries("", n * slice_s).items()}
+    if grid.history_lookback_s:
+        fns |= {q: history.get(name, values.get(name, util))
+                for name, q in promql.gpu_history_queries("", grid.history_slice_s).items()}
+    io_base = set(io.values())
+
+    def scoped(path: str, params: dict[str, str]) -> bytes:
+        query = params["query"]
+        found = SCOPED.search(query)
+        if found is None:
+            raise ValueError(f"unexpected query {query}")
+        base = query.replace(found.group(0) + ", ", "").replace(found.group(0), "").replace("{}", "")
+        job = int(found.group(2))
+        if base in io_base:
+            return _answer(path, params, [f'{{"namespace":"team-{job % 40}","pod":"job-{job}"}}'],
+                           lambda i, k: 0.0)
+        gpu_ids = [job * GPUS_PER_JOB + g for g in range(GPUS_PER_JOB)]
+        fn = fns[base]
+        return _answer(path, params, [_labels(i) for i in gpu_ids], lambda i, k: fn(gpu_ids[i], k))
+
+    return answers, scoped
 
 
 def run(gpus: int, lookback: str, tmp: Path) -> dict[str, float]:
     policy = parse_policy({"detectors": {"longtail": {"lookback": lookback}}})
-    answers = _answers(gpus, sweep_grid(policy))
+    answers, scoped = _answers(gpus, sweep_grid(policy))
     api = FakeKubernetesApi().start()
     try:
         for n in range(gpus // GPUS_PER_NODE):
@@ -98,11 +135,9 @@ def run(gpus: int, lookback: str, tmp: Path) -> dict[str, float]:
             api.store.put("pods", gpu_pod(f"team-{j % 40}", f"job-{j}", GPUS_PER_JOB,
                                           node=f"node-{j * GPUS_PER_JOB // GPUS_PER_NODE}",
                                           labels={"steward.io/owner": f"user-{j % 97}"}))
-        with FakePrometheus(lambda path, params: answers.get(params["query"], b'{"status":"success","data":'
-                                                                                b'{"resultType":"vector","result":[]}}')
-                            ) as prometheus:
+        with FakePrometheus(lambda path, params: answers.get(params["query"]) or scoped(path, params)) as prometheus:
             settings = Settings(kubeconfig=api.write_kubeconfig(tmp / f"kubeconfig-{gpus}"), data_dir=tmp)
-            clock = FixedClock()
+            clock = MovingClock()
             k8s = kubernetes_scheduler_from_settings(settings, clock=clock)
             metrics = PrometheusMetrics(prometheus.url, sample_interval_s=30)
             audit = AuditLog(":memory:")
@@ -116,12 +151,14 @@ def run(gpus: int, lookback: str, tmp: Path) -> dict[str, float]:
             result = service.sweep(trigger="bench")
             wall = time.perf_counter() - t0
             calls = api.requests[before:]
+            warned = len(audit.entries(kind="execution", status="executed", limit=100_000))
     finally:
         api.stop()
     reads = sum(1 for m, _, _ in calls if m == "GET")
     return {"gpus": gpus, "jobs": gpus // GPUS_PER_JOB, "promql": metrics.queries, "k8s_calls": len(calls),
             "k8s_lists": sum(1 for m, p, _ in calls if m == "GET" and p in ("/api/v1/pods", "/api/v1/nodes")),
             "k8s_reads": reads, "k8s_writes": len(calls) - reads, "findings": len(result.state.get("findings", [])),
+            "warned": warned,
             "wall_s": wall, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -131,17 +168,19 @@ def main() -> int:
     parser.add_argument("--lookback", default="24h", help="long-tail lookback (default 24h, the default policy's)")
     args = parser.parse_args()
     print(f"One sweep over PrometheusMetrics + KubernetesScheduler (loopback fakes), long-tail lookback "
-          f"{args.lookback}; a tenth of the jobs idle, so logs are read and owners warned")
+          f"{args.lookback}; a tenth of the jobs idle, so logs are read and owners warned; the clock moves "
+          f"a second on every read")
     print(f"{'GPUs':>7} {'pods':>6} {'PromQL':>7} {'k8s calls':>9} {'lists':>6} {'other reads':>11} "
-          f"{'writes':>7} {'findings':>8} {'wall s':>7} {'max RSS MB':>10}")
+          f"{'writes':>7} {'findings':>8} {'warned':>6} {'wall s':>7} {'max RSS MB':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for gpus in args.gpus:
             r = run(gpus, args.lookback, Path(tmp))
             print(f"{r['gpus']:>7} {r['jobs']:>6} {r['promql']:>7} {r['k8s_calls']:>9} {r['k8s_lists']:>6} "
-                  f"{r['k8s_reads'] - r['k8s_lists']:>11} {r['k8s_writes']:>7} {r['findings']:>8} "
+                  f"{r['k8s_reads'] - r['k8s_lists']:>11} {r['k8s_writes']:>7} {r['findings']:>8} {r['warned']:>6} "
                   f"{r['wall_s']:>7.1f} {r['maxrss_mb']:>10.0f}")
-    print("lists stay at 2 per sweep (pods, nodes); other reads are one log read per quiet job plus a fresh\n"
-          "get of each target right before acting; writes are the warnings (annotation patch + Event).")
+    print("lists stay at 2 per sweep (pods, nodes); other reads are one log read per quiet job, plus per action\n"
+          "a get of the target and its own log; PromQL is the sweep's 16 plus, per action, the target's own window\n"
+          "(its pod's series only); writes are the warnings (annotation patch + Event).")
     return 0
 
 

@@ -9,6 +9,7 @@ did not answer) is kept, and its warnings are surfaced in `warnings`: the sweep 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -16,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tools import promql
-from tools.models import GpuHistory, GpuSeries, JobIoSeries
+from tools.models import GpuHistory, GpuSeries, JobInfo, JobIoSeries
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
 MAX_WARNINGS = 10  # distinct warnings kept per sweep; the rest are counted
@@ -98,12 +99,25 @@ class PrometheusMetrics:
         self.time_shift = time_shift
         self._hpc = job_id_for_hpc_job
         self.queries = 0  # PromQL requests made so far (benchmarks and tests read it)
+        self._root: PrometheusMetrics | None = None  # set on a for_job() copy: the source whose count it adds to
         self._answer_warnings: list[str] = []  # of the request in flight (filled by the response hook)
         self._reads_end: datetime | None = None  # the sweep instant the warnings below belong to
         self._reads_done: set[str] = set()  # the reads made for it
         self._warnings: list[str] = []
         self._more_warnings = 0
         self.last_read_warnings: list[str] = []  # the latest read's (gpu_series, gpu_history, job_io_series)
+
+    def _count(self) -> None:
+        root = self._root or self
+        root.queries += 1
+
+    def for_job(self, job: JobInfo) -> PrometheusMetrics:
+        """The same source with every query narrowed to one job's series (a label matcher), for re-checking
+        one target right before acting: the same handful of queries, answered with that job's series only."""
+        scoped = copy.copy(self)
+        scoped._root = self._root or self
+        scoped.selector = ", ".join(m for m in (self.selector, promql.job_matchers(job)) if m)
+        return scoped
 
     # -- warnings --------------------------------------------------------------------------------
     def _keep_warnings(self, response: Any, *args: Any, **kwargs: Any) -> Any:
@@ -141,7 +155,7 @@ class PrometheusMetrics:
 
     # -- transport -------------------------------------------------------------------------------
     def _range(self, read: str, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        self.queries += 1
+        self._count()
         self._answer_warnings = []
         # The client rounds start/end to whole seconds; the explicit params keep sub-second slices exact.
         params = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
@@ -154,7 +168,7 @@ class PrometheusMetrics:
         return result
 
     def _instant(self, read: str, query: str, at: float) -> list[dict[str, Any]]:
-        self.queries += 1
+        self._count()
         self._answer_warnings = []
         try:
             result = self.client.custom_query(query, params={"time": f"{at:.3f}"})

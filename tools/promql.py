@@ -46,6 +46,18 @@ def by(keys: Iterable[str]) -> str:
     return f"by ({', '.join(keys)})"
 
 
+def quote(value: str) -> str:
+    """A PromQL string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def job_matchers(job: Any) -> str:
+    """Label matchers for one job's series: hpc_job on Slurm (dcgm-exporter's job mapping), pod otherwise."""
+    if job.scheduler == "slurm":
+        return f"hpc_job={quote(str(job.labels.get('slurm.job_id', '')))}"
+    return f"namespace={quote(job.namespace)}, pod={quote(job.name)}"
+
+
 def gpu_range_queries(extra: str, slice_s: float) -> dict[str, str]:
     """Per-slice aggregates over every GPU in the cluster: one query each, whatever its size."""
     s = duration(slice_s)

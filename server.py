@@ -96,7 +96,10 @@ def chatops_wiring(settings: Settings) -> tuple[list[APIRouter], list[Callable[[
     listeners: list[Callable[[StewardEvent], None]] = []
     if settings.chatops_link_secret is not None:
         default_route, _ = routes_from_settings(settings)
-        listeners.append(approval_card_listener(default_route, router.links, settings.language))  # type: ignore[attr-defined]
+        from agent.chatops.directory import UserDirectory
+
+        listeners.append(approval_card_listener(default_route, router.links, settings.language,  # type: ignore[attr-defined]
+                                                directory=UserDirectory.from_settings(settings)))
     return [router], listeners
 
 

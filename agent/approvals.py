@@ -1,4 +1,9 @@
-"""Pending human approvals: one opaque id each, answered exactly once, expiring into a refusal."""
+"""Pending human approvals: one opaque id each, answered exactly once, expiring into a refusal.
+
+Silence is never a yes, and it is not a final no either: a request that expired unanswered may be asked
+again (a new request, one escalation group further) once `approvals.reask_after` has passed, if the
+planner still proposes the action. A human deny stands; it is never re-asked as if it had expired.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,8 @@ import json
 import secrets
 import sqlite3
 import threading
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +59,28 @@ class Approval(BaseModel):
     answer_reason: str | None = None
     payload: dict[str, Any] = {}
 
+    @property
+    def round(self) -> int:
+        """1 for a first request; n when it asks again after n - 1 requests in a row expired unanswered."""
+        return int(self.payload.get("round") or 1)
+
+    @property
+    def approvers(self) -> list[str]:
+        """Whom this request is addressed to (policy approvals.escalation); empty: the configured approvers."""
+        return [str(x) for x in self.payload.get("approvers") or []]
+
+
+def escalation_group(round_: int, escalation: Sequence[Sequence[str]]) -> tuple[int | None, list[str]]:
+    """(1-based group, its members) for a request's round: each re-ask one group further, the last group stays."""
+    if not escalation:
+        return None, []
+    index = min(max(round_, 1), len(escalation)) - 1
+    return index + 1, [str(x) for x in escalation[index]]
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
 
 class ApprovalStore:
     def __init__(self, path: str | Path, audit: AuditLog) -> None:
@@ -90,6 +118,24 @@ class ApprovalStore:
         found = self._select("proposal_key = ? AND status = 'pending'", (proposal_key,))
         return found[0] if found else None
 
+    def latest(self, proposal_key: str) -> Approval | None:
+        """The newest request for this proposal, whatever its status."""
+        found = self._select("proposal_key = ?", (proposal_key,))
+        return found[-1] if found else None
+
+    def reask_due(self, proposal_key: str, now: datetime, reask_after: float | None) -> Approval | None:
+        """The expired request that this proposal may now be asked again for, or None.
+
+        Only when the newest request for it expired unanswered at least `reask_after` seconds ago (None:
+        never). A denied, approved or pending newest request is never re-asked here.
+        """
+        last = self.latest(proposal_key)
+        if last is None or last.status != "expired" or reask_after is None:
+            return None
+        if _utc(now) < _utc(last.expires_at) + timedelta(seconds=reask_after):
+            return None
+        return last
+
     def request(
         self,
         *,
@@ -101,13 +147,34 @@ class ApprovalStore:
         expire_after_s: float,
         payload: dict[str, Any],
         run_id: str,
+        escalation: Sequence[Sequence[str]] = (),
     ) -> Approval:
-        """Open a request (idempotent: an open request for the same proposal is returned as is)."""
+        """Open a request (idempotent: an open request for the same proposal is returned as is).
+
+        After an unanswered (expired) request for the same proposal this is its next round, addressed to
+        the next group of `escalation`; the re-ask is audited before the new pending request.
+        """
         existing = self.find_pending(proposal_key)
         if existing is not None:
             return existing
         approval_id = "apr_" + secrets.token_urlsafe(12)
         expires = now + timedelta(seconds=expire_after_s)
+        previous = self.latest(proposal_key)
+        round_ = previous.round + 1 if previous is not None and previous.status == "expired" else 1
+        group, approvers = escalation_group(round_, escalation)
+        asked: dict[str, Any] = {"round": round_, "group": group, "approvers": approvers}
+        if previous is not None and round_ > 1:
+            asked["reask_of"] = previous.id
+            whom = f"group {group}: {', '.join(approvers)}" if approvers else "the approvers"
+            self.audit.record(
+                "approval", at=now, run_id=run_id, target=target, action=action, level=level,
+                status="escalated" if approvers != previous.approvers else "reasked",
+                reason=f"{previous.id} expired unanswered at {iso_utc(previous.expires_at)}; still proposed, "
+                       f"asking again (round {round_}) to {whom}",
+                data={"approval_id": approval_id, "previous_approval_id": previous.id,
+                      "proposal_key": proposal_key, **asked},
+            )
+        payload = {**payload, **asked}
         with self._lock:
             self._conn.execute(
                 "INSERT INTO approvals (id, proposal_key, target, action, level, requested_at, expires_at, payload)"
@@ -118,7 +185,7 @@ class ApprovalStore:
         self.audit.record(
             "approval", at=now, run_id=run_id, target=target, action=action, level=level, status="pending",
             reason=f"waiting for a human until {iso_utc(expires)}",
-            data={"approval_id": approval_id, "proposal_key": proposal_key, "expires_at": iso_utc(expires)},
+            data={"approval_id": approval_id, "proposal_key": proposal_key, "expires_at": iso_utc(expires), **asked},
         )
         got = self.get(approval_id)
         assert got is not None

@@ -191,7 +191,7 @@ class AuditLog:
                 continue
             if e.status == "pending":
                 pending[key] = e.data.get("approval_id", "")
-            else:
+            elif e.status in ("approved", "denied", "expired"):  # "reasked"/"escalated" close nothing
                 pending.pop(key, None)
                 if e.status in ("denied", "expired"):
                     denied.add(key)

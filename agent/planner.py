@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from agent.cost import money
 from agent.evidence import describe, duration_zh
 from agent.guardrail import protection_reason
-from agent.models import STOPPABLE_KINDS, Finding, History, ProposedAction
+from agent.models import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
 from agent.observation import Observation
 from agent.policy import Policy
 from agent.prompts import render, template_name
@@ -51,6 +51,7 @@ class PlanResult(BaseModel):
     completion_tokens: int = 0
     prompt_chars: int = 0
     errors: list[str] = []
+    degraded: str | None = None  # why the model could not plan this sweep and the policy model did
 
 
 class Planner(Protocol):
@@ -105,6 +106,29 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
     return render(template_name("notify_advice", language), now, advice=advice, **common)
 
 
+def _reask(proposal: ProposedAction, deps: StewardDeps, history: History, now: datetime) -> ProposedAction | None:
+    """A proposal whose last request expired unanswered: ask again once `approvals.reask_after` has passed.
+
+    A stop is asked again only under a fresh warning, as the guardrail requires of any stop: when the
+    owner's warning is a repeat period old the owner is warned again first, and the question waits out
+    the notice. None: not yet (or never: a denied request stays denied).
+    """
+    policy = deps.policy
+    if deps.approvals.reask_due(proposal.key(), now, policy.approvals.reask_after) is None:
+        return None
+    if proposal.action not in STOP_ACTIONS or proposal.finding_kind not in STOPPABLE_KINDS:
+        return proposal
+    done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
+    warned = _last(history, "notify", proposal.target, proposal.finding_kind, done, uid=proposal.target_uid)
+    if warned is None or now - warned >= timedelta(seconds=policy.warning.repeat_every):
+        return ProposedAction(action="notify", target=proposal.target, finding_kind=proposal.finding_kind,
+                              proposed_by=proposal.proposed_by, target_uid=proposal.target_uid,
+                              reason=f"asking an approver again to force the stop; {proposal.reason}")
+    if now - warned < timedelta(seconds=policy.warning.min_notice):
+        return None
+    return proposal
+
+
 class PolicyModel:
     """The built-in deterministic planner: same kind of proposals an LLM would make, offline."""
 
@@ -128,8 +152,16 @@ class PolicyModel:
                                        (job.uid or None) if job else None)
             if proposal is None:
                 continue
-            if proposal.key() in history.pending_approvals or proposal.key() in history.denied_recently:
+            if proposal.key() in history.pending_approvals:
                 continue
+            if proposal.key() in history.denied_recently:
+                # A deny stands; an unanswered request is asked again after the back-off (agent/approvals.py).
+                again = _reask(proposal, deps, history, now)
+                if again is None:
+                    continue
+                proposal = again
+                if proposal.action != "notify":
+                    notes.append(f"{f.target}: {proposal.action} asked again after an unanswered request")
             if (proposal.action, proposal.target) in waiting:
                 continue
             if proposal.action == "notify":

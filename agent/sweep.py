@@ -52,6 +52,7 @@ class SweepService:
             proposal_key=ga.proposal.key(), target=ga.proposal.target, action=ga.proposal.action,
             level=ga.decision.level, now=deps.clock.now(), expire_after_s=deps.policy.approvals.expire_after,
             payload={"guarded_action": ga.model_dump(mode="json"), "run_id": run_id}, run_id=run_id,
+            escalation=deps.policy.approvals.escalation,
         )
         config = self._config(approval.id)
         if not self.graph.get_state(config).next:  # a new request: start its thread, which waits at interrupt()

@@ -11,6 +11,7 @@ import httpx
 
 from agent.approvals import Approval
 from agent.chatops import dingtalk, wecom
+from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks
 from agent.chatops.notifier import Route
 
@@ -22,20 +23,42 @@ def card_text(approval: Approval, language: str) -> tuple[str, str]:
     proposal = approval.payload.get("guarded_action", {}).get("proposal", {})
     reason = proposal.get("reason", "")
     expires = approval.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+    whom = ", ".join(approval.approvers)
     if language == "zh":
         title = f"待审批：{approval.action} {approval.target}"
         text = (f"### {title}\n\n级别 {approval.level}。原因：{reason}\n\n截止：{expires}（逾期视为拒绝）\n\n"
                 f"也可回复 `approve {approval.id}` 或 `deny {approval.id}`。")
+        if approval.round > 1:
+            text += f"\n\n第 {approval.round} 次询问：之前的请求无人答复，浪费仍在。"
+        if whom:
+            text += f"\n\n请以下审批人处理：{whom}"
     else:
         title = f"Approval needed: {approval.action} {approval.target}"
         text = (f"### {title}\n\nLevel {approval.level}. Why: {reason}\n\nAnswer by {expires} (silence is a no).\n\n"
                 f"Or reply `approve {approval.id}` / `deny {approval.id}`.")
+        if approval.round > 1:
+            text += f"\n\nAsked for the {_ordinal(approval.round)} time: the earlier request went unanswered and " \
+                    "the waste goes on."
+        if whom:
+            text += f"\n\nFor: {whom}"
     return title, text
 
 
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "en",
-                           now_s: Callable[[], float] = time.time) -> Callable[[Any], None]:
-    """A StewardRuntime listener: posts a card on each approval_requested event."""
+                           now_s: Callable[[], float] = time.time,
+                           directory: UserDirectory | None = None) -> Callable[[Any], None]:
+    """A StewardRuntime listener: posts a card on each approval_requested event.
+
+    A request addressed to an escalation group (policy approvals.escalation) is followed by a message that
+    @-mentions that group's members (chat ids from `directory`; names without one are mentioned as given).
+    """
+
+    def chat_ids(platform: str, names: list[str]) -> list[str]:
+        return [(directory.chat_id(platform, n) if directory else None) or n for n in names]
 
     def listener(event: Any) -> None:
         if getattr(event, "kind", None) != "approval_requested" or event.approval is None:
@@ -45,14 +68,24 @@ def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "
         labels = ("批准", "拒绝") if language == "zh" else ("Approve", "Deny")
         buttons = [(labels[0], links.url(approval.id, "approve", now_s())),
                    (labels[1], links.url(approval.id, "deny", now_s()))]
-        for name, send in (("dingtalk", route.dingtalk and (lambda: route.dingtalk.send(
-                               dingtalk.action_card(title, text, buttons)))),
-                           ("wecom", route.wecom and (lambda: route.wecom.send(
-                               wecom.approval_card(title, text.splitlines()[2] if "\n" in text else text, buttons))))):
-            if not send:
+        ding, wecom_robot = route.dingtalk, route.wecom
+        messages: list[tuple[str, dingtalk.DingTalkRobot | wecom.WeComRobot | None, dict[str, Any]]] = [
+            ("dingtalk", ding, dingtalk.action_card(title, text, buttons)),
+            ("wecom", wecom_robot, wecom.approval_card(title, text.splitlines()[2] if "\n" in text else text, buttons)),
+        ]
+        if approval.approvers:  # route the question to its escalation group: @-mention each member
+            ping = f"{approval.id}：{title}" if language == "zh" else f"{approval.id}: {title}"
+            messages += [
+                ("dingtalk", ding, dingtalk.markdown_message(
+                    title, ping, at_user_ids=chat_ids("dingtalk", approval.approvers))),
+                ("wecom", wecom_robot, wecom.markdown_message(
+                    ping, mention_user_ids=chat_ids("wecom", approval.approvers))),
+            ]
+        for name, robot, message in messages:
+            if robot is None:
                 continue
             try:
-                send()
+                robot.send(message)
             except (dingtalk.DingTalkError, wecom.WeComError, httpx.HTTPError) as exc:
                 log.warning("approval card for %s to %s failed: %s", approval.id, name, exc)
 

@@ -69,6 +69,13 @@ def cmd_policy_check(args: argparse.Namespace, settings: Settings) -> int:
     policy = load_policy(args.file)
     print(f"{args.file}: ok (mode {policy.mode}; max automatic level {policy.levels.max_auto}, "
           f"ceiling {policy.levels.max}; approval for levels {policy.levels.require_approval})")
+    added, removed = policy.protection.added(), policy.protection.removed()
+    print(f"{args.file}: protection added: {', '.join(added) if added else 'none'}")
+    # Giving up a built-in protection is allowed, but never silently.
+    if removed:
+        print(f"{args.file}: WARNING: built-in protection removed: {', '.join(removed)}")
+    else:
+        print(f"{args.file}: built-in protection kept: all")
     return 0
 
 

@@ -182,7 +182,7 @@ class BuiltinRemoval(_Section):
         if unknown:
             raise ValueError(f"{', '.join(map(repr, unknown))} is not a built-in protection "
                              f"(built-in: {', '.join(builtin)})")
-        return value
+        return list(dict.fromkeys(value))
 
 
 def _same(a: str, b: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -298,11 +297,11 @@ def policy_files(draw: st.DrawFn) -> dict[str, Any]:
 
 
 SCENARIO = load_scenario(ROOT / "evals" / "scenarios" / "idle-notebook.yaml")
-_FILES = Path(tempfile.mkdtemp(prefix="steward-policy-"))
 
 
-def _load(data: dict[str, Any]) -> tuple[Path, Policy | PolicyError]:
-    path = _FILES / "generated.yaml"
+def _load(data: dict[str, Any], folder: Path) -> tuple[Path, Policy | PolicyError]:
+    """Through the real loader: written as YAML (NaN and infinity as .nan and .inf), read back from a file."""
+    path = folder / "generated.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True))
     try:
         return path, load_policy(path)
@@ -312,8 +311,8 @@ def _load(data: dict[str, Any]) -> tuple[Path, Policy | PolicyError]:
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy_files())
-def test_whatever_the_loader_accepts_a_sweep_runs(data):
-    path, loaded = _load(data)
+def test_whatever_the_loader_accepts_a_sweep_runs(tmp_path_factory, data):
+    path, loaded = _load(data, tmp_path_factory.getbasetemp())
     if isinstance(loaded, PolicyError):
         assert str(loaded).startswith(f"{path}: "), str(loaded)
         return
@@ -331,14 +330,14 @@ def test_whatever_the_loader_accepts_a_sweep_runs(data):
         assert result.report
 
 
-def test_the_generated_policies_are_not_all_refused():
+def test_the_generated_policies_are_not_all_refused(tmp_path):
     """Guard against a vacuous property: the generator yields accepted and refused files alike."""
     outcomes: list[bool] = []
 
     @settings(max_examples=200, deadline=None, database=None, phases=[Phase.generate], derandomize=True)
     @given(policy_files())
     def record(data):
-        outcomes.append(isinstance(_load(data)[1], Policy))
+        outcomes.append(isinstance(_load(data, tmp_path)[1], Policy))
 
     record()
     assert outcomes.count(True) >= 40 and outcomes.count(False) >= 40, (outcomes.count(True), len(outcomes))

@@ -1,4 +1,5 @@
-"""deploy/kubernetes/rbac.yaml: least privilege per level, and it covers every call the adapters make."""
+"""deploy/kubernetes/rbac*.yaml: least privilege per level, opt-in levels in their own files, and together they
+cover every call the adapters make."""
 
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ from tools.capi import capi_pools_from_settings
 from tools.k8s_notify import kubernetes_notifier_from_settings
 from tools.kubernetes import kubernetes_scheduler_from_settings
 
-RBAC = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "rbac.yaml"
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+RBAC = DEPLOY / "rbac.yaml"  # what the README applies: levels 0-2
+LEVEL3 = DEPLOY / "rbac-level3-force-stop.yaml"  # opt-in: delete pods
+LEVEL4 = DEPLOY / "rbac-level4-pools.yaml"  # opt-in: resize node pools
 _VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+_WRITES = {"create", "update", "patch", "delete", "deletecollection", "*"}
+POOL_GROUPS = {"cluster.x-k8s.io", "*"}
 
 
-def _docs() -> list[dict]:
-    return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+def _docs(path: Path = RBAC) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def _grants(role: dict) -> set[tuple[str, str, str]]:
@@ -28,26 +34,42 @@ def _grants(role: dict) -> set[tuple[str, str, str]]:
             for v in rule["verbs"]}
 
 
-def _roles() -> dict[str, set[tuple[str, str, str]]]:
-    return {d["metadata"]["name"]: _grants(d) for d in _docs() if d["kind"] == "ClusterRole"}
+def _roles(path: Path = RBAC) -> dict[str, set[tuple[str, str, str]]]:
+    return {d["metadata"]["name"]: _grants(d) for d in _docs(path) if d["kind"] in ("ClusterRole", "Role")}
 
 
-def test_the_base_role_cannot_delete_pods_or_touch_pools():
-    base = _roles()["gpu-steward"]
-    assert not [g for g in base if g[2] in ("delete", "deletecollection", "*")]
-    assert ("", "pods/eviction", "create") in base and ("", "pods/log", "get") in base
-    assert not [g for g in base if g[0] == "cluster.x-k8s.io" or "*" in g]
+def _bound(path: Path) -> set[str]:
+    return {d["roleRef"]["name"] for d in _docs(path) if d["kind"] in ("ClusterRoleBinding", "RoleBinding")}
 
 
-def test_force_and_pool_roles_are_separate_and_narrow():
-    roles = _roles()
-    assert roles["gpu-steward-force-reclaim"] == {("", "pods", "delete")}
-    pools = roles["gpu-steward-node-pools"]
-    assert {g[0] for g in pools} == {"cluster.x-k8s.io"} and not [g for g in pools if g[2] == "delete"]
-    bound = {d["roleRef"]["name"] for d in _docs() if d["kind"] == "ClusterRoleBinding"}
-    assert bound == set(roles)
-    accounts = {(s["name"], s["namespace"]) for d in _docs() if d["kind"] == "ClusterRoleBinding"
-                for s in d["subjects"]}
+def _all_roles() -> dict[str, set[tuple[str, str, str]]]:
+    return {**_roles(RBAC), **_roles(LEVEL3), **_roles(LEVEL4)}
+
+
+def test_the_default_file_grants_no_pod_delete_and_no_pool_write():
+    """rbac.yaml is what the README applies: every grant in it, bound or not, stays at levels 0-2."""
+    grants = set().union(*_roles(RBAC).values())
+    assert not [g for g in grants if g[1] in ("pods", "*") and g[2] in ("delete", "deletecollection", "*")]
+    assert not [g for g in grants if g[0] in POOL_GROUPS or g[1].startswith(("machinedeployments", "machines"))]
+    assert not [g for g in grants if "*" in g]
+    assert ("", "pods/eviction", "create") in grants and ("", "pods/log", "get") in grants
+    assert _bound(RBAC) == set(_roles(RBAC)) == {"gpu-steward"}
+
+
+def test_level_3_and_level_4_are_opt_in_files_that_grant_them():
+    level3, level4 = _roles(LEVEL3), _roles(LEVEL4)
+    assert level3 == {"gpu-steward-force-reclaim": {("", "pods", "delete")}}
+    assert set(level4) == {"gpu-steward-node-pools"}
+    pools = level4["gpu-steward-node-pools"]
+    assert {g[0] for g in pools} == {"cluster.x-k8s.io"} and not [g for g in pools if g[2] in ("delete", "*")]
+    assert ("cluster.x-k8s.io", "machinedeployments/scale", "patch") in pools
+    assert ("cluster.x-k8s.io", "machines", "patch") in pools
+    # Each opt-in file binds its own role, and only that.
+    assert _bound(LEVEL3) == set(level3) and _bound(LEVEL4) == set(level4)
+    for path in (LEVEL3, LEVEL4):
+        assert not [d for d in _docs(path) if d["kind"] in ("Namespace", "ServiceAccount")]  # rbac.yaml owns those
+    accounts = {(s["name"], s["namespace"]) for path in (RBAC, LEVEL3, LEVEL4) for d in _docs(path)
+                if d["kind"] == "ClusterRoleBinding" for s in d["subjects"]}
     assert accounts == {("gpu-steward", "gpu-steward")}
 
 
@@ -77,7 +99,7 @@ def test_the_roles_cover_every_call_the_adapters_make(api, tmp_path):
     k8s = kubernetes_scheduler_from_settings(settings)
     notifier = kubernetes_notifier_from_settings(settings, notice_s=1800)
     pools = capi_pools_from_settings(settings, k8s)
-    roles = _roles()
+    roles = _all_roles()
 
     k8s.list_jobs(), k8s.list_nodes(), k8s.get_job("ml/a")
     k8s.tail("ml/a", datetime(2026, 11, 2, tzinfo=UTC), datetime.now(UTC))

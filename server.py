@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from agent.api.auth import auth_mode
 from agent.api.runtime import StewardEvent, StewardRuntime
-from agent.settings import Settings
+from agent.config.settings import Settings
 
 log = logging.getLogger("steward.server")
 WEB_DIR = Path(__file__).parent / "agent" / "web"
@@ -115,7 +115,7 @@ def _is_loopback(host: str) -> bool:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from sim.durations import parse_duration
+    from core.durations import parse_duration
 
     updates: dict[str, Any] = {}
     if args.scenario is not None:
@@ -142,7 +142,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register_cli(subparsers: Any) -> None:
-    from agent.cli import _duration
+    from agent.cli.main import _duration
 
     serve = subparsers.add_parser("serve", help="serve the web UI and API (default: the built-in demo cluster)")
     serve.add_argument("--host", default="127.0.0.1")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.graph import build_graph
-from agent.policy import load_policy
-from agent.settings import Settings
+from agent.config.policy import load_policy
+from agent.config.settings import Settings
+from agent.graph.builder import build_graph
 from agent.wiring import make_planner, simulated_deps
 from sim.scenario import demo_scenario_path, load_scenario
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.approvals import ApprovalStore
-from agent.audit import AuditLog
-from agent.deps import StewardDeps
-from agent.planner import Planner, PolicyModel
-from agent.policy import Policy
-from agent.settings import Settings
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from agent.graph.deps import StewardDeps
+from agent.planning.policy_model import Planner, PolicyModel
+from agent.records.approvals import ApprovalStore
+from agent.records.audit import AuditLog
+from core.cluster import PoolInfo, ResizeResult
 from sim.cluster import SimCluster
 from sim.scenario import Scenario
 from tools.email_notify import email_notifier_from_env
-from tools.models import PoolInfo, ResizeResult
 from tools.notify import NoChannelNotifier, RecordingNotifier
 from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools, Notifier
 
@@ -23,7 +23,7 @@ def make_planner(settings: Settings, model_name: str | None = None) -> Planner:
     """The LLM planner when an endpoint is configured (or a model is named), else the policy model."""
     if model_name is None and not settings.llm_configured:
         return PolicyModel()
-    from agent.llm_planner import LLMPlanner, make_chat_model
+    from agent.planning.llm_planner import LLMPlanner, make_chat_model
 
     if model_name is not None:
         settings = settings.model_copy(update={"llm_model": model_name})

@@ -22,17 +22,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.approvals import ApprovalStore  # noqa: E402
-from agent.audit import AuditLog  # noqa: E402
-from agent.deps import (  # noqa: E402
+from agent.config.policy import parse_policy  # noqa: E402
+from agent.config.settings import Settings  # noqa: E402
+from agent.graph.deps import (  # noqa: E402
     StewardDeps,  # noqa: E402
     SweepGrid,
     sweep_grid,
 )
-from agent.planner import PolicyModel  # noqa: E402
-from agent.policy import parse_policy  # noqa: E402
-from agent.settings import Settings  # noqa: E402
-from agent.sweep import SweepService  # noqa: E402
+from agent.graph.service import SweepService  # noqa: E402
+from agent.planning.policy_model import PolicyModel  # noqa: E402
+from agent.records.approvals import ApprovalStore  # noqa: E402
+from agent.records.audit import AuditLog  # noqa: E402
 from agent.wiring import NoPools  # noqa: E402
 from evals.bench_prometheus_sweep import END, _answer, _grid  # noqa: E402
 from sim.fake_prometheus import FakePrometheus  # noqa: E402

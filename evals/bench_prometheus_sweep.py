@@ -5,7 +5,7 @@ the numbers are the client's: HTTP, JSON parsing and building the records. Print
 
     .venv/bin/python evals/bench_prometheus_sweep.py [--gpus 1000 10000] [--lookback 24h] [--slice 5m] [--flat]
 
-A sweep reads what StewardDeps.observe reads (agent/deps.py sweep_grid): fine slices over the default
+A sweep reads what StewardDeps.observe reads (agent/graph/deps.py sweep_grid): fine slices over the default
 detectors' windows and a coarse history over the long-tail lookback. --flat reads fine slices over the whole
 lookback instead, as sweeps did before the coarse history.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.deps import SweepGrid, sweep_grid  # noqa: E402
-from agent.policy import parse_policy  # noqa: E402
+from agent.config.policy import parse_policy  # noqa: E402
+from agent.graph.deps import SweepGrid, sweep_grid  # noqa: E402
 from sim.fake_prometheus import FakePrometheus  # noqa: E402
 from tools import promql  # noqa: E402
 from tools.prometheus import PrometheusMetrics  # noqa: E402

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.policy import Policy
+from agent.config.policy import Policy
 from evals.trace import ContainerTrace, Trace
 
 DAY = 24 * 3600.0
@@ -47,7 +47,7 @@ def synthetic_trace(gpus: int, seed: int = 7) -> Trace:
 
 def prompt_size(findings: list, obs, deps) -> int:
     """What the LLM planner would send: its costliest findings (the rest go to the policy model)."""
-    from agent.llm_planner import LLMPlanner, split_for_model
+    from agent.planning.llm_planner import LLMPlanner, split_for_model
 
     planner = LLMPlanner(model=None)  # type: ignore[arg-type]
     for_model, _ = split_for_model(findings, planner.max_findings)
@@ -57,7 +57,7 @@ def prompt_size(findings: list, obs, deps) -> int:
 
 def one_size(gpus: int) -> dict:
     from agent.detectors.engine import run_detectors
-    from agent.sweep import SweepService
+    from agent.graph.service import SweepService
     from evals.replay import trace_deps
 
     started = time.perf_counter()

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent.approvals import ApprovalStore
-from agent.audit import AuditLog
-from agent.deps import StewardDeps
-from agent.planner import Planner, PolicyModel
-from agent.policy import Policy
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.graph.deps import StewardDeps
+from agent.graph.service import SweepService
+from agent.planning.policy_model import Planner, PolicyModel
+from agent.records.approvals import ApprovalStore
+from agent.records.audit import AuditLog
 from evals.trace import ContainerTrace, Trace
 from evals.trace_cluster import NAMESPACE, TraceCluster
 from tools.notify import RecordingNotifier

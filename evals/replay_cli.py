@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.policy import load_policy
+from agent.config.policy import load_policy
 from evals.replay import run_agent, run_jds, run_naive
 from evals.replay_score import ACTIVE_PCT, Oracle, PolicyScore, oracle, score
 from evals.trace import Trace, TraceError, load_trace
@@ -80,7 +80,7 @@ def cmd_replay(args: argparse.Namespace, settings: Any) -> int:
 
 
 def register_cli(subparsers: Any) -> None:
-    from agent.cli import _duration
+    from agent.cli.main import _duration
 
     p = subparsers.add_parser("replay", help="replay a recorded GPU trace: agent vs baselines, scored on the future")
     p.add_argument("trace", type=Path, help="CSV (or .csv.gz): container id, timestamp (s), GPU util %%, [memory]")

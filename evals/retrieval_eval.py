@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from agent.runbook_index import RunbookIndex
-from agent.runbooks import RUNBOOKS_DIR, chunk_runbook, load_runbooks
+from agent.retrieval.index import RunbookIndex
+from agent.retrieval.runbooks import RUNBOOKS_DIR, chunk_runbook, load_runbooks
 
 QUERIES = Path(__file__).resolve().parent / "retrieval_queries.yaml"
 Search = Callable[[str, str | None, int], list[dict[str, Any]]]

@@ -7,11 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.approvals import ApprovalError
-from agent.audit import AuditLog
-from agent.planner import Planner
-from agent.policy import Policy
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.graph.service import SweepService
+from agent.planning.policy_model import Planner
+from agent.records.approvals import ApprovalError
+from agent.records.audit import AuditLog
 from agent.wiring import simulated_deps
 from evals.scoring import Score, score_run
 from sim.cluster import SimCluster

@@ -18,7 +18,7 @@ def take(out: Path, chromium: str) -> list[Path]:
 
     from agent.api.build import fast_forward
     from agent.api.local_server import serve_in_thread
-    from agent.settings import Settings
+    from agent.config.settings import Settings
     from server import create_app
     from tests.conftest import free_port
 

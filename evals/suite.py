@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.policy import Policy, load_policy
+from agent.config.policy import Policy, load_policy
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 # The strict scenario model forbids extra keys, so a scenario's policy lives in a sibling folder:

@@ -14,8 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from evals.trace import ContainerTrace, Trace
-from tools.models import (
+from core.cluster import (
     GpuHistory,
     GpuSeries,
     JobInfo,
@@ -26,6 +25,7 @@ from tools.models import (
     ResizeResult,
     StopResult,
 )
+from evals.trace import ContainerTrace, Trace
 
 NAMESPACE = "trace"
 POOL = "trace-pool"

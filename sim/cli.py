@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sim.durations import parse_duration
+from core.durations import parse_duration
 from sim.scenario import demo_scenario_path, load_scenario
 
 

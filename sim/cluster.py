@@ -6,12 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, cast
 
-from sim import exporter
-from sim.lifecycle import Lifecycle, Run
-from sim.metrics import MetricSlices
-from sim.scenario import Scenario
-from sim.topology import build_nodes, new_pool_node
-from tools.models import (
+from core.cluster import (
     GpuHistory,
     GpuSeries,
     JobInfo,
@@ -23,6 +18,11 @@ from tools.models import (
     ResizeResult,
     StopResult,
 )
+from sim import exporter
+from sim.lifecycle import Lifecycle, Run
+from sim.metrics import MetricSlices
+from sim.scenario import Scenario
+from sim.topology import build_nodes, new_pool_node
 
 StopStatus = Literal["stopped", "stopping", "already_gone", "refused", "error"]
 ResizeStatus = Literal["resized", "unchanged", "refused", "error"]

@@ -6,10 +6,10 @@ import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from core.cluster import GpuHistory, GpuSeries, JobIoSeries
 from sim.lifecycle import Lifecycle, Run
 from sim.signals import power_w, temp_c
 from sim.topology import SimNode
-from tools.models import GpuHistory, GpuSeries, JobIoSeries
 
 _EPS = 1e-6
 # (util %, FB used MB, temp C, power W, xid, xid time)

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sim.durations import Duration
-from sim.files import format_validation_errors, read_yaml
+from core.durations import Duration
+from core.files import format_validation_errors, read_yaml
 
 DEFAULT_START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 NAME_RE = re.compile(r"^[a-z0-9-]+$")

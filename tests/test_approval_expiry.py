@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.approvals import Approval, ApprovalError
-from agent.audit import AuditLog
 from agent.chatops.cards import approval_card_listener, card_text
 from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks
 from agent.chatops.notifier import Route
-from agent.planner import PolicyModel
-from agent.policy import PolicyError, parse_policy
-from agent.sweep import SweepService
+from agent.config.policy import PolicyError, parse_policy
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
+from agent.records.approvals import Approval, ApprovalError
+from agent.records.audit import AuditLog
 from agent.wiring import simulated_deps
 from evals.runner import run_scenario
 from sim.scenario import parse_scenario

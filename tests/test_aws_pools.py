@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.cluster import NodeInfo
 from tests.conftest import free_port, require_module
 from tools.aws_pools import AwsAutoScalingPools, AwsPoolConfig, aws_pools_from_settings
-from tools.models import NodeInfo
 
 REGION = "us-east-1"
 

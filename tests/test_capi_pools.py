@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.k8s_fake_api import FakeKubernetesApi
 from tests.k8s_fake_cluster import capi_pool, gpu_pod, kubeconfig
 from tools.capi import DELETE_MACHINE, MIN_SIZE, PRICE, CapiPoolConfig, capi_pools_from_settings

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
+from agent.cli.main import main
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "evals" / "scenarios"
 

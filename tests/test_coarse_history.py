@@ -8,8 +8,8 @@ from agent.detectors.history import merge_history
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.pools import OversizedPoolDetector
 from agent.detectors.signals import group_signals
+from core.cluster import GpuHistory, NodeInfo, PoolInfo
 from tests.test_detectors import AT, POLICY, SLICE, gpu, io, job, observe
-from tools.models import GpuHistory, NodeInfo, PoolInfo
 
 COARSE = 1800.0  # 6 fine slices
 FULL = 60  # samples a full coarse slice holds (6 x 10)
@@ -89,7 +89,7 @@ def test_empty_node_since_reaches_into_the_coarse_history():
 def test_sim_and_trace_history_agree_with_their_own_slices_at_the_coarse_step():
     from datetime import timedelta as td
 
-    from agent.planner import PolicyModel
+    from agent.planning.policy_model import PolicyModel
     from agent.wiring import simulated_deps
     from evals.bench_sweep import synthetic_trace
     from evals.replay import trace_deps

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from datetime import time as clock
 
+from agent.config.policy import Policy, parse_policy
 from agent.detectors.engine import log_candidates, run_detectors
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.longtail import long_tail_reason
@@ -13,9 +14,8 @@ from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector, in_time_window
 from agent.detectors.signals import group_signals
 from agent.detectors.zombie import ZombieDetector
-from agent.observation import LogProgress, Observation
-from agent.policy import Policy, parse_policy
-from tools.models import GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from core.cluster import GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from core.observation import LogProgress, Observation
 
 AT = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 SLICE = 300.0  # 5 minutes; the default idle window is 12 slices

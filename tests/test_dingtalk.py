@@ -27,14 +27,14 @@ from agent.chatops.cards import approval_card_listener
 from agent.chatops.links import ApprovalLinks, UsedNonces
 from agent.chatops.notifier import ChatOpsNotifier, Route
 from agent.chatops.router import chatops_router
-from agent.execute import fresh_facts
-from agent.guardrail import decide
-from agent.models import ProposedAction
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.settings import Settings
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from agent.graph.execute import fresh_facts
+from agent.graph.service import SweepService
+from agent.guardrail.decide import decide
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
+from core.actions import ProposedAction
 from sim.scenario import parse_scenario
 from tests.conftest import free_port
 from tests.loopback import send_json

@@ -7,16 +7,16 @@ from datetime import timedelta
 
 import pytest
 
-from agent.cli import main
+from agent.cli.main import main
+from agent.config.policy import Policy
+from agent.detectors.evidence import describe, describe_record, duration_zh
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.node_health import NodeHealthDetector
 from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector
 from agent.detectors.zombie import ZombieDetector
-from agent.evidence import describe, describe_record, duration_zh
-from agent.models import Finding
-from agent.planner import warning_message
-from agent.policy import Policy
+from agent.planning.policy_model import warning_message
+from core.actions import Finding
 from tests.test_detectors import AT, POLICY, gpu, hung, io, job, job_gpus, observe, pool_obs, progress
 
 # Words the English evidence is made of; none may survive in the Chinese rendering.

@@ -8,11 +8,11 @@ import pytest
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from agent.approvals import ApprovalError
-from agent.llm_planner import LLMPlanner
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.graph.service import SweepService
+from agent.planning.llm_planner import LLMPlanner
+from agent.planning.policy_model import PolicyModel
+from agent.records.approvals import ApprovalError
 from agent.wiring import simulated_deps
 from sim.scenario import parse_scenario
 from tests.scripted_model import ScriptedChatModel, rounds, tool_call

@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent import guardrail_scope
-from agent.guardrail import Facts, decide, protection_reason
-from agent.models import Exemption, Finding, History, HistoryEntry, ProposedAction
-from agent.policy import Policy, parse_policy
-from tools.models import JobInfo, PoolInfo
+from agent.config.policy import Policy, parse_policy
+from agent.guardrail import target_rules as guardrail_scope
+from agent.guardrail.decide import Facts, decide, protection_reason
+from core.actions import Exemption, Finding, History, HistoryEntry, ProposedAction
+from core.cluster import JobInfo, PoolInfo
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 JOB_ID = "ml/train-1"

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agent.guardrail import Facts, decide
-from agent.models import (
+from agent.config.policy import PROTECTED_ANNOTATIONS, Policy
+from agent.guardrail.decide import Facts, decide
+from core.actions import (
     ACTION_LEVELS,
     STOP_ACTIONS,
     STOPPABLE_KINDS,
@@ -19,8 +20,7 @@ from agent.models import (
     HistoryEntry,
     ProposedAction,
 )
-from agent.policy import PROTECTED_ANNOTATIONS, Policy
-from tools.models import JobInfo, PoolInfo
+from core.cluster import JobInfo, PoolInfo
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 JOBS = ["ml/train-1", "ml/train-2", "gpu/sweep-7"]
@@ -331,6 +331,11 @@ def test_a_stop_without_a_timely_warning_is_never_allowed(scenario, stop, way):
     if way == "namesake" and facts.job is not None:  # the job now under this name is a new one
         facts = facts.model_copy(update={"job": facts.job.model_copy(update={"uid": "uid-new"})})
     notice = timedelta(seconds=policy.warning.min_notice)
+    if way == "other_kind":  # the stop is for a kind no warning to this target was about (else: drop them)
+        warned_kinds = {e.finding_kind for e in history.entries if e.action == "notify" and e.target == action.target}
+        other_kind = next((k for k in ("idle", "zombie") if k not in warned_kinds), None)
+        if other_kind is not None:
+            action = action.model_copy(update={"finding_kind": other_kind})
     kept: list[HistoryEntry] = []
     for e in history.entries:
         if e.action == "notify" and e.status == "executed" and e.target == action.target and e.at + notice <= NOW:
@@ -342,8 +347,7 @@ def test_a_stop_without_a_timely_warning_is_never_allowed(scenario, stop, way):
                 kept.append(e.model_copy(update={"target": "ml/someone-else"}))
             elif way == "advice":  # a message that announced no stop (e.g. "request fewer GPUs next time")
                 kept.append(e.model_copy(update={"deadline": None}))
-            elif way == "other_kind":  # warned about another kind of waste
-                action = action.model_copy(update={"finding_kind": "zombie" if e.finding_kind == "idle" else "idle"})
+            elif way == "other_kind" and other_kind is not None:  # warned about another kind of waste only
                 kept.append(e)
             elif way == "namesake" and facts.job is not None:  # warned the earlier job of the same name
                 kept.append(e.model_copy(update={"target_uid": "uid-old"}))

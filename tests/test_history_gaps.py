@@ -15,24 +15,24 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
-from agent.approvals import ApprovalStore
-from agent.audit import AuditLog
-from agent.deps import StewardDeps, sweep_grid
+from agent.config.policy import Policy
 from agent.detectors.engine import run_detectors
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.longtail import long_tail_reason
 from agent.detectors.signals import group_signals
 from agent.detectors.zombie import ZombieDetector
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.report import render_report
+from agent.graph.deps import StewardDeps, sweep_grid
+from agent.graph.report import render_report
+from agent.planning.policy_model import PolicyModel
+from agent.records.approvals import ApprovalStore
+from agent.records.audit import AuditLog
 from agent.wiring import NoPools
+from core.cluster import JobInfo, LogLine, NodeInfo, StopResult
 from sim.fake_prometheus import FakePrometheus
 from tests.test_coarse_history import COARSE, hist
 from tests.test_detectors import AT, POLICY, busy_then_quiet, gpu, io, job, job_gpus, observe, progress
 from tests.test_slurm_adapter import FakeCli
 from tools import promql
-from tools.models import JobInfo, LogLine, NodeInfo, StopResult
 from tools.notify import RecordingNotifier
 from tools.prometheus import PrometheusMetrics
 from tools.slurm import SlurmScheduler

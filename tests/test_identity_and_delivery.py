@@ -10,18 +10,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.guardrail import Facts, decide
-from agent.models import Finding, History, HistoryEntry, ProposedAction
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.settings import Settings
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from agent.graph.service import SweepService
+from agent.guardrail.decide import Facts, decide
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import cluster_deps, simulated_deps
+from core.actions import Finding, History, HistoryEntry, ProposedAction
+from core.cluster import JobInfo
 from sim.scenario import load_scenario
 from tests.k8s_fake_api import FakeKubernetesApi
 from tests.k8s_fake_cluster import gpu_node, gpu_pod, kubeconfig
 from tools.kubernetes import kubernetes_scheduler_from_settings
-from tools.models import JobInfo
 from tools.notify import NoChannelNotifier
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

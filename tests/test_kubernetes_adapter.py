@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.k8s_fake_api import FakeKubernetesApi
 from tests.k8s_fake_cluster import gpu_node, gpu_pod, kubeconfig, pdb
 from tools.k8s_notify import STOP_AFTER, kubernetes_notifier_from_settings

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agent.approvals import ApprovalStore
-from agent.audit import AuditLog
-from agent.deps import StewardDeps
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.settings import Settings
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from agent.graph.deps import StewardDeps
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
+from agent.records.approvals import ApprovalStore
+from agent.records.audit import AuditLog
 from sim.cluster import SimCluster
 from sim.scenario import parse_scenario
 from tests.k8s_fake_api import FakeKubernetesApi

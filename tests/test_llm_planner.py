@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 from langchain_core.messages import AIMessage
 
-from agent.llm_planner import LLMPlanner, split_for_model
-from agent.models import Finding, History
-from agent.planner import PolicyModel
-from agent.policy import Policy
+from agent.config.policy import Policy
+from agent.planning.llm_planner import LLMPlanner, split_for_model
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
+from core.actions import Finding, History
 from sim.scenario import parse_scenario
 from tests.scripted_model import ScriptedChatModel
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agent.observation import Observation
+from core.cluster import JobInfo, LogLine
+from core.observation import Observation
 from tools.agent_tools import ToolContext, make_tools
 from tools.log_progress import analyse_log
-from tools.models import JobInfo, LogLine
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 SECRET = "ghp_0123456789abcdefghijABCDEFGHIJ012345"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from core.cluster import LogLine
 from tools.log_progress import analyse_log
-from tools.models import LogLine
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)

@@ -15,10 +15,10 @@ from langchain_core.tools import StructuredTool
 
 from agent.api.answerer import ChatContext
 from agent.api.llm_chat import answer_with_model
-from agent.llm_planner import LLMPlanner, make_chat_model
-from agent.policy import Policy
-from agent.settings import Settings
-from agent.sweep import SweepResult, SweepService
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from agent.graph.service import SweepResult, SweepService
+from agent.planning.llm_planner import LLMPlanner, make_chat_model
 from agent.wiring import simulated_deps
 from sim.scenario import load_scenario
 from tests.conftest import free_port

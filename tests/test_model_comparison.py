@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, HumanMessage
 
-from agent.llm_planner import LLMPlanner
-from agent.policy import Policy
+from agent.config.policy import Policy
+from agent.planning.llm_planner import LLMPlanner
 from evals.runner import run_scenario
 from evals.table import print_eval_tables
 from sim.scenario import parse_scenario

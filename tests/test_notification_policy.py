@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent.chatops.notifier import ChatOpsNotifier, Route
-from agent.planner import PolicyModel
-from agent.policy import Policy, PolicyError, parse_policy
-from agent.sweep import SweepService
+from agent.config.policy import Policy, PolicyError, parse_policy
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
+from core.cluster import JobInfo
 from sim.scenario import parse_scenario
 from tests.test_dingtalk import SCENARIO
-from tools.models import JobInfo
 
 # 2025-06-04 is a Wednesday; 02:00 UTC is 10:00 in Shanghai, 14:00 UTC is 22:00 there.
 WED_10_SHANGHAI = datetime(2025, 6, 4, 2, 0, tzinfo=UTC)

@@ -11,16 +11,16 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agent.cli import main
-from agent.deps import sweep_grid
-from agent.models import History
-from agent.planner import PolicyModel
-from agent.policy import MAX_SLICES, Policy, PolicyError, load_policy, parse_policy, slices_read
-from agent.protection import protection_reason
-from agent.sweep import SweepService
+from agent.cli.main import main
+from agent.config.policy import MAX_SLICES, Policy, PolicyError, load_policy, parse_policy, slices_read
+from agent.graph.deps import sweep_grid
+from agent.graph.service import SweepService
+from agent.guardrail.protection import protection_reason
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
+from core.actions import History
+from core.cluster import JobInfo
 from sim.scenario import load_scenario
-from tools.models import JobInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)

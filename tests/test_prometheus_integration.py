@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.planner import PolicyModel
-from agent.policy import parse_policy
-from agent.sweep import SweepService
+from agent.config.policy import parse_policy
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
 from sim.exporter_server import ExporterServer, SimExporter
 from sim.scenario import load_scenario

@@ -232,7 +232,7 @@ def test_bad_configuration_is_named():
 
 
 def test_factory_reads_settings():
-    from agent.settings import Settings
+    from agent.config.settings import Settings
 
     s = Settings(prometheus_url="http://127.0.0.1:9", prometheus_headers={"X-A": "b"})
     m = prometheus_metrics_from_settings(s, sample_interval_s=15.0)

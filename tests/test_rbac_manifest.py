@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.k8s_fake_api import _PATH, FakeKubernetesApi
 from tests.k8s_fake_cluster import capi_pool, gpu_pod, kubeconfig
 from tools.capi import capi_pools_from_settings

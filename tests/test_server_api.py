@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from langchain_core.messages import AIMessage
 
-from agent.settings import ApiToken, Settings
+from agent.config.settings import ApiToken, Settings
 from server import create_app
 from tests.scripted_model import ScriptedChatModel, rounds, tool_call
 
@@ -243,7 +243,7 @@ def test_chat_with_model_binds_only_read_only_tools(tmp_path):
 
 
 def test_serve_refuses_a_public_host_without_access_control(tmp_path, capsys):
-    from agent.cli import main
+    from agent.cli.main import main
 
     assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
     assert "without access control" in capsys.readouterr().out

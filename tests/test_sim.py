@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
+from core.cluster import JobInfo
 from sim.cluster import SimCluster
 from sim.scenario import ScenarioError, demo_scenario_path, load_scenario, parse_scenario
-from tools.models import JobInfo
 from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools
 
 H = 3600.0

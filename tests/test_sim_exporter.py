@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import build_parser
+from agent.cli.main import build_parser
 from sim.cadvisor import ProcessCounters
 from sim.cluster import SimCluster
 from sim.exporter_server import ExporterServer, SimExporter

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.approvals import ApprovalStore
-from agent.audit import AuditLog
-from agent.deps import StewardDeps
-from agent.planner import PolicyModel
-from agent.policy import parse_policy
-from agent.sweep import SweepService
+from agent.config.policy import parse_policy
+from agent.graph.deps import StewardDeps
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
+from agent.records.approvals import ApprovalStore
+from agent.records.audit import AuditLog
 from sim.cluster import SimCluster
 from sim.scenario import parse_scenario
 from tests.conftest import in_ci, require_binary

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.execute import fresh_facts
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.graph.execute import fresh_facts
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
+from core.cluster import JobInfo
 from sim.fake_prometheus import FakePrometheus
 from sim.scenario import load_scenario
-from tools.models import JobInfo
 from tools.prometheus import PrometheusMetrics
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "evals" / "scenarios"

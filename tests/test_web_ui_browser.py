@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.conftest import free_port, require_binary, require_module
 
 pytestmark = pytest.mark.integration

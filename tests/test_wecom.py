@@ -27,10 +27,10 @@ from fastapi.testclient import TestClient
 from agent.chatops import wecom
 from agent.chatops.router import chatops_router
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.settings import Settings
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
 from sim.scenario import parse_scenario
 from tests.conftest import free_port

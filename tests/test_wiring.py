@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.planner import PolicyModel
-from agent.policy import Policy
-from agent.settings import Settings
-from agent.sweep import SweepService
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from agent.graph.service import SweepService
+from agent.planning.policy_model import PolicyModel
 from agent.wiring import cluster_deps
 from sim.cluster import SimCluster
 from sim.fake_prometheus import FakePrometheus

@@ -14,10 +14,10 @@ from typing import Any, Literal
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from agent.models import ACTION_LEVELS, Finding, ProposedAction
-from agent.observation import Observation
-from agent.prompts import fence_untrusted
+from core.actions import ACTION_LEVELS, Finding, ProposedAction
+from core.observation import Observation
 from core.redact import DEFAULT_REDACTOR, Redactor
+from core.untrusted import fence_untrusted
 from tools.log_progress import analyse_log
 from tools.protocols import JobScheduler, LogSource
 

@@ -12,8 +12,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.cluster import NodeInfo, PoolInfo, ResizeResult
 from tools.aws_instance_types import gpus_of
-from tools.models import NodeInfo, PoolInfo, ResizeResult
 
 log = logging.getLogger(__name__)
 

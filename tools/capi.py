@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.cluster import PoolInfo, ResizeResult
 from tools.kubernetes import KubernetesScheduler, api_message
-from tools.models import PoolInfo, ResizeResult
 
 GROUP, PLURAL = "cluster.x-k8s.io", "machinedeployments"
 MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"

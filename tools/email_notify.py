@@ -20,7 +20,7 @@ from typing import Literal, cast, get_args
 
 import yaml
 
-from tools.models import NotifyResult
+from core.cluster import NotifyResult
 
 Security = Literal["none", "starttls", "ssl"]
 _ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from tools.models import GpuHistory, GpuSeries
+from core.cluster import GpuHistory, GpuSeries
 
 
 def history_from_series(series: list[GpuSeries]) -> list[GpuHistory]:

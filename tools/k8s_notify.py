@@ -7,8 +7,8 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from core.cluster import NotifyResult
 from tools.kubernetes import WallClock, api_message, split_job_id
-from tools.models import NotifyResult
 from tools.protocols import Clock
 
 STOP_AFTER = "steward.io/stop-after"

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from tools.models import JobInfo, JobState, NodeInfo
+from core.cluster import JobInfo, JobState, NodeInfo
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Pods in these phases hold or wait for GPUs; one field selector keeps the list call to them.

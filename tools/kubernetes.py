@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from core.cluster import JobInfo, LogLine, NodeInfo, StopResult
 from tools.k8s_pods import (
     ACTIVE_PODS,
     PodReading,
@@ -18,11 +19,10 @@ from tools.k8s_pods import (
     pod_gpus,
     pod_to_job,
 )
-from tools.models import JobInfo, LogLine, NodeInfo, StopResult
 from tools.protocols import Clock
 
 if TYPE_CHECKING:
-    from agent.settings import Settings
+    from agent.config.settings import Settings
 
 
 

@@ -6,9 +6,9 @@ import re
 from datetime import datetime
 from statistics import median
 
-from agent.observation import LogProgress
+from core.cluster import LogLine
+from core.observation import LogProgress
 from core.redact import DEFAULT_REDACTOR, Redactor
-from tools.models import LogLine
 
 _MAX_CHARS = 2000  # a pathological megabyte line must not cost more than a normal one
 _TAIL = 5

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tools.models import NotifyResult
+from core.cluster import NotifyResult
 from tools.protocols import Clock
 
 

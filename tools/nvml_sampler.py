@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from tools.models import GpuHistory, GpuSeries, JobIoSeries
+from core.cluster import GpuHistory, GpuSeries, JobIoSeries
 from tools.nvml import GpuReading, NvmlCollector
 from tools.pid_jobs import ProcessOwner
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries
 from tools import promql
-from tools.models import GpuHistory, GpuSeries, JobInfo, JobIoSeries
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
 MAX_WARNINGS = 10  # distinct warnings kept per sweep; the rest are counted

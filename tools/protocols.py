@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from tools.models import (
+from core.cluster import (
     GpuHistory,
     GpuSeries,
     JobInfo,

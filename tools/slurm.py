@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from tools.models import JobInfo, LogLine, NodeInfo, StopResult
+from core.cluster import JobInfo, LogLine, NodeInfo, StopResult
 from tools.slurm_cli import SlurmCli, SlurmError
 from tools.slurm_logs import expand_output_path, tail_log
 from tools.slurm_parse import (

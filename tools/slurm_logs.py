@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tools.models import LogLine
+from core.cluster import LogLine
 
 TAIL_BYTES = 1 << 20  # a training log can be gigabytes; progress shows in the last megabyte
 # A timestamp at the start of a line: 2026-11-02T14:00:00Z, [2026-11-02 14:00:00,123], 2026/11/02 14:00:00

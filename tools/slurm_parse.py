@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tools.models import JobState
+from core.cluster import JobState
 
 # squeue -o fields joined by the ASCII unit separator: no job name or path contains it.
 SEP = "\x1f"

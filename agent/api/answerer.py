@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent.api.savings import compute_savings
-from agent.approvals import Approval
-from agent.audit import AuditLog
-from agent.cost import money
-from agent.evidence import describe, kind_label
-from agent.models import Finding
-from agent.observation import Observation
+from agent.detectors.evidence import describe, kind_label
+from agent.records.approvals import Approval
+from agent.records.audit import AuditLog
+from agent.records.cost import money
+from agent.records.savings import compute_savings
+from core.actions import Finding
+from core.observation import Observation
 
 Lang = Literal["en", "zh"]
 Intent = Literal["approvals", "savings", "today", "waste", "help"]

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, HTTPException, Request
 from pydantic import BaseModel
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 
 Role = Literal["viewer", "approver"]
 AuthMode = Literal["tokens", "proxy", "local-dev"]

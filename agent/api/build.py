@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 from agent.api.runtime import SimClock, StewardRuntime
+from agent.config.settings import Settings
+from agent.graph.service import SweepService
 from agent.scheduling.leases import AlwaysLeader, LeaderLease, SqliteLease
 from agent.scheduling.scheduler import SweepSchedule
-from agent.settings import Settings
-from agent.sweep import SweepService
 
 log = logging.getLogger("steward.build")
 
@@ -41,7 +41,7 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     """The built-in demo (or settings.scenario) on a simulated clock, resuming where a restart left it."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from agent.policy import load_policy
+    from agent.config.policy import load_policy
     from agent.wiring import make_planner, simulated_deps
     from sim.scenario import demo_scenario_path, load_scenario
 
@@ -51,7 +51,7 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
                                    data_dir=data_dir, language=settings.language)
     if notifier is not None:
         deps.notifier = notifier
-    from agent.runbook_index import runbooks_from_settings
+    from agent.retrieval.index import runbooks_from_settings
 
     runbooks_from_settings(deps, settings)
     saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
@@ -61,7 +61,7 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     cluster.advance_to(min(start, scenario.duration))
     clock = SimClock(cluster, settings.sim_speed if speed is None else speed, start, state_file)
     if chat_model is None and settings.llm_configured:
-        from agent.llm_planner import make_chat_model
+        from agent.planning.llm_planner import make_chat_model
 
         chat_model = make_chat_model(settings)
     rt = StewardRuntime(service, schedule_of(settings), sim_clock=clock, lease=make_lease(settings),
@@ -74,8 +74,8 @@ def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRun
     """A real cluster (STEWARD_BACKEND=kubernetes|slurm) on the wall clock; stores under the data dir."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from agent.policy import load_policy
-    from agent.runbook_index import runbooks_from_settings
+    from agent.config.policy import load_policy
+    from agent.retrieval.index import runbooks_from_settings
     from agent.wiring import cluster_deps, make_planner
 
     deps = cluster_deps(settings, load_policy(settings.policy_file), make_planner(settings))
@@ -83,7 +83,7 @@ def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRun
     saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
     service = SweepService(deps, checkpointer=saver, run_prefix=settings.backend)
     if chat_model is None and settings.llm_configured:
-        from agent.llm_planner import make_chat_model
+        from agent.planning.llm_planner import make_chat_model
 
         chat_model = make_chat_model(settings)
     rt = StewardRuntime(service, schedule_of(settings), lease=make_lease(settings), chat_model=chat_model)

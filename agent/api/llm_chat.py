@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent.api.answerer import ChatContext, ChatEvent, Lang
-from agent.llm_planner import LANGUAGE_NAMES, refusal_message, screen_tool_calls
-from agent.prompts import fence_untrusted
+from agent.planning.llm_planner import LANGUAGE_NAMES, refusal_message, screen_tool_calls
+from agent.planning.prompts import fence_untrusted
 from tools.agent_tools import UNTRUSTED_NOTE
 
 SYSTEM = """You are GPU Steward, answering a platform/SRE operator about a GPU cluster.
@@ -41,7 +41,7 @@ def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, ma
                       count_tokens: Callable[[int], None] = lambda n: None, max_tool_calls_per_turn: int = 20,
                       max_tool_args_bytes: int = 8192) -> Iterator[ChatEvent]:
     """Only complete tool calls run: a stream cut mid-arguments, oversized arguments and calls past the per-turn
-    cap are answered with an error instead (see agent.llm_planner.screen_tool_calls)."""
+    cap are answered with an error instead (see agent.planning.llm_planner.screen_tool_calls)."""
     bound = model.bind_tools(list(ctx.tools.values()))
     messages: list[BaseMessage] = [_system(ctx, lang), HumanMessage(text)]
     yield {"type": "start", "intent": "model", "lang": lang, "answerer": getattr(model, "model_name", None) or "model"}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agent.api.savings import compute_savings
+from agent.records.savings import compute_savings
 
 if TYPE_CHECKING:
     from agent.api.runtime import StewardRuntime

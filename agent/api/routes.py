@@ -9,7 +9,6 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from agent.api.auth import Approver, Viewer, auth_mode
 from agent.api.metrics import render_metrics
 from agent.api.runtime import StewardRuntime, SweepBusy, UnknownApproval
-from agent.api.savings import compute_savings
 from agent.api.schemas import (
     ApprovalAnswer,
     ApprovalResult,
@@ -23,8 +22,9 @@ from agent.api.schemas import (
     Savings,
     SweepRun,
 )
-from agent.approvals import ApprovalError
-from sim.durations import parse_duration
+from agent.records.approvals import ApprovalError
+from agent.records.savings import compute_savings
+from core.durations import parse_duration
 
 router = APIRouter()
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 
 from agent.api.auth import Viewer
-from agent.runbooks import RUNBOOKS_DIR, Runbook, load_runbooks
+from agent.retrieval.runbooks import RUNBOOKS_DIR, Runbook, load_runbooks
 
 router = APIRouter(tags=["runbooks"])
 

@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from agent.approvals import Approval, ApprovalError
-from agent.models import Finding
+from agent.graph.service import SweepResult, SweepService
+from agent.records.approvals import Approval, ApprovalError
 from agent.scheduling.leases import LeaderLease
 from agent.scheduling.scheduler import SweepSchedule, SweepScheduler
-from agent.sweep import SweepResult, SweepService
+from core.actions import Finding
 
 log = logging.getLogger("steward.runtime")
 

@@ -7,9 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.approvals import Approval
-from agent.audit import AuditEntry
-from agent.models import Finding
+from agent.records.approvals import Approval
+from agent.records.audit import AuditEntry
+from agent.records.savings import Savings, SavingsPoint, TeamWaste  # noqa: F401 - part of the API
+from core.actions import Finding
 
 
 class Health(BaseModel):
@@ -62,29 +63,6 @@ class AuditPage(BaseModel):
     limit: int
     offset: int
     next_offset: int | None
-
-
-class SavingsPoint(BaseModel):
-    at: datetime
-    reclaimed_gpu_hours: float = Field(description="Cumulative GPU-hours reclaimed by actions up to this time.")
-    reclaimed_money: float
-
-
-class TeamWaste(BaseModel):
-    team: str
-    gpu_hours: float
-    money: float
-    findings: int
-
-
-class Savings(BaseModel):
-    currency: str
-    at: datetime
-    reclaimed_gpu_hours: float
-    reclaimed_money: float
-    actions: int = Field(description="Executed stops and resizes that free GPUs.")
-    timeline: list[SavingsPoint]
-    waste_by_team: list[TeamWaste] = Field(description="Waste the latest sweep found, by team/project.")
 
 
 class SweepRun(BaseModel):

@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 
-from agent.approvals import Approval
 from agent.chatops import dingtalk, wecom
 from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks
 from agent.chatops.notifier import Route
+from agent.records.approvals import Approval
 
 log = logging.getLogger("steward.chatops")
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
-from agent.approvals import ApprovalError
 from agent.chatops.directory import UserDirectory
-from agent.deps import StewardDeps
-from agent.evidence import describe, kind_label
-from agent.models import Finding
-from sim.durations import format_duration, parse_duration
+from agent.detectors.evidence import describe, kind_label
+from agent.graph.deps import StewardDeps
+from agent.records.approvals import ApprovalError
+from core.actions import Finding
+from core.durations import format_duration, parse_duration
 
 Answer = Callable[[str, str, str], str]  # (question, user, language) -> reply
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days

@@ -7,7 +7,7 @@ from datetime import datetime, time, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from agent.policy import Policy
+from agent.config.policy import Policy
 
 Verdict = Literal["send", "defer", "suppress"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 
 
 @dataclass

@@ -12,9 +12,9 @@ import httpx
 from agent.chatops import dingtalk, wecom
 from agent.chatops.delivery import DeliveryPolicy, dedupe_key
 from agent.chatops.directory import UserDirectory
-from agent.policy import Policy
-from agent.settings import Settings
-from tools.models import NotifyResult
+from agent.config.policy import Policy
+from agent.config.settings import Settings
+from core.cluster import NotifyResult
 from tools.protocols import Clock, JobScheduler
 
 log = logging.getLogger("steward.chatops")

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
-from agent.approvals import ApprovalError
 from agent.chatops import dingtalk, wecom
 from agent.chatops.commands import Answer, ChatCommands, StewardService
 from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks, LinkRefused, UsedNonces
 from agent.chatops.replay import NonceCache
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
-from agent.settings import Settings
+from agent.config.settings import Settings
+from agent.records.approvals import ApprovalError
 
 WECOM_MAX_SKEW_S = 300.0
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from agent.config.policy import Policy
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.node_health import NodeHealthDetector
 from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector
 from agent.detectors.signals import ClusterSignals, group_signals
 from agent.detectors.zombie import ZombieDetector
-from agent.models import Finding
-from agent.observation import Observation
-from agent.policy import Policy
+from core.actions import Finding
+from core.observation import Observation
 
 
 class Detector(Protocol):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tools.models import GpuHistory
+from core.cluster import GpuHistory
 
 
 def align_end(values: list, length: int) -> list:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from agent.config.policy import Policy
+from agent.detectors.evidence import io_metrics, log_metrics
 from agent.detectors.longtail import long_tail_reason
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
-from agent.evidence import io_metrics, log_metrics
-from agent.models import Finding
-from agent.observation import LogProgress, Observation
-from agent.policy import Policy
-from sim.durations import format_duration
-from tools.models import JobInfo
+from core.actions import Finding
+from core.cluster import JobInfo
+from core.durations import format_duration
+from core.observation import LogProgress, Observation
 
 ACTIVE_STATES = frozenset({"running", "stopping"})
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from agent.config.policy import LongTailRule
 from agent.detectors.signals import JobSeries, JobWindow, window_slices
-from agent.observation import LogProgress
-from agent.policy import LongTailRule
-from sim.durations import format_duration
+from core.durations import format_duration
+from core.observation import LogProgress
 
 
 def long_tail_reason(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from agent.config.policy import Policy
 from agent.detectors.signals import ClusterSignals, group_signals
-from agent.models import Finding
-from agent.observation import Observation
-from agent.policy import Policy
+from core.actions import Finding
+from core.observation import Observation
 
 # What an XID usually means, in the words an on-call engineer searches for.
 XID_MEANINGS: dict[int, str] = {

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from agent.config.policy import Policy
 from agent.detectors.signals import ClusterSignals, group_signals
-from agent.models import Finding
-from agent.observation import Observation
-from agent.policy import Policy
-from sim.durations import format_duration
+from core.actions import Finding
+from core.durations import format_duration
+from core.observation import Observation
 
 
 class OverprovisionedDetector:

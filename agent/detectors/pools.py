@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, time, timedelta
 
+from agent.config.policy import Policy
 from agent.detectors.signals import ClusterSignals, CoarseHistory, align_end, group_signals, valid_pct, window_slices
-from agent.models import Finding
-from agent.observation import Observation
-from agent.policy import Policy
-from sim.durations import format_duration
-from tools.models import GpuSeries, NodeInfo
+from core.actions import Finding
+from core.cluster import GpuSeries, NodeInfo
+from core.durations import format_duration
+from core.observation import Observation
 
 _HOLDING_STATES = frozenset({"running", "stopping", "pending"})
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agent.detectors.history import CoarseHistory, align_end, merge_history
-from agent.observation import Observation
-from sim.durations import format_duration
-from tools.models import GpuHistory, GpuSeries, JobIoSeries
+from core.cluster import GpuHistory, GpuSeries, JobIoSeries
+from core.durations import format_duration
+from core.observation import Observation
 
 __all__ = ["CoarseHistory", "align_end"]
 

@@ -1,0 +1,169 @@
+"""`steward sweep`: replay a simulated cluster (the demo by default) or sweep the real one, and report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from agent.config.policy import load_policy
+from agent.config.settings import Settings
+from agent.graph.deps import StewardDeps
+from sim.scenario import demo_scenario_path, load_scenario
+
+WORDS = {
+    "en": {
+        "header": "GPU Steward on simulated cluster '{name}' ({about})",
+        "sweeping": "Sweeping every {every}m from {start} to {end} UTC ({n} sweeps; planner: {planner}).",
+        "timeline": "What the agent did along the way:",
+        "level": "level",
+        "answered": "{decision}d by {by}",
+        "refused": "refused", "awaiting": "awaiting approval", "allowed": "allowed",
+        "waiting": "Waiting for a human:",
+        "expires": "expires",
+        "over_run": "Over the run: {findings} findings on {targets} targets; {notify} warnings, {terminate} graceful "
+                    "stops, {force} forced stops, {resize} pool resizes executed.",
+        "reclaimed": "Reclaimed so far: {hours:.1f} GPU-hours ({money}).",
+        "warning_as": "A warning as {who} received it at {at}:",
+        "audit": "Audit log: {path}  ({count} entries)",
+    },
+    "zh": {
+        "header": "GPU Steward 模拟集群 '{name}'（{about}）",
+        "sweeping": "从 {start} 到 {end} UTC 每 {every} 分钟巡检一次（共 {n} 次；规划器：{planner}）。",
+        "timeline": "巡检过程中的操作：",
+        "level": "级别",
+        "answered": "{by} {decision_zh}",
+        "refused": "被护栏拒绝", "awaiting": "等待审批", "allowed": "已允许",
+        "waiting": "等待人工审批：",
+        "expires": "过期时间",
+        "over_run": "本次运行：{targets} 个目标上 {findings} 项发现；已执行 {notify} 次警告、{terminate} 次优雅停止、"
+                    "{force} 次强制停止、{resize} 次节点池缩容。",
+        "reclaimed": "累计回收：{hours:.1f} GPU 小时（{money}）。",
+        "warning_as": "{who} 于 {at} 收到的警告：",
+        "audit": "审计日志：{path}（{count} 条）",
+    },
+}
+
+
+def _words(language: str) -> dict[str, str]:
+    return WORDS.get(language, WORDS["en"])
+
+
+def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    """One sweep of the real cluster that STEWARD_BACKEND names."""
+    from agent.graph.service import SweepService
+    from agent.retrieval.index import runbooks_from_settings
+    from agent.wiring import cluster_deps, make_planner
+
+    policy = load_policy(args.policy or settings.policy_file)
+    deps = cluster_deps(settings, policy, make_planner(settings))
+    runbooks_from_settings(deps, settings)
+    saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
+    result = SweepService(deps, checkpointer=saver, run_prefix=settings.backend).sweep(trigger="cli")
+    if args.json:
+        print(json.dumps(result.state, default=str, ensure_ascii=False, indent=2))
+    else:
+        print(result.report)
+        print("\n" + _words(deps.language)["audit"].format(path=deps.audit.path, count=deps.audit.count()))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.graph.service import SweepService
+    from agent.retrieval.index import runbooks_from_settings
+    from agent.wiring import make_planner, simulated_deps
+    from evals.runner import ScriptedApprovals
+
+    if settings.backend != "sim" and args.scenario is None:
+        return cmd_sweep_cluster(args, settings)
+    language = args.lang or settings.language
+    w = _words(language)
+    scenario = load_scenario(args.scenario or settings.scenario or demo_scenario_path())
+    policy = load_policy(args.policy or settings.policy_file)
+    run_dir = settings.ensure_data_dir() / "runs" / f"{scenario.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    deps, cluster = simulated_deps(scenario, policy, make_planner(settings), data_dir=run_dir, language=language)
+    index_dir = settings.runbook_index_dir or settings.data_dir / "runbooks-index"
+    if settings.runbooks_enabled and not settings.chroma_url and not index_dir.exists():
+        print("Building the runbook index once (20-60 s; later runs reuse it)...", file=sys.stderr, flush=True)
+    runbooks_from_settings(deps, settings)
+    saver = SqliteSaver(sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False))
+    service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
+    until = min(args.at if args.at is not None else scenario.duration, scenario.duration)
+    every = args.every or settings.sweep_every_s
+    times = [until] if args.once else [t * every for t in range(1, int(until // every) + 1)] or [until]
+    if times[-1] < until:
+        times.append(until)
+    timeline: list[str] = []
+    result = None
+    scripted = ScriptedApprovals(scenario, service)  # the scenario's scripted human answers
+    verdict_words = {"deny": w["refused"], "needs_approval": w["awaiting"], "allow": w["allowed"]}
+    for t in times:
+        cluster.advance_to(t)
+        service.expire_due()
+        for answered in scripted.answer_due(t):
+            a = answered.state.get("approval", {})
+            who = w["answered"].format(decision=a.get("decision"), by=a.get("by"),
+                                       decision_zh="批准" if a.get("decision") == "approve" else "拒绝")
+            for o in answered.state.get("outcomes", []):
+                timeline.append(f"  {cluster.now():%H:%M}  {o['action']:<16} {o['target']:<34} {w['level']} "
+                                f"{o['level']}  {who}: {o['status']}")
+        result = service.sweep(trigger="cli")
+        outs = {o["id"]: o for o in result.state.get("outcomes", [])}
+        for d in result.state.get("decisions", []):
+            status = outs.get(d["id"], {}).get("status") or verdict_words[d["decision"]["verdict"]]
+            timeline.append(f"  {cluster.now():%H:%M}  {d['proposal']['action']:<16} {d['proposal']['target']:<34} "
+                            f"{w['level']} {d['decision']['level']}  {status}")
+    assert result is not None
+    if args.json:
+        print(json.dumps({"scenario": scenario.name, "run_dir": str(run_dir), "state": result.state,
+                          "timeline": timeline, "pending_approvals": [a.model_dump(mode="json")
+                                                                       for a in deps.approvals.pending()]},
+                         default=str, ensure_ascii=False, indent=2))
+        return 0
+    about = scenario.description.strip().splitlines()[0] if scenario.description else ""
+    print(w["header"].format(name=scenario.name, about=about))
+    print(w["sweeping"].format(every=int(every // 60), start=f"{scenario.start:%H:%M}", end=f"{cluster.now():%H:%M}",
+                               n=len(times), planner=deps.planner.name) + "\n")
+    if timeline and not args.once:
+        print(w["timeline"])
+        print("\n".join(timeline) + "\n")
+    print(result.report)
+    pending = deps.approvals.pending()
+    if pending:
+        print("\n" + w["waiting"])
+        for a in pending:
+            print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} {a.expires_at:%H:%M} UTC")
+    print(run_summary(deps))
+    print("\n" + w["audit"].format(path=deps.audit.path, count=deps.audit.count()))
+    return 0
+
+
+def run_summary(deps: StewardDeps) -> str:
+    """What the whole run found, did and saved, and one warning as its owner received it."""
+    from agent.records.cost import money
+    from agent.records.savings import compute_savings
+
+    w = _words(deps.language)
+    found = {(e.target, e.status) for e in deps.audit.entries(kind="finding", limit=1_000_000)}
+    done = deps.audit.entries(kind="execution", status="executed", limit=100_000)
+    count = {a: sum(1 for e in done if e.action == a) for a in ("notify", "terminate", "force_terminate",
+                                                                "resize_pool")}
+    savings = compute_savings(deps.audit, [], deps.clock.now(), deps.currency)
+    lines = [
+        "",
+        w["over_run"].format(findings=len(found), targets=len({t for t, _ in found}), notify=count["notify"],
+                             terminate=count["terminate"], force=count["force_terminate"],
+                             resize=count["resize_pool"]),
+        w["reclaimed"].format(hours=savings.reclaimed_gpu_hours, money=money(savings.reclaimed_money, deps.currency)),
+    ]
+    sent: list[Any] = getattr(deps.notifier, "sent", [])
+    warning = next((m for m in sent if "SIGTERM" in m.body), sent[0] if sent else None)
+    if warning is not None:
+        lines += ["", w["warning_as"].format(who=warning.recipient, at=f"{warning.at:%H:%M}")]
+        lines += [f"  | {line}" for line in warning.body.splitlines()]
+    return "\n".join(lines)

@@ -1,0 +1,407 @@
+"""The operator's policy file: detector thresholds, protection, levels, limits. Validated."""
+
+from __future__ import annotations
+
+import math
+from datetime import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from core.durations import format_duration, parse_duration
+from core.files import format_validation_errors, read_yaml
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message names the file and key."""
+
+
+class _Section(BaseModel):
+    # NaN and infinity are refused everywhere: no threshold or period means anything with them.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# Longer than a year is a typo, and past this the clock arithmetic of a sweep would overflow.
+MAX_DURATION_S = 366 * 86400.0
+# Slices one sweep reads per series (fine over the windows, coarse over the long-tail lookback);
+# Prometheus refuses range queries over 11,000 points, and every slice costs memory and time.
+MAX_SLICES = 10_000
+
+
+def _seconds(value: object) -> float:
+    try:
+        return parse_duration(value)
+    except OverflowError:
+        raise ValueError("not a duration: far too long") from None
+
+
+def _bounded(seconds: float) -> float:
+    if not math.isfinite(seconds):
+        raise ValueError("a duration must be finite")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"{format_duration(seconds)} is longer than the {format_duration(MAX_DURATION_S)} maximum")
+    return seconds
+
+
+def _positive(seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError("must be longer than 0 (e.g. 30s, 15m, 2h)")
+    return seconds
+
+
+# A period that may be 0 (no notice, no grace) and one that may not (windows, slices, repeat, expiry).
+Duration = Annotated[float, BeforeValidator(_seconds), AfterValidator(_bounded)]
+PositiveDuration = Annotated[float, BeforeValidator(_seconds), AfterValidator(_bounded), AfterValidator(_positive)]
+
+
+class IdleRule(_Section):
+    window: PositiveDuration = 3600.0
+    util_threshold_pct: float = Field(2.0, ge=0, le=100)
+    min_coverage: float = Field(0.9, gt=0, le=1)  # share of expected samples that must be present
+
+
+class ZombieRule(_Section):
+    window: PositiveDuration = 1800.0
+    busy_threshold_pct: float = Field(90.0, ge=0, le=100)  # "pinned" GPU
+    cpu_threshold_pct: float = Field(5.0, ge=0)
+    log_cadence_factor: float = Field(3.0, ge=1)  # no progress for this many usual log gaps
+
+
+class OverprovisionedRule(_Section):
+    window: PositiveDuration = 3600.0
+    working_util_pct: float = Field(10.0, ge=0, le=100)
+    ratio: float = Field(2.0, ge=1)
+    min_gpus: int = Field(2, ge=2)
+
+
+class LongTailRule(_Section):
+    lookback: PositiveDuration = 24 * 3600.0  # a whole day, so a service's quiet hours are part of its history
+    # Beyond the detectors' windows the day is read in coarse slices (max and sample count only): a fraction
+    # of the fine slices' cost. Rounded to a whole number of fine slices.
+    history_slice: PositiveDuration = 900.0
+    quiet_factor: float = Field(1.5, ge=1)  # quiet stretch must exceed this many past gaps
+    quiet_share: float = Field(1 / 3, ge=0, le=1)  # ... and this share of the span it worked in the lookback
+    io_threshold_mbps: float = Field(1.0, ge=0)
+    cpu_active_pct: float = Field(50.0, ge=0)
+
+
+class NodeHealthRule(_Section):
+    max_temp_c: float = Field(90.0, gt=0, le=150)  # above 150 C no GPU runs: the check would never fire
+    ignore_xids: list[int] = [13, 31, 43]  # application faults, not hardware
+
+
+class PoolRule(_Section):
+    empty_window: PositiveDuration = 3600.0
+    scale_down_start: time | None = None  # e.g. "20:00" (UTC); None = any hour
+    scale_down_end: time | None = None
+
+    @model_validator(mode="after")
+    def _both(self) -> PoolRule:
+        if (self.scale_down_start is None) != (self.scale_down_end is None):
+            raise ValueError("scale_down_start and scale_down_end go together")
+        return self
+
+
+class Detectors(_Section):
+    slice: PositiveDuration = 300.0
+    idle: IdleRule = IdleRule()
+    zombie: ZombieRule = ZombieRule()
+    overprovisioned: OverprovisionedRule = OverprovisionedRule()
+    longtail: LongTailRule = LongTailRule()
+    node_health: NodeHealthRule = NodeHealthRule()
+    pools: PoolRule = PoolRule()
+
+    @model_validator(mode="after")
+    def _readable(self) -> Detectors:
+        windows = {"idle.window": self.idle.window, "zombie.window": self.zombie.window,
+                   "overprovisioned.window": self.overprovisioned.window, "pools.empty_window": self.pools.empty_window}
+        for key, seconds in windows.items():
+            if seconds < self.slice:
+                raise ValueError(f"{key} ({format_duration(seconds)}) is shorter than slice "
+                                 f"({format_duration(self.slice)}): a window is a whole number of slices")
+        fine, coarse = slices_read(self)
+        if fine > MAX_SLICES:
+            raise ValueError(f"a sweep would read {fine} slices of {format_duration(self.slice)} per series "
+                             f"(more than {MAX_SLICES}): make slice longer or the windows shorter")
+        if coarse > MAX_SLICES:
+            raise ValueError(f"longtail.lookback ({format_duration(self.longtail.lookback)}) would be read in "
+                             f"{coarse} coarse slices (more than {MAX_SLICES}): make longtail.history_slice "
+                             f"longer or the lookback shorter")
+        return self
+
+
+def slices_read(d: Detectors) -> tuple[int, int]:
+    """Fine and coarse slices one sweep reads per series: agent.graph.deps.sweep_grid's arithmetic, in slice counts."""
+    longest = max(d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window)
+    window = max(1, math.ceil(longest / d.slice - 1e-9))
+    ratio = max(1, min(round(d.longtail.history_slice / d.slice), window))  # fine slices per coarse one
+    coarse = ratio * d.slice
+    fine = math.ceil(longest / coarse - 1e-9) * ratio
+    history = math.ceil(d.longtail.lookback / coarse - 1e-9)
+    if history * ratio <= fine:
+        return fine, 0
+    return min(fine + ratio, history * ratio), history
+
+
+# Built-in protections: a policy's own lists add to these, and only remove_builtin takes one away.
+PROTECTED_NAMESPACES = ["kube-system"]
+PROTECTED_LABELS = {"steward.io/protected": "true"}
+PROTECTED_ANNOTATIONS = {
+    "steward.io/protected": "true",
+    "karpenter.sh/do-not-disrupt": "true",
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+}
+_BUILTIN: dict[str, list[str] | dict[str, str]] = {
+    "namespaces": PROTECTED_NAMESPACES, "labels": PROTECTED_LABELS, "annotations": PROTECTED_ANNOTATIONS,
+}
+
+
+class BuiltinRemoval(_Section):
+    """Built-in protections a policy gives up, each by name (label and annotation keys)."""
+
+    namespaces: list[str] = []
+    labels: list[str] = []
+    annotations: list[str] = []
+
+    @field_validator("namespaces", "labels", "annotations")
+    @classmethod
+    def _builtin(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        builtin = _BUILTIN[str(info.field_name)]
+        unknown = [name for name in value if name not in builtin]
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))} is not a built-in protection "
+                             f"(built-in: {', '.join(builtin)})")
+        return list(dict.fromkeys(value))
+
+
+def _same(a: str, b: str) -> bool:
+    return a.strip().lower() == b.strip().lower()  # as agent/guardrail/protection.py compares label values
+
+
+def _builtin_pair(builtin: dict[str, str], key: str, value: str) -> bool:
+    return key in builtin and _same(builtin[key], value)
+
+
+class Protection(_Section):
+    """What the steward never touches. Validated, each list holds the built-ins plus the file's own entries."""
+
+    remove_builtin: BuiltinRemoval = BuiltinRemoval()  # first: the lists below are checked against it
+    namespaces: list[str] = []
+    users: list[str] = []
+    projects: list[str] = []
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    partitions: list[str] = []  # Slurm
+    accounts: list[str] = []  # Slurm
+    qos: list[str] = []  # Slurm
+    priorities: list[Literal["low", "normal", "high"]] = []
+    jobs: list[str] = []  # exact job ids
+
+    @field_validator("namespaces", "labels", "annotations")
+    @classmethod
+    def _not_both(cls, value: Any, info: ValidationInfo) -> Any:
+        """A built-in is kept, or removed by name; listing it while removing it, or changing its value, is an error."""
+        removal = info.data.get("remove_builtin")
+        if removal is None:
+            return value  # remove_builtin itself is wrong; that error is reported
+        key = str(info.field_name)
+        removed = getattr(removal, key)
+        builtin = _BUILTIN[key]
+        for name in value:
+            if isinstance(value, dict) and isinstance(builtin, dict) and name in builtin:
+                same = _same(value[name], builtin[name])
+                if same and name in removed:
+                    raise ValueError(f"{name}={value[name]} is also in protection.remove_builtin.{key}")
+                if not same and name not in removed:
+                    raise ValueError(f"{name} is built in as {name}={builtin[name]}; to change its value, also "
+                                     f"name it in protection.remove_builtin.{key}")
+            elif name in removed:
+                raise ValueError(f"{name!r} is also in protection.remove_builtin.{key}")
+        return value
+
+    @model_validator(mode="after")
+    def _with_builtins(self) -> Protection:
+        drop = self.remove_builtin
+        kept = [n for n in PROTECTED_NAMESPACES if n not in drop.namespaces]
+        self.namespaces = kept + [n for n in dict.fromkeys(self.namespaces) if n not in kept]
+        self.labels = {k: v for k, v in PROTECTED_LABELS.items() if k not in drop.labels} | self.labels
+        self.annotations = {k: v for k, v in PROTECTED_ANNOTATIONS.items() if k not in drop.annotations} | self.annotations
+        return self
+
+    def removed(self) -> list[str]:
+        """The built-in protections this policy gives up, as `kind name` (what `policy check` warns about)."""
+        return ([f"namespace {n}" for n in self.remove_builtin.namespaces]
+                + [f"label {k}={PROTECTED_LABELS[k]}" for k in self.remove_builtin.labels]
+                + [f"annotation {k}={PROTECTED_ANNOTATIONS[k]}" for k in self.remove_builtin.annotations])
+
+    def added(self) -> list[str]:
+        """The protections this policy adds to the built-ins, as `kind name`."""
+        out = [f"namespace {n}" for n in self.namespaces if n not in PROTECTED_NAMESPACES]
+        out += [f"label {k}={v}" for k, v in self.labels.items() if not _builtin_pair(PROTECTED_LABELS, k, v)]
+        out += [f"annotation {k}={v}" for k, v in self.annotations.items()
+                if not _builtin_pair(PROTECTED_ANNOTATIONS, k, v)]
+        for kind, names in (("user", self.users), ("project", self.projects), ("partition", self.partitions),
+                            ("account", self.accounts), ("qos", self.qos), ("priority", self.priorities),
+                            ("job", self.jobs)):
+            out += [f"{kind} {n}" for n in names]
+        return out
+
+
+class LevelOverride(_Section):
+    namespace: str | None = None
+    project: str | None = None
+    max_auto: int | None = Field(None, ge=0, le=4)
+    max: int | None = Field(None, ge=0, le=4)
+
+    @model_validator(mode="after")
+    def _scope(self) -> LevelOverride:
+        if (self.namespace is None) == (self.project is None):
+            raise ValueError("an override names exactly one of namespace or project")
+        return self
+
+
+class Levels(_Section):
+    max_auto: int = Field(2, ge=0, le=4)  # highest level done without a human
+    max: int = Field(4, ge=0, le=4)  # hard ceiling: above it, always denied
+    require_approval: list[int] = [3, 4]
+    overrides: list[LevelOverride] = []
+
+    @field_validator("require_approval")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        bad = [v for v in value if v not in (1, 2, 3, 4)]
+        if bad:
+            raise ValueError(f"levels are 1..4, got {bad}")
+        return value
+
+
+class Warning(_Section):
+    min_notice: Duration = 1800.0  # between the warning and the earliest stop
+    repeat_every: PositiveDuration = 4 * 3600.0  # at most one message per job and violation per period
+
+
+class Stop(_Section):
+    grace_period: Duration = 300.0  # SIGTERM to force
+
+
+class CircuitBreaker(_Section):
+    max_failures_per_hour: int = Field(3, ge=1)
+    max_reclaimed_gpus_per_hour: int = Field(64, ge=1)
+
+
+class RateLimits(_Section):
+    stops_per_hour: int = Field(20, ge=0)
+    circuit_breaker: CircuitBreaker = CircuitBreaker()
+
+
+class Reserve(_Section):
+    fraction: float = Field(0.10, ge=0, le=1)  # pool GPUs kept free, never released automatically
+
+
+class Approvals(_Section):
+    expire_after: PositiveDuration = 4 * 3600.0
+    # Silence is never a yes, nor a final no: a request that expired unanswered is asked again this long
+    # after it expired if the action is still proposed (null: never), each time to the next group below
+    # (the last group keeps being asked). A denied request is not re-asked. [] = the configured approvers.
+    reask_after: PositiveDuration | None = 2 * 3600.0
+    escalation: list[list[str]] = []
+
+    @field_validator("escalation")
+    @classmethod
+    def _groups(cls, value: list[list[str]]) -> list[list[str]]:
+        if any(not group or not all(name.strip() for name in group) for group in value):
+            raise ValueError("each escalation group is a non-empty list of approver names")
+        return value
+
+
+class Notifications(_Section):
+    """When owners may be messaged (ChatOps); approval cards to approvers are not held back."""
+
+    working_hours: str = "09:00-19:00"
+    timezone: str = "Asia/Shanghai"
+    weekdays_only: bool = True
+    outside_hours: Literal["defer", "send"] = "defer"
+
+    @field_validator("working_hours")
+    @classmethod
+    def _hours(cls, value: str) -> str:
+        try:
+            start, end = (time.fromisoformat(part.strip()) for part in value.split("-"))
+        except ValueError:
+            raise ValueError(f"working_hours is 'HH:MM-HH:MM', got {value!r}") from None
+        if start == end:
+            raise ValueError("working_hours start and end are the same")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {value!r}") from None
+        return value
+
+
+class Policy(_Section):
+    version: Literal[1] = 1
+    mode: Literal["enforce", "dry_run", "observe"] = "enforce"
+    detectors: Detectors = Detectors()
+    protection: Protection = Protection()
+    levels: Levels = Levels()
+    warning: Warning = Warning()
+    stop: Stop = Stop()
+    rate_limits: RateLimits = RateLimits()
+    reserve: Reserve = Reserve()
+    approvals: Approvals = Approvals()
+    notifications: Notifications = Notifications()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Policy:
+        if self.levels.max_auto > self.levels.max:
+            raise ValueError("levels.max_auto is above levels.max")
+        return self
+
+    def levels_for(self, namespace: str | None, project: str | None) -> tuple[int, int]:
+        """(max_auto, max) for a job's scope; the strictest matching override wins."""
+        max_auto, hard_max = self.levels.max_auto, self.levels.max
+        for o in self.levels.overrides:
+            if (o.namespace is not None and o.namespace == namespace) or (
+                o.project is not None and o.project == project
+            ):
+                if o.max_auto is not None:
+                    max_auto = min(max_auto, o.max_auto)
+                if o.max is not None:
+                    hard_max = min(hard_max, o.max)
+        return min(max_auto, hard_max), hard_max
+
+
+def parse_policy(data: Any, source: str = "<policy>") -> Policy:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: a policy is a mapping at the top level")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(format_validation_errors(source, exc)) from None
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """The policy at `path`, or the defaults when no path is given."""
+    if path is None:
+        return Policy()
+    return parse_policy(read_yaml(path, PolicyError), str(path))

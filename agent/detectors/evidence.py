@@ -1,0 +1,177 @@
+"""A finding's evidence in the reader's language: Chinese rendered from its numbers, English as the detector wrote it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from core.actions import Finding
+
+if TYPE_CHECKING:
+    from agent.detectors.signals import JobWindow
+    from core.observation import LogProgress
+
+# Finding kinds as a Chinese-speaking on-call engineer names them.
+KIND_ZH: dict[str, str] = {
+    "idle": "空闲",
+    "zombie": "僵尸",
+    "overprovisioned": "超配",
+    "node_health": "节点健康",
+    "oversized": "节点池过大",
+}
+
+XID_MEANINGS_ZH: dict[int, str] = {
+    48: "双比特 ECC 错误",
+    63: "ECC 页退役/行重映射事件",
+    64: "ECC 页退役/行重映射失败",
+    74: "NVLink 错误",
+    79: "GPU 已从总线掉线",
+    92: "单比特 ECC 错误率过高",
+    94: "已隔离的 ECC 错误",
+    95: "未隔离的 ECC 错误",
+}
+
+_GPU_PROBLEM = re.compile(r"^gpu(\d+)_(xid|temp_c)$")
+_POOL_NAMES = re.compile(r"\(([^()]*)\); jobs hold")
+Metrics = dict[str, float]
+
+
+def log_metrics(logs: LogProgress | None, at: datetime) -> Metrics:
+    """A job's log progress as metrics numbers, for the detectors to keep on their findings."""
+    if logs is None:
+        return {"log_inspected": 0.0}
+    out = {"log_inspected": 1.0, "log_lines": float(logs.lines)}
+    if logs.last_progress_at is not None:
+        out["log_progress_age_s"] = (at - logs.last_progress_at).total_seconds()
+        if logs.last_step is not None:
+            out["log_last_step"] = logs.last_step
+    return out
+
+
+def io_metrics(w: JobWindow) -> Metrics:
+    """A window's CPU and I/O (what its io_summary prints) as metrics numbers."""
+    pairs = {"cpu_pct": w.cpu_avg, "net_max_mbps": w.net_max, "disk_max_mbps": w.disk_max}
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def kind_label(kind: str, language: str) -> str:
+    """`idle` -> 空闲 in Chinese; the kind itself otherwise."""
+    return KIND_ZH.get(kind, kind) if language == "zh" else kind
+
+
+def duration_zh(seconds: float) -> str:
+    """45 秒, 20 分钟, 1 小时 5 分, 2 小时 (the Chinese twin of format_duration)."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} 秒"
+    hours, minutes = divmod(seconds // 60, 60)
+    if hours == 0:
+        return f"{minutes} 分钟"
+    return f"{hours} 小时 {minutes} 分" if minutes else f"{hours} 小时"
+
+
+def _log(f: Finding, m: Metrics) -> str:
+    if not m["log_inspected"]:
+        return "未检查日志"
+    if "log_progress_age_s" in m:
+        last = f.detected_at - timedelta(seconds=m["log_progress_age_s"])
+        step = f"（步数 {m['log_last_step']:g}）" if "log_last_step" in m else ""
+        return f"日志自 {last:%H:%M} 起无进展{step}"
+    if m["log_lines"]:
+        return f"最近 {m['log_lines']:g} 行日志无进展"
+    return "日志为空"
+
+
+def _io(m: Metrics) -> str:
+    parts = []
+    if "cpu_pct" in m:
+        parts.append(f"CPU {m['cpu_pct']:.1f}%")
+    if "net_max_mbps" in m:
+        parts.append(f"网络接收最高 {m['net_max_mbps']:.1f} MB/s")
+    if "disk_max_mbps" in m:
+        parts.append(f"磁盘读取最高 {m['disk_max_mbps']:.1f} MB/s")
+    return "，".join(parts) if parts else "无 CPU/IO 指标"
+
+
+def _idle(f: Finding, m: Metrics) -> str:
+    return (
+        f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续 {duration_zh(m['quiet_s'])}"
+        f"（样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}"
+    )
+
+
+def _zombie(f: Finding, m: Metrics) -> str:
+    gap = f"，通常间隔 {duration_zh(m['log_gap_s'])}" if "log_gap_s" in m else ""
+    return (
+        f"{f.gpus} 块 GPU 在 {duration_zh(m['window_s'])}内平均利用率最低 {m['util_min_pct']:.0f}%"
+        f"（样本覆盖率 {m['coverage']:.0%}），但{_log(f, m)}：已静默 {duration_zh(m['log_silent_s'])}{gap}；"
+        f"{_io(m)}；疑似卡死（例如 NCCL 集合通信挂起）"
+    )
+
+
+def _overprovisioned(f: Finding, m: Metrics) -> str:
+    utils = [m[f"gpu_util_pct_{k}"] for k in range(int(m["gpus_requested"]))]
+    return (
+        f"申请 {m['gpus_requested']:g} 块 GPU，仅 {m['gpus_working']:g} 块在工作（平均利用率 ≥ {m['working_util_pct']:g}%），"
+        f"统计时长 {duration_zh(m['window_s'])}（样本覆盖率 {m['coverage']:.0%}）；"
+        f"各卡平均利用率 {'、'.join(f'{v:.0f}%' for v in utils)}；{f.gpus} 块 GPU 未使用"
+    )
+
+
+def _node_health(f: Finding, m: Metrics) -> str:
+    found = [(int(match[1]), match[2], value) for key, value in m.items() if (match := _GPU_PROBLEM.match(key))]
+    if not found:
+        raise KeyError("gpu<n>_xid / gpu<n>_temp_c")
+    problems = []
+    for gpu, what, value in sorted(found, key=lambda p: (p[0], p[1] != "xid")):
+        if what == "xid":
+            meaning = XID_MEANINGS_ZH.get(int(value), "硬件/驱动错误（参见 NVIDIA XID 目录）")
+            problems.append(f"GPU {gpu} 出现 XID {value:g}（{meaning}）")
+        else:
+            problems.append(f"GPU {gpu} 温度 {value:.0f}°C（上限 {m['temp_limit_c']:g}°C）")
+    return f"节点 {f.target}：" + "；".join(problems)
+
+
+def _oversized(f: Finding, m: Metrics) -> str:
+    names = _POOL_NAMES.search(f.evidence)
+    listed = f"（{names.group(1).replace(', ', '、').replace(' ...', ' 等')}）" if names else ""
+    return (
+        f"按需节点池 {f.target}：{m['nodes']:g} 个节点中有 {m['empty_nodes']:g} 个已空置至少 "
+        f"{duration_zh(m['empty_window_s'])}{listed}；作业占用 {m['used_gpus']:g}/{m['total_gpus']:g} 块 GPU；"
+        f"保留 {m['reserve_fraction']:.0%} 余量、最少 {m['min_nodes']:g} 个节点 -> 建议缩至 {m['suggested_nodes']:g} 个节点；"
+        f"可释放 {f.gpus} 块 GPU（单价 {m['price_per_gpu_hour']:g} {f.currency}/GPU 小时）"
+    )
+
+
+_ZH: dict[str, Callable[[Finding, Metrics], str]] = {
+    "idle": _idle,
+    "zombie": _zombie,
+    "overprovisioned": _overprovisioned,
+    "node_health": _node_health,
+    "oversized": _oversized,
+}
+
+
+def describe(finding: Finding, language: str) -> str:
+    """The evidence in `language`; the detector's English whenever a number it needs is missing."""
+    render = _ZH.get(finding.kind) if language == "zh" else None
+    if render is None:
+        return finding.evidence
+    try:
+        return render(finding, finding.metrics)
+    except (KeyError, ValueError, TypeError, OverflowError):
+        return finding.evidence
+
+
+def describe_record(record: dict[str, Any], language: str) -> str:
+    """describe() for a finding kept in graph state as a dict."""
+    if language != "zh":
+        return str(record.get("evidence", ""))
+    try:
+        return describe(Finding.model_validate(record), language)
+    except ValidationError:
+        return str(record.get("evidence", ""))

@@ -1,0 +1,167 @@
+"""What the graph's nodes run against: adapters, policy, stores and planner, built once and passed down."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from agent.config.policy import Policy
+from agent.detectors.engine import log_candidates
+from agent.detectors.signals import window_slices
+from agent.records.approvals import ApprovalStore
+from agent.records.audit import AuditLog
+from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from core.observation import Observation
+from tools.history import gpu_history
+from tools.log_progress import analyse_log
+from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools, Notifier
+
+if TYPE_CHECKING:
+    from agent.planning.policy_model import Planner
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """What one observation reads: fine slices over the detectors' windows, coarse ones over the long-tail day."""
+
+    slice_s: float
+    lookback_s: float
+    history_slice_s: float
+    history_lookback_s: float  # 0 when the fine slices already cover the long-tail lookback
+
+
+def sweep_grid(policy: Policy) -> SweepGrid:
+    d = policy.detectors
+    windows = max(d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window)
+    # A whole number of fine slices, and never longer than the windows: the fine span is rounded up to it.
+    coarse = max(1, min(round(d.longtail.history_slice / d.slice), window_slices(windows, d.slice))) * d.slice
+    fine = math.ceil(windows / coarse - 1e-9) * coarse
+    history = math.ceil(d.longtail.lookback / coarse - 1e-9) * coarse
+    if history <= fine:
+        return SweepGrid(d.slice, fine, coarse, 0.0)
+    # Both grids end at the sweep instant. One more coarse slice of fine ones measures a quiet stretch to
+    # the fine slice a little past the windows, where idle calls are made.
+    return SweepGrid(d.slice, min(fine + coarse, history), coarse, history)
+
+
+@dataclass
+class JobMetrics:
+    """A metrics source narrowed to one job's series, for sources that cannot scope their own queries."""
+
+    inner: Any
+    job_id: str
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(getattr(self.inner, "warnings", None) or [])
+
+    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        return [s for s in self.inner.gpu_series(end, lookback_s, slice_s) if s.job == self.job_id]
+
+    def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
+        return [s for s in self.inner.job_io_series(end, lookback_s, slice_s) if s.job == self.job_id]
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        return [h for h in gpu_history(self.inner, end, lookback_s, slice_s) if h.job == self.job_id]
+
+
+@dataclass
+class StewardDeps:
+    metrics: MetricsSource
+    scheduler: JobScheduler
+    logs: LogSource
+    pools: NodePools
+    notifier: Notifier
+    clock: Clock
+    policy: Policy
+    audit: AuditLog
+    approvals: ApprovalStore
+    planner: Planner
+    currency: str = "USD"
+    language: str = "en"
+    runbook_search: Any = None  # callable(query, kind, k) -> list[dict], when an index is configured
+    runbook_catalog: Any = None  # callable(language) -> str: the runbook list the planning prompt shows
+    runbook_max_level: Any = None  # callable(runbook_id) -> int | None: agent/guardrail/runbook_limits.py applies it
+    # Raw samples are large and can be re-read from the cluster, so they stay out of checkpoints.
+    _observations: OrderedDict[str, Observation] = field(default_factory=OrderedDict)
+
+    def lookback_s(self) -> float:
+        return sweep_grid(self.policy).lookback_s
+
+    def observe(self, at: datetime | None = None) -> Observation:
+        """Read the whole cluster: a fixed handful of backend calls whatever its size."""
+        at = at or self.clock.now()
+        # Jobs first: on Slurm the metrics map dcgm-exporter's hpc_job label through this listing, so every
+        # series read below (the coarse history included) is mapped with the jobs this sweep judges.
+        jobs = self.scheduler.list_jobs()
+        nodes = self.scheduler.list_nodes()
+        pools = self.pools.list_pools()
+        return self._observe(at, self.metrics, jobs, nodes, pools, listing_calls=3)
+
+    def observe_job(self, job: JobInfo, at: datetime | None = None) -> Observation:
+        """Re-read one job right before acting on it: its own series over the detectors' windows, its log.
+
+        Bounded whatever the cluster's size: a metrics source that can scope its queries to one job
+        (`for_job`, e.g. a PromQL label matcher) does; any other is filtered to the job after reading.
+        """
+        at = at or self.clock.now()
+        for_job = getattr(self.metrics, "for_job", None)
+        metrics = for_job(job) if callable(for_job) else JobMetrics(self.metrics, job.id)
+        return self._observe(at, metrics, [job], [], [], listing_calls=0)
+
+    def _observe(self, at: datetime, metrics: Any, jobs: list[JobInfo], nodes: list[NodeInfo],
+                 pools: list[PoolInfo], *, listing_calls: int) -> Observation:
+        grid = sweep_grid(self.policy)
+        slice_s, lookback, coarse_s = grid.slice_s, grid.lookback_s, grid.history_slice_s
+        history = gpu_history(metrics, at, grid.history_lookback_s, coarse_s) if grid.history_lookback_s else []
+        obs = Observation(
+            at=at,
+            slice_s=slice_s,
+            lookback_s=lookback,
+            currency=self.currency,
+            jobs=jobs,
+            nodes=nodes,
+            pools=pools,
+            gpus=metrics.gpu_series(at, lookback, slice_s),
+            io=metrics.job_io_series(at, lookback, slice_s),
+            history=history,
+            history_slice_s=coarse_s if history else 0.0,
+            backend_calls=listing_calls + (3 if history else 2),
+        )
+        # Partial answers (Prometheus warnings, a Thanos store that did not answer) of this sweep's reads.
+        obs.degraded = list(getattr(metrics, "warnings", None) or [])
+        # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
+        log_span = timedelta(seconds=max(self.policy.detectors.zombie.window, self.policy.detectors.idle.window) * 2)
+        logs = {}
+        for job_id in log_candidates(obs, self.policy):
+            lines = self.logs.tail(job_id, at - log_span, at, limit=500)
+            logs[job_id] = analyse_log(job_id, lines, at)
+            obs.backend_calls += 1
+        obs.logs = logs
+        return obs
+
+    def remember(self, run_id: str, obs: Observation) -> None:
+        self._observations[run_id] = obs
+        while len(self._observations) > 4:
+            self._observations.popitem(last=False)
+
+    def observation(self, run_id: str) -> Observation:
+        """The run's observation, or a fresh one if this process has not seen it (after a restart)."""
+        obs = self._observations.get(run_id)
+        if obs is None:
+            obs = self.observe()
+            self.remember(run_id, obs)
+        return obs
+
+    def fresh_observation(self, run_id: str) -> Observation:
+        """An observation taken now: reused only when no time has passed since the run's."""
+        now = self.clock.now()
+        obs = self._observations.get(run_id)
+        if obs is not None and obs.at == now:
+            return obs
+        obs = self.observe(now)
+        self.remember(run_id, obs)
+        return obs

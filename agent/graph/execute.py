@@ -1,0 +1,160 @@
+"""Carry out one guarded action: re-read fresh state, re-check the guardrail, act, audit. Idempotent."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from agent.detectors.engine import run_detectors
+from agent.guardrail.decide import Facts, decide
+from agent.planning.policy_model import warning_message
+from core.actions import (
+    STOPPABLE_KINDS,
+    ActionOutcome,
+    ActionStatus,
+    Finding,
+    GuardedAction,
+    History,
+    HistoryEntry,
+)
+
+MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
+
+if TYPE_CHECKING:
+    from agent.graph.deps import StewardDeps
+
+
+def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
+    return any(
+        e.data.get("action_id") == action_id
+        for e in deps.audit.entries(kind="execution", target=target, status="executed", limit=200)
+    )
+
+
+def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None, *,
+                reread_job: bool = True) -> Facts:
+    """The facts an action is decided or carried out on.
+
+    Deciding (reread_job=False) uses the sweep's own observation and findings, read moments ago. Acting
+    re-reads only the target, on any clock: a job is one scheduler get plus its own window of metrics,
+    re-detected (a bounded number of calls, never the whole cluster); a pool or a node, whose findings
+    need the cluster as context, gets a fresh observation of the cluster.
+    """
+    obs = deps.observation(run_id)
+    if not reread_job:
+        findings = run_findings if run_findings is not None else run_detectors(obs, deps.policy)
+        return Facts(now=obs.at, job=obs.jobs_by_id().get(target),
+                     pool=next((p for p in obs.pools if p.name == target), None),
+                     findings=[f for f in findings if f.target == target], cluster_gpus=obs.cluster_gpus())
+    if any(p.name == target for p in obs.pools) or any(n.name == target for n in obs.nodes):
+        fresh = deps.fresh_observation(run_id)
+        findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(fresh, deps.policy)
+        return Facts(now=fresh.at, job=deps.scheduler.get_job(target),
+                     pool=next((p for p in fresh.pools if p.name == target), None),
+                     findings=[f for f in findings if f.target == target], cluster_gpus=fresh.cluster_gpus())
+    now = deps.clock.now()
+    job = deps.scheduler.get_job(target)
+    if job is None:
+        return Facts(now=now, job=None, findings=[], cluster_gpus=obs.cluster_gpus())
+    if run_findings is not None and obs.at == now:
+        findings = run_findings  # no time has passed since the sweep's own reading
+    else:
+        findings = run_detectors(deps.observe_job(job, now), deps.policy)
+    return Facts(now=now, job=job, findings=[f for f in findings if f.target == target],
+                 cluster_gpus=obs.cluster_gpus())
+
+
+def execute_action(
+    deps: StewardDeps,
+    ga: GuardedAction,
+    run_id: str,
+    *,
+    run_findings: list[Finding] | None = None,
+    approved_by: str | None = None,
+    history: History | None = None,
+) -> ActionOutcome:
+    """Act on one decision. Pass `history` when acting on several: the caller keeps it current."""
+    p = ga.proposal
+    now = deps.clock.now()
+    uid = p.target_uid
+    # A warning (it announces a stop) states its deadline; advice (over-provisioned, node health) has none.
+    warning_deadline = (now + timedelta(seconds=deps.policy.warning.min_notice)
+                        if p.action == "notify" and p.finding_kind in STOPPABLE_KINDS else None)
+
+    def outcome(status: ActionStatus, reason: str, detail: str = "", gpus: int = 0,
+                deadline: datetime | None = None, removed_nodes: int = 0) -> ActionOutcome:
+        out = ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status=status, at=now,
+                            reason=reason, detail=detail, gpus=gpus,
+                            reclaimed_gpu_hours_per_hour=float(gpus) if status == "executed" and p.action != "notify"
+                            else 0.0, approved_by=approved_by, target_uid=uid, deadline=deadline)
+        deps.audit.record(
+            "execution", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level, status=status,
+            reason=reason,
+            data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "detail": detail,
+                  "deadline": deadline.isoformat() if deadline else None, "approved_by": approved_by,
+                  "target_uid": uid,
+                  "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "removed_nodes": removed_nodes},
+        )
+        return out
+
+    if _already_executed(deps, ga.id, p.target):
+        return ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status="skipped", at=now,
+                             reason="already executed (idempotent)")
+    try:
+        facts = fresh_facts(deps, run_id, p.target, run_findings)
+    except Exception as exc:  # cannot re-read state: do not act blind
+        return outcome("failed", f"could not re-read fresh state: {exc}")
+    if facts.job is not None and not uid:
+        uid = facts.job.uid or None
+    if history is None:
+        history = deps.audit.history(now)
+    decision = decide(p, facts, deps.policy, history, approved=approved_by is not None)
+    if decision.verdict != "allow":
+        return outcome("blocked", f"re-checked before acting: {decision.reason}")
+    if decision.dry_run:
+        return outcome("dry_run", f"dry run: would {p.action} {p.target}", deadline=warning_deadline)
+    job = facts.job
+    gpus = job.gpus if job else 0
+    try:
+        if p.action == "notify":
+            finding = next((f for f in facts.findings if f.kind == p.finding_kind), facts.findings[0])
+            # The text is the product's template (deadline, evidence, how to keep the job); a model adds a note.
+            body = warning_message(finding, deps.policy, now, deps.language)
+            if p.message and p.proposed_by != "policy-model" and p.message.strip() != body.strip():
+                note = " ".join(p.message.split())[:MODEL_NOTE_CHARS]
+                body += ("\n\n助手备注：" if deps.language == "zh" else "\n\nNote from the assistant: ") + note
+            recipient = job.user if job else "platform-oncall"
+            sent = deps.notifier.notify(recipient, f"GPU Steward: {p.target}", body, job_id=p.target)
+            # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
+            sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}
+            status: ActionStatus = sent_as.get(sent.status, "failed")
+            detail = f"{sent.channel} to {recipient}: {sent.status}" + (f" ({sent.detail})" if sent.detail else "")
+            return outcome(status, p.reason or "warned owner", detail,
+                           deadline=warning_deadline if status == "executed" else None)
+        if p.action in ("terminate", "force_terminate"):
+            force = p.action == "force_terminate"
+            result = deps.scheduler.stop_job(p.target, force=force, grace_s=deps.policy.stop.grace_period,
+                                             reason=p.reason, uid=uid)
+            mapping: dict[str, ActionStatus] = {"stopped": "executed", "stopping": "executed",
+                                                "already_gone": "skipped", "refused": "refused", "error": "failed"}
+            status = mapping[result.status]
+            return outcome(status, p.reason, f"{result.status}: {result.detail}".strip(": "),
+                           gpus=gpus if status == "executed" else 0)
+        if p.action == "resize_pool":
+            assert p.target_nodes is not None
+            resized = deps.pools.resize_pool(p.target, p.target_nodes, reason=p.reason)
+            freed = (resized.nodes_before - resized.nodes_after) * (facts.pool.gpus_per_node if facts.pool else 0)
+            status = {"resized": "executed", "unchanged": "skipped", "refused": "refused"}.get(resized.status, "failed")  # type: ignore[assignment]
+            return outcome(status, p.reason, f"{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
+                           gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after))
+    except Exception as exc:  # the backend failed: audited as failed, counts toward the circuit breaker
+        return outcome("failed", f"{p.action} failed: {type(exc).__name__}: {exc}")
+    return outcome("failed", f"unknown action {p.action}")
+
+
+def remember_outcome(history: History, outcome: ActionOutcome, finding_kind: str | None) -> None:
+    """Add an outcome to a history being used for later decisions in the same step."""
+    history.entries.append(HistoryEntry(action=outcome.action, target=outcome.target, status=outcome.status,
+                                        at=outcome.at, finding_kind=finding_kind, gpus=outcome.gpus,  # type: ignore[arg-type]
+                                        target_uid=outcome.target_uid, deadline=outcome.deadline,
+                                        detail=outcome.detail))

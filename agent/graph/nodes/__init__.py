@@ -1,0 +1,1 @@
+"""One module per graph node; each is a function of (deps, state), wired by agent/graph/builder.py."""

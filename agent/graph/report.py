@@ -1,0 +1,136 @@
+"""The human-readable sweep report: what was found, why, what was decided and done."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from agent.detectors.evidence import describe_record, duration_zh, kind_label
+from agent.records.cost import money
+from core.durations import format_duration
+
+if TYPE_CHECKING:
+    from agent.graph.deps import StewardDeps
+    from agent.graph.state import StewardState
+
+LABELS = {
+    "en": {"sweep": "GPU Steward sweep at", "findings": "Findings", "none": "No waste found.", "actions": "Actions",
+           "no_actions": "No actions.", "since": "since", "waste": "waste", "planner": "Planner",
+           "approval": "Approval", "total": "Waste so far"},
+    "zh": {"sweep": "GPU Steward 巡检时间", "findings": "发现", "none": "未发现浪费。", "actions": "操作",
+           "no_actions": "无操作。", "since": "开始于", "waste": "浪费", "planner": "规划器",
+           "approval": "审批", "total": "累计浪费"},
+}
+
+# Action outcomes and human decisions in Chinese (actions keep their command names).
+STATUS_ZH = {
+    "executed": "已执行", "blocked": "已拦截", "pending_approval": "待审批", "dry_run": "演练（未执行）",
+    "failed": "失败", "refused": "被调度器拒绝", "skipped": "已跳过", "denied_by_human": "被人工拒绝",
+    "expired": "已过期", "approve": "批准", "deny": "拒绝", "expire": "过期",
+}
+
+
+def status_label(status: str, language: str) -> str:
+    return STATUS_ZH.get(status, status) if language == "zh" else status
+
+
+def _when(value: str) -> str:
+    return datetime.fromisoformat(value).strftime("%H:%M")
+
+
+def _decision_line(d: dict[str, Any], outcomes: dict[str, dict[str, Any]], lang: str = "en") -> str:
+    p, dec = d["proposal"], d["decision"]
+    zh = lang == "zh"
+    nodes = p.get("target_nodes")
+    target = p["target"] + ("" if nodes is None else f" -> {nodes} 个节点" if zh else f" -> {nodes} nodes")
+    head = (f"  {p['action']:<16} {target}（级别 {dec['level']}）：" if zh
+            else f"  {p['action']:<16} {target} (level {dec['level']}): ")
+    out = outcomes.get(d["id"])
+    if dec["verdict"] == "needs_approval":
+        return f"{head}{'等待人工审批' if zh else 'waiting for human approval'} [{dec['rule']}] {dec['reason']}"
+    if dec["verdict"] == "deny":
+        return f"{head}{'被护栏拒绝' if zh else 'refused by guardrail'} [{dec['rule']}] {dec['reason']}"
+    if out is None:
+        return f"{head}{'已允许' if zh else 'allowed'}"
+    return f"{head}{status_label(out['status'], lang)} {out.get('detail') or out.get('reason') or ''}".rstrip()
+
+
+def _finding_lines(f: dict[str, Any], at: str, words: dict[str, str], lang: str) -> list[str]:
+    seconds = (datetime.fromisoformat(at) - datetime.fromisoformat(f["since"])).total_seconds()
+    money_str = money(f["waste_cost"], f["currency"]) if f["waste_cost"] else ""
+    rb = f" [rb:{f['runbook']}]" if f.get("runbook") else ""
+    if lang == "zh":
+        label = kind_label(f["kind"], lang)
+        label += " " * max(1, 16 - 2 * len(label))  # CJK characters are two columns wide
+        waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU 小时 {money_str}".rstrip() if f["gpus"] else ""
+        return [f"  {label}{f['target']}  {f['gpus']} 块 GPU  {words['since']} {_when(f['since'])}"
+                f"（{duration_zh(seconds)}）  {waste}".rstrip(),
+                f"  {'':<15} {describe_record(f, lang)}{rb}"]
+    waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU-h {money_str}".rstrip() if f["gpus"] else ""
+    return [f"  {f['kind'].upper():<15} {f['target']}  {f['gpus']} GPUs  {words['since']} "
+            f"{_when(f['since'])} ({format_duration(seconds)})  {waste}".rstrip(),
+            f"  {'':<15} {f['evidence']}{rb}"]
+
+
+def render_report(state: StewardState, deps: StewardDeps) -> str:
+    lang = deps.language
+    words = LABELS.get(lang, LABELS["en"])
+    zh = lang == "zh"
+    outcomes = {o["id"]: o for o in state.get("outcomes", [])}
+    if state.get("mode") == "approval":
+        a = state.get("approval", {})
+        decision = status_label(a.get("decision", "?"), lang)
+        by = a.get("by") or ("策略" if zh else "policy")
+        lines = [f"{words['approval']} {a.get('id', '?')}：{by} {decision}" if zh
+                 else f"{words['approval']} {a.get('id', '?')}: {decision} by {by}"]
+        for o in state.get("outcomes", []):
+            level = f"（级别 {o['level']}）：" if zh else f" (level {o['level']}): "
+            lines.append(f"  {o['action']:<16} {o['target']}{level}"
+                         f"{status_label(o['status'], lang)} {o.get('detail') or o.get('reason') or ''}".rstrip())
+        return "\n".join(lines)
+    at = state.get("at", "")
+    observed = state.get("observed", {})
+    if zh:
+        header = (f"{words['sweep']} {at[:16].replace('T', ' ')} UTC：{observed.get('jobs', 0)} 个作业，"
+                  f"{observed.get('gpus', 0)} 块 GPU，{observed.get('nodes', 0)} 个节点"
+                  f"（{observed.get('backend_calls', 0)} 次后端调用）")
+    else:
+        header = (f"{words['sweep']} {at[:16].replace('T', ' ')} UTC: {observed.get('jobs', 0)} jobs, "
+                  f"{observed.get('gpus', 0)} GPUs, {observed.get('nodes', 0)} nodes "
+                  f"({observed.get('backend_calls', 0)} backend calls)")
+    lines = [header, ""]
+    # Partial metric answers: no idle or zombie finding was made on them (agent/detectors/longtail.py).
+    degraded = observed.get("degraded") or getattr(deps._observations.get(state.get("run_id", "")), "degraded", [])
+    lines[1:1] = [f"{'数据不完整' if zh else 'degraded'}: {reason}" for reason in degraded]
+    findings = state.get("findings", [])
+    if findings:
+        lines.append(f"{words['findings']}（{len(findings)}）：" if zh else f"{words['findings']} ({len(findings)}):")
+        total_cost, total_hours, currency = 0.0, 0.0, deps.currency
+        for f in findings:
+            lines.extend(_finding_lines(f, at, words, lang))
+            total_cost += f["waste_cost"]
+            total_hours += f["waste_gpu_hours"]
+            currency = f["currency"]
+        lines.append(f"  {words['total']}：{total_hours:.1f} GPU 小时，{money(total_cost, currency)}" if zh
+                     else f"  {words['total']}: {total_hours:.1f} GPU-h, {money(total_cost, currency)}")
+    else:
+        lines.append(words["none"])
+    lines.append("")
+    decisions = state.get("decisions", [])
+    lines.append((f"{words['actions']}：" if zh else f"{words['actions']}:") if decisions else words["no_actions"])
+    lines.extend(_decision_line(d, outcomes, lang) for d in decisions)
+    plan = state.get("plan", {})
+    if plan:
+        calls = plan.get("tool_calls", 0)
+        extra = (f"，{calls} 次工具调用" if zh else f", {calls} tool calls") if calls else ""
+        lines.append(f"\n{words['planner']}{'：' if zh else ': '}{plan.get('model', '?')}{extra}")
+        if plan.get("model") != "policy-model" and plan.get("explanation"):
+            lines.append(plan["explanation"])
+        lines.extend([f"  ! {plan['degraded']}"] if plan.get("degraded") else [])
+        for err in plan.get("errors", []):
+            lines.append(f"  ! {err}")
+    return "\n".join(lines)
+
+
+def describe_grace(seconds: float) -> str:
+    return format_duration(seconds)

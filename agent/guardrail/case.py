@@ -1,0 +1,99 @@
+"""The case the guardrail decides: an action, fresh facts, policy and history, and helpers the rules share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.config.policy import Policy
+from agent.guardrail.protection import as_utc
+from core.actions import ACTION_LEVELS, STOP_ACTIONS, Finding, History, HistoryEntry, ProposedAction
+from core.cluster import JobInfo, PoolInfo
+
+HOUR = timedelta(hours=1)
+STOPPABLE_STATES = ("running", "stopping")
+
+
+class Facts(BaseModel):
+    """Fresh facts about the target, gathered right before deciding."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    now: datetime
+    job: JobInfo | None = None  # job actions; None = the scheduler does not know it
+    pool: PoolInfo | None = None  # resize_pool
+    findings: list[Finding] = []  # current findings for this target
+    cluster_gpus: int = Field(0, ge=0)  # total GPUs in the cluster (context for the breaker)
+
+
+@dataclass(frozen=True)
+class Case:
+    action: ProposedAction
+    facts: Facts
+    policy: Policy
+    history: History
+    now: datetime  # facts.now in UTC
+
+    @property
+    def job(self) -> JobInfo | None:
+        """The job the action is about; a pool resize is about no job, whatever facts came along."""
+        return None if self.action.action == "resize_pool" else self.facts.job
+
+    @property
+    def level(self) -> int:
+        return ACTION_LEVELS[self.action.action]
+
+    @property
+    def is_stop(self) -> bool:
+        return self.action.action in STOP_ACTIONS
+
+    @property
+    def target(self) -> str:
+        """The target as operators name it: job x, node y, pool z."""
+        if self.action.action == "resize_pool":
+            return f"pool {self.action.target}"
+        if self.job is None:
+            return f"node {self.action.target}"
+        return f"job {self.action.target}"
+
+    def levels(self) -> tuple[int, int]:
+        job = self.job
+        return self.policy.levels_for(job.namespace, job.project) if job else self.policy.levels_for(None, None)
+
+    def scope(self) -> str:
+        job = self.job
+        if job is None:
+            return "the global levels"
+        return f"namespace {job.namespace!r}" + (f" / project {job.project!r}" if job.project else "")
+
+    @property
+    def done(self) -> tuple[str, ...]:
+        # A dry run escalates as if its earlier steps had happened, so it shows what would happen.
+        return ("executed", "dry_run") if self.policy.mode == "dry_run" else ("executed",)
+
+    @property
+    def uid(self) -> str | None:
+        """The target job's immutable identity: the fresh job's, else what the proposal was made for."""
+        job = self.job
+        return (job.uid or None) if job is not None else self.action.target_uid
+
+    def same_job(self, entry: HistoryEntry) -> bool:
+        """The entry is about this very job, not an earlier one under the same name (a namesake)."""
+        if entry.target != self.action.target:
+            return False
+        return self.uid is None or entry.target_uid == self.uid
+
+    def past(self, *actions: str, statuses: tuple[str, ...] | None = None) -> list[HistoryEntry]:
+        """History entries for this job (this uid) that happened, oldest first."""
+        wanted = statuses or self.done
+        found = [e for e in self.history.entries if e.action in actions and e.status in wanted and self.same_job(e)]
+        return sorted(found, key=lambda e: as_utc(e.at))
+
+    def last_hour(self, entries: list[HistoryEntry]) -> list[HistoryEntry]:
+        # Future-dated entries count too: for limits, the conservative reading.
+        return sorted((e for e in entries if as_utc(e.at) > self.now - HOUR), key=lambda e: as_utc(e.at))
+
+
+Denial = tuple[str, str] | None  # (rule, reason)

@@ -1,0 +1,93 @@
+"""The guardrail: a pure function of (proposed action, fresh facts, policy, history) -> decision.
+
+Nothing here reads a clock, a file or the network. Rules run in a fixed order and the
+first that decides wins; `approved=True` only satisfies the last one (human approval).
+The rules live in guardrail_scope.py (the target) and guardrail_limits.py (time and limits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agent.config.policy import Policy
+from agent.guardrail.case import Case, Denial, Facts
+from agent.guardrail.limit_rules import (
+    circuit_breaker_rule,
+    duplicate_rule,
+    graceful_first_rule,
+    rate_limit_rule,
+    reserve_gpus,
+    reserve_rule,
+    warning_first_rule,
+)
+from agent.guardrail.protection import as_utc, protection_reason
+from agent.guardrail.target_rules import (
+    level_ceiling_rule,
+    mode_rule,
+    no_finding_rule,
+    not_running_rule,
+    protected_rule,
+    unknown_target_rule,
+)
+from core.actions import ACTION_LEVELS, Decision, History, ProposedAction
+
+__all__ = ["Facts", "decide", "protection_reason", "reserve_gpus"]
+
+_CHECKS: tuple[Callable[[Case], Denial], ...] = (
+    mode_rule,
+    unknown_target_rule,
+    not_running_rule,
+    protected_rule,
+    no_finding_rule,
+    level_ceiling_rule,
+    warning_first_rule,
+    graceful_first_rule,
+    duplicate_rule,
+    rate_limit_rule,
+    circuit_breaker_rule,
+    reserve_rule,
+)
+
+
+def _approval_needed(case: Case) -> str | None:
+    max_auto, _ = case.levels()
+    if case.level > max_auto:
+        return f"{case.action.action} is level {case.level}, above the automatic limit {max_auto} for {case.scope()}"
+    if case.level in case.policy.levels.require_approval:
+        return f"the policy requires approval for level {case.level} ({case.action.action})"
+    return None
+
+
+def decide(
+    action: ProposedAction, facts: Facts, policy: Policy, history: History, *, approved: bool = False
+) -> Decision:
+    """Allow, deny or ask a human about `action`; the first rule that decides wins."""
+    level = ACTION_LEVELS[action.action]
+    try:
+        case = Case(action, facts, policy, history, as_utc(facts.now))
+        for check in _CHECKS:
+            denial = check(case)
+            if denial is not None:
+                return Decision(verdict="deny", rule=denial[0], reason=denial[1], level=level)
+        ask = _approval_needed(case)
+        if ask and not approved:
+            return Decision(
+                verdict="needs_approval", rule="approval", reason=f"{ask}; waiting for a human", level=level
+            )
+        dry_run = policy.mode == "dry_run"
+        why = f"approved by a human ({ask})" if ask else "all guardrail rules pass"
+        prefix = "dry run, not executed: " if dry_run else ""
+        return Decision(
+            verdict="allow",
+            rule="allow",
+            reason=f"{prefix}{action.action} on {case.target} at level {level}: {why}",
+            level=level,
+            dry_run=dry_run,
+        )
+    except Exception as exc:  # fail closed: a guardrail bug must never let an action through
+        return Decision(
+            verdict="deny",
+            rule="internal_error",
+            reason=f"the guardrail could not decide ({type(exc).__name__}: {exc}); denied to be safe",
+            level=level,
+        )

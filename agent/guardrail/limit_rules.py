@@ -1,0 +1,181 @@
+"""Guardrail rules about time and limits: warning first, graceful first, duplicates, rate, breaker, reserve."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from agent.guardrail.case import HOUR, Case, Denial
+from agent.guardrail.protection import as_utc, when
+from core.actions import STOP_ACTIONS, HistoryEntry
+from core.cluster import PoolInfo
+from core.durations import format_duration
+
+
+def warning_first_rule(case: Case) -> Denial:
+    if not case.is_stop:
+        return None
+    notice = timedelta(seconds=case.policy.warning.min_notice)
+    # A warning goes stale: one older than a repeat period plus the notice no longer announces this stop.
+    oldest = case.now - notice - timedelta(seconds=case.policy.warning.repeat_every)
+    kind = case.action.finding_kind
+
+    def announces_this_stop(e: HistoryEntry) -> bool:
+        # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job.
+        return e.deadline is not None and (kind is None or e.finding_kind == kind) and oldest <= as_utc(e.at) <= case.now
+
+    warnings = [e for e in case.past("notify") if announces_this_stop(e)]
+    if not warnings:
+        about = f" about {kind}" if kind else ""
+        undelivered = [e for e in case.past("notify", statuses=("failed",)) if oldest <= as_utc(e.at) <= case.now]
+        if undelivered:
+            return "warning_first", (
+                f"the warning{about} to the owner of job {case.action.target} was not delivered "
+                f"({undelivered[-1].detail or 'delivery failed'}); a stop needs a delivered warning"
+            )
+        return "warning_first", (
+            f"the owner of job {case.action.target} has not been warned{about}; a stop needs a delivered "
+            f"warning stating its deadline at least {format_duration(notice.total_seconds())} earlier"
+        )
+
+    def due(entry: HistoryEntry) -> datetime:
+        # A deadline promised in the message is honoured even when it is later than the notice.
+        earliest = as_utc(entry.at) + notice
+        return max(earliest, as_utc(entry.deadline)) if entry.deadline else earliest
+
+    first = min(warnings, key=due)
+    if due(first) > case.now:
+        return "warning_first", (
+            f"the owner of job {case.action.target} was warned at {when(first.at)}; the earliest stop is "
+            f"{when(due(first))} (notice period {format_duration(notice.total_seconds())})"
+        )
+    return None
+
+
+def graceful_first_rule(case: Case) -> Denial:
+    if case.action.action != "force_terminate":
+        return None
+    grace = timedelta(seconds=case.policy.stop.grace_period)
+    stops = [e for e in case.past("terminate") if as_utc(e.at) <= case.now]
+    if not stops:
+        return "graceful_first", (
+            f"job {case.action.target} has not been asked to stop gracefully; force_terminate comes only "
+            f"after a terminate and its {format_duration(grace.total_seconds())} grace period"
+        )
+    first = stops[0]
+    if as_utc(first.at) + grace > case.now:
+        return "graceful_first", (
+            f"job {case.action.target} was sent a graceful stop at {when(first.at)}; its grace period "
+            f"({format_duration(grace.total_seconds())}) ends at {when(as_utc(first.at) + grace)}"
+        )
+    return None
+
+
+def duplicate_rule(case: Case) -> Denial:
+    action, job = case.action, case.job
+    if action.action == "notify":
+        every = timedelta(seconds=case.policy.warning.repeat_every)
+        recent = [
+            e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > case.now - every
+        ]
+        if recent:
+            last = recent[-1]
+            about = f" about {action.finding_kind}" if action.finding_kind else ""
+            return "duplicate", (
+                f"the owner of {case.target} was already notified{about} at {when(last.at)}; at most one "
+                f"message per {format_duration(every.total_seconds())}, next after {when(as_utc(last.at) + every)}"
+            )
+    if case.is_stop and job is not None and job.state == "stopping":
+        done = case.past(action.action)
+        if done:
+            return "already_done", (
+                f"job {job.id} was sent {action.action} at {when(done[-1].at)} and is stopping; "
+                f"waiting for the {format_duration(case.policy.stop.grace_period)} grace period"
+            )
+    if action.key() in case.history.pending_approvals:
+        return "duplicate", f"the same {action.action} on {case.target} is already awaiting approval"
+    return None
+
+
+def all_done(case: Case, *actions: str) -> list[HistoryEntry]:
+    return [e for e in case.history.entries if e.action in actions and e.status in case.done]
+
+
+def rate_limit_rule(case: Case) -> Denial:
+    if not case.is_stop:
+        return None
+    limit = case.policy.rate_limits.stops_per_hour
+    recent = case.last_hour(all_done(case, *STOP_ACTIONS))
+    if len(recent) >= limit:
+        if limit == 0:
+            return "rate_limit", "rate_limits.stops_per_hour is 0: automatic stops are switched off"
+        opens = as_utc(recent[len(recent) - limit].at) + HOUR
+        return "rate_limit", (
+            f"{len(recent)} stops in the last hour reach the limit of {limit} per hour; "
+            f"the next stop is possible at {when(opens)}"
+        )
+    return None
+
+
+def circuit_breaker_rule(case: Case) -> Denial:
+    if case.level < 2:
+        return None
+    breaker = case.policy.rate_limits.circuit_breaker
+    failures = case.last_hour([e for e in case.history.entries if e.status == "failed"])
+    if len(failures) >= breaker.max_failures_per_hour:
+        return "circuit_breaker", (
+            f"{len(failures)} actions failed in the last hour (the breaker trips at "
+            f"{breaker.max_failures_per_hour}); mutating actions pause until {when(as_utc(failures[0].at) + HOUR)}"
+        )
+    job = case.job
+    if not case.is_stop or job is None:
+        return None
+    # A force after a terminate reclaims the same GPUs: count each job once.
+    by_job: dict[str, int] = {}
+    for e in case.last_hour(all_done(case, *STOP_ACTIONS)):
+        by_job[e.target] = max(by_job.get(e.target, 0), e.gpus)
+    reclaimed = sum(by_job.values())
+    adding = 0 if job.id in by_job else job.gpus
+    if reclaimed + adding > breaker.max_reclaimed_gpus_per_hour:
+        of_cluster = f" of the cluster's {case.facts.cluster_gpus}" if case.facts.cluster_gpus else ""
+        return "circuit_breaker", (
+            f"{reclaimed} GPUs reclaimed in the last hour + {adding} for job {job.id} = {reclaimed + adding}"
+            f"{of_cluster}, above the limit of {breaker.max_reclaimed_gpus_per_hour} per hour"
+        )
+    return None
+
+
+def reserve_gpus(pool: PoolInfo, fraction: float) -> int:
+    """GPUs of `pool` that are never released automatically."""
+    # round() first so 0.07 * 100 is 7, not 8.
+    return math.ceil(round(fraction * pool.nodes * pool.gpus_per_node, 9))
+
+
+def reserve_rule(case: Case) -> Denial:
+    pool, target = case.facts.pool, case.action.target_nodes
+    if case.action.action != "resize_pool" or pool is None:
+        return None
+    name = f"pool {pool.name}"
+    if target is None:
+        return "reserve", f"resize of {name} names no target node count"
+    if target >= pool.nodes:
+        return (
+            "reserve",
+            f"{name} has {pool.nodes} nodes; {target} does not shrink it (growing a pool is not the steward's job)",
+        )
+    if target < 0 or target < pool.min_nodes:
+        return "reserve", f"{target} nodes is below the minimum of {pool.min_nodes} for {name}"
+    if pool.max_nodes is not None and target > pool.max_nodes:
+        return "reserve", f"{target} nodes is above the maximum of {pool.max_nodes} for {name}"
+    if target < pool.busy_nodes:
+        return "reserve", f"{pool.busy_nodes} nodes of {name} run jobs; {target} nodes would remove a busy node"
+    need = reserve_gpus(pool, case.policy.reserve.fraction)
+    # Unknown usage counts busy nodes as full: the conservative reading.
+    used = pool.used_gpus if pool.used_gpus is not None else pool.busy_nodes * pool.gpus_per_node
+    free = target * pool.gpus_per_node - used
+    if free < need:
+        return "reserve", (
+            f"{target} nodes leave {free} free GPUs in {name}; the reserve is {need} "
+            f"({case.policy.reserve.fraction:.0%} of {pool.nodes * pool.gpus_per_node} GPUs)"
+        )
+    return None

@@ -1,0 +1,89 @@
+"""Whether a job is protected from the steward, and which policy rule protects it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from agent.config.policy import Policy
+from core.actions import History
+from core.cluster import JobInfo
+
+
+def as_utc(moment: datetime) -> datetime:
+    """An aware UTC datetime; naive ones are taken to be UTC already."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def when(moment: datetime) -> str:
+    """A time as operators read it in messages: 2024-05-01 14:30 UTC."""
+    moment = as_utc(moment)
+    fmt = "%Y-%m-%d %H:%M:%S UTC" if moment.second else "%Y-%m-%d %H:%M UTC"
+    return moment.strftime(fmt)
+
+
+def _norm(value: str) -> str:
+    return value.strip().lower()
+
+
+def _matching(wanted: dict[str, str], actual: dict[str, str]) -> tuple[str, str] | None:
+    """The first (key, value) of `wanted` that `actual` carries; values compare case-insensitively."""
+    for key, value in wanted.items():
+        if key in actual and _norm(actual[key]) == _norm(value):
+            return key, actual[key]
+    return None
+
+
+def protection_reason(job: JobInfo, policy: Policy, history: History, now: datetime) -> str | None:
+    """Why `job` must not be touched (naming the rule), or None when nothing protects it."""
+    rules = policy.protection
+    if job.id in rules.jobs:
+        return f"job {job.id} is listed in protection.jobs"
+    if job.namespace in rules.namespaces:
+        return f"namespace {job.namespace!r} is in protection.namespaces"
+    if job.namespace in rules.partitions:
+        return f"partition {job.namespace!r} is in protection.partitions"
+    if job.user in rules.users:
+        return f"user {job.user!r} is in protection.users"
+    if job.project is not None and job.project in rules.projects:
+        return f"project {job.project!r} is in protection.projects"
+    if job.project is not None and job.project in rules.accounts:
+        return f"account {job.project!r} is in protection.accounts"
+    if job.qos is not None and job.qos in rules.qos:
+        return f"QOS {job.qos!r} is in protection.qos"
+    if job.priority in rules.priorities:
+        return f"priority {job.priority!r} is in protection.priorities"
+    label = _matching(rules.labels, job.labels)
+    if label:
+        return f"label {label[0]}={label[1]} is in protection.labels"
+    annotation = _matching(rules.annotations, job.annotations)
+    if annotation:
+        return f"annotation {annotation[0]}={annotation[1]} is in protection.annotations"
+    now = as_utc(now)
+    kept = _keep_until(job, now)
+    if kept:
+        return kept
+    live = [e for e in history.exemptions if e.target == job.id and as_utc(e.until) > now]
+    if live:
+        # The longest-running exemption is the one the owner will ask about.
+        exemption = max(live, key=lambda e: as_utc(e.until))
+        why = f" ({exemption.reason})" if exemption.reason else ""
+        return f"exempted by {exemption.by} until {when(exemption.until)}{why}"
+    return None
+
+
+KEEP_UNTIL = "steward.io/keep-until"
+
+
+def _keep_until(job: JobInfo, now: datetime) -> str | None:
+    """An owner's own time-boxed exemption, written on the pod as an ISO 8601 time."""
+    raw = job.annotations.get(KEEP_UNTIL)
+    if raw is None:
+        return None
+    try:
+        until = as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+    except ValueError:
+        # Unreadable is not expired: protect, and say why, so the owner can fix it.
+        return f"annotation {KEEP_UNTIL}={raw!r} is not an ISO 8601 time; kept until it is fixed"
+    return f"annotation {KEEP_UNTIL} keeps it until {when(until)}" if until > now else None

@@ -1,0 +1,102 @@
+"""Guardrail rules about the target: mode, whether it exists and runs, protection, findings, level ceiling."""
+
+from __future__ import annotations
+
+from agent.guardrail.case import STOPPABLE_STATES, Case, Denial
+from agent.guardrail.protection import protection_reason
+from core.actions import STOPPABLE_KINDS, Finding
+
+
+def mode_rule(case: Case) -> Denial:
+    if case.policy.mode == "observe":
+        return "mode", f"policy mode is observe (level 0, observe only): no {case.action.action} on {case.target}"
+    return None
+
+
+def node_findings(case: Case) -> list[Finding]:
+    return [f for f in case.facts.findings if f.target == case.action.target and f.target_type == "node"]
+
+
+def unknown_target_rule(case: Case) -> Denial:
+    action, facts = case.action, case.facts
+    if action.action == "resize_pool":
+        if facts.pool is None:
+            return "unknown_target", f"pool {action.target} is not known (no fresh pool facts); nothing to resize"
+        if facts.pool.name != action.target:
+            return "unknown_target", f"the fresh facts are for pool {facts.pool.name}, not {action.target}"
+        return None
+    if facts.job is not None:
+        if facts.job.id != action.target:
+            return "unknown_target", f"the fresh facts are for job {facts.job.id}, not {action.target}"
+        if action.target_uid and facts.job.uid != action.target_uid:
+            return "replaced_target", (
+                f"job {action.target} is now a different job (uid {facts.job.uid or 'unknown'}); "
+                f"the {action.action} was proposed for uid {action.target_uid}, which is gone"
+            )
+        return None
+    if action.action == "notify" and node_findings(case):
+        return None  # a node-health notice: the target is a node, not a job
+    return "unknown_target", (
+        f"the scheduler does not know job {action.target} (it may have finished) "
+        f"and there is no node finding for it; nothing to {action.action}"
+    )
+
+
+def not_running_rule(case: Case) -> Denial:
+    job = case.job
+    if case.is_stop and job is not None and job.state not in STOPPABLE_STATES:
+        return "not_running", f"job {job.id} is {job.state}; only running or stopping jobs are stopped"
+    return None
+
+
+def protected_rule(case: Case) -> Denial:
+    job = case.job
+    if job is None:
+        return None
+    why = protection_reason(job, case.policy, case.history, case.now)
+    if why:
+        return "protected", f"job {job.id} is protected: {why}; no {case.action.action}"
+    return None
+
+
+def no_finding_rule(case: Case) -> Denial:
+    action, kind = case.action, case.action.finding_kind
+    if action.action == "resize_pool":
+        oversized = [
+            f
+            for f in case.facts.findings
+            if f.target == action.target and f.target_type == "pool" and f.kind == "oversized"
+        ]
+        if not oversized:
+            return "no_finding", f"no current oversized finding for pool {action.target}; it is not resized"
+        return None
+    target_type = "job" if case.job is not None else "node"
+    current = [f for f in case.facts.findings if f.target == action.target and f.target_type == target_type]
+    seen = ", ".join(sorted({f.kind for f in current})) or "none"
+    if case.is_stop:
+        if kind is not None and kind not in STOPPABLE_KINDS:
+            return (
+                "no_finding",
+                f"a {kind} finding never justifies a stop (only idle or zombie do); job {action.target}",
+            )
+        stoppable = [f for f in current if f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
+        if not stoppable:
+            wanted: str = kind or "idle or zombie"
+            return "no_finding", (
+                f"no current {wanted} finding for job {action.target} (current findings: {seen}); "
+                "the detectors did not flag it, so it is not stopped"
+            )
+        return None
+    if not [f for f in current if kind is None or f.kind == kind]:
+        wanted = f"{kind} finding" if kind else "finding"
+        return "no_finding", f"no current {wanted} for {case.target} (current findings: {seen}); nothing to notify"
+    return None
+
+
+def level_ceiling_rule(case: Case) -> Denial:
+    _, hard_max = case.levels()
+    if case.level > hard_max:
+        return "level_ceiling", (
+            f"{case.action.action} is level {case.level}, above the ceiling {hard_max} for {case.scope()}"
+        )
+    return None

@@ -1,0 +1,237 @@
+"""The LLM planner: a chat model with typed tools reads the cluster and proposes actions.
+
+Any unknown tool or malformed argument goes back to the model as a tool message naming
+the exact call; nothing escapes the graph and nothing mutates here. The model is bounded:
+only complete JSON runs, at most `max_tool_calls_per_turn` calls per reply, arguments up to
+`max_tool_args_bytes`; an endpoint that fails hands the sweep to the built-in policy model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from agent.planning.policy_model import PlanResult, PolicyModel
+from agent.planning.prompts import fence_untrusted, render, template_name
+from core.actions import Finding, History
+from core.durations import format_duration
+from core.observation import Observation
+from tools.agent_tools import ToolContext, make_tools
+
+if TYPE_CHECKING:
+    from agent.config.settings import Settings
+    from agent.graph.deps import StewardDeps
+
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese (简体中文)"}
+
+
+def make_chat_model(settings: Settings) -> BaseChatModel:
+    """ChatOpenAI against any OpenAI-compatible endpoint (STEWARD_LLM_*)."""
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        model=settings.llm_model or "",
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key or "not-needed",  # type: ignore[arg-type]
+        temperature=settings.llm_temperature,
+        timeout=settings.llm_timeout_s,
+        max_retries=1,
+    )
+
+
+def _findings_block(findings: list[Finding]) -> str:
+    rows = [
+        {"target": f.target, "kind": f.kind, "since": f.since.isoformat(), "gpus": f.gpus,
+         "waste_gpu_hours": f.waste_gpu_hours, "evidence": f.evidence}
+        for f in findings
+    ]
+    return fence_untrusted("detectors", json.dumps(rows, ensure_ascii=False, indent=1)) if rows else "(none)"
+
+
+def _history_block(history: History, targets: set[str]) -> str:
+    rows = [f"- {e.at:%H:%M} {e.action} {e.target}: {e.status}" for e in history.entries if e.target in targets]
+    return "\n".join(rows[-30:]) or "(none)"
+
+
+def split_for_model(findings: list[Finding], limit: int) -> tuple[list[Finding], list[Finding]]:
+    """The `limit` costliest findings for the model; the rest for the built-in policy model.
+
+    Keeps the prompt bounded at any cluster size (500 findings would be ~31k tokens).
+    """
+    if len(findings) <= limit:
+        return findings, []
+    ranked = sorted(findings, key=lambda f: (-f.waste_cost, -f.waste_gpu_hours, f.target, f.kind))
+    return ranked[:limit], ranked[limit:]
+
+
+COMPLETE_FINISH_REASONS = ("tool_calls", "stop")
+
+
+def cut_off(reply: AIMessage) -> str | None:
+    """Why `reply` may have been cut off, or None. langchain "repairs" the partial arguments of a stream that
+    ended early, and the only sign left is a missing finish_reason (in-process models report no metadata at all)."""
+    meta = reply.response_metadata or {}
+    finish = meta.get("finish_reason")
+    if finish in COMPLETE_FINISH_REASONS or (finish is None and not meta):
+        return None
+    return f"the reply ended with finish_reason {finish!r}" if finish else "the reply ended without a finish_reason"
+
+
+def _complete_json(text: str) -> bool:
+    try:
+        return not text.strip() or isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def screen_tool_calls(reply: AIMessage, max_calls: int, max_args_bytes: int,
+                      ) -> tuple[list[tuple[dict[str, Any], str | None]], list[str]]:
+    """Each tool call of `reply` with why it must not run (None: run it), and one note per kind of refusal.
+
+    Only complete JSON runs; arguments over `max_args_bytes` are refused; past `max_calls` in one reply the
+    rest are refused (a planner that needs more per turn is looping or attacked). Each call gets an answer.
+    """
+    raw = {c.get("id") or "": c.get("args") or "" for c in getattr(reply, "tool_call_chunks", None) or []}
+    for c in reply.additional_kwargs.get("tool_calls") or []:  # clients that keep the wire format here
+        raw.setdefault(c.get("id") or "", (c.get("function") or {}).get("arguments") or "")
+    calls, cut = [dict(c) for c in reply.tool_calls], cut_off(reply)
+    screened: list[tuple[dict[str, Any], str | None]] = []
+    refused: dict[str, int] = {}
+    for i, call in enumerate(calls):
+        text = raw.get(call.get("id") or "")
+        text = json.dumps(call.get("args") or {}, ensure_ascii=False) if text is None else text
+        size = len(text.encode())
+        if cut:
+            why: str | None = f"{cut}; only complete JSON arguments are executed"
+        elif not _complete_json(text):
+            why = "its arguments are not complete JSON; only complete JSON arguments are executed"
+        elif size > max_args_bytes:
+            why = f"its arguments are over the {max_args_bytes}-byte bound"
+        elif i >= max_calls:
+            why = f"the reply had {len(calls)} tool calls and at most {max_calls} run per turn"
+        else:
+            why = None
+        if why:
+            refused[why] = refused.get(why, 0) + 1
+        screened.append((call, why))
+    return screened, [f"refused {n} tool call(s): {why}" for why, n in refused.items()]
+
+
+def refusal_message(call: dict[str, Any], why: str) -> str:
+    return f"error: {call.get('name')} was not run: {why}."
+
+
+class LLMPlanner:
+    def __init__(self, model: BaseChatModel, *, name: str | None = None, max_rounds: int = 6,
+                 max_findings: int = 40, max_tool_calls_per_turn: int = 20, max_tool_args_bytes: int = 8192) -> None:
+        self.model = model
+        self.name = name or getattr(model, "model_name", None) or type(model).__name__
+        self.max_rounds = max_rounds
+        self.max_findings = max_findings
+        self.max_tool_calls_per_turn = max_tool_calls_per_turn
+        self.max_tool_args_bytes = max_tool_args_bytes
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model: BaseChatModel | None = None) -> LLMPlanner:
+        return cls(model or make_chat_model(settings), name=settings.llm_model,
+                   max_rounds=settings.llm_max_tool_rounds,
+                   max_tool_calls_per_turn=settings.llm_max_tool_calls_per_turn,
+                   max_tool_args_bytes=settings.llm_max_tool_args_bytes)
+
+    def _messages(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
+                  catalog: str) -> list[BaseMessage]:
+        schedulers = sorted({j.scheduler for j in obs.jobs}) or ["kubernetes"]
+        policy = deps.policy
+        system = render(template_name("system", deps.language), obs.at, scheduler=" and ".join(schedulers),
+                        language_name=LANGUAGE_NAMES.get(deps.language, "English"))
+        plan = render(
+            template_name("plan", deps.language), obs.at,
+            findings=_findings_block(findings),
+            history=_history_block(history, {f.target for f in findings}),
+            min_notice=format_duration(policy.warning.min_notice), grace=format_duration(policy.stop.grace_period),
+            approval_levels=", ".join(map(str, policy.levels.require_approval)) or "none",
+            runbook_catalog=catalog or "(no runbooks indexed)",
+        )
+        return [SystemMessage(system), HumanMessage(plan)]
+
+    def plan(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
+             catalog: str = "") -> PlanResult:
+        result = PlanResult(model=self.name)
+        if not findings:
+            result.explanation = "No waste found."
+            return result
+        findings, overflow = split_for_model(findings, self.max_findings)
+        if overflow:
+            rest = PolicyModel().plan(overflow, obs, history, deps)
+            planned = self._plan_with_model(findings, obs, history, deps, catalog, result)
+            planned.proposals += rest.proposals
+            planned.explanation += (f"\n({len(overflow)} smaller findings were planned by the built-in policy "
+                                    "model to keep the prompt bounded.)")
+            return planned
+        return self._plan_with_model(findings, obs, history, deps, catalog, result)
+
+    def _plan_with_model(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
+                         catalog: str, result: PlanResult) -> PlanResult:
+        if not catalog and deps.runbook_catalog is not None:
+            catalog = deps.runbook_catalog(deps.language)
+        ctx = ToolContext(observation=obs, findings=findings, scheduler=deps.scheduler, logs=deps.logs,
+                          runbook_search=deps.runbook_search, proposed_by=self.name)
+        tools = {t.name: t for t in make_tools(ctx)}
+        bound = self.model.bind_tools(list(tools.values()))
+        messages = self._messages(findings, obs, history, deps, catalog)
+        result.prompt_chars = sum(len(str(m.content)) for m in messages)
+        for _ in range(self.max_rounds):
+            try:
+                reply = bound.invoke(messages)
+            except Exception as exc:  # the endpoint is down (refused, timeout, 5xx): the policy model plans
+                result.degraded = f"model unavailable: {type(exc).__name__}: {exc}; planned by the policy model"
+                break
+            if not isinstance(reply, AIMessage):
+                result.errors.append(f"model returned {type(reply).__name__}, not a message")
+                break
+            usage: dict[str, Any] = dict(reply.usage_metadata or {})
+            result.prompt_tokens += int(usage.get("input_tokens", 0))
+            result.completion_tokens += int(usage.get("output_tokens", 0))
+            messages.append(reply)
+            for bad in reply.invalid_tool_calls or []:
+                result.errors.append(f"malformed tool call {bad.get('name')}: {bad.get('error')}")
+                messages.append(ToolMessage(f"error: malformed call {bad.get('name')}({str(bad.get('args'))[:200]}): "
+                                            f"{bad.get('error')}", tool_call_id=bad.get("id") or "invalid"))
+            if not reply.tool_calls:
+                result.explanation = str(reply.content).strip()
+                break
+            screened, notes = screen_tool_calls(reply, self.max_tool_calls_per_turn, self.max_tool_args_bytes)
+            result.errors += notes
+            for call, why in screened:
+                if why:
+                    messages.append(ToolMessage(refusal_message(call, why), tool_call_id=call.get("id") or "call"))
+                else:
+                    result.tool_calls += 1
+                    messages.append(self._run_tool(tools, call, result))
+        result.proposals = list(ctx.proposals)
+        if result.degraded:  # findings the model did not get to are planned as if no model were configured
+            covered = {p.target for p in result.proposals}
+            fallback = PolicyModel().plan([f for f in findings if f.target not in covered], obs, history, deps)
+            result.proposals += fallback.proposals
+            result.explanation = result.explanation or fallback.explanation
+        if not result.explanation:
+            result.explanation = "\n".join(f"- {f.target}: {f.kind}. {f.evidence}" for f in findings)
+        return result
+
+    @staticmethod
+    def _run_tool(tools: dict[str, Any], call: dict[str, Any], result: PlanResult) -> ToolMessage:
+        name, args, call_id = call.get("name", ""), call.get("args") or {}, call.get("id") or "call"
+        tool = tools.get(name)
+        if tool is None:
+            result.errors.append(f"unknown tool {name}")
+            return ToolMessage(f"error: there is no tool {name!r}; tools: {', '.join(tools)}", tool_call_id=call_id)
+        try:
+            output = tool.invoke(args)
+        except Exception as exc:  # bad arguments or a backend failure: tell the model exactly what failed
+            result.errors.append(f"{name}({args}) failed: {exc}")
+            return ToolMessage(f"error: {name}({json.dumps(args, default=str)}) failed: {exc}", tool_call_id=call_id)
+        text = output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
+        return ToolMessage(text[:20_000], tool_call_id=call_id)

@@ -1,0 +1,202 @@
+"""Planners turn findings into proposed actions; the built-in policy model needs no LLM.
+
+The built-in model escalates one step at a time (warn, then graceful stop after the
+notice period, then a forced reclaim for a job that ignored SIGTERM), which is what
+the guardrail will allow anyway; the guardrail still checks every proposal.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import BaseModel
+
+from agent.config.policy import Policy
+from agent.detectors.evidence import describe, duration_zh
+from agent.guardrail.decide import protection_reason
+from agent.planning.prompts import render, template_name
+from agent.records.cost import money
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
+from core.durations import format_duration
+from core.observation import Observation
+
+if TYPE_CHECKING:
+    from agent.graph.deps import StewardDeps
+
+KIND_WORDS = {
+    "en": {
+        "idle": "GPUs allocated but idle",
+        "zombie": "job looks hung: no progress while holding GPUs",
+        "overprovisioned": "more GPUs requested than used",
+        "node_health": "GPU hardware needs attention",
+        "oversized": "node pool bigger than the work needs",
+    },
+    "zh": {
+        "idle": "GPU 已分配但处于空闲",
+        "zombie": "作业疑似卡死：占用 GPU 却无进展",
+        "overprovisioned": "申请的 GPU 多于实际使用",
+        "node_health": "GPU 硬件需要处理",
+        "oversized": "节点池规模超出实际需要",
+    },
+}
+
+
+class PlanResult(BaseModel):
+    proposals: list[ProposedAction] = []
+    explanation: str = ""
+    model: str = "policy-model"
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_chars: int = 0
+    errors: list[str] = []
+    degraded: str | None = None  # why the model could not plan this sweep and the policy model did
+
+
+class Planner(Protocol):
+    name: str
+
+    def plan(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps) -> PlanResult:
+        ...
+
+
+def _last(history: History, action: str, target: str, kind: str | None = None,
+          statuses: tuple[str, ...] = ("executed",), uid: str | None = None) -> datetime | None:
+    """When `action` last happened to this job; with `uid`, to this very job and not an earlier namesake."""
+    times = [
+        e.at for e in history.entries
+        if e.action == action and e.target == target and e.status in statuses
+        and (kind is None or e.finding_kind is None or e.finding_kind == kind)
+        and (uid is None or e.target_uid == uid)
+    ]
+    return max(times) if times else None
+
+
+def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
+    words = KIND_WORDS.get(language, KIND_WORDS["en"])
+    label = "运行手册" if language == "zh" else "Runbook"
+    runbook = f"{label}: {finding.runbook}" if finding.runbook else ""
+    common = {
+        "job": finding.target,
+        "kind_words": words[finding.kind],
+        "evidence": describe(finding, language),
+        "runbook_line": runbook,
+    }
+    if finding.kind in STOPPABLE_KINDS:
+        deadline = now + timedelta(seconds=policy.warning.min_notice)
+        grace = policy.stop.grace_period
+        grace_words = duration_zh(grace) if language == "zh" else format_duration(grace)
+        return render(
+            template_name("notify_warning", language), now,
+            waste_gpu_hours=f"{finding.waste_gpu_hours:.1f}", waste_cost=money(finding.waste_cost, finding.currency),
+            deadline=deadline.strftime("%Y-%m-%d %H:%M UTC"), grace=grace_words, **common,
+        )
+    advice = {
+        "overprovisioned": f"request {max(1, int(finding.metrics.get('gpus_working', 1)))} GPU(s) next time",
+        "node_health": "drain the node and follow the runbook",
+        "oversized": "let the pool shrink or approve the resize",
+    }.get(finding.kind, "take a look")
+    if language == "zh":
+        advice = {
+            "overprovisioned": f"下次申请 {max(1, int(finding.metrics.get('gpus_working', 1)))} 块 GPU",
+            "node_health": "排空该节点并按运行手册处理",
+            "oversized": "缩容节点池或批准缩容操作",
+        }.get(finding.kind, "请检查")
+    return render(template_name("notify_advice", language), now, advice=advice, **common)
+
+
+def _reask(proposal: ProposedAction, deps: StewardDeps, history: History, now: datetime) -> ProposedAction | None:
+    """A proposal whose last request expired unanswered: ask again once `approvals.reask_after` has passed.
+
+    A stop is asked again only under a fresh warning, as the guardrail requires of any stop: when the
+    owner's warning is a repeat period old the owner is warned again first, and the question waits out
+    the notice. None: not yet (or never: a denied request stays denied).
+    """
+    policy = deps.policy
+    if deps.approvals.reask_due(proposal.key(), now, policy.approvals.reask_after) is None:
+        return None
+    if proposal.action not in STOP_ACTIONS or proposal.finding_kind not in STOPPABLE_KINDS:
+        return proposal
+    done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
+    warned = _last(history, "notify", proposal.target, proposal.finding_kind, done, uid=proposal.target_uid)
+    if warned is None or now - warned >= timedelta(seconds=policy.warning.repeat_every):
+        return ProposedAction(action="notify", target=proposal.target, finding_kind=proposal.finding_kind,
+                              proposed_by=proposal.proposed_by, target_uid=proposal.target_uid,
+                              reason=f"asking an approver again to force the stop; {proposal.reason}")
+    if now - warned < timedelta(seconds=policy.warning.min_notice):
+        return None
+    return proposal
+
+
+class PolicyModel:
+    """The built-in deterministic planner: same kind of proposals an LLM would make, offline."""
+
+    name = "policy-model"
+
+    def plan(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps) -> PlanResult:
+        policy, now = deps.policy, obs.at
+        jobs = obs.jobs_by_id()
+        proposals: list[ProposedAction] = []
+        notes: list[str] = []
+        # One open question per target and action: a changed finding does not open a second request.
+        waiting = {(a.action, a.target) for a in deps.approvals.pending()}
+        for f in findings:
+            job = jobs.get(f.target) if f.target_type == "job" else None
+            if job is not None:
+                why_protected = protection_reason(job, policy, history, now)
+                if why_protected:
+                    notes.append(f"{f.target}: {f.kind}, but protected ({why_protected}); observing only")
+                    continue
+            proposal = self._next_step(f, job.state if job else None, history, policy, now,
+                                       (job.uid or None) if job else None)
+            if proposal is None:
+                continue
+            if proposal.key() in history.pending_approvals:
+                continue
+            if proposal.key() in history.denied_recently:
+                # A deny stands; an unanswered request is asked again after the back-off (agent/records/approvals.py).
+                again = _reask(proposal, deps, history, now)
+                if again is None:
+                    continue
+                proposal = again
+                if proposal.action != "notify":
+                    notes.append(f"{f.target}: {proposal.action} asked again after an unanswered request")
+            if (proposal.action, proposal.target) in waiting:
+                continue
+            if proposal.action == "notify":
+                proposal = proposal.model_copy(update={"message": warning_message(f, policy, now, deps.language)})
+            proposals.append(proposal)
+        lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings]
+        explanation = "\n".join(lines + [f"- {n}" for n in notes]) or "No waste found."
+        return PlanResult(proposals=proposals, explanation=explanation, model=self.name)
+
+    @staticmethod
+    def _next_step(f: Finding, state: str | None, history: History, policy: Policy, now: datetime,
+                   uid: str | None = None) -> ProposedAction | None:
+        base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model", "target_uid": uid}
+        repeat = timedelta(seconds=policy.warning.repeat_every)
+        done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
+        warned = _last(history, "notify", f.target, f.kind, done, uid=uid)
+        if f.kind == "oversized":
+            target = int(f.metrics.get("suggested_nodes", -1))
+            if target < 0:
+                return None
+            return ProposedAction(action="resize_pool", target_nodes=target, reason=f.evidence, **base)
+        if f.kind not in STOPPABLE_KINDS:
+            if warned is None or now - warned >= repeat:
+                return ProposedAction(action="notify", reason=f.evidence, **base)
+            return None
+        stopped = _last(history, "terminate", f.target, statuses=done, uid=uid)
+        refused = _last(history, "terminate", f.target, statuses=("refused",), uid=uid)
+        if refused is not None and now - refused < repeat:
+            return None  # the scheduler said no on purpose (e.g. a PodDisruptionBudget): back off
+        if state == "stopping" and stopped is not None:
+            if now - stopped >= timedelta(seconds=policy.stop.grace_period):
+                return ProposedAction(action="force_terminate", reason=f"ignored SIGTERM; {f.evidence}", **base)
+            return None
+        if warned is None or now - warned >= repeat:
+            return ProposedAction(action="notify", reason=f.evidence, **base)
+        if now - warned >= timedelta(seconds=policy.warning.min_notice) and stopped is None:
+            return ProposedAction(action="terminate", reason=f.evidence, **base)
+        return None

@@ -1,0 +1,80 @@
+"""What one sweep saw: jobs, nodes, pools, metric slices and log progress, at one instant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+
+
+class LogProgress(BaseModel):
+    """What a job's recent log says about progress (see tools/log_progress.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: str
+    lines: int = 0  # lines in the inspected span
+    last_line_at: datetime | None = None
+    progress_lines: int = 0  # lines whose counters (step, loss, shard n/N, ...) changed
+    first_progress_at: datetime | None = None
+    last_progress_at: datetime | None = None
+    typical_gap_s: float | None = None  # median gap between progress lines
+    last_step: float | None = None
+    tail: list[str] = []
+
+
+class Observation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    slice_s: float
+    lookback_s: float
+    currency: str = "USD"
+    jobs: list[JobInfo] = []
+    nodes: list[NodeInfo] = []
+    pools: list[PoolInfo] = []
+    gpus: list[GpuSeries] = []
+    io: list[JobIoSeries] = []
+    # Coarse max/sample counts over the long-tail lookback (agent/detectors/history.py); empty when not read.
+    history: list[GpuHistory] = []
+    history_slice_s: float = 0.0
+    logs: dict[str, LogProgress] = {}
+    backend_calls: int = 0  # requests this observation cost (for the benchmarks)
+    # Why the metrics may be incomplete (e.g. a partial Thanos response, Prometheus warnings); empty = complete.
+    # The idle and zombie detectors make no job finding on degraded data (agent/detectors/longtail.py).
+    degraded: list[str] = []
+    # Derived once per observation (agent/detectors/signals.py), never serialised.
+    _signals: Any = PrivateAttr(default=None)
+    _gpu_total: tuple[tuple[int, int], int] | None = PrivateAttr(default=None)
+    _jobs_index: dict[str, JobInfo] | None = PrivateAttr(default=None)
+
+    def jobs_by_id(self) -> dict[str, JobInfo]:
+        """Jobs by id; built once per observation (every decision of a sweep looks its target up)."""
+        if self._jobs_index is None or len(self._jobs_index) != len(self.jobs):
+            self._jobs_index = {j.id: j for j in self.jobs}
+        return self._jobs_index
+
+    def gpus_by_job(self) -> dict[str, list[GpuSeries]]:
+        out: dict[str, list[GpuSeries]] = {}
+        for series in self.gpus:
+            if series.job is not None:
+                out.setdefault(series.job, []).append(series)
+        return out
+
+    def io_by_job(self) -> dict[str, JobIoSeries]:
+        return {s.job: s for s in self.io}
+
+    def price_for_node(self, node: str | None) -> float:
+        pool_of = {n.name: n.pool for n in self.nodes}
+        prices = {p.name: p.price_per_gpu_hour for p in self.pools}
+        return prices.get(pool_of.get(node or "") or "", 0.0)
+
+    def cluster_gpus(self) -> int:
+        """GPUs on every node; counted once, since each guarded action of a sweep asks."""
+        key = (id(self.nodes), len(self.nodes))
+        if self._gpu_total is None or self._gpu_total[0] != key:
+            self._gpu_total = (key, sum(n.gpus for n in self.nodes))
+        return self._gpu_total[1]

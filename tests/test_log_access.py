@@ -51,3 +51,19 @@ def test_the_sweeps_log_analysis_keeps_only_redacted_text():
     lines = [LogLine(at=NOW, text="aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY step 3")]
     progress = analyse_log("ml/train", lines, NOW)
     assert "wJalrXUtnFEMI" not in " ".join(progress.tail)
+
+
+def test_the_policy_adds_and_disables_redaction_patterns(tmp_path):
+    import pytest
+
+    from agent.config.policy import PolicyError, load_policy, parse_policy
+
+    policy = parse_policy({"redaction": {"extra": [{"name": "ticket", "regex": r"TCK-\d{6}"}], "disable": ["email"]}})
+    line = [LogLine(at=NOW, text="opened TCK-123456 for alice@example.org step 3")]
+    tail = analyse_log("ml/train", line, NOW, policy.redaction.redactor()).tail[0]
+    assert "TCK-123456" not in tail and "alice@example.org" in tail
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("redaction:\n  extra:\n    - {name: broken, regex: '(unclosed'}\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match="redaction") as err:
+        load_policy(bad)
+    assert "broken" in str(err.value) and str(bad) in str(err.value)

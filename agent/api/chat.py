@@ -24,6 +24,7 @@ def chat_context(rt: StewardRuntime) -> ChatContext:
     with rt.graph_lock:
         obs = deps.fresh_observation("chat")
     tool_ctx = ToolContext(observation=obs, findings=rt.findings(), scheduler=deps.scheduler, logs=deps.logs,
+                           redactor=deps.policy.redaction.redactor(),
                            runbook_search=deps.runbook_search, proposed_by="chat")
     # Chat only reads: mutating tools are never bound here, so a chat cannot even propose an action.
     tools = {t.name: t for t in make_tools(tool_ctx) if not is_mutating(t)}

@@ -21,6 +21,7 @@ from pydantic import (
 
 from core.durations import format_duration, parse_duration
 from core.files import format_validation_errors, read_yaml
+from core.redact import Redactor
 
 
 class PolicyError(ValueError):
@@ -356,6 +357,29 @@ class Notifications(_Section):
         return value
 
 
+class RedactionPattern(_Section):
+    name: str
+    regex: str
+
+
+class Redaction(_Section):
+    """Secrets scrubbed from log text before it reaches the model, the UI or a notification (core/redact.py).
+
+    The built-in patterns always apply unless named in `disable`, so a policy that forgets them stays safe.
+    """
+
+    extra: list[RedactionPattern] = []
+    disable: list[str] = []
+
+    @model_validator(mode="after")
+    def _compiles(self) -> Redaction:
+        self.redactor()  # a bad regex or an unknown name to disable is a policy error, not a sweep crash
+        return self
+
+    def redactor(self) -> Redactor:
+        return Redactor([p.model_dump() for p in self.extra], self.disable)
+
+
 class Policy(_Section):
     version: Literal[1] = 1
     mode: Literal["enforce", "dry_run", "observe"] = "enforce"
@@ -368,6 +392,7 @@ class Policy(_Section):
     reserve: Reserve = Reserve()
     approvals: Approvals = Approvals()
     notifications: Notifications = Notifications()
+    redaction: Redaction = Redaction()
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:

@@ -136,9 +136,10 @@ class StewardDeps:
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
         log_span = timedelta(seconds=max(self.policy.detectors.zombie.window, self.policy.detectors.idle.window) * 2)
         logs = {}
+        redactor = self.policy.redaction.redactor()
         for job_id in log_candidates(obs, self.policy):
             lines = self.logs.tail(job_id, at - log_span, at, limit=500)
-            logs[job_id] = analyse_log(job_id, lines, at)
+            logs[job_id] = analyse_log(job_id, lines, at, redactor)
             obs.backend_calls += 1
         obs.logs = logs
         return obs

@@ -178,6 +178,7 @@ class LLMPlanner:
         if not catalog and deps.runbook_catalog is not None:
             catalog = deps.runbook_catalog(deps.language)
         ctx = ToolContext(observation=obs, findings=findings, scheduler=deps.scheduler, logs=deps.logs,
+                          redactor=deps.policy.redaction.redactor(),
                           runbook_search=deps.runbook_search, proposed_by=self.name)
         tools = {t.name: t for t in make_tools(ctx)}
         bound = self.model.bind_tools(list(tools.values()))

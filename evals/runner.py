@@ -62,6 +62,8 @@ def collect_actions(scenario: Scenario, audit: AuditLog) -> list[dict[str, Any]]
     for e in audit.entries(limit=1_000_000, newest_first=False):
         row = {"job": e.target, "action": e.action, "level": e.level, "at_s": _offset(scenario, e.at),
                "reason": e.reason or ""}
+        if e.data.get("target_uid"):
+            row["uid"] = e.data["target_uid"]  # extra: tells namesakes (one id, distinct jobs) apart
         if e.kind == "execution":
             actions.append({**row, "status": e.status, "removed_nodes": int(e.data.get("removed_nodes") or 0)})
         elif e.kind == "decision" and e.status == "deny":
@@ -81,14 +83,9 @@ def collect_actions(scenario: Scenario, audit: AuditLog) -> list[dict[str, Any]]
 
 def reclaimed_gpu_hours(scenario: Scenario, cluster: SimCluster, actions: list[dict[str, Any]]) -> float:
     total = 0.0
-    jobs = {j.id: j for j in scenario.jobs}
-    for job_id, job in jobs.items():
-        stopped = cluster.stop_offset(job_id)
-        if stopped is None:
-            continue
-        natural_end = cluster.job_end_offset(job_id)
+    for _job_id, stopped, natural_end, gpus in cluster.stopped_runs():  # namesakes each on their own
         end = min(scenario.duration, natural_end) if natural_end is not None else scenario.duration
-        total += max(0.0, end - stopped) / 3600 * job.gpus
+        total += max(0.0, end - stopped) / 3600 * gpus
     pools = {p.name: p for p in scenario.pools}
     for a in actions:
         if a["action"] == "resize_pool" and a["status"] == "executed":
@@ -100,11 +97,16 @@ def reclaimed_gpu_hours(scenario: Scenario, cluster: SimCluster, actions: list[d
 
 
 class ScriptedApprovals:
-    """Plays a scenario's scripted human answers: each answers the first request it meets, once."""
+    """Plays a scenario's scripted human answers: each answers the first request it meets, once.
 
-    def __init__(self, scenario: Scenario, service: SweepService) -> None:
+    An answer names a job id; when the id is reused (namesakes), it answers only requests about the
+    job that id names at the time of the answer, never a leftover request about an earlier namesake.
+    """
+
+    def __init__(self, scenario: Scenario, service: SweepService, cluster: SimCluster | None = None) -> None:
         self.pending = sorted(scenario.approvals, key=lambda a: a.at)
         self.service = service
+        self.cluster = cluster
 
     def answer_due(self, offset_s: float) -> list[Any]:
         """Answer what is due; returns the resumed runs (SweepResult)."""
@@ -113,7 +115,7 @@ class ScriptedApprovals:
             if answer.at > offset_s:
                 continue
             for item in self.service.deps.approvals.pending():
-                if item.target != answer.job:
+                if item.target != answer.job or not self._current(item):
                     continue
                 try:
                     done.append(self.service.answer(item.id, answer.decision, by=answer.by, reason="scripted answer"))
@@ -124,12 +126,21 @@ class ScriptedApprovals:
         return done
 
 
+    def _current(self, item: Any) -> bool:
+        """Whether a request is about the job its target names now (requests without a uid: yes)."""
+        if self.cluster is None:
+            return True
+        proposal = (item.payload.get("guarded_action") or {}).get("proposal") or {}
+        uid = proposal.get("target_uid")
+        return not uid or uid == self.cluster.current_uid(item.target)
+
+
 def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_every: float = 300.0,
                  language: str = "en") -> ScenarioRun:
     started = time.perf_counter()
     deps, cluster = simulated_deps(scenario, policy, planner, language=language)
     service = SweepService(deps, run_prefix=scenario.name)
-    scripted = ScriptedApprovals(scenario, service)
+    scripted = ScriptedApprovals(scenario, service, cluster)
     sweeps = tool_calls = prompt_tokens = completion_tokens = 0
     t = sweep_every
     while t <= scenario.duration + 1e-9:

@@ -61,8 +61,10 @@ def score_run(
         if truth is not None and (truth.waste == "none" or truth.must_not_kill):
             score.false_kills += 1
             score.false_kill_targets.append(stop["job"])
+        # A namesake's warning (same id, another uid) does not license a stop of the job now under the id.
         warned = any(
             a["action"] == "notify" and a["status"] == "executed" and a["job"] == stop["job"] and a["at_s"] < stop["at_s"]
+            and (not a.get("uid") or not stop.get("uid") or a["uid"] == stop["uid"])
             for a in actions
         )
         if not warned:

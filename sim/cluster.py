@@ -120,7 +120,7 @@ class SimCluster:
 
     def get_job(self, job_id: str) -> JobInfo | None:
         self.backend_calls += 1
-        run = self._lifecycle.by_id.get(job_id)
+        run = self._lifecycle.current(job_id, self.offset_s)
         return self._info(run) if run is not None and self._visible(run) else None
 
     def list_nodes(self) -> list[NodeInfo]:
@@ -131,7 +131,7 @@ class SimCluster:
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
                  uid: str | None = None) -> StopResult:
         """SIGTERM (a job that ignores it keeps running as `stopping`) or a forced reclaim; idempotent."""
-        run = self._lifecycle.by_id.get(job_id)
+        run = self._lifecycle.current(job_id, self.offset_s)
         now = self.offset_s
         status: StopStatus
         if uid and run is not None and self._info(run).uid != uid:
@@ -159,7 +159,7 @@ class SimCluster:
     # -- logs ------------------------------------------------------------------------------------
     def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:
         self.backend_calls += 1
-        run = self._lifecycle.by_id.get(job_id)
+        run = self._lifecycle.current(job_id, self.offset_s)
         if run is None or run.start is None:
             return []
         end = min(run.end if run.end is not None else float("inf"), self.offset_s + 1.0)
@@ -217,11 +217,23 @@ class SimCluster:
 
     # -- answers for scorers ---------------------------------------------------------------------
     def job_end_offset(self, job_id: str) -> float | None:
-        """When the job would have ended on its own (its `end`), None if it runs past the scenario."""
-        run = self._lifecycle.by_id.get(job_id)
+        """When the job (the run current now, for a reused id) would have ended on its own (its `end`),
+        None if it runs past the scenario."""
+        run = self._lifecycle.current(job_id, self.offset_s)
         return run.job.end if run is not None else None
 
     def stop_offset(self, job_id: str) -> float | None:
-        """When a stop actually freed the job's GPUs (None: never stopped, or only SIGTERM'd)."""
-        run = self._lifecycle.by_id.get(job_id)
+        """When a stop actually freed the job's GPUs (None: never stopped, or only SIGTERM'd); the run
+        current now, for a reused id (`stopped_runs` has every run)."""
+        run = self._lifecycle.current(job_id, self.offset_s)
         return run.stopped_at if run is not None else None
+
+    def current_uid(self, job_id: str) -> str | None:
+        """The uid of the run `job_id` names now (namesakes are distinct jobs); no backend call."""
+        run = self._lifecycle.current(job_id, self.offset_s)
+        return self._info(run).uid if run is not None and self._visible(run) else None
+
+    def stopped_runs(self) -> list[tuple[str, float, float | None, int]]:
+        """(id, stop offset, natural end, GPUs) of every run a stop freed, namesakes each on their own."""
+        return [(r.job.id, r.stopped_at, r.job.end, r.job.gpus) for r in self._lifecycle.runs
+                if r.stopped_at is not None]

@@ -51,9 +51,20 @@ class Lifecycle:
 
     def __init__(self, jobs: list[Job], nodes: list[SimNode]) -> None:
         self.runs = [Run(i, job, sig := JobSignals(job), JobLog(sig)) for i, job in enumerate(jobs)]
-        self.by_id = {r.job.id: r for r in self.runs}
+        # Namesakes (one id, lifetimes that do not overlap) are distinct runs, oldest submit first.
+        self.by_id: dict[str, list[Run]] = {}
+        for run in sorted(self.runs, key=lambda r: (r.job.submit, r.index)):
+            self.by_id.setdefault(run.job.id, []).append(run)
         self.nodes = nodes  # shared with the cluster, which adds and removes nodes
         self.settled_to = -1.0
+
+    def current(self, job_id: str, t: float) -> Run | None:
+        """The run an id names at time t: the latest submitted by then (else the first, not yet visible)."""
+        runs = self.by_id.get(job_id)
+        if not runs:
+            return None
+        due = [r for r in runs if r.job.submit <= t]
+        return due[-1] if due else runs[0]
 
     def _next_event(self, until: float) -> float | None:
         best: float | None = None

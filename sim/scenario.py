@@ -194,8 +194,7 @@ class Scenario(_Strict):
                 raise ValueError(f"nodes[{i}]: a node without a pool needs gpus")
         known_nodes = set(node_names) | {f"{p.name}-{i}" for p in self.pools for i in range(p.nodes)}
         job_ids = [j.id for j in self.jobs]
-        if len(set(job_ids)) != len(job_ids):
-            raise ValueError("job ids must be unique")
+        _check_namesakes(self.jobs)
         for i, job in enumerate(self.jobs):
             if job.node is not None and job.node not in known_nodes:
                 raise ValueError(f"jobs[{i}].node: unknown node {job.node!r}")
@@ -210,6 +209,19 @@ class Scenario(_Strict):
             if truth.pool is not None and truth.pool not in pool_names:
                 raise ValueError(f"truth[{i}].pool: unknown pool {truth.pool!r}")
         return self
+
+
+def _check_namesakes(jobs: list[Job]) -> None:
+    """Two jobs may share an id only when one was submitted at or after the other's end (a namesake)."""
+    seen: dict[str, list[int]] = {}
+    for j, job in enumerate(jobs):
+        for i in seen.get(job.id, []):
+            first, second = (jobs[i], job) if jobs[i].submit <= job.submit else (job, jobs[i])
+            if first.end is None or second.submit < first.end or second.submit == first.submit:
+                raise ValueError(
+                    f"jobs[{i}] and jobs[{j}] share the id {job.id!r} and their lifetimes overlap: a reused id "
+                    "needs the earlier job to have an `end` and the later one submitted at or after it")
+        seen.setdefault(job.id, []).append(j)
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:

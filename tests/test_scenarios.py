@@ -41,6 +41,7 @@ DIFFICULTY: dict[str, str] = {
     "middling-zombie": "medium",
     "dry-run-mode": "medium",
     "chinese-log-progress": "medium",
+    "namesake-bash": "medium",
     "checkpointing-looks-idle": "hard",
     "daily-serving-cycle": "hard",
     "fake-activity-blips": "hard",
@@ -332,3 +333,15 @@ def test_garbage_metrics_raise_nothing() -> None:
 def test_middling_gpu_with_stalled_log_is_left_to_humans() -> None:
     r = run("middling-zombie")
     assert r.findings == [] and r.actions == []
+
+
+@pytest.mark.medium
+def test_namesake_is_warned_on_its_own_before_any_stop() -> None:
+    r = run("namesake-bash")
+    job = "gpu/bash"
+    warned = acts(r, job, "notify", "executed")
+    assert len({a["uid"] for a in warned}) == 2  # each run of the reused name warned on its own
+    first = min(warned, key=lambda a: a["at_s"])["uid"]
+    assert stops(r, job) and not [a for a in stops(r, job) if a["uid"] == first]  # the first ended by itself
+    for stop in stops(r, job):
+        assert any(a["uid"] == stop["uid"] and stop["at_s"] - a["at_s"] >= 30 * 60 for a in warned)

@@ -225,6 +225,39 @@ def test_loader_rejects_malformed_scenario_naming_the_key():
         cluster([{"id": "a/b", "node": "p-7"}])
 
 
+def test_namesakes_need_lifetimes_that_do_not_overlap():
+    with pytest.raises(ScenarioError, match=r"jobs\[0\] and jobs\[1\] share the id 'a/bash'"):
+        cluster([{"id": "a/bash"}, {"id": "a/bash", "submit": "2h"}])  # the first never ends
+    with pytest.raises(ScenarioError, match=r"jobs\[0\] and jobs\[2\]"):
+        cluster([{"id": "a/bash", "end": "2h"}, {"id": "a/x"}, {"id": "a/bash", "submit": "1h"}])
+    with pytest.raises(ScenarioError, match=r"jobs\[0\] and jobs\[1\]"):  # listed later, submitted earlier
+        cluster([{"id": "a/bash", "submit": "1h"}, {"id": "a/bash", "end": "2h"}])
+    cluster([{"id": "a/bash", "end": "1h"}, {"id": "a/bash", "submit": "1h"}],
+            approvals=[{"job": "a/bash", "decision": "approve", "at": "90m"}],
+            truth=[{"job": "a/bash", "waste": "idle"}])
+
+
+def test_namesakes_are_distinct_jobs_resolved_at_the_simulated_time():
+    idle = [{"gpu_util": 0, "gpu_mem_gb": 4}]
+    sim = cluster([{"id": "a/bash", "gpus": 1, "end": "1h", "phases": idle},
+                   {"id": "a/bash", "gpus": 1, "submit": "90m", "phases": idle}])
+    sim.advance_to(30 * 60)
+    first = job_of(sim, "a/bash")
+    sim.advance_to(70 * 60)
+    assert sim.get_job("a/bash") is not None and job_of(sim, "a/bash").state == "completed"
+    assert sim.stop_job("a/bash", force=True, reason="late").status == "already_gone"
+    sim.advance_to(2 * H)
+    second = job_of(sim, "a/bash")
+    assert second.uid != first.uid and second.state == "running"
+    assert second.started_at == sim.scenario.start + timedelta(seconds=90 * 60)
+    # The earlier run's samples stay with it: the namesake's series starts at its own start.
+    (series,) = series_of(sim, "a/bash", lookback=2 * H)
+    assert sum(series.samples) == 30 * 60 / 30 + 1
+    assert sim.stop_job("a/bash", force=False, uid=first.uid).status == "refused"
+    assert sim.stop_job("a/bash", force=False, uid=second.uid).status == "stopped"
+    assert sim.stop_offset("a/bash") == 2 * H and [r[1] for r in sim.stopped_runs()] == [2 * H]
+
+
 def test_explicit_pool_nodes_count_toward_pool_size():
     sim = cluster([], nodes=[{"name": "special", "pool": "p"}])
     assert [n.name for n in sim.list_nodes()] == ["special", "p-0"]

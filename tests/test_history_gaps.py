@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.config.policy import Policy
@@ -338,8 +338,6 @@ def test_a_job_younger_than_the_idle_window_is_not_idle_yet():
     from agent.detectors.idle import IdleGpuDetector
     from core.cluster import GpuSeries, JobInfo
     from core.observation import Observation
-
-    from datetime import UTC
 
     at = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
     slices = 13

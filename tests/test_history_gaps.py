@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.config.policy import Policy
@@ -330,3 +330,25 @@ def test_an_unmapped_hpc_job_is_never_evidence_for_a_job():
     assert "gpu/train" not in signals.jobs
     assert all(s.job == "12" for s in obs.gpus) and all(h.job == "12" for h in obs.history)
     assert run_detectors(obs, Policy()) == []
+
+
+def test_a_job_younger_than_the_idle_window_is_not_idle_yet():
+    """Idle from its first minute, but 55 minutes old: not "idle for 1h" (rounding to slices must not say so)."""
+    from agent.config.policy import Policy
+    from agent.detectors.idle import IdleGpuDetector
+    from core.cluster import GpuSeries, JobInfo
+    from core.observation import Observation
+
+    at = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    slices = 13
+    series = GpuSeries(job="gpu/bash", node="n0", gpu=0, slice_s=300, util_max=[0.0] * slices,
+                       util_avg=[0.0] * slices, samples=[10] * slices, expected=10)
+
+    def findings(age_min: int):
+        job = JobInfo(id="gpu/bash", uid="slurm:2", scheduler="slurm", namespace="gpu", name="bash", user="c",
+                      gpus=1, started_at=at - timedelta(minutes=age_min))
+        obs = Observation(at=at, slice_s=300, lookback_s=slices * 300, jobs=[job], gpus=[series])
+        return IdleGpuDetector(Policy()).detect(obs)
+
+    assert findings(55) == []
+    assert [f.kind for f in findings(65)] == ["idle"]

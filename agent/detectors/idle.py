@@ -51,6 +51,10 @@ class IdleGpuDetector:
         signals = signals or group_signals(obs)
         findings = []
         for job in obs.jobs:
+            # A job is judged idle only over a window it has lived through: a 55-minute-old job was not
+            # "idle for 1h", however its slices round.
+            if job.started_at is not None and (obs.at - job.started_at).total_seconds() < self.rule.window:
+                continue
             window = self.quiet_window(job, signals)
             if window is None:
                 continue

@@ -138,6 +138,10 @@ def _warn_then_stop(slurm, tmp_path, notifier: EmailNotifier, mailbox: Mailbox) 
         assert jobs["gpu/trainer"].gpus == 2 and jobs["gpu/notebook"].gpus == 1
         assert jobs["gpu/notebook"].labels[JOB_ID_LABEL] == str(notebook)
         assert scheduler.list_nodes()[0].gpus == 8
+        # A job is judged idle only over a window it has lived through: let the notebook reach the idle window.
+        started = jobs["gpu/notebook"].started_at or datetime.now(UTC)
+        idle_window_s = parse_policy(POLICY).detectors.idle.window
+        time.sleep(max(0.0, idle_window_s + 1 - (datetime.now(UTC) - started).total_seconds()))
 
         live = LiveSim(SimCluster(_scenario(datetime.now(UTC) - timedelta(minutes=10))))
         audit = AuditLog(":memory:")

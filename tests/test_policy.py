@@ -341,3 +341,12 @@ def test_the_generated_policies_are_not_all_refused(tmp_path):
 
     record()
     assert outcomes.count(True) >= 40 and outcomes.count(False) >= 40, (outcomes.count(True), len(outcomes))
+
+
+def test_unquoted_clock_times_mean_what_was_written() -> None:
+    """YAML 1.1 turns an unquoted 20:00 into the integer 1200; the policy reads it back as 20:00, not 00:20."""
+    text = "detectors:\n  pools:\n    scale_down_start: 20:00\n    scale_down_end: 07:30\n"
+    pools = parse_policy(yaml.safe_load(text)).detectors.pools
+    assert (str(pools.scale_down_start), str(pools.scale_down_end)) == ("20:00:00", "07:30:00")
+    with pytest.raises(PolicyError, match="not a time of day"):
+        parse_policy({"detectors": {"pools": {"scale_down_start": 5000, "scale_down_end": "07:00"}}})

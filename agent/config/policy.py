@@ -97,6 +97,18 @@ class LongTailRule(_Section):
     cpu_active_pct: float = Field(50.0, ge=0)
 
 
+def _clock_time(value: object) -> object:
+    """YAML 1.1 reads an unquoted 20:00 as the base-60 integer 1200: take it back as the time it was written as."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    if 0 <= value < 24 * 60:
+        return time(value // 60, value % 60)
+    raise ValueError(f"{value} is not a time of day; write it quoted, e.g. \"20:00\"")
+
+
+ClockTime = Annotated[time, BeforeValidator(_clock_time)]
+
+
 class NodeHealthRule(_Section):
     max_temp_c: float = Field(90.0, gt=0, le=150)  # above 150 C no GPU runs: the check would never fire
     ignore_xids: list[int] = [13, 31, 43]  # application faults, not hardware
@@ -104,8 +116,8 @@ class NodeHealthRule(_Section):
 
 class PoolRule(_Section):
     empty_window: PositiveDuration = 3600.0
-    scale_down_start: time | None = None  # e.g. "20:00" (UTC); None = any hour
-    scale_down_end: time | None = None
+    scale_down_start: ClockTime | None = None  # e.g. "20:00" (UTC); None = any hour
+    scale_down_end: ClockTime | None = None
 
     @model_validator(mode="after")
     def _both(self) -> PoolRule:

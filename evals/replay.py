@@ -1,4 +1,4 @@
-"""Replay a recorded trace: the agent's own sweep (detect, plan, guardrail, execute) and two baselines.
+"""Replay a recorded trace: the agent's own sweep (detect, plan, guardrail, execute) and the baseline rules.
 
 The agent runs through the real graph (SweepService) on a simulated clock, exactly as a live
 sweep would, with the trace behind every protocol. The baselines are the rules people run
@@ -26,7 +26,7 @@ NAIVE_WINDOW_S = 1800.0
 NAIVE_AVG_PCT = 5.0
 JDS_WARN_S = 3600.0
 JDS_CANCEL_S = 7200.0
-JDS_MIN_COVERAGE = 0.9
+ZERO_MIN_COVERAGE = 0.9  # all-zero rules (zero-for-N, JDS): a window needs 90% of its samples
 
 
 @dataclass
@@ -92,45 +92,71 @@ def _alive(trace: Trace, c: ContainerTrace, times: np.ndarray, age: float) -> np
     return (times >= c.first + age) & (times <= trace.life_end(c))
 
 
-def run_naive(trace: Trace, *, every: float = 300.0) -> PolicyRun:
-    """Stop when the average utilisation over the last 30 minutes is under 5%; no warning."""
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
+
+
+def run_naive(trace: Trace, *, every: float = 300.0, avg_pct: float = NAIVE_AVG_PCT,
+              window_s: float = NAIVE_WINDOW_S) -> PolicyRun:
+    """Stop when the average utilisation over the last `window_s` is under `avg_pct`; no warning."""
     started = time.perf_counter()
-    run = PolicyRun(name=f"naive: avg < {NAIVE_AVG_PCT:g}% over {NAIVE_WINDOW_S / 60:.0f} min -> stop")
+    run = PolicyRun(name=f"naive: avg < {avg_pct:g}% over {_hours(window_s)} -> stop")
     times = sweep_times(trace, every)
     run.sweeps = len(times)
     for c in trace.containers.values():
-        n, total, _ = _window_counts(c, times, NAIVE_WINDOW_S)
-        hit = _alive(trace, c, times, NAIVE_WINDOW_S) & (n > 0) & (total < NAIVE_AVG_PCT * np.maximum(n, 1))
+        n, total, _ = _window_counts(c, times, window_s)
+        hit = _alive(trace, c, times, window_s) & (n > 0) & (total < avg_pct * np.maximum(n, 1))
         if hit.any():
             run.stops.append((c.id, float(times[np.argmax(hit)])))
     run.wall_s = time.perf_counter() - started
     return run
 
 
-def run_jds(trace: Trace, *, every: float = 300.0) -> PolicyRun:
-    """Job-Defense-Shield style: every sample 0% for 60 min -> warning; still 0% at 120 min -> cancel.
+def _all_zero(trace: Trace, c: ContainerTrace, times: np.ndarray, window_s: float) -> np.ndarray:
+    """Per sweep time: the container lived through the window, every sample in it is 0% and they cover 90% of it."""
+    n, _, nonzero = _window_counts(c, times, window_s)
+    full = n >= ZERO_MIN_COVERAGE * window_s / trace.interval_s
+    return _alive(trace, c, times, window_s) & full & (nonzero == 0)
 
-    The notice period is the hour between the two; any non-zero sample starts the count again.
-    Coverage must be at least 90% of the expected samples, so a gap never counts as zero.
-    """
+
+def run_zero(trace: Trace, *, every: float = 300.0, window_s: float = 2 * 3600.0) -> PolicyRun:
+    """Stop when every sample of the last `window_s` is 0% (with 90% coverage, so a gap never counts as zero); no warning."""
     started = time.perf_counter()
-    run = PolicyRun(name=f"JDS-style: all 0% {JDS_WARN_S / 60:.0f} min -> warn, {JDS_CANCEL_S / 60:.0f} min -> cancel")
+    run = PolicyRun(name=f"all 0% for {_hours(window_s)} -> stop")
     times = sweep_times(trace, every)
     run.sweeps = len(times)
     for c in trace.containers.values():
-        flags = {}
-        for label, window in (("warn", JDS_WARN_S), ("cancel", JDS_CANCEL_S)):
-            n, _, nonzero = _window_counts(c, times, window)
-            full = n >= JDS_MIN_COVERAGE * window / trace.interval_s
-            flags[label] = _alive(trace, c, times, window) & full & (nonzero == 0)
+        hit = _all_zero(trace, c, times, window_s)
+        if hit.any():
+            run.stops.append((c.id, float(times[np.argmax(hit)])))
+    run.wall_s = time.perf_counter() - started
+    return run
+
+
+def run_jds(trace: Trace, *, every: float = 300.0, warn_s: float = JDS_WARN_S,
+            cancel_s: float = JDS_CANCEL_S) -> PolicyRun:
+    """Job-Defense-Shield style: every sample 0% for `warn_s` -> warning; still 0% at `cancel_s` -> cancel.
+
+    The notice period is the time between the two; any non-zero sample starts the count again.
+    Coverage must be at least 90% of the expected samples, so a gap never counts as zero.
+    """
+    if cancel_s <= warn_s:
+        raise ValueError(f"JDS cancel window ({cancel_s:g} s) must be longer than its warning window ({warn_s:g} s)")
+    started = time.perf_counter()
+    run = PolicyRun(name=f"JDS-style: all 0% {_hours(warn_s)} -> warn, {_hours(cancel_s)} -> cancel")
+    times = sweep_times(trace, every)
+    run.sweeps = len(times)
+    for c in trace.containers.values():
+        warn = _all_zero(trace, c, times, warn_s)
+        cancel = _all_zero(trace, c, times, cancel_s)
         warned_at: float | None = None
         for k, t in enumerate(times):
-            if warned_at is not None and not flags["warn"][k]:
+            if warned_at is not None and not warn[k]:
                 warned_at = None  # activity came back: the warning lapses
-            if flags["cancel"][k] and warned_at is not None and t - warned_at >= JDS_CANCEL_S - JDS_WARN_S - 1e-6:
+            if cancel[k] and warned_at is not None and t - warned_at >= cancel_s - warn_s - 1e-6:
                 run.stops.append((c.id, float(t)))
                 break
-            if flags["warn"][k] and warned_at is None:
+            if warn[k] and warned_at is None:
                 warned_at = float(t)
                 run.warnings.append((c.id, warned_at))
     run.wall_s = time.perf_counter() - started

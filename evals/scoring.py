@@ -21,6 +21,7 @@ class Score(BaseModel):
     missed_targets: list[str] = []
     false_positive_targets: list[str] = []
     false_kill_targets: list[str] = []
+    stops_before_waste: int = 0  # of the false kills: stops before the key's `since` (the waste had not begun)
 
     @property
     def passed(self) -> bool:
@@ -33,7 +34,12 @@ def score_run(
     actions: list[dict[str, Any]],
     reclaimed_gpu_hours: float,
 ) -> Score:
-    """`findings` and `actions` in the `steward eval --json` shape."""
+    """`findings` and `actions` in the `steward eval --json` shape.
+
+    A false kill is an executed stop of a job the key says is not waste (`waste: none`), must not be killed, or
+    whose waste had not begun yet (`at_s` before the key's `since`, both seconds from the scenario start): the job
+    was still working when it was stopped.
+    """
     found = {(f["job"], f["kind"]) for f in findings}
     score = Score(reclaimed_gpu_hours=round(reclaimed_gpu_hours, 2))
     truth_by_target: dict[str, Any] = {}
@@ -58,9 +64,11 @@ def score_run(
     stops = [a for a in actions if a["action"] in ("terminate", "force_terminate") and a["status"] == "executed"]
     for stop in stops:
         truth = truth_by_target.get(stop["job"])
-        if truth is not None and (truth.waste == "none" or truth.must_not_kill):
+        early = truth is not None and truth.since is not None and stop["at_s"] < truth.since
+        if truth is not None and (truth.waste == "none" or truth.must_not_kill or early):
             score.false_kills += 1
             score.false_kill_targets.append(stop["job"])
+            score.stops_before_waste += early
         # A namesake's warning (same id, another uid) does not license a stop of the job now under the id.
         warned = any(
             a["action"] == "notify" and a["status"] == "executed" and a["job"] == stop["job"] and a["at_s"] < stop["at_s"]

@@ -1,4 +1,5 @@
-"""Trace replay: reading traces, the agent and baselines over a small synthetic trace, future-based scoring."""
+"""Trace replay: reading traces, the agent and baselines over a small synthetic trace, future-based scoring,
+the JSON listing of stops and warnings, and the frontier."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from agent.cli.main import main
-from agent.config.policy import Policy
-from evals.replay import run_agent, run_jds, run_naive
-from evals.replay_score import oracle, score
-from evals.trace import TraceError, load_trace
+from agent.config.policy import Policy, PolicyError
+from evals.replay import PolicyRun, run_agent, run_jds, run_naive
+from evals.replay_frontier import FrontierPoint, mark_frontier, run_frontier, with_knobs
+from evals.replay_score import MATERIAL_WORK_GPU_S, PolicyScore, judge_stop, oracle, score
+from evals.trace import Trace, TraceError, load_trace
 
 T0 = 1_700_000_000
 STEP = 60
@@ -85,7 +87,7 @@ def test_agent_stops_the_idle_container_and_spares_the_one_that_comes_back(trace
     warned = [at for cid, at in run.warnings if cid == "idle-forever"]
     assert warned and min(warned) < run.stops[0][1]  # warning first
     s = score(trace, run, best)
-    assert s.false_kills == 0
+    assert s.material_false_kills == 0 and s.strict_false_kills == 0 and s.work_lost_gpu_s == 0
     assert s.reclaimed_gpu_hours == pytest.approx((HOURS * 3600 - run.stops[0][1]) / 3600, abs=0.01)
     assert 0 < s.share_of_oracle < 1
 
@@ -93,10 +95,10 @@ def test_agent_stops_the_idle_container_and_spares_the_one_that_comes_back(trace
 def test_naive_baseline_false_kills_the_container_that_comes_back(trace_file: Path):
     trace = load_trace(trace_file)
     s = score(trace, run_naive(trace), oracle(trace))
-    assert "comes-back" in s.false_kill_containers
+    assert "comes-back" in s.material_false_kill_containers and "comes-back" in s.strict_false_kill_containers
     assert s.notifications == 0
     jds = score(trace, run_jds(trace), oracle(trace))  # 50-minute pauses never reach its 60-minute warning
-    assert jds.false_kills == 0 and jds.stops == 1 and jds.notifications == 1
+    assert jds.material_false_kills == 0 and jds.stops == 1 and jds.notifications == 1
 
 
 def test_a_container_that_really_ends_is_not_running_after_its_last_sample(tmp_path: Path):
@@ -105,21 +107,156 @@ def test_a_container_that_really_ends_is_not_running_after_its_last_sample(tmp_p
     trace = load_trace(_write(tmp_path / "t.csv", rows))
     short = trace.containers["short-lived"]
     assert trace.ended_inside(short) and trace.life_end(short) == short.last
-    best = oracle(trace)
-    assert best.ended_tails == 1 and best.ended_gpu_hours == pytest.approx(0.5, abs=0.02)
+    for rule in ("material", "strict"):
+        best = oracle(trace, rule)
+        assert best.ended_tails == 1 and best.ended_gpu_hours == pytest.approx(0.5, abs=0.02)
     run = run_agent(trace, Policy())
     assert run.stops == []  # gone before the idle window and notice ran out
 
 
-def test_cli_prints_json_and_writes_self_contained_html(trace_file: Path, tmp_path: Path, capsys):
+def test_cli_json_lists_every_stop_and_warning_so_another_scorer_can_rescore(trace_file: Path, tmp_path: Path,
+                                                                               capsys):
     html = tmp_path / "replay.html"
     assert main(["replay", str(trace_file), "--json", "--html", str(html)]) == 0
     doc = json.loads(capsys.readouterr().out)
     names = [p["name"] for p in doc["policies"]]
-    assert names[0].startswith("agent") and len(names) == 3
-    assert doc["policies"][0]["false_kills"] == 0
+    assert names[0].startswith("agent") and len(names) == 4 and doc["material_work_gpu_s"] == MATERIAL_WORK_GPU_S
+    agent, naive, _zero, jds = doc["policies"]
+    assert agent["material_false_kills"] == 0 and agent["strict_false_kills"] == 0
+    assert [s["container"] for s in agent["stops"]] == ["idle-forever"]
+    assert {w["container"] for w in agent["warnings"]} == {"idle-forever"}
+    assert min(w["at_s"] for w in agent["warnings"]) < agent["stops"][0]["at_s"]
+    assert [s["container"] for s in jds["stops"]] == ["idle-forever"] and len(jds["warnings"]) == 1
+    assert any(s["container"] == "comes-back" and s["material_false_kill"] for s in naive["stops"])
+    trace = load_trace(trace_file)
+    best = oracle(trace)
+    assert doc["oracle"]["material"]["total"] == best.total
+    for listed in doc["policies"]:  # re-scored from the listing alone, the numbers are the same
+        run = PolicyRun(name=listed["name"], stops=[(s["container"], s["at_s"]) for s in listed["stops"]],
+                        warnings=[(w["container"], w["at_s"]) for w in listed["warnings"]])
+        again = score(trace, run, best)
+        assert again.reclaimed_gpu_hours == pytest.approx(listed["reclaimed_gpu_hours"], abs=0.01)
+        assert again.material_false_kills == listed["material_false_kills"]
+        assert again.strict_false_kills == listed["strict_false_kills"]
     page = html.read_text()
     assert "<svg" in page and "http://" not in page and "https://" not in page and "<script" not in page
+
+
+# -- operator-grade scoring: material and strict false kills -------------------------------------------------
+
+
+def _stopped(trace_rows: list[str], tmp_path: Path, stops: list[tuple[str, float]]) -> tuple[Trace, PolicyScore]:
+    trace = load_trace(_write(tmp_path / "t.csv", trace_rows))
+    return trace, score(trace, PolicyRun(name="given", stops=stops), oracle(trace))
+
+
+def test_a_small_blip_after_a_stop_is_a_strict_but_not_a_material_false_kill(tmp_path: Path):
+    # Worked an hour, then idle; two samples at 7% (2 x 0.07 x 60 s = 8.4 GPU-s) at 4 h, idle again to the end.
+    utils = [80.0] * 60 + [0.0] * 180 + [7.0, 7.0] + [0.0] * (HOURS * 60 + 1 - 242)
+    trace, s = _stopped(_rows("blip", utils), tmp_path, [("blip", 2 * 3600.0)])
+    assert s.strict_false_kills == 1 and s.strict_false_kill_containers == ["blip"]
+    assert s.material_false_kills == 0 and s.work_lost_gpu_s == pytest.approx(8.4)
+    tail = HOURS - 2.0
+    assert s.reclaimed_gpu_hours == pytest.approx(tail - 8.4 / 3600, abs=0.01)  # the tail, less the blip's work
+    assert s.reclaimed_strict_gpu_hours == 0.0
+    # The oracles: strict waits for the blip; material looks through it to the end of the real work.
+    strict, material = oracle(trace, "strict"), oracle(trace, "material")
+    assert strict.total == pytest.approx(HOURS - (242 - 1) / 60, abs=0.01)
+    assert material.total == pytest.approx(HOURS - 59 / 60 - 8.4 / 3600, abs=0.01)
+    assert judge_stop(trace, "blip", 4 * 3600.0 + 90).strict is False  # after the blip: nothing follows
+
+
+def test_61_gpu_seconds_of_later_work_is_a_material_false_kill_and_reclaims_nothing(tmp_path: Path):
+    # After the stop: one sample at 100% (60 GPU-s) and one at 1.67% (1 GPU-s) = 61 GPU-s.
+    idle = [80.0] * 60 + [0.0] * 180
+    works = idle + [100.0, 100 / 60] + [0.0] * (HOURS * 60 + 1 - 242)
+    almost = idle + [100.0 * 59 / 60] + [0.0] * (HOURS * 60 + 1 - 241)  # 59 GPU-s: under the threshold
+    rows = _rows("works", works) + _rows("almost", almost)
+    _, s = _stopped(rows, tmp_path, [("works", 2 * 3600.0), ("almost", 2 * 3600.0)])
+    assert s.material_false_kill_containers == ["works"] and s.work_lost_gpu_s == pytest.approx(120.0)
+    assert s.strict_false_kill_containers == ["almost", "works"]
+    assert s.reclaimed_gpu_hours == pytest.approx(HOURS - 2.0 - 59 / 3600, abs=0.01)  # only "almost" counts
+    assert MATERIAL_WORK_GPU_S == 60
+
+
+# -- the frontier -------------------------------------------------------------------------------------------------
+
+
+def _point(family: str, hours: float, kills: int) -> FrontierPoint:
+    empty = Trace(path="-", start_epoch=0, duration_s=1, interval_s=1)
+    s = score(empty, PolicyRun("p"), oracle(empty))
+    return FrontierPoint(family, f"{hours}/{kills}", PolicyRun("p"),
+                         s.model_copy(update={"reclaimed_gpu_hours": hours, "material_false_kills": kills}))
+
+
+def test_the_pareto_frontier_keeps_only_unbeaten_points():
+    points = [_point("zero", h, k) for h, k in ((10, 0), (8, 0), (30, 2), (25, 3), (40, 5), (40, 7))]
+    mark_frontier(points)
+    assert [p.knobs for p in points if p.on_frontier] == ["10/0", "30/2", "40/5"]
+
+
+def test_frontier_on_a_tiny_trace_marks_the_default_and_judges_it(trace_file: Path):
+    trace = load_trace(trace_file)
+    knobs = ({}, {"detectors.idle.window": "2h"})
+    naive = ((5.0, 1800.0),)
+    frontier = run_frontier(trace, Policy(), agent_knobs=knobs, naive=naive, zero=(3600.0, 4 * 3600.0),
+                            jds=((3600.0, 7200.0),))
+    assert [p.family for p in frontier.points] == ["agent", "agent", "naive", "zero", "zero", "jds"]
+    default, later = frontier.family("agent")
+    assert default.default and not later.default and default.knobs == "default"
+    assert later.knobs == "detectors.idle.window=2h"
+    assert default.score.reclaimed_gpu_hours > later.score.reclaimed_gpu_hours > 0  # a longer window stops later
+    assert default.on_frontier and not later.on_frontier
+    # All 0% for 1 h stops idle-forever at 2 h, before the agent's hour of idling plus half an hour of notice.
+    verdict = frontier.verdict()
+    assert verdict.zero_material_false_kills and not verdict.on_or_above and not verdict.passed
+    assert verdict.best_baseline is not None and verdict.best_baseline.family == "zero"
+    assert verdict.best_baseline.knobs == "1 h"
+    # Against a 4-hour zero rule and the naive rule (which false-kills comes-back) the default wins.
+    slow = run_frontier(trace, Policy(), agent_knobs=({},), naive=naive, zero=(4 * 3600.0,), jds=())
+    best = slow.verdict().best_baseline
+    assert slow.verdict().passed and best is not None and best.knobs == "4 h"
+
+
+def test_agent_knobs_are_validated_like_a_policy_file():
+    with pytest.raises(ValueError, match="no policy key 'windw'"):
+        with_knobs(Policy(), {"detectors.idle.windw": "1h"})
+    with pytest.raises(ValueError, match="no policy section 'detector'"):
+        with_knobs(Policy(), {"detector.idle.window": "1h"})
+    with pytest.raises(PolicyError, match="detectors.idle.window"):
+        with_knobs(Policy(), {"detectors.idle.window": "soon"})
+    assert with_knobs(Policy(), {"detectors.idle.window": "2h"}).detectors.idle.window == 7200
+    with pytest.raises(ValueError, match="cancel window"):
+        run_jds(Trace(path="-", start_epoch=0, duration_s=1, interval_s=1), warn_s=7200,
+                cancel_s=3600)
+
+
+def test_cli_frontier_prints_the_table_json_html_and_svg(trace_file: Path, tmp_path: Path, capsys):
+    html, svg = tmp_path / "frontier.html", tmp_path / "frontier.svg"
+    knob = ["--agent-knob", "detectors.idle.window=2h"]
+    assert main(["replay", str(trace_file), "--frontier", "--jobs", "2", *knob, "--html", str(html), "--svg",
+                 str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "[DEFAULT]" in out and "detectors.idle.window=2h" in out and "Verdict: FAIL" in out
+    assert "2 agent points" in out and "(2 processes" in out
+    page = html.read_text()
+    assert "<svg" in page and "agent default" in page and "http" not in page and "<script" not in page
+    assert svg.read_text().startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+    assert main(["replay", str(trace_file), "--frontier", "--jobs", "1", *knob, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    families = {p["family"] for p in doc["points"]}
+    assert families == {"agent", "naive", "zero", "jds"}
+    defaults = [p for p in doc["points"] if p["default"]]
+    assert len(defaults) == 1 and defaults[0]["family"] == "agent"
+    assert [s["container"] for s in defaults[0]["stops"]] == ["idle-forever"] and defaults[0]["warnings"]
+    assert doc["verdict"]["passed"] is False and doc["verdict"]["best_baseline"]["material_false_kills"] == 0
+    assert [p["knobs"] for p in doc["points"] if p["family"] == "agent"] == ["default", "detectors.idle.window=2h"]
+    assert main(["replay", str(trace_file), "--svg", str(svg)]) == 2
+    assert "--frontier" in capsys.readouterr().err
+    assert main(["replay", str(trace_file), "--frontier", "--agent-knob", "detectors.idle.windw=2h"]) == 2
+    assert "no policy key 'windw'" in capsys.readouterr().err
+    assert main(["replay", str(trace_file), "--frontier", "--agent-knob", "window"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
 
 
 def test_cli_reports_a_bad_trace_as_an_error(tmp_path: Path, capsys):

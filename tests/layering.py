@@ -25,7 +25,7 @@ PACKAGES = ("agent", "tools", "sim", "core", "evals", "server")
 
 SURFACES = ("server", "agent.api", "agent.chatops", "agent.cli", "agent.web", "agent.scheduling", "agent.wiring",
             "agent.studio")
-LOWER = ("core", "agent.config", "agent.records", "agent.assets")
+LOWER = ("core", "agent.config", "agent.records", "agent.assets", "agent.history")
 MIDDLE = ("agent.detectors", "agent.retrieval", "agent.guardrail", "agent.planning")
 DEMO_WIRING = ("agent.wiring", "agent.cli", "agent.api.build", "agent.studio")
 
@@ -36,7 +36,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "agent.config": ("core", "agent.assets"),
     "agent.records": ("core", "agent.config"),
     "agent.guardrail": ("core", "agent.config"),
-    "agent.detectors": ("core", "agent.config", "tools"),
+    "agent.history": ("core",),
+    "agent.detectors": ("core", "agent.config", "agent.history", "tools"),
     "agent.retrieval": ("core", "agent.config", "agent.assets"),
     "agent.planning": (*LOWER, "agent.detectors", "agent.retrieval", "agent.guardrail", "tools"),
     "agent.graph": (*LOWER, *MIDDLE, "tools"),
@@ -48,7 +49,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 # Only the demo wiring among agent's modules may import the simulator.
 SIM_IMPORTERS = (*DEMO_WIRING, "sim", "evals")
-# The guardrail is a pure function: none of these may appear in it.
+# The guardrail is a pure function, and agent.history pure computation: none of these may appear in them.
+PURE = ("agent.guardrail", "agent.history")
 IO_MODULES = ("sqlite3", "socket", "subprocess", "httpx", "requests", "urllib", "http", "kubernetes", "boto3",
               "chromadb", "smtplib", "shutil", "tempfile", "langgraph", "langchain_core", "langchain_openai", "os")
 
@@ -108,8 +110,8 @@ def violations(source: str, module: str, where: str = "") -> list[str]:
     found = []
     for line, imported in imports_of(source, module):
         label = f"{where or module}:{line}: {module} imports {imported}"
-        if rule == "agent.guardrail" and any(_within(imported, m) for m in IO_MODULES):
-            found.append(f"{label} (the guardrail performs no I/O)")
+        if rule in PURE and any(_within(imported, m) for m in IO_MODULES):
+            found.append(f"{label} ({rule} performs no I/O)")
             continue
         if not any(_within(imported, p) for p in PACKAGES):
             continue

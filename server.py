@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from agent.api.auth import auth_mode
+from agent.api.auth import auth_mode, check_access_settings
 from agent.api.runtime import StewardEvent, StewardRuntime
 from agent.config.settings import Settings
 
@@ -25,13 +28,16 @@ WEB_DIR = Path(__file__).parent / "agent" / "web"
 def create_app(settings: Settings, *, service: StewardRuntime | None = None, extra_routers: Iterable[APIRouter] = (),
                listeners: Iterable[Callable[[StewardEvent], None]] = (), notifier: Any = None,
                chat_model: Any = None, start_s: float | None = None, speed: float | None = None,
-               run_scheduler: bool = True) -> FastAPI:
+               run_scheduler: bool = True, bind_host: str | None = None) -> FastAPI:
     """The app; nothing starts until its lifespan does. `service` defaults to the simulated demo cluster.
 
     extra_routers: e.g. the ChatOps webhooks (they authenticate by platform signature, not by our tokens).
     listeners: called on sweep_finished / approval_requested / approval_answered (ChatOps notifications).
     notifier: replaces the simulated inbox notifier when the runtime is built here.
+    bind_host: the address `steward serve` listens on; in local development mode the Host header must name
+    it or a loopback name. ValueError when the access settings cannot be served safely.
     """
+    check_access_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -58,11 +64,27 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
             runtime.stop()
 
     from agent.api import chat, routes, runbook_pages
+    from agent.api.guard import RequestGuard
 
-    app = FastAPI(title="GPU Steward", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="GPU Steward", version="0.1.0", lifespan=lifespan, max_body_size=settings.max_body_bytes,
                   description="Finds and reclaims wasted GPUs through a deterministic guardrail, with approvals "
                               "and an audit trail.")
     app.state.settings = settings
+    app.add_middleware(RequestGuard, settings=settings, bind_host=bind_host)  # before any route reads a body
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        # ASCII-escaped: the errors echo the input, which may hold text UTF-8 cannot encode (a lone surrogate).
+        body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True, default=repr)
+        return Response(body, status_code=422, media_type="application/json")
+
+    from agent.records.store import StoreUnavailable
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(request: Request, exc: StoreUnavailable) -> Response:
+        # Degraded, not dead: nothing was recorded, so nothing was done; /healthz says the same.
+        body = {"detail": f"not done: {exc.problem.detail} / 未执行：数据存储不可写", "reason": exc.problem.reason}
+        return Response(json.dumps(body), status_code=503, media_type="application/json")
     app.include_router(routes.router)
     app.include_router(chat.router)
     app.include_router(runbook_pages.router)
@@ -112,6 +134,18 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def proxy_exposure_warning(settings: Settings, host: str) -> str | None:
+    """The loud warning for proxy mode on a non-loopback address: the port takes identity headers from anyone."""
+    if auth_mode(settings) != "proxy" or _is_loopback(host):
+        return None
+    proofs = [("its peer address is in STEWARD_TRUSTED_PROXIES", bool(settings.trusted_proxies)),
+              ("it carries STEWARD_PROXY_SECRET", settings.proxy_secret is not None)]
+    proof = " and ".join(text for text, on in proofs if on)
+    return (f"WARNING: serving on {host} in proxy mode: anyone who reaches this port can send "
+            f"{settings.proxy_user_header}; it is believed only when {proof}. Make the proxy the only way in, and "
+            "have it strip the client's own user and groups headers (docs/access-control.md)")
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
@@ -126,15 +160,27 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             return 2
         updates["sim_speed"] = args.speed
     settings = settings.model_copy(update=updates)
-    if auth_mode(settings) == "local-dev" and not _is_loopback(args.host):
+    try:
+        check_access_settings(settings)
+    except ValueError as exc:
+        print(f"error: {exc}", flush=True)
+        return 2
+    mode = auth_mode(settings)
+    if mode == "local-dev" and not _is_loopback(args.host):
         print(f"error: refusing to serve on {args.host} without access control; set STEWARD_API_TOKENS or "
               "STEWARD_TRUST_PROXY_HEADERS=true (docs/access-control.md), or use --host 127.0.0.1", flush=True)
         return 2
+    warning = proxy_exposure_warning(settings, args.host)
+    if warning:
+        print(warning, flush=True)
     # The demo's interesting part starts mid-afternoon: begin there unless told otherwise.
     start = args.start if args.start is not None else (0.0 if settings.scenario else parse_duration("210m"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import faulthandler
+
+    faulthandler.enable()  # a fatal signal (SIGBUS, SIGSEGV) leaves a traceback on stderr, not silence
     routers, listeners = chatops_wiring(settings)
-    app = create_app(settings, start_s=start, extra_routers=routers, listeners=listeners)
+    app = create_app(settings, start_s=start, extra_routers=routers, listeners=listeners, bind_host=args.host)
     print(f"GPU Steward on http://{args.host}:{args.port}/  (simulated clock x{settings.sim_speed:g}; "
           f"sweeps every {settings.sweep_cron or f'{settings.sweep_every_s:g}s'} of cluster time)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
@@ -144,9 +190,16 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def register_cli(subparsers: Any) -> None:
     from agent.cli.main import _duration
 
-    serve = subparsers.add_parser("serve", help="serve the web UI and API (default: the built-in demo cluster)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve = subparsers.add_parser(
+        "serve", help="serve the web UI and API (default: the built-in demo cluster)",
+        description="Serve the web UI (/), the HTTP API (/api, /docs) and /metrics, and sweep on schedule "
+                    "(STEWARD_SWEEP_EVERY_S or STEWARD_SWEEP_CRON). The cluster is STEWARD_BACKEND (default: the "
+                    "simulated demo); records live in STEWARD_DATA_DIR, which `steward approvals` and `steward sweep` "
+                    "on a real cluster share.")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1; any other needs STEWARD_API_TOKENS or "
+                            "STEWARD_TRUST_PROXY_HEADERS, docs/access-control.md)")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     serve.add_argument("--scenario", type=Path, help="scenario file to simulate (default: built-in demo)")
     serve.add_argument("--speed", type=float, help="simulated seconds per wall second (default 60)")
     serve.add_argument("--start", type=_duration, help="scenario time to start at (default: 210m (17:30) for the demo)")

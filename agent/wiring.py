@@ -20,8 +20,9 @@ from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodeP
 
 
 def make_planner(settings: Settings, model_name: str | None = None) -> Planner:
-    """The LLM planner when an endpoint is configured (or a model is named), else the policy model."""
-    if model_name is None and not settings.llm_configured:
+    """The LLM planner when an endpoint is configured (or a model is named), else the policy model.
+    `policy-model` names the built-in one, so `steward eval --model policy-model --model M` compares them."""
+    if (model_name is None and not settings.llm_configured) or model_name == PolicyModel.name:
         return PolicyModel()
     from agent.planning.llm_planner import LLMPlanner, make_chat_model
 

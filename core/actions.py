@@ -41,6 +41,9 @@ class Finding(_Record):
     currency: str = "USD"
     owner: str | None = None
     runbook: str | None = None
+    # Why a stop on this finding alone needs a human (e.g. a keep-alive pattern, which real work can resemble);
+    # None = the policy's levels decide. The guardrail asks for approval whatever the automatic level.
+    stop_needs_approval: str | None = None
 
 
 class ProposedAction(_Record):

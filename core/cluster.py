@@ -87,6 +87,14 @@ class GpuSeries(_Record):
     mem_used_mb: float | None = None  # DCGM_FI_DEV_FB_USED, latest
     temp_c_max: float | None = None  # DCGM_FI_DEV_GPU_TEMP over the lookback
     power_w_avg: float | None = None
+    # Per slice, oldest first, None = no valid sample; [] = the exporter does not report the field at all (unknown,
+    # never zero). DCGM profiling ratios (0..1), board power (W) and interconnect traffic (bytes/s, TX + RX).
+    sm_active_avg: list[float | None] = []  # DCGM_FI_PROF_SM_ACTIVE
+    tensor_active_avg: list[float | None] = []  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+    dram_active_avg: list[float | None] = []  # DCGM_FI_PROF_DRAM_ACTIVE
+    power_w_slices: list[float | None] = []  # DCGM_FI_DEV_POWER_USAGE, slice average
+    nvlink_bytes_avg: list[float | None] = []  # DCGM_FI_PROF_NVLINK_TX_BYTES + _RX_BYTES
+    pcie_bytes_avg: list[float | None] = []  # DCGM_FI_PROF_PCIE_TX_BYTES + _RX_BYTES
     xid_last: int = 0  # DCGM_FI_DEV_XID_ERRORS: last non-zero XID in the lookback
     xid_at: datetime | None = None
 
@@ -106,6 +114,8 @@ class GpuHistory(_Record):
     expected: int  # samples a full slice holds
     # Lowest sample per slice: above the quiet threshold, no pause can hide inside. Empty = unknown.
     util_min: list[float | None] = []
+    # Mean sample per slice (how much work a slice held); empty = unknown, then its max bounds the work.
+    util_avg: list[float | None] = []
 
 
 class JobIoSeries(_Record):

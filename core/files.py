@@ -2,19 +2,56 @@
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
-def format_validation_errors(source: str, error: ValidationError) -> str:
-    """One line per problem: `file: key.path[3].name: what is wrong`."""
+def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model whose keys are valid at `loc` (list indexes and dict keys looked through), or None."""
+    for part in loc:
+        if model is None:
+            return None
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue  # an index into a list, or a key of a mapping: the same element type
+        model = _inner_model(field.annotation)
+    return model
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _unknown_key(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    """`unknown key; did you mean 'max_auto'?`, or the keys allowed there."""
+    owner = _model_at(model, loc[:-1])
+    if owner is None:
+        return "unknown key"
+    names = list(owner.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    return f"unknown key; the keys here are: {', '.join(names)}"
+
+
+def format_validation_errors(source: str, error: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: `file: key.path[3].name: what is wrong` (an unknown key: the close valid one)."""
     parts = []
     for item in error.errors():
         loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in item["loc"]).replace(".[", "[")
-        parts.append(f"{source}: {loc or '(top level)'}: {item['msg']}")
+        msg = _unknown_key(model, tuple(item["loc"])) if item["type"] == "extra_forbidden" else item["msg"]
+        parts.append(f"{source}: {loc or '(top level)'}: {msg}")
     return "\n".join(parts)
 
 
@@ -28,4 +65,7 @@ def read_yaml(path: str | Path, error: type[Exception]) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = " ".join(str(x) for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x)
+        raise error(f"{path}: not valid YAML{where}: {what or exc}") from None

@@ -34,7 +34,7 @@ from agent.planning.policy_model import PolicyModel  # noqa: E402
 from agent.records.approvals import ApprovalStore  # noqa: E402
 from agent.records.audit import AuditLog  # noqa: E402
 from agent.wiring import NoPools  # noqa: E402
-from evals.bench_prometheus_sweep import END, _answer, _grid  # noqa: E402
+from evals.bench_prometheus_sweep import END, FIELDS, _answer, _grid, tagged  # noqa: E402
 from sim.fake_prometheus import FakePrometheus  # noqa: E402
 from tests.k8s_fake_api import FakeKubernetesApi  # noqa: E402
 from tests.k8s_fake_cluster import gpu_node, gpu_pod  # noqa: E402
@@ -85,12 +85,20 @@ def _answers(gpus: int, grid: SweepGrid) -> tuple[dict[str, bytes], Callable[[st
     def util(i: int, k: int) -> float:
         return 0 if (i // GPUS_PER_JOB) % 10 == 0 else 60 + (i * 7 + k) % 30
 
+    def activity(field: str, i: int, k: int) -> float:
+        """A GPU's DCGM profiling fields: in proportion to its utilisation; idle power when quiet."""
+        u = util(i, k) / 100
+        return 60 + 500 * u if field == "power_w" else u * (1e9 if field.startswith(("nvlink", "pcie")) else 0.8)
+
     values = {"util_max": util, "util_min": util, "util_avg": util, "util_count": lambda i, k: expected,
-              "engine_avg": lambda i, k: util(i, k) / 100, "xid_last": lambda i, k: 0,
+              "xid_last": lambda i, k: 0,
               "fb_used": lambda i, k: 40960, "temp_max": lambda i, k: 60, "power_avg": lambda i, k: 300,
               "last_seen": lambda i, k: t_end}
-    answers = {q: _answer("query_range", rng, series, values[name])
-               for name, q in promql.gpu_range_queries("", slice_s).items()}
+    ranges = promql.gpu_range_queries("", slice_s)
+    profiling = ranges.pop("profiling")
+    answers = {q: _answer("query_range", rng, series, values[name]) for name, q in ranges.items()}
+    answers[profiling] = _answer("query_range", rng, tagged(series),
+                                 lambda j, k: activity(FIELDS[j // gpus], j % gpus, k))
     answers |= {q: _answer("query", inst, series, values[name])
                 for name, q in promql.gpu_instant_queries("", n * slice_s).items()}
     if grid.history_lookback_s:
@@ -100,7 +108,7 @@ def _answers(gpus: int, grid: SweepGrid) -> tuple[dict[str, bytes], Callable[[st
                     for name, q in promql.gpu_history_queries("", grid.history_slice_s).items()}
     io = promql.job_io_queries("", promql.DEFAULT_CONTAINER_SELECTOR, promql.DEFAULT_NETWORK_SELECTOR, slice_s)
     answers |= {q: _answer("query_range", rng, jobs, lambda i, k: 0.0) for q in io.values()}
-    fns = {q: values[name] for name, q in promql.gpu_range_queries("", slice_s).items()}
+    fns = {q: values[name] for name, q in ranges.items()}
     fns |= {q: values[name] for name, q in promql.gpu_instant_queries("", n * slice_s).items()}
     if grid.history_lookback_s:
         fns |= {q: history.get(name, values.get(name, util))
@@ -118,6 +126,9 @@ def _answers(gpus: int, grid: SweepGrid) -> tuple[dict[str, bytes], Callable[[st
             return _answer(path, params, [f'{{"namespace":"team-{job % 40}","pod":"job-{job}"}}'],
                            lambda i, k: 0.0)
         gpu_ids = [job * GPUS_PER_JOB + g for g in range(GPUS_PER_JOB)]
+        if base == profiling:
+            return _answer(path, params, tagged([_labels(i) for i in gpu_ids]),
+                           lambda j, k: activity(FIELDS[j // GPUS_PER_JOB], gpu_ids[j % GPUS_PER_JOB], k))
         fn = fns[base]
         return _answer(path, params, [_labels(i) for i in gpu_ids], lambda i, k: fn(gpu_ids[i], k))
 

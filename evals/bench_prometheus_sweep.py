@@ -55,6 +55,17 @@ def _answer(path: str, params: dict[str, str], series: list[str], value_of) -> b
     return f'{{"status":"success","data":{{"resultType":"{kind}","result":[{",".join(rows)}]}}}}'.encode()
 
 
+# What each GPU's DCGM profiling fields, power and interconnect report (a busy H100 training job).
+PROFILING_VALUES = {"engine": 0.5, "sm_active": 0.6, "tensor_active": 0.3, "dram_active": 0.3, "power_w": 450.0,
+                    "nvlink": 1e10, "pcie": 1e9}
+FIELDS = list(promql.PROFILING_FIELDS)
+
+
+def tagged(series: list[str]) -> list[str]:
+    """Each series once per DCGM field, tagged as the one profiling query's answer tags it (field-major order)."""
+    return [f'{labels[:-1]},"{promql.FIELD_LABEL}":"{field}"}}' for field in FIELDS for labels in series]
+
+
 def _grid(lookback: float, slice_s: float) -> dict[str, str]:
     n = max(round(lookback / slice_s), 1)
     t_end = END.timestamp()
@@ -73,11 +84,15 @@ def build_answers(gpus: int, grid: SweepGrid) -> dict[str, bytes]:
     inst = {"time": f"{t_end:.3f}"}
     util = lambda i, k: (i * 7 + k) % 100  # noqa: E731
     values = {"util_max": util, "util_min": util, "util_avg": util, "util_count": lambda i, k: 10,
-              "engine_avg": lambda i, k: 0.5, "xid_last": lambda i, k: 0, "fb_used": lambda i, k: 40960,
+              "xid_last": lambda i, k: 0, "fb_used": lambda i, k: 40960,
               "temp_max": lambda i, k: 60, "power_avg": lambda i, k: 300, "last_seen": lambda i, k: t_end}
     answers = {}
     for name, q in promql.gpu_range_queries("", slice_s).items():
-        answers[q] = _answer("query_range", rng, gpu_series, values[name])
+        if name == "profiling":
+            answers[q] = _answer("query_range", rng, tagged(gpu_series),
+                                 lambda j, k: PROFILING_VALUES[FIELDS[j // gpus]])
+        else:
+            answers[q] = _answer("query_range", rng, gpu_series, values[name])
     for name, q in promql.gpu_instant_queries("", n * slice_s).items():
         answers[q] = _answer("query", inst, gpu_series, values[name])
     if grid.history_lookback_s:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -31,6 +32,9 @@ class ScenarioRun(BaseModel):
     completion_tokens: int
     wall_s: float
     planner: str
+    model_calls: int = 0  # requests sent to the model; sweeps with nothing new to decide send none
+    cached_findings: int = 0  # findings answered by a plan the model made earlier for the same state
+    model_latency_s: list[float] = []  # seconds per model request
 
     def document(self) -> dict[str, Any]:
         """The `steward eval --json` shape from the scenario format, plus extras."""
@@ -39,7 +43,18 @@ class ScenarioRun(BaseModel):
                 "stats": {"sweeps": self.sweeps, "notifications": self.notifications,
                           "guardrail_refusals": self.guardrail_refusals, "tool_calls": self.tool_calls,
                           "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                          "wall_s": round(self.wall_s, 3), "planner": self.planner}}
+                          "wall_s": round(self.wall_s, 3), "planner": self.planner,
+                          "model_calls": self.model_calls, "cached_findings": self.cached_findings,
+                          "latency_p50_s": percentile(self.model_latency_s, 50),
+                          "latency_p95_s": percentile(self.model_latency_s, 95)}}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank percentile (None without values): what a reader can check by counting."""
+    if not values:
+        return None
+    ranked = sorted(values)
+    return ranked[min(len(ranked), max(1, math.ceil(len(ranked) * q / 100))) - 1]
 
 
 def _offset(scenario: Scenario, at: Any) -> int:
@@ -141,7 +156,8 @@ def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_
     deps, cluster = simulated_deps(scenario, policy, planner, language=language)
     service = SweepService(deps, run_prefix=scenario.name)
     scripted = ScriptedApprovals(scenario, service, cluster)
-    sweeps = tool_calls = prompt_tokens = completion_tokens = 0
+    sweeps = tool_calls = prompt_tokens = completion_tokens = model_calls = cached = 0
+    latencies: list[float] = []
     t = sweep_every
     while t <= scenario.duration + 1e-9:
         cluster.advance_to(t)
@@ -152,6 +168,9 @@ def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_
         tool_calls += int(plan.get("tool_calls", 0))
         prompt_tokens += int(plan.get("prompt_tokens", 0))
         completion_tokens += int(plan.get("completion_tokens", 0))
+        model_calls += int(plan.get("model_calls", 0))
+        cached += int(plan.get("cached_findings", 0))
+        latencies += [float(x) for x in plan.get("model_latency_s") or []]
         sweeps += 1
         t += sweep_every
     findings = collect_findings(scenario, deps.audit)
@@ -162,4 +181,5 @@ def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_
     return ScenarioRun(name=scenario.name, findings=findings, actions=actions, score=score, sweeps=sweeps,
                        notifications=notifications, guardrail_refusals=refusals, tool_calls=tool_calls,
                        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                       wall_s=time.perf_counter() - started, planner=planner.name)
+                       wall_s=time.perf_counter() - started, planner=planner.name, model_calls=model_calls,
+                       cached_findings=cached, model_latency_s=latencies)

@@ -1,4 +1,5 @@
-"""Screenshots of the web UI (chat, approvals, savings, findings) for docs/web-ui.md, in headless Chromium.
+"""Screenshots of the web UI (chat, approvals, savings, findings; desktop 1440x900 and phone 390x844, English and
+Chinese) for docs/web-ui.md, in headless Chromium.
 
     .venv/bin/python -m evals.screenshots [--out docs/screenshots] [--chromium /usr/bin/chromium]
 """
@@ -30,12 +31,12 @@ def take(out: Path, chromium: str) -> list[Path]:
         with serve_in_thread(app, free_port()) as base, sync_playwright() as pw:
             fast_forward(app.state.runtime, until_s=4 * 3600 + 20 * 60)  # 18:20: stops done, two approvals open
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 800}, device_scale_factor=1)
+            page = browser.new_page(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
 
-            def shot(name: str) -> None:
+            def shot(name: str, full_page: bool = False) -> None:
                 page.wait_for_timeout(300)
                 path = out / f"{name}.png"
-                page.screenshot(path=str(path))
+                page.screenshot(path=str(path), full_page=full_page)
                 shots.append(path)
 
             page.goto(base + "/")
@@ -50,7 +51,7 @@ def take(out: Path, chromium: str) -> list[Path]:
             expect(page.locator(".card").first).to_be_visible(timeout=20_000)
             shot("approvals")
             page.click("button[data-view=savings]")
-            expect(page.locator("#chart-time svg")).to_be_visible(timeout=20_000)
+            expect(page.locator("#chart-hours svg")).to_be_visible(timeout=20_000)
             shot("savings")
             page.click("button[data-view=findings]")
             expect(page.locator("#findings-table tbody tr").first).to_be_visible(timeout=20_000)
@@ -61,6 +62,22 @@ def take(out: Path, chromium: str) -> list[Path]:
             page.click("#send")
             expect(page.locator(".msg.bot.done")).to_have_count(3, timeout=20_000)
             shot("chat-zh")
+            page.click("button[data-view=findings]")
+            expect(page.locator("#findings-table tbody tr").first).to_be_visible(timeout=20_000)
+            shot("findings-zh")
+
+            phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
+                                     has_touch=True)
+            page = phone
+            for lang in ("en", "zh"):
+                page.goto(base + "/#approvals")
+                page.evaluate(f"localStorage.setItem('steward.lang', '{lang}')")
+                page.reload()
+                expect(page.locator(".card").first).to_be_visible(timeout=20_000)
+                shot(f"mobile-approvals-{lang}")
+                page.click("button[data-view=findings]")
+                expect(page.locator("#findings-table tbody tr").first).to_be_visible(timeout=20_000)
+                shot(f"mobile-findings-{lang}")
             browser.close()
     return shots
 

@@ -11,6 +11,10 @@ SCENARIO_DIR = Path(__file__).with_name("scenarios")
 # <dir>/scenarios/<name>.yaml -> <dir>/policies/<name>.yaml. Kept out of the scenario folder so
 # `steward eval evals/scenarios/` never reads a policy as a scenario.
 POLICY_DIR = Path(__file__).with_name("policies")
+# Scenarios the product is known to get wrong: name -> what it should report. `steward eval` counts such a
+# miss as expected (exit 0) and an unexpected pass as a failure, as tests/test_scenarios.py's strict xfail does,
+# so a fix shows up and the entry is removed.
+KNOWN_MISSES: dict[str, str] = {}
 
 
 def scenario_files(folder: Path = SCENARIO_DIR) -> list[Path]:

@@ -217,15 +217,18 @@ class TraceCluster:
         return out
 
     def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
-        """Coarse max, min and sample count per running container, on the same grid as gpu_series."""
+        """Coarse max, min, mean and sample count per running container, on the same grid as gpu_series."""
         self.backend_calls += 1
         out = []
         for c, s, lo, hi_in, pad, expected in self._window(end, lookback_s, slice_s):
+            cnt = s.count[lo:hi_in]
+            avg = np.divide(s.util_sum[lo:hi_in], cnt, out=np.full(len(cnt), np.nan), where=cnt > 0)
             out.append(GpuHistory.model_construct(
                 job=job_id(c.id), node=f"node-{c.id}", gpu=0, slice_s=slice_s, expected=expected,
                 util_max=[None if math.isnan(v) else v for v in s.util_max[lo:hi_in].tolist()] + [None] * pad,
                 util_min=[None if math.isnan(v) else v for v in s.util_min[lo:hi_in].tolist()] + [None] * pad,
-                samples=s.count[lo:hi_in].tolist() + [0] * pad,
+                util_avg=[None if math.isnan(v) else v for v in avg.tolist()] + [None] * pad,
+                samples=cnt.tolist() + [0] * pad,
             ))
         return out
 

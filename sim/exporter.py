@@ -16,6 +16,21 @@ METRICS = [
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
 ]
+# DCP profiling fields, as dcgm-exporter's dcp-metrics-included.csv names and describes them; a node whose
+# exporter has no profiling (`profiling: false`) serves none of them.
+PROFILING = [
+    ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data."),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink, not including protocol headers, "
+                                     "in bytes per second."),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink, not including protocol headers, "
+                                     "in bytes per second."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus - including both protocol "
+                                   "headers and data payloads - in bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol "
+                                   "headers and data payloads - in bytes per second."),
+]
 _INTEGER = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",
             "DCGM_FI_DEV_XID_ERRORS"}
 
@@ -40,7 +55,7 @@ def render(lifecycle: Lifecycle, now: float, step: float) -> str:
             sample = gpu_sample(run, node, g, now, k)
             if sample is None:
                 continue
-            util, used, temp, power, xid, _ = sample
+            util, used, temp, power, xid, _, profile = sample
             labels = [("gpu", str(g)), ("UUID", node.uuid(g)), ("device", f"nvidia{g}"),
                       ("modelName", node.gpu_model), ("Hostname", node.name)]
             if run is not None and run.job.scheduler == "kubernetes":
@@ -57,10 +72,22 @@ def render(lifecycle: Lifecycle, now: float, step: float) -> str:
                 "DCGM_FI_DEV_GPU_TEMP": temp,
                 "DCGM_FI_DEV_XID_ERRORS": float(xid),
             }
+            if profile is not None:
+                sm, tensor, dram, nvlink, pcie = profile
+                # The simulator keeps one figure per link; each direction carries half of it.
+                values.update({
+                    "DCGM_FI_PROF_SM_ACTIVE": sm, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": tensor,
+                    "DCGM_FI_PROF_DRAM_ACTIVE": dram, "DCGM_FI_PROF_NVLINK_TX_BYTES": nvlink / 2,
+                    "DCGM_FI_PROF_NVLINK_RX_BYTES": nvlink / 2, "DCGM_FI_PROF_PCIE_TX_BYTES": pcie / 2,
+                    "DCGM_FI_PROF_PCIE_RX_BYTES": pcie / 2,
+                })
             rows.append((text, values))
     out: list[str] = []
-    for name, help_text in METRICS:
+    for name, help_text in METRICS + PROFILING:
+        served = [(labels, values[name]) for labels, values in rows if name in values]
+        if not served and (name, help_text) in PROFILING:
+            continue
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} gauge")
-        out.extend(f"{name}{{{labels}}} {_number(name, values[name])}" for labels, values in rows)
+        out.extend(f"{name}{{{labels}}} {_number(name, value)}" for labels, value in served)
     return "\n".join(out) + "\n"

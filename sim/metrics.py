@@ -8,12 +8,15 @@ from datetime import datetime, timedelta
 
 from core.cluster import GpuHistory, GpuSeries, JobIoSeries
 from sim.lifecycle import Lifecycle, Run
-from sim.signals import power_w, temp_c
+from sim.signals import IDLE_POWER_W, temp_c
 from sim.topology import SimNode
 
 _EPS = 1e-6
-# (util %, FB used MB, temp C, power W, xid, xid time)
-Sample = tuple[float, float, float, float, int, float | None]
+MB = 1e6
+# DCGM profiling at one sample: SM, tensor-pipe and DRAM ratios, NVLink and PCIe bytes/s (TX + RX)
+Profile = tuple[float, float, float, float, float]
+# (util %, FB used MB, temp C, power W, xid, xid time, profiling fields or None when the node's exporter has none)
+Sample = tuple[float, float, float, float, int, float | None, Profile | None]
 
 
 def gpu_sample(run: Run | None, node: SimNode, gpu: int, t: float, k: int) -> Sample | None:
@@ -22,13 +25,18 @@ def gpu_sample(run: Run | None, node: SimNode, gpu: int, t: float, k: int) -> Sa
         return None
     if run is None:
         util, mem = 0.0, 0.0
+        sm = tensor = dram = nvlink = pcie = 0.0
+        power = IDLE_POWER_W
     else:
         phase = run.signals.phase_at(t - run.started)
         if phase.metrics == "missing":
             return None
-        util, mem = run.signals.gpu(phase, run.gpus.index(gpu), k)
+        index = run.gpus.index(gpu)
+        util, mem = run.signals.gpu(phase, index, k)
+        sm, tensor, dram, power, nvlink, pcie = run.signals.activity(phase, index, k, util)
     xid, xid_at = node.xid(gpu, t)
-    return util, mem, max(temp_c(util), node.temp_floor(gpu, t)), power_w(util), xid, xid_at
+    profile = (sm, tensor, dram, nvlink * MB, pcie * MB) if node.profiling else None
+    return util, mem, max(temp_c(util), node.temp_floor(gpu, t)), power, xid, xid_at, profile
 
 
 def io_sample(run: Run, t: float, k: int) -> tuple[float, float, float] | None:
@@ -46,10 +54,16 @@ def _aggregate(samples: list) -> tuple:
     psum = 0.0
     mem = None
     xid, xid_at = 0, None
+    prof = [0.0] * 5
+    nprof = 0
     for s in samples:
         if s is None:
             continue
         nraw += 1
+        if s[6] is not None:
+            nprof += 1
+            for i, v in enumerate(s[6]):
+                prof[i] += v
         u = s[0]
         if 0.0 <= u <= 100.0:  # a broken exporter's 150% is not a measurement
             nvalid += 1
@@ -64,7 +78,8 @@ def _aggregate(samples: list) -> tuple:
         mem = s[1]
         if s[4]:
             xid, xid_at = s[4], s[5]
-    return umax, usum, nvalid, nraw, tmax, psum, mem, xid, xid_at, umin
+    profile = tuple(v / nprof for v in prof) if nprof else None
+    return umax, usum, nvalid, nraw, tmax, psum, mem, xid, xid_at, umin, profile
 
 
 def _io_aggregate(samples: list) -> tuple[float | None, float | None, float | None]:
@@ -136,7 +151,8 @@ class MetricSlices:
         """Coarse max, min and sample count per GPU, for the same occupant gpu_series picks."""
         return [GpuHistory(job=run.job.id if run else None, node=node.name, gpu=g, slice_s=slice_s,
                            expected=round(slice_s / self.step), util_max=[a[0] for a in aggs],
-                           util_min=[a[9] for a in aggs], samples=[a[2] for a in aggs])
+                           util_min=[a[9] for a in aggs], samples=[a[2] for a in aggs],
+                           util_avg=[a[1] / a[2] if a[2] else None for a in aggs])
                 for run, node, g, aggs in self._gpu_slices(end, now, lookback_s, slice_s)]
 
     def _gpu_slices(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[tuple]:
@@ -177,6 +193,10 @@ class MetricSlices:
         temps = [a[4] for a in aggs if a[4] is not None]
         mem = next((a[6] for a in reversed(aggs) if a[6] is not None), None)
         xid, xid_at = next(((a[7], a[8]) for a in reversed(aggs) if a[7]), (0, None))
+        profiled = node.profiling
+
+        def profile(i: int) -> list[float | None]:
+            return [a[10][i] if a[10] is not None else None for a in aggs] if profiled else []
         return GpuSeries(
             job=run.job.id if run else None, node=node.name, gpu=g, uuid=node.uuid(g), model=node.gpu_model,
             slice_s=slice_s, expected=expected,
@@ -186,6 +206,9 @@ class MetricSlices:
             engine_active_avg=[a[1] / a[2] / 100.0 if a[2] else None for a in aggs],
             mem_used_mb=mem, temp_c_max=max(temps) if temps else None,
             power_w_avg=sum(a[5] for a in aggs) / nraw if nraw else None,
+            power_w_slices=[a[5] / a[3] if a[3] else None for a in aggs],
+            sm_active_avg=profile(0), tensor_active_avg=profile(1), dram_active_avg=profile(2),
+            nvlink_bytes_avg=profile(3), pcie_bytes_avg=profile(4),
             xid_last=xid, xid_at=self.origin + timedelta(seconds=xid_at) if xid_at is not None else None,
         )
 

@@ -43,6 +43,7 @@ class Pool(_Strict):
     max_nodes: int | None = Field(None, ge=0)
     price_per_gpu_hour: float = Field(0.0, ge=0)
     billing: Literal["on-demand", "reserved", "spot"] = "on-demand"
+    profiling: bool = True  # extension: the nodes' exporter reports the DCGM profiling fields (SM, tensor, NVLink...)
 
     @model_validator(mode="after")
     def _sizes(self) -> Pool:
@@ -59,6 +60,7 @@ class Node(_Strict):
     gpus: int | None = Field(None, ge=1)  # extension: override the pool's gpus_per_node
     gpu_model: str | None = None
     events: list[NodeEvent] = []
+    profiling: bool | None = None  # extension: override the pool's `profiling` (a node outside a pool: true)
 
 
 class Phase(_Strict):
@@ -73,8 +75,18 @@ class Phase(_Strict):
     log_every: Duration | None = None
     lines: list[str] | None = None
     metrics: Literal["ok", "missing"] | None = None
+    # Extension: what the GPU really does (DCGM profiling fields, power, interconnect). Left out, each is derived
+    # from gpu_util and gpu_work (sim/signals.py); written, it overrides that for this phase and the next ones.
+    gpu_work: Literal["real", "spin"] | None = None
+    sm_active: Range | None = None  # ratio 0..1, as DCGM reports it
+    tensor_active: Range | None = None  # ratio 0..1
+    dram_active: Range | None = None  # ratio 0..1
+    power_w: Range | None = None  # board power per active GPU, W
+    nvlink_mbps: Range | None = None  # NVLink MB/s per active GPU, transmit and receive together
+    pcie_mbps: Range | None = None  # PCIe MB/s per active GPU, transmit and receive together
 
-    @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "disk_read_mbps", mode="before")
+    @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "disk_read_mbps", "sm_active",
+                     "tensor_active", "dram_active", "power_w", "nvlink_mbps", "pcie_mbps", mode="before")
     @classmethod
     def _range(cls, value: Any) -> Any:
         if isinstance(value, list):
@@ -84,6 +96,22 @@ class Phase(_Strict):
             if low > high:
                 raise ValueError("a range's low is above its high")
             return (float(low), float(high))
+        return value
+
+    @field_validator("sm_active", "tensor_active", "dram_active")
+    @classmethod
+    def _ratio(cls, value: Range | None) -> Range | None:
+        values = value if isinstance(value, tuple) else (value,) if value is not None else ()
+        if any(not 0.0 <= v <= 1.0 for v in values):
+            raise ValueError("an activity is a ratio from 0 to 1, as DCGM reports it (0.85, not 85)")
+        return value
+
+    @field_validator("power_w", "nvlink_mbps", "pcie_mbps")
+    @classmethod
+    def _not_negative(cls, value: Range | None) -> Range | None:
+        values = value if isinstance(value, tuple) else (value,) if value is not None else ()
+        if any(v < 0 for v in values):
+            raise ValueError("must not be negative")
         return value
 
 
@@ -231,7 +259,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(format_validation_errors(source, exc)) from None
+        raise ScenarioError(format_validation_errors(source, exc, Scenario)) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -12,6 +12,7 @@ from sim.scenario import Job, Range
 _MASK = 0xFFFFFFFF
 IDLE_FB_MB = 500.0  # what a CUDA context holds on a GPU the job does not use
 DEFAULT_LOG_EVERY = {"loss": 30.0, "lines": 60.0, "silent": 60.0}
+ACTIVITY_KEYS = ("sm_active", "tensor_active", "dram_active", "power_w", "nvlink_mbps", "pcie_mbps")
 
 
 def seed_of(text: str) -> int:
@@ -38,8 +39,26 @@ def pick(value: Range, seed: int, a: int, b: int) -> float:
     return float(value)
 
 
+IDLE_POWER_W = 70.0  # an A100 holding a CUDA context and running nothing
+SPIN_CPU_PCT = 5.0  # launching real kernels takes host CPU: a busy GPU fed by less is taken to spin
+NVLINK_MBPS = 20_000.0  # a multi-GPU job's gradient exchange per GPU at full utilisation (MB/s, TX + RX)
+PCIE_MBPS = 1_000.0  # input batches copied to a GPU at full utilisation (MB/s)
+# A GPU's activity: SM, tensor-pipe and DRAM ratios, power (W), NVLink and PCIe (MB/s, TX + RX)
+Activity = tuple[float, float, float, float, float, float]
+
+
 def power_w(util: float) -> float:
-    return 70.0 + 3.3 * min(max(util, 0.0), 100.0)
+    return IDLE_POWER_W + 3.3 * min(max(util, 0.0), 100.0)
+
+
+def derived_activity(util: float, work: str, multi_gpu: bool) -> Activity:
+    """What a GPU at `util` % does when a phase says nothing more: real kernels do math, draw power and (on a
+    multi-GPU job) exchange gradients over NVLink; a spinning kernel (a hung collective's, a keep-alive loop's)
+    keeps GPU_UTIL up with a few SMs polling, no tensor or memory traffic and near-idle power."""
+    u = min(max(util, 0.0), 100.0) / 100.0
+    if work == "spin":
+        return 0.12 * u, 0.0, 0.0, IDLE_POWER_W + 30.0 * u, 0.0, 0.0
+    return 0.9 * u, 0.5 * u, 0.4 * u, power_w(util), NVLINK_MBPS * u if multi_gpu else 0.0, PCIE_MBPS * u
 
 
 def temp_c(util: float) -> float:
@@ -62,6 +81,9 @@ class PhaseSpan:
     log_every: float
     lines: tuple[str, ...]
     metrics: str
+    gpu_work: str = "real"  # real | spin (given, or derived from the process CPU)
+    # Given activity (None: derived from gpu_util and gpu_work): SM, tensor, DRAM, power, NVLink, PCIe
+    activity: tuple[Range | None, ...] = (None,) * 6
 
 
 def resolve_phases(job: Job) -> list[PhaseSpan]:
@@ -69,6 +91,7 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
     cur: dict = {
         "gpu_util": 0.0, "active_gpus": job.gpus, "gpu_mem_gb": 0.0, "cpu_pct": 0.0, "net_rx_mbps": 0.0,
         "disk_read_mbps": 0.0, "log": "silent", "log_every": None, "lines": (), "metrics": "ok",
+        "gpu_work": None, **{key: None for key in ACTIVITY_KEYS},
     }
     spans: list[PhaseSpan] = []
     at = 0.0
@@ -85,13 +108,21 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
                                active_gpus=min(cur["active_gpus"], job.gpus), gpu_mem_gb=cur["gpu_mem_gb"],
                                cpu_pct=cur["cpu_pct"], net_rx_mbps=cur["net_rx_mbps"],
                                disk_read_mbps=cur["disk_read_mbps"], log=cur["log"], log_every=max(every, 1.0),
-                               lines=cur["lines"], metrics=cur["metrics"]))
+                               lines=cur["lines"], metrics=cur["metrics"], gpu_work=_work(cur),
+                               activity=tuple(cur[key] for key in ACTIVITY_KEYS)))
         if last:
             break
         at = end
     if not spans:
         spans.append(PhaseSpan(0.0, math.inf, 0.0, job.gpus, 0.0, 0.0, 0.0, 0.0, "silent", 60.0, (), "ok"))
     return spans
+
+
+def _work(phase: dict) -> str:
+    if phase["gpu_work"] is not None:
+        return str(phase["gpu_work"])
+    cpu = phase["cpu_pct"]
+    return "spin" if (cpu[1] if isinstance(cpu, tuple) else cpu) < SPIN_CPU_PCT else "real"
 
 
 class JobSignals:
@@ -105,6 +136,7 @@ class JobSignals:
         self._util_seed = base ^ 0x1111
         self._mem_seed = base ^ 0x2222
         self._io_seed = base ^ 0x3333
+        self._activity_seed = base ^ 0x4444
 
     def phase_at(self, rel: float) -> PhaseSpan:
         return self.phases[max(bisect.bisect_right(self._starts, rel) - 1, 0)]
@@ -115,6 +147,15 @@ class JobSignals:
             return 0.0, IDLE_FB_MB
         util = pick(phase.gpu_util, self._util_seed, gpu, k)
         return util, pick(phase.gpu_mem_gb, self._mem_seed, gpu, k) * 1024.0
+
+    def activity(self, phase: PhaseSpan, gpu: int, k: int, util: float) -> Activity:
+        """The gpu-th GPU's activity at sample k, given its utilisation then: written values, else derived."""
+        if gpu >= phase.active_gpus:
+            return derived_activity(0.0, "real", False)
+        derived = derived_activity(util, phase.gpu_work, phase.active_gpus >= 2)
+        seed = self._activity_seed
+        return tuple(d if given is None else pick(given, seed, gpu * 8 + i, k)  # type: ignore[return-value]
+                     for i, (d, given) in enumerate(zip(derived, phase.activity, strict=True)))
 
     def io(self, phase: PhaseSpan, k: int) -> tuple[float, float, float]:
         """(process CPU % of a core, network receive MB/s, disk read MB/s) at sample k."""

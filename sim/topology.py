@@ -20,6 +20,7 @@ class SimNode:
     gpus: int
     gpu_model: str
     created_at: float = 0.0
+    profiling: bool = True  # its exporter reports the DCGM profiling fields
     # per GPU index: [(at, value)] sorted by time
     temp_events: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     xid_events: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
@@ -54,7 +55,9 @@ class SimNode:
 def _node(uid: int, name: str, pool: Pool | None, spec: Node | None) -> SimNode:
     gpus = (spec.gpus if spec and spec.gpus else None) or (pool.gpus_per_node if pool else 1)
     model = (spec.gpu_model if spec else None) or (pool.gpu_model if pool else "")
-    node = SimNode(uid=uid, name=name, pool=pool.name if pool else None, gpus=gpus, gpu_model=model)
+    profiling = spec.profiling if spec and spec.profiling is not None else (pool.profiling if pool else True)
+    node = SimNode(uid=uid, name=name, pool=pool.name if pool else None, gpus=gpus, gpu_model=model,
+                   profiling=profiling)
     for event in sorted(spec.events if spec else [], key=lambda e: e.at):
         gpu = event.gpu or 0
         if event.gpu_temp_c is not None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
+from dataclasses import dataclass
 from datetime import UTC, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -51,12 +53,33 @@ def _scale(md: dict) -> dict:
                        "selector": f"cluster.x-k8s.io/deployment-name={meta['name']}"}}
 
 
+@dataclass
+class Fault:
+    """An injected failure: the next `times` requests whose method matches and whose path contains `path_part`
+    are answered with a meta/v1 Status error of `status` (`exact`: whose path is `path_part`). `hang_s` delays the answer first (a client with a
+    shorter timeout gives up: a timeout); `applied` carries the request out before failing it (the effect
+    happened, the answer was lost). `times=-1` keeps failing until `clear_faults()`."""
+
+    method: str
+    path_part: str
+    status: int = 500
+    reason: str = "InternalError"
+    message: str = "Internal error occurred: injected fault"
+    times: int = 1
+    hang_s: float = 0.0
+    applied: bool = False
+    exact: bool = False
+
+
 class FakeKubernetesApi:
     """Serves a FakeStore on 127.0.0.1; `requests` records (method, path, query) of every call."""
 
     def __init__(self, store: FakeStore | None = None) -> None:
         self.store = store or FakeStore()
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
+        self.faults: list[Fault] = []
+        self._faults_lock = threading.Lock()
+        self._stopping = threading.Event()
         api = self
 
         class Handler(_Handler):
@@ -64,7 +87,7 @@ class FakeKubernetesApi:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
@@ -75,7 +98,26 @@ class FakeKubernetesApi:
         self._thread.start()
         return self
 
+    def inject(self, fault: Fault) -> Fault:
+        with self._faults_lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._faults_lock:
+            self.faults.clear()
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self._faults_lock:
+            for fault in self.faults:
+                hit = path == fault.path_part if fault.exact else fault.path_part in path
+                if fault.method == method and hit and fault.times != 0:
+                    fault.times -= 1 if fault.times > 0 else 0
+                    return fault
+        return None
+
     def stop(self) -> None:
+        self._stopping.set()  # wakes handlers hanging on a fault
         self._server.shutdown()
         self._server.server_close()
 
@@ -99,7 +141,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # quiet in test output
         pass
 
+    _discard = False  # set while an injected fault carries a request out whose answer is then lost
+
     def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        if self._discard:
+            return
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
@@ -116,12 +162,32 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         self.owner.requests.append((method, url.path, query))
+        fault = self.owner._take_fault(method, url.path)
+        if fault is not None:
+            return self._fail(method, url.path, query, fault)
+        self._answer(method, url.path, query)
+
+    def _answer(self, method: str, path: str, query: dict[str, list[str]]) -> None:
         try:
-            self._route(method, url.path.rstrip("/") or "/", {k: v[-1] for k, v in query.items()})
+            self._route(method, path.rstrip("/") or "/", {k: v[-1] for k, v in query.items()})
         except ApiError as err:
             self._send(err.code, err.status())
         except (KeyError, ValueError, TypeError) as err:
             self._send(400, ApiError(400, "BadRequest", f"bad request: {err}").status())
+
+    def _fail(self, method: str, path: str, query: dict[str, list[str]], fault: Fault) -> None:
+        if fault.applied:
+            self._discard = True
+            try:
+                self._answer(method, path, query)
+            finally:
+                self._discard = False
+        else:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if fault.hang_s:
+            self.owner._stopping.wait(fault.hang_s)
+        with contextlib.suppress(OSError):  # the client gave up waiting (a timeout): nobody reads the answer
+            self._send(fault.status, ApiError(fault.status, fault.reason, fault.message).status())
 
     do_GET = lambda self: self._handle("GET")  # noqa: E731
     do_POST = lambda self: self._handle("POST")  # noqa: E731

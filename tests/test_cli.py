@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,10 @@ def test_demo_sweep_reports_findings_actions_and_the_audit_log(capsys, tmp_path)
     assert "Waiting for a human" in out and "resize_pool a100-ondemand" in out
     assert "Reclaimed so far" in out and "Audit log:" in out
     assert not [line for line in out.splitlines() if "prod/llm-serving" in line and "terminate" in line]
+    # The timeline says why (the finding kind) and the counts read as English: "1 forced stop", "72 sweeps".
+    assert re.search(r"notify +cv-team/detector-train +zombie +level 1 +executed", out)
+    assert re.search(r"terminate +ml-team/jupyter-carol +idle +level 2 +executed", out)
+    assert "1 forced stop," in out and "forced stops" not in out and "(72 sweeps;" in out
 
 
 def test_sweep_once_json(capsys):

@@ -229,9 +229,18 @@ def test_no_zombie_when_gpu_quiet_idle_instead():
     assert [f.kind for f in IdleGpuDetector(POLICY).detect(obs)] == ["idle"]
 
 
-def test_no_zombie_when_cpu_or_network_moves():
-    assert ZombieDetector(POLICY).detect(hung(AT - timedelta(minutes=90), cpu=250.0)) == []
+def test_no_zombie_when_network_moves():
     assert ZombieDetector(POLICY).detect(hung(AT - timedelta(minutes=90), net=40.0)) == []
+
+
+def test_a_spinning_cpu_does_not_clear_a_hung_job_unless_the_policy_asks():
+    # A hung NCCL collective busy-waits: ~100% of a core per rank.
+    spinning = hung(AT - timedelta(minutes=90), cpu=400.0)
+    [f] = ZombieDetector(POLICY).detect(spinning)
+    assert "CPU 400.0%" in f.evidence and "judged on log progress, network/disk I/O" in f.evidence
+    quiet_cpu_rule = parse_policy({"detectors": {"zombie": {"cpu_threshold_pct": 5}}}, "test")
+    assert ZombieDetector(quiet_cpu_rule).detect(spinning) == []
+    assert len(ZombieDetector(quiet_cpu_rule).detect(hung(AT - timedelta(minutes=90), cpu=0.5))) == 1
 
 
 def test_no_zombie_without_io_metrics():

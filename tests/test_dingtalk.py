@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -26,6 +27,7 @@ from agent.chatops import dingtalk
 from agent.chatops.cards import approval_card_listener
 from agent.chatops.links import ApprovalLinks, UsedNonces
 from agent.chatops.notifier import ChatOpsNotifier, Route
+from agent.chatops.replay import SeenCallbacks
 from agent.chatops.router import chatops_router
 from agent.config.policy import Policy
 from agent.config.settings import Settings
@@ -98,7 +100,9 @@ SCENARIO = {
 class World:
     """A SweepService over a simulated cluster, the ChatOps router on a bare app, and signing helpers."""
 
-    def __init__(self, app_secret: str | None = None, approvers: tuple[str, ...] = ("staff-lead",)) -> None:
+    def __init__(self, app_secret: str | None = None, approvers: tuple[str, ...] = ("staff-lead",),
+                 data_dir: Path | None = None) -> None:
+        """data_dir: the router keeps spent links and taken callbacks there (else in memory, per World)."""
         self.deps, self.cluster = simulated_deps(parse_scenario(SCENARIO), Policy(), PolicyModel())
         self.service = SweepService(self.deps)
         self.app_secret = app_secret or secrets.token_urlsafe(24)
@@ -106,21 +110,32 @@ class World:
         self.settings = Settings(dingtalk_app_secret=self.app_secret, chatops_link_secret=self.link_secret,
                                  chatops_public_url="http://testserver", chatops_approvers=list(approvers),
                                  chatops_users={"alice": {"dingtalk": "staff-alice"},
-                                                "bob": {"dingtalk": "staff-bob"}})
+                                                "bob": {"dingtalk": "staff-bob"}},
+                                 **({"data_dir": data_dir} if data_dir else {}))
         self.now = NOW
+        self.data_dir = data_dir
         self.used = UsedNonces()
-        app = FastAPI()
-        app.include_router(chatops_router(self.settings, lambda: self.service, used_nonces=self.used,
-                                          now_s=lambda: self.now))
-        self.client = TestClient(app)
+        self.start()
         self.links = ApprovalLinks(self.link_secret, "http://testserver")
 
-    def say(self, staff_id: str, text: str, *, ts_ms: int | None = None, secret: str | None = None):
+    def start(self) -> None:
+        """A router as a (re)started server builds it: over the data dir's stores when there is one."""
+        stores = {} if self.data_dir else {"used_nonces": self.used,
+                                           "seen_callbacks": SeenCallbacks(keep_s=dingtalk.REPLAY_KEEP_S)}
+        app = FastAPI()
+        app.include_router(chatops_router(self.settings, lambda: self.service, now_s=lambda: self.now, **stores))
+        self.client = TestClient(app)
+
+    def signed(self, staff_id: str, text: str, *, ts_ms: int | None = None, secret: str | None = None):
+        """(headers, body) of an outgoing callback as DingTalk signs it: the timestamp only."""
         self.now += 1  # DingTalk's sign covers only the timestamp: each (timestamp, sign) is taken once
         ts = str(ts_ms if ts_ms is not None else int(self.now * 1000))
         body = {"msgtype": "text", "text": {"content": f" {text}"}, "senderNick": staff_id,
                 "senderStaffId": staff_id, "conversationId": "cid", "sessionWebhook": "http://127.0.0.1:9/x"}
-        headers = {"timestamp": ts, "sign": dingtalk.sign(ts, secret or self.app_secret)}
+        return {"timestamp": ts, "sign": dingtalk.sign(ts, secret or self.app_secret)}, body
+
+    def say(self, staff_id: str, text: str, **kw):
+        headers, body = self.signed(staff_id, text, **kw)
         return self.client.post("/webhooks/dingtalk", json=body, headers=headers)
 
     def sweep_at(self, *minutes: int) -> None:
@@ -201,17 +216,47 @@ def test_keep_from_someone_else_is_refused_and_chinese_gets_chinese():
     assert reply.startswith("OK") and world.deps.audit.entries(kind="exemption")
 
 
-def test_approve_and_deny_commands_are_for_approvers_only():
-    world = World()
+def test_dingtalk_never_answers_an_approval_and_a_captured_callback_is_never_taken_twice(tmp_path):
+    """Finding 1: DingTalk signs the timestamp, not the body, so `approve <id>` there is refused (and audited),
+    whoever it claims to come from; a captured (timestamp, sign) is refused 11 minutes later and after a restart."""
+    world = World(data_dir=tmp_path)
     approval = world.pending_force_kill()
-    refused = world.say("staff-bob", f"approve {approval.id}").json()["text"]["content"]
-    assert "Only approvers" in refused and world.deps.approvals.get(approval.id).status == "pending"
-    done = world.say("staff-lead", f"approve {approval.id} confirmed idle").json()["text"]["content"]
-    assert "approved" in done
-    assert world.deps.approvals.get(approval.id).answered_by == "dingtalk:staff-lead"
-    assert world.cluster.get_job("ml-team/stubborn").state == "cancelled"
-    again = world.say("staff-lead", f"deny {approval.id}").json()["text"]["content"]
-    assert "Not taken" in again
+    captured, status_body = world.signed("staff-alice", "status?")
+    assert world.client.post("/webhooks/dingtalk", json=status_body, headers=captured).status_code == 200
+
+    refused = world.say("staff-lead", f"approve {approval.id} confirmed idle").json()["text"]["content"]
+    assert refused.startswith("Not taken") and "DingTalk does not sign" in refused and "#approvals" in refused
+    assert "未受理" in world.say("staff-lead", f"批准 {approval.id}").json()["text"]["content"]
+    assert world.deps.approvals.get(approval.id).status == "pending"
+    audited = world.deps.audit.entries(kind="approval", status="refused_answer")
+    assert [e.data["claimed_sender"] for e in audited] == ["staff-lead", "staff-lead"]
+
+    forged = {**status_body, "senderStaffId": "staff-lead", "text": {"content": f"approve {approval.id}"}}
+    world.now += 11 * 60  # past the old in-memory replay window, well inside the accepted hour
+    assert world.client.post("/webhooks/dingtalk", json=forged, headers=captured).status_code == 401
+    world.start()  # a restarted server over the same data dir
+    assert world.client.post("/webhooks/dingtalk", json=forged, headers=captured).status_code == 401
+    assert world.deps.approvals.get(approval.id).status == "pending"
+    assert world.cluster.get_job("ml-team/stubborn").state != "cancelled"
+    assert not [e for e in world.deps.audit.entries(kind="execution", target=approval.target)
+                if e.action == approval.action]
+
+
+def test_dingtalk_checks_the_signature_before_reading_the_body():
+    """Finding 4: a bad signature is 401 whatever the body (it is not parsed: no 422 for junk); a bad body with
+    a good signature is 422; fields are bounded."""
+    world = World()
+    junk = b"\xff{not json"
+    assert world.client.post("/webhooks/dingtalk", content=junk, headers={"timestamp": "1", "sign": "x"}).status_code == 401
+    headers, _ = world.signed("staff-alice", "hi")
+    assert world.client.post("/webhooks/dingtalk", content=junk, headers=headers).status_code == 422
+    headers, body = world.signed("staff-alice", "x" * 5000)
+    assert world.client.post("/webhooks/dingtalk", json=body, headers=headers).status_code == 422
+    ts = str(int(world.now * 1000))
+    for bad in ({"timestamp": ts, "sign": b"\xff" * 44}, {"timestamp": "nan", "sign": "x"}, {"timestamp": f" {ts}",
+                                                                                         "sign": "x"}):
+        response = world.client.post("/webhooks/dingtalk", json=body, headers=bad)
+        assert response.status_code == 401, (bad, response.text)
 
 
 def test_other_questions_get_the_injected_answer_or_a_findings_summary():
@@ -266,3 +311,46 @@ def test_approval_card_listener_posts_action_card_with_signed_links(robot):
     approve_url = card["btns"][0]["actionURL"]
     token = urllib.parse.parse_qs(urllib.parse.urlsplit(approve_url).query)["token"][0]
     assert world.links.verify(token, NOW).d == "approve"
+
+
+def test_approve_link_garbage_is_refused_not_500():
+    """Finding 8: `token=\\xff` and friends on /chatops/approve were 500s; now each is refused with a page."""
+    world = World(approvers=("lead",))
+    approval = world.pending_force_kill()
+    token = world.links.token(approval.id, "deny", NOW)
+    payload = token.split(".")[0]
+    for bad in ("\xff", f"{payload}.\xff", f"{payload}.ÿÿ", "a.b.c", "", "x" * 5000):
+        assert world.client.get("/chatops/approve", params={"token": bad}).status_code in (403, 422), bad[:40]
+        assert world.client.post("/chatops/approve", data={"token": bad, "by": "lead"}).status_code in (400, 403)
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    raw = world.client.post("/chatops/approve", content=b"token=\xff&by=lead", headers=form)
+    assert raw.status_code == 400 and "UTF-8" in raw.text
+    long = world.client.post("/chatops/approve", data={"token": token, "by": "lead", "reason": "r" * 3000})
+    assert long.status_code == 400 and world.deps.approvals.get(approval.id).status == "pending"
+    assert world.client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 200
+
+
+def test_a_store_that_cannot_be_written_takes_no_callback_and_no_link(tmp_path):
+    """The replay and link stores held by another writer: nothing is taken unremembered (503), nothing acts;
+    once the lock is gone the next callback and the link work."""
+    import sqlite3
+
+    world = World(data_dir=tmp_path, approvers=("lead",))
+    approval = world.pending_force_kill()
+    token = world.links.token(approval.id, "deny", NOW)
+    holders = [sqlite3.connect(tmp_path / name, isolation_level=None)
+               for name in ("chatops-callbacks.sqlite", "chatops-links.sqlite")]
+    for holder in holders:
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds each store's write lock
+    try:
+        busy = world.say("staff-alice", "keep 4h ml-team/notebook demo")
+        assert busy.status_code == 503 and "locked" in busy.json()["detail"]
+        page = world.client.post("/chatops/approve", data={"token": token, "by": "lead"})
+        assert page.status_code == 503 and world.deps.approvals.get(approval.id).status == "pending"
+        assert world.deps.audit.entries(kind="exemption") == []
+    finally:
+        for holder in holders:
+            holder.rollback()
+    assert world.say("staff-alice", "hello").status_code == 200
+    assert world.client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 200
+    assert world.deps.approvals.get(approval.id).status == "denied"

@@ -394,6 +394,26 @@ def test_warned_idle_job_is_stopped():
     assert not d.dry_run and d.level == 2
 
 
+def test_a_keepalive_finding_alone_never_licenses_a_stop_without_a_human():
+    keepalive = finding().model_copy(update={"stop_needs_approval": "a keep-alive pattern"})
+    everything_automatic = parse_policy({"levels": {"max_auto": 4, "require_approval": []}})
+    for policy in (Policy(), everything_automatic):
+        # The owner may be warned (level 1) without anyone's approval...
+        assert decide(act("notify", finding_kind="idle"), facts(findings=[keepalive]), policy, History()).verdict == "allow"
+        # ...but a warned, due stop waits for a human, at any automatic level, and so does a forced one.
+        for action, history in (("terminate", warned(31)),
+                                ("force_terminate", warned(60, entry("terminate", 20)))):
+            d = decide(act(action, finding_kind="idle"), facts(findings=[keepalive]), policy, history)
+            check(d, "needs_approval", "approval", "needs a human", "keep-alive")
+            check(decide(act(action, finding_kind="idle"), facts(findings=[keepalive]), policy, history,
+                         approved=True), "allow", "allow", "approved by a human")
+    # Approval does not skip the warning: still denied without one.
+    check(decide(act(), facts(findings=[keepalive]), Policy(), History(), approved=True), "deny", "warning_first")
+    # A plain idle or zombie finding beside it licenses the stop on its own.
+    both = [keepalive, finding("zombie")]
+    assert decide(act(), facts(findings=both), everything_automatic, warned(31)).verdict == "allow"
+
+
 def test_naive_times_are_read_as_utc():
     naive = Facts(now=NOW.replace(tzinfo=None), job=job(), findings=[finding()])
     assert decide(act(), naive, Policy(), warned(31)).verdict == "allow"

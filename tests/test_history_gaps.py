@@ -170,7 +170,7 @@ class Day:
     def value(self, name: str, t: float, step: float) -> float | None:
         busy = self.util(t, step)
         return {"util_max": busy[0], "util_min": busy[1], "util_avg": busy[2], "util_count": step / 30.0,
-                "engine_avg": busy[2] / 100, "xid_last": 0.0, "fb_used": 20_000.0, "temp_max": 50.0,
+                "xid_last": 0.0, "fb_used": 20_000.0, "temp_max": 50.0,
                 "power_avg": 200.0, "last_seen": t}[name]
 
     def __call__(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
@@ -178,6 +178,8 @@ class Day:
         if query in self.io:
             return []
         name = self.names[query]
+        if name == "profiling":
+            return []  # an exporter without DCGM profiling fields
         metric = {k: self.labels.get(k, "") for k in promql.GPU_KEYS if k in self.labels}
         if path.endswith("query_range"):
             start, end, step = float(params["start"]), float(params["end"]), float(params["step"])

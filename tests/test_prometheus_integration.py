@@ -118,3 +118,9 @@ def test_sweep_through_prometheus_matches_in_process(prometheus):
     gpus = metrics.gpu_series(cluster.now(), 20.0, 5.0)
     assert {g.job for g in gpus} >= {"ml/busy", "ml/notebook", "cv/hung", "research/sweep", "gpu-long/ablation"}
     assert len(gpus) == 24  # every GPU of the three nodes, once
+    # The DCGM profiling fields came through PromQL (one tagged query): the hung job's GPUs pinned but idle inside.
+    by_job = {g.job: g for g in gpus if g.job}
+    hung, busy = by_job["cv/hung"], by_job["ml/busy"]
+    assert hung.util_avg[-1] >= 99 and hung.sm_active_avg[-1] < 0.15 and hung.tensor_active_avg[-1] == 0.0
+    assert hung.power_w_slices[-1] < 110 and hung.nvlink_bytes_avg[-1] == 0.0 and hung.pcie_bytes_avg[-1] == 0.0
+    assert busy.sm_active_avg[-1] > 0.5 and busy.power_w_slices[-1] > 300 and busy.nvlink_bytes_avg[-1] > 1e10

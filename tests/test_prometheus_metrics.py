@@ -24,7 +24,7 @@ def gpu(host: str, index: int, **labels: str) -> dict[str, str]:
 
 def steady(util: float, count: int = 10) -> dict:
     return {"util_max": [util] * N, "util_min": [util] * N, "util_avg": [util] * N, "util_count": [count] * N,
-            "engine_avg": [util / 100] * N, "xid_last": [0] * N,
+            "engine": [util / 100] * N, "xid_last": [0] * N,
             "fb_used": 1000.0, "temp_max": 50.0, "power_avg": 120.0, "last_seen": END.timestamp()}
 
 
@@ -46,12 +46,16 @@ class Cluster:
             raise ValueError(f"unexpected query {query}")
         rows = self.series if query in self.gpu_names else self.io
         keys = promql.GPU_KEYS if query in self.gpu_names else promql.JOB_KEYS
+        # The profiling query answers every DCGM field the exporter has, each series tagged with its field.
+        fields = list(promql.PROFILING_FIELDS) if name == "profiling" else [name]
         out = []
-        for labels, values in rows:
-            if name not in values:
+        for labels, values, field in ((lb, v, f) for lb, v in rows for f in fields):
+            if field not in values:
                 continue
             metric = {k: labels[k] for k in keys if k in labels}
-            v = values[name]
+            if name == "profiling":
+                metric[promql.FIELD_LABEL] = field
+            v = values[field]
             if path.endswith("query_range"):
                 start, step = float(params["start"]), float(params["step"])
                 points = [[start + i * step, str(x)] for i, x in enumerate(v) if x is not None]
@@ -102,7 +106,7 @@ def test_gaps_nan_and_absurd_values_are_missing_never_zero():
     v["util_max"] = [0, None, 150, 0]  # slice 2: a broken exporter's 150%
     v["util_min"] = [0, None, 0, -3]  # slice 3: a negative reading
     v["util_avg"] = [0, None, 0, 0]
-    v["engine_avg"] = [0.0, None, 7.0, "NaN"]
+    v["engine"] = [0.0, None, 7.0, "NaN"]
     v["temp_max"] = "NaN"
     series = [(gpu("n1", 0, namespace="a", pod="b"), v)]
     gpus, _, _, _ = run(series)
@@ -157,6 +161,45 @@ def test_job_io_from_cadvisor_rates():
     assert by["ml/train"].cpu_pct == [350.0] * N
     assert by["ml/train"].disk_read_mbps == [None, 1.0, 1.0, 1.0]
     assert by["p/nine"].net_rx_mbps == [None] * N
+
+
+def test_profiling_fields_power_and_interconnect_come_back_per_slice():
+    v = {**steady(100.0), "sm_active": [0.1, 0.12, None, 0.11], "tensor_active": [0.0] * N,
+         "dram_active": [0.01, 1.5, 0.01, "NaN"], "power_w": [90.0, 91.0, 89.0, -4.0],
+         "nvlink": [3e6, 0.0, None, -1.0], "pcie": [3e5] * N}
+    gpus, _, _, _ = run([(gpu("n1", 0, namespace="ml", pod="hung"), v)])
+    g = gpus[0]
+    assert g.sm_active_avg == [0.1, 0.12, None, 0.11]
+    assert g.tensor_active_avg == [0.0] * N
+    assert g.dram_active_avg == [0.01, None, 0.01, None]  # out of range or NaN: unknown, never zero
+    assert g.power_w_slices == [90.0, 91.0, 89.0, None]
+    assert g.nvlink_bytes_avg == [3e6, 0.0, None, None]  # TX + RX, summed by the query; negative: unknown
+    assert g.pcie_bytes_avg == [3e5] * N
+    assert g.engine_active_avg == [1.0] * N
+
+
+def test_an_exporter_without_profiling_fields_leaves_them_unknown():
+    v = steady(100.0)
+    del v["engine"]
+    gpus, _, _, _ = run([(gpu("n1", 0, namespace="ml", pod="a"), v)])
+    g = gpus[0]
+    assert g.util_max == [100.0] * N
+    assert (g.sm_active_avg, g.tensor_active_avg, g.dram_active_avg, g.power_w_slices, g.nvlink_bytes_avg,
+            g.pcie_bytes_avg, g.engine_active_avg) == ([], [], [], [], [], [], [])
+
+
+def test_every_profiling_field_is_read_in_one_request():
+    full = {**steady(50.0), **{f: [0.5] * N for f in promql.PROFILING_FIELDS}}
+    counts = []
+    for values in (steady(50.0), full):
+        _, _, metrics, fake = run([(gpu("n1", 0, namespace="ml", pod="a"), values)])
+        counts.append(metrics.queries)
+        profiling = [p["query"] for _, p in fake.requests if "DCGM_FI_PROF_SM_ACTIVE" in p["query"]]
+        assert len(profiling) == 1
+        assert all(m in profiling[0] for metrics in promql.PROFILING_FIELDS.values() for m in metrics)
+        assert "DCGM_FI_PROF_NVLINK_TX_BYTES[300s])) + max by" in profiling[0]  # both directions, one field
+        assert profiling[0].count(f'"{promql.FIELD_LABEL}"') == len(promql.PROFILING_FIELDS)
+    assert counts == [13, 13]
 
 
 def many(n: int) -> list[tuple[dict[str, str], dict]]:

@@ -10,6 +10,7 @@ import pytest
 from agent.config.policy import Policy
 from agent.planning.policy_model import PolicyModel
 from evals.runner import ScenarioRun, run_scenario
+from evals.suite import KNOWN_MISSES as SUITE_KNOWN_MISSES
 from evals.suite import SCENARIO_DIR, policy_for, scenario_files
 from sim.scenario import load_scenario
 
@@ -51,10 +52,7 @@ DIFFICULTY: dict[str, str] = {
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
-KNOWN_MISSES: dict[str, str] = {
-    "fake-activity-blips": "a one-sample 3% blip every 10 minutes keeps every 5-minute slice above the 2% idle "
-    "threshold and also reads as periodic bursts to the long-tail check",
-}
+KNOWN_MISSES = SUITE_KNOWN_MISSES  # evals/suite.py: shared with `steward eval`'s exit status
 
 HOUR = 3600
 
@@ -345,3 +343,14 @@ def test_namesake_is_warned_on_its_own_before_any_stop() -> None:
     assert stops(r, job) and not [a for a in stops(r, job) if a["uid"] == first]  # the first ended by itself
     for stop in stops(r, job):
         assert any(a["uid"] == stop["uid"] and stop["at_s"] - a["at_s"] >= 30 * 60 for a in warned)
+
+
+@pytest.mark.hard
+def test_keepalive_dodger_is_warned_and_its_stop_waits_for_a_human() -> None:
+    r = run("fake-activity-blips")
+    job = "ml-team/keepalive-squatter"
+    f = finding(r, job, "idle")
+    assert f is not None and "short bursts of GPU activity" in f["evidence"] and "keep-alive" in f["evidence"]
+    assert acts(r, job, "notify", "executed")
+    # Nobody approved: the stop stays a request, however long the job keeps its GPUs.
+    assert acts(r, job, "terminate", "pending_approval") and not stops(r, job)

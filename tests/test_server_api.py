@@ -22,9 +22,10 @@ def settings_for(data_dir: Path, **extra) -> Settings:
     return Settings(data_dir=data_dir, leader_lock="none", sweep_every_s=300, **extra)
 
 
-def client_for(settings: Settings, **kwargs) -> TestClient:
+def client_for(settings: Settings, *, peer: str = "127.0.0.1", **kwargs) -> TestClient:
+    """A client on loopback (local development mode serves loopback Host names only), from `peer`."""
     app = create_app(settings, speed=0, start_s=kwargs.pop("start_s", START), run_scheduler=False, **kwargs)
-    return TestClient(app)
+    return TestClient(app, base_url="http://localhost", client=(peer, 50000))
 
 
 def advance(client: TestClient, seconds: float) -> None:
@@ -133,7 +134,8 @@ def test_roles_with_api_tokens(tmp_path):
 
 
 def test_trusted_proxy_headers(tmp_path):
-    with client_for(settings_for(tmp_path, trust_proxy_headers=True)) as c:
+    with client_for(settings_for(tmp_path, trust_proxy_headers=True, trusted_proxies=["10.0.0.0/24"]),
+                    peer="10.0.0.7") as c:
         assert c.get("/api/findings").status_code == 401
         viewer = {"X-Forwarded-User": "bob", "X-Forwarded-Groups": "ml-team"}
         approver = {"X-Forwarded-User": "lin", "X-Forwarded-Groups": "ml-team, steward-approvers"}

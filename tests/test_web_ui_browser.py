@@ -60,3 +60,38 @@ def test_chat_approve_and_audit_in_a_browser(tmp_path):
         assert errors == []
     stored = runtime.deps.approvals.get(approval.id)
     assert stored is not None and stored.status == "approved" and stored.answered_by == "local-dev"
+
+
+def test_degraded_banner_in_a_browser(tmp_path):
+    """Issue 13, finding 7: a degradation /healthz reports (503) shows as a banner, in the reader's language."""
+    chromium = require_binary("chromium", "/usr/bin/chromium")
+    require_module("playwright")
+    from playwright.sync_api import expect, sync_playwright
+
+    from agent.api.local_server import serve_in_thread
+    from server import create_app
+    from tools.prometheus import PrometheusMetrics
+
+    settings = Settings(data_dir=tmp_path, leader_lock="none", sweep_every_s=300)
+    app = create_app(settings, speed=0, start_s=3 * 3600 + 50 * 60, run_scheduler=False)
+    with serve_in_thread(app, free_port()) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(base + "/")
+        expect(page.locator("#clock")).not_to_have_text("--:--", timeout=20_000)
+        expect(page.locator("#degraded")).to_be_hidden()
+
+        runtime = app.state.runtime
+        runtime.deps.metrics = PrometheusMetrics(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+        runtime.sweep_now("test")
+        banner = page.locator("#degraded")
+        expect(banner).to_contain_text("Cluster data is incomplete", timeout=20_000)
+        expect(banner.locator(".reason.backend_unavailable")).to_have_attribute("title", "latest sweep: " +
+                                                                               runtime.latest.state["observed"]
+                                                                               ["degraded"][0])
+        page.click("#lang-toggle")
+        expect(banner).to_contain_text("集群数据不完整", timeout=20_000)
+        browser.close()
+        assert errors == []

@@ -25,6 +25,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from agent.chatops import wecom
+from agent.chatops.links import UsedNonces
+from agent.chatops.replay import SeenCallbacks
 from agent.chatops.router import chatops_router
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
 from agent.config.policy import Policy
@@ -86,8 +88,15 @@ class Callback:
         settings = Settings(wecom_token=self.token, wecom_aes_key=self.key, wecom_corp_id=self.corp,
                             chatops_approvers=["lead"])
         app = FastAPI()
-        app.include_router(chatops_router(settings, lambda: self.service, now_s=lambda: NOW))
+        app.include_router(chatops_router(settings, lambda: self.service, now_s=lambda: NOW,
+                                          used_nonces=UsedNonces(), seen_callbacks=SeenCallbacks(keep_s=600)))
         self.client = TestClient(app)
+
+    def encrypted_post(self, inner: str, **kw):
+        """A genuine callback (signed, encrypted for this corp) whose plaintext is `inner`, whatever it is."""
+        encrypted = ref_encrypt(self.key, inner, self.corp)
+        body = f"<xml><ToUserName><![CDATA[{self.corp}]]></ToUserName><Encrypt><![CDATA[{encrypted}]]></Encrypt></xml>"
+        return self.client.post("/webhooks/wecom", params=self.params(encrypted, **kw), content=body)
 
     def params(self, encrypted: str, *, ts: int = NOW, nonce: str | None = None, token: str | None = None) -> dict:
         nonce = nonce or secrets.token_hex(6)
@@ -98,9 +107,7 @@ class Callback:
         inner = (f"<xml><ToUserName><![CDATA[{self.corp}]]></ToUserName><FromUserName><![CDATA[{user}]]>"
                  f"</FromUserName><CreateTime>{NOW}</CreateTime><MsgType><![CDATA[text]]></MsgType>"
                  f"<Content><![CDATA[{content}]]></Content><AgentID>1000002</AgentID></xml>")
-        encrypted = ref_encrypt(self.key, inner, self.corp)
-        body = f"<xml><ToUserName><![CDATA[{self.corp}]]></ToUserName><Encrypt><![CDATA[{encrypted}]]></Encrypt></xml>"
-        return self.client.post("/webhooks/wecom", params=self.params(encrypted, **kw), content=body)
+        return self.encrypted_post(inner, **kw)
 
     def reply_text(self, response) -> str:
         env = {c.tag: c.text for c in ET.fromstring(response.text)}
@@ -144,6 +151,43 @@ def test_forged_and_replayed_messages_are_refused():
     assert cb.post("alice", "hi", nonce="n1").status_code == 401
     doctype = "<!DOCTYPE x [<!ENTITY a 'b'>]><xml><Encrypt>&a;</Encrypt></xml>"
     assert cb.client.post("/webhooks/wecom", params=cb.params("b"), content=doctype).status_code == 400
+
+
+def test_approve_and_deny_through_wecom_are_for_approvers_only():
+    """WeCom signs the encrypted body, sender included: its `approve <id>` is an authenticated answer."""
+    cb = Callback()
+    for minute in (65, 100, 110, 120):
+        cb.cluster.advance_to(minute * 60)
+        cb.service.sweep()
+    approval = next(a for a in cb.deps.approvals.pending() if a.target == "ml-team/stubborn")
+    refused = cb.reply_text(cb.post("bob", f"approve {approval.id}"))
+    assert "Only approvers" in refused and cb.deps.approvals.get(approval.id).status == "pending"
+    done = cb.reply_text(cb.post("lead", f"approve {approval.id} confirmed idle"))
+    assert "approved" in done and cb.deps.approvals.get(approval.id).answered_by == "wecom:lead"
+    assert cb.cluster.get_job("ml-team/stubborn").state == "cancelled"
+    assert "Not taken" in cb.reply_text(cb.post("lead", f"deny {approval.id}"))
+
+
+def test_bad_timestamps_bodies_and_plaintexts_are_refused_not_500():
+    """Finding 8: timestamp=nan used to skip the freshness check; a signed message whose plaintext is not XML
+    (or not UTF-8) was a 500; the outer body is never XML-parsed before the signature holds (finding 4)."""
+    cb = Callback()
+    encrypted = ref_encrypt(cb.key, "<xml/>", cb.corp)
+    body = f"<xml><Encrypt><![CDATA[{encrypted}]]></Encrypt></xml>"
+    for ts in ("nan", "inf", "-1", "1e9", " 1750000000"):
+        params = {**cb.params(encrypted), "timestamp": ts}
+        params["msg_signature"] = ref_sign(cb.token, ts, params["nonce"], encrypted)
+        response = cb.client.post("/webhooks/wecom", params=params, content=body)
+        assert response.status_code == 401, (ts, response.text)
+    not_xml = cb.encrypted_post("this is not xml <")
+    assert not_xml.status_code == 400 and "not a WeCom message" in not_xml.json()["detail"]
+    assert cb.client.post("/webhooks/wecom", params=cb.params("x"), content=b"\xff\xfe<xml>").status_code == 400
+    forged_xml = f"<xml><Encrypt>{encrypted}</Encrypt><Encrypt>{encrypted}</Encrypt></xml>"
+    assert cb.client.post("/webhooks/wecom", params=cb.params(encrypted), content=forged_xml).status_code == 400
+    bad_sig = {**cb.params(encrypted), "msg_signature": "ÿ" * 40}
+    assert cb.client.post("/webhooks/wecom", params=bad_sig, content=body).status_code == 401
+    assert "at most 4000 characters" in cb.reply_text(cb.post("alice", "keep 4h " + "x" * 4000))
+    assert cb.deps.audit.entries(kind="exemption") == []
 
 
 class WeComRobotServer:

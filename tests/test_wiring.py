@@ -71,7 +71,7 @@ def test_serve_runs_against_a_real_backend(tmp_path):
             mirror_sim(api, SimCluster(parse_scenario(SCENARIO)))
             settings = Settings(backend="kubernetes", kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path,
                                 prometheus_url=prometheus.url, leader_lock="none")
-            with TestClient(create_app(settings, run_scheduler=False)) as client:
+            with TestClient(create_app(settings, run_scheduler=False), base_url="http://localhost") as client:
                 assert client.post("/api/sweeps").status_code == 200
                 assert client.get("/api/findings").json() is not None
                 assert client.get("/healthz").status_code == 200

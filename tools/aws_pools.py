@@ -226,10 +226,20 @@ class AwsAutoScalingPools:
         chosen = [i for i in idle if i["InstanceId"] not in still_busy][:need]
         if len(chosen) < need:
             return result("refused", detail="a job started on a chosen instance meanwhile; not resized")
-        removed = []
+        removed: list[str] = []
+        done: list[str] = []
         for inst in chosen:
-            self._call(self.asg, "terminate_instance_in_auto_scaling_group", InstanceId=inst["InstanceId"],
-                       ShouldDecrementDesiredCapacity=True)
+            try:
+                self._call(self.asg, "terminate_instance_in_auto_scaling_group", InstanceId=inst["InstanceId"],
+                           ShouldDecrementDesiredCapacity=True)
+            except Exception as exc:  # throttled past the retries, or refused: what went already stays said
+                if not done:
+                    raise
+                self._cache = None
+                return result("error", before - len(done), removed,
+                              detail=f"terminated {', '.join(done)}; then {inst['InstanceId']} failed "
+                                     f"({type(exc).__name__}: {exc}); {before - len(done)} nodes, not {target}")
+            done.append(inst["InstanceId"])
             node = sorted(n for n in names.get(inst["InstanceId"], ()) if n != inst["InstanceId"])
             removed.append(node[0] if node else inst["InstanceId"])
         self._cache = None

@@ -53,7 +53,9 @@ class ClusterApiPools:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         self.api_calls += 1
-        return json.loads(getattr(self.custom, method)(*args, _preload_content=False, **kwargs).data)
+        timeout = getattr(self.scheduler, "request_timeout_s", None)
+        return json.loads(getattr(self.custom, method)(*args, _preload_content=False, _request_timeout=timeout,
+                                                       **kwargs).data)
 
     def _list(self, plural: str, label_selector: str | None = None, namespace: str | None = None) -> list[dict]:
         ns = namespace or self.config.namespace
@@ -153,8 +155,40 @@ class ClusterApiPools:
                            m["metadata"]["name"], {"metadata": {"annotations": {DELETE_MACHINE: None}}},
                            _content_type=_MERGE)
             return result("refused", detail=f"a job started on {', '.join(map(str, landed))} meanwhile; not resized")
-        self._scale(ns, pool, target)
-        return result("resized", target, [_node(m) or m["metadata"]["name"] for m in chosen])
+        removed = [_node(m) or m["metadata"]["name"] for m in chosen]
+        try:
+            self._scale(ns, pool, target)
+        except Exception as exc:  # throttled, refused or no answer: did it happen?
+            return self._scale_failed(ns, pool, target, chosen, removed, exc, result)
+        return result("resized", target, removed)
+
+    def _scale_failed(self, ns: str, pool: str, target: int, chosen: list[dict], removed: list[str],
+                      exc: Exception, result: Any) -> ResizeResult:
+        """A failed scale call: if it took effect after all, say so; if not, take the delete-machine marks back,
+        so that no later scale-down (the autoscaler's, a person's) removes a node on this stale choice."""
+        code = getattr(exc, "status", None)
+        why = f"HTTP {code}: {api_message(exc)}" if code is not None else f"{type(exc).__name__}: {exc}"
+        try:
+            md = self._call("get_namespaced_custom_object", GROUP, self.config.version, ns, PLURAL, pool)
+            replicas = _int(md["spec"].get("replicas"), None)
+        except Exception:
+            replicas = None
+        if replicas == target:
+            return result("resized", target, removed, detail=f"the scale call failed ({why}) but took effect")
+        kept = []
+        if replicas is not None:
+            for m in chosen:
+                try:
+                    self._call("patch_namespaced_custom_object", GROUP, self.config.version, ns, "machines",
+                               m["metadata"]["name"], {"metadata": {"annotations": {DELETE_MACHINE: None}}},
+                               _content_type=_MERGE)
+                except Exception:
+                    kept.append(m["metadata"]["name"])
+        else:
+            kept = [m["metadata"]["name"] for m in chosen]
+        marks = (f"machines {', '.join(kept)} may still carry {DELETE_MACHINE}" if kept
+                 else f"{DELETE_MACHINE} marks taken back")
+        return result("error", detail=f"scaling {pool} to {target} failed ({why}); not resized; {marks}")
 
     def _scale(self, ns: str, pool: str, replicas: int) -> None:
         self._call("patch_namespaced_custom_object_scale", GROUP, self.config.version, ns, PLURAL, pool,

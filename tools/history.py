@@ -9,11 +9,11 @@ from core.cluster import GpuHistory, GpuSeries
 
 
 def history_from_series(series: list[GpuSeries]) -> list[GpuHistory]:
-    """Keep only what the coarse history carries: each slice's max and sample count."""
+    """Keep only what the coarse history carries: each slice's max, mean and sample count."""
     return [
         GpuHistory.model_construct(
             job=s.job, node=s.node, gpu=s.gpu, slice_s=s.slice_s, util_max=s.util_max, samples=s.samples,
-            expected=s.expected,
+            expected=s.expected, util_avg=s.util_avg,
         )
         for s in series
     ]

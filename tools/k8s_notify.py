@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from core.cluster import NotifyResult
-from tools.kubernetes import WallClock, api_message, split_job_id
+from tools.kubernetes import REQUEST_TIMEOUT_S, WallClock, api_message, split_job_id
 from tools.protocols import Clock
 
 STOP_AFTER = "steward.io/stop-after"
@@ -20,8 +20,10 @@ COMPONENT = "gpu-steward"
 class KubernetesEventNotifier:
     """Notifier: `kubectl describe pod` and `kubectl get events` show the warning, as with kube-janitor."""
 
-    def __init__(self, core_api: Any, *, notice_s: float, clock: Clock | None = None) -> None:
+    def __init__(self, core_api: Any, *, notice_s: float, clock: Clock | None = None,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.core = core_api
+        self.request_timeout_s = request_timeout_s
         self.notice_s = notice_s  # the policy's warning.min_notice: the earliest stop the pod is told about
         self.clock = clock or WallClock()
         self.api_calls = 0
@@ -40,7 +42,8 @@ class KubernetesEventNotifier:
             self.api_calls += 1
             resp = self.core.patch_namespaced_pod(
                 name, ns, {"metadata": {"annotations": {STOP_AFTER: stop_after, WARNED_AT: now.isoformat()}}},
-                _content_type="application/merge-patch+json", _preload_content=False)
+                _content_type="application/merge-patch+json", _preload_content=False,
+                _request_timeout=self.request_timeout_s)
             pod = json.loads(resp.data)
             event_name = f"{name}.steward-{uuid.uuid4().hex[:10]}"
             event = client.CoreV1Event(
@@ -53,7 +56,8 @@ class KubernetesEventNotifier:
                 reporting_instance=COMPONENT,
             )
             self.api_calls += 1
-            self.core.create_namespaced_event(ns, event, _preload_content=False)
+            self.core.create_namespaced_event(ns, event, _preload_content=False,
+                                              _request_timeout=self.request_timeout_s)
         except Exception as exc:
             code = getattr(exc, "status", None)
             if code is None:

@@ -49,14 +49,34 @@ def split_job_id(job_id: str) -> tuple[str, str]:
     return ns, name
 
 
+REQUEST_TIMEOUT_S = 30.0  # per API call: a hung API server fails the call (and the sweep says so), never stalls it
+
+
+def throttled(exc: Exception) -> bool:
+    """A 429 from the API server's own rate limiting (priority and fairness), not a PodDisruptionBudget's no."""
+    if getattr(exc, "status", None) != 429:
+        return False
+    try:
+        status = json.loads(getattr(exc, "body", None) or "{}")
+    except (TypeError, ValueError):
+        status = {}
+    causes = (status.get("details") or {}).get("causes") or [] if isinstance(status, dict) else []
+    said = " ".join([str(status.get("message", "")) if isinstance(status, dict) else "",
+                     *(str(c.get("reason", "")) + " " + str(c.get("message", "")) for c in causes)]).lower()
+    return "disruptionbudget" not in said and "disruption budget" not in said
+
+
 class KubernetesScheduler:
     """JobScheduler + LogSource over the core/v1 API; one pod list call per sweep, counted in `api_calls`."""
 
     def __init__(self, core_api: Any, *, reading: PodReading | None = None, clock: Clock | None = None,
-                 pods_fresh_s: float = 30.0) -> None:
+                 pods_fresh_s: float = 30.0, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        if request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be positive, got {request_timeout_s}")
         self.core = core_api
         self.reading = reading or PodReading()
         self.clock = clock or WallClock()
+        self.request_timeout_s = request_timeout_s
         self.api_calls = 0
         self.pods_fresh_s = pods_fresh_s  # list_nodes reuses a pod list this recent (same sweep)
         self._pods: list[dict] = []
@@ -64,7 +84,8 @@ class KubernetesScheduler:
 
     def _json(self, method: str, *args: Any, **kwargs: Any) -> Any:
         self.api_calls += 1
-        resp = getattr(self.core, method)(*args, _preload_content=False, **kwargs)
+        resp = getattr(self.core, method)(*args, _preload_content=False, _request_timeout=self.request_timeout_s,
+                                          **kwargs)
         return json.loads(resp.data)
 
     # -- jobs --------------------------------------------------------------------------------------
@@ -127,6 +148,9 @@ class KubernetesScheduler:
             code = getattr(exc, "status", None)
             if code == 404:
                 return StopResult(job=job_id, status="already_gone", detail="the pod no longer exists")
+            if code == 429 and throttled(exc):  # the API server is shedding load: retried at a later sweep
+                return StopResult(job=job_id, status="error", detail=f"throttled by the API server (HTTP 429: "
+                                  f"{api_message(exc)}); nothing was stopped")
             if code == 429:  # a PodDisruptionBudget said no: the workload's owner decided, not an error
                 return StopResult(job=job_id, status="refused", detail=f"eviction refused: {api_message(exc)}")
             if code == 409 and uid:  # the name now belongs to another pod
@@ -151,7 +175,9 @@ class KubernetesScheduler:
         try:
             self.api_calls += 1
             text = self.core.read_namespaced_pod_log(name, ns, since_seconds=since_s, timestamps=True,
-                                                     _preload_content=False).data.decode("utf-8", "replace")
+                                                     _preload_content=False,
+                                                     _request_timeout=self.request_timeout_s).data.decode(
+                                                         "utf-8", "replace")
         except Exception as exc:
             if getattr(exc, "status", None) in (400, 404):  # gone, or not started yet: no lines
                 return []

@@ -1,7 +1,8 @@
 """PrometheusMetrics: the MetricsSource over Prometheus, Thanos Query or VictoriaMetrics scraping dcgm-exporter.
 
 A sweep costs a fixed 16 PromQL requests (10 for GPUs over the detectors' windows, 3 for the coarse long-tail
-history, 3 for process I/O) whatever the cluster size.
+history, 3 for process I/O) whatever the cluster size. The DCGM profiling fields, power and NVLink/PCIe traffic
+come back in one of the 10 (promql.tagged_union); a field the exporter lacks is unknown, never zero.
 Gaps, stale series, NaN and out-of-range utilisation come back as missing slices, never as zeros.
 A response that succeeds with `warnings` (Prometheus' own, or Thanos' partial-response warnings when a store
 did not answer) is kept, and its warnings are surfaced in `warnings`: the sweep marks its observation degraded.
@@ -21,6 +22,7 @@ from tools import promql
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
 MAX_WARNINGS = 10  # distinct warnings kept per sweep; the rest are counted
+MAX_POWER_W = 5000.0  # above any board's power: a larger reading is a broken exporter, not a measurement
 
 
 def response_warnings(body: bytes) -> list[str]:
@@ -52,7 +54,8 @@ class PrometheusMetrics:
     callable); without one, or when it knows no answer, the label value itself is the job id.
     `sample_interval_s` is how often a GPU is sampled (the slower of dcgm-exporter's collect interval and
     the scrape interval): it sets how many samples a full slice holds. `time_shift` is added to query
-    times, for a cluster whose clock is not Prometheus' own (a replayed or simulated one).
+    times, for a cluster whose clock is not Prometheus' own (a replayed or simulated one). `retry` (a urllib3
+    Retry) replaces the client's own retry policy (3 retries with back-off on errors and 5xx).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class PrometheusMetrics:
         network_selector: str = promql.DEFAULT_NETWORK_SELECTOR,
         time_shift: timedelta = timedelta(0),
         timeout_s: float = 30.0,
+        retry: Any = None,
         client: Any = None,
     ) -> None:
         if not url or not url.startswith(("http://", "https://")):
@@ -85,9 +89,10 @@ class PrometheusMetrics:
             session = requests.Session()
             try:
                 client = PrometheusConnect(url=url.rstrip("/"), headers=all_headers or None, timeout=timeout_s,
-                                           session=session)
+                                           session=session, retry=retry)
             except TypeError:  # a client older than its `session` argument: hook the session it made
-                client = PrometheusConnect(url=url.rstrip("/"), headers=all_headers or None, timeout=timeout_s)
+                client = PrometheusConnect(url=url.rstrip("/"), headers=all_headers or None, timeout=timeout_s,
+                                           retry=retry)
                 session = getattr(client, "_session", session)
             session.hooks["response"].append(self._keep_warnings)
         self.url = url
@@ -199,9 +204,13 @@ class PrometheusMetrics:
         start, t_end, n = self._grid(end, lookback_s, slice_s)
         self._begin("gpu metrics", end)
         keys = promql.GPU_KEYS
-        cols = {name: promql.range_columns(self._range("gpu metrics", q, start, t_end, slice_s), keys, start,
-                                           slice_s, n)
-                for name, q in promql.gpu_range_queries(self.selector, slice_s).items()}
+        cols: dict[str, dict[tuple[str, ...], list[float | None]]] = {}
+        for name, q in promql.gpu_range_queries(self.selector, slice_s).items():
+            result = self._range("gpu metrics", q, start, t_end, slice_s)
+            if name == "profiling":  # one answer, a column set per DCGM field the exporter has
+                cols.update(promql.tagged_columns(result, keys, start, slice_s, n))
+            else:
+                cols[name] = promql.range_columns(result, keys, start, slice_s, n)
         lookback = n * slice_s
         point = {name: promql.instant_values(self._instant("gpu metrics", q, t_end), keys)
                  for name, q in promql.gpu_instant_queries(self.selector, lookback).items()}
@@ -239,13 +248,19 @@ class PrometheusMetrics:
             util_max.append(hi if ok else None)
             util_avg.append(avg if ok else None)
             samples.append(int(c) if ok and c else 0)
-        engine = cols["engine_avg"].get(key)
-        engine_avg = [v if v is not None and 0.0 <= v <= 1.0 else None for v in engine] if engine else []
+        def field(name: str, low: float, high: float) -> list[float | None]:
+            """A profiling field's slices, out-of-range values unknown; [] when the exporter has no such series."""
+            values = cols.get(name, {}).get(key)
+            return [v if v is not None and low <= v <= high else None for v in values] if values else []
+
         xid_last, xid_at = self._xid(cols["xid_last"].get(key), start, slice_s)
         return GpuSeries(
             job=self.job_id(namespace, pod, hpc_job), node=host, gpu=index, uuid=uuid, model=model,
             slice_s=slice_s, util_max=util_max, util_avg=util_avg, samples=samples, expected=expected,
-            engine_active_avg=engine_avg, mem_used_mb=point["fb_used"].get(key),
+            engine_active_avg=field("engine", 0.0, 1.0), sm_active_avg=field("sm_active", 0.0, 1.0),
+            tensor_active_avg=field("tensor_active", 0.0, 1.0), dram_active_avg=field("dram_active", 0.0, 1.0),
+            power_w_slices=field("power_w", 0.0, MAX_POWER_W), nvlink_bytes_avg=field("nvlink", 0.0, math.inf),
+            pcie_bytes_avg=field("pcie", 0.0, math.inf), mem_used_mb=point["fb_used"].get(key),
             temp_c_max=point["temp_max"].get(key), power_w_avg=point["power_avg"].get(key),
             xid_last=xid_last, xid_at=xid_at,
         )

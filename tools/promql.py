@@ -17,9 +17,25 @@ FB_USED = "DCGM_FI_DEV_FB_USED"
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 XID = "DCGM_FI_DEV_XID_ERRORS"
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"
+NVLINK_RX = "DCGM_FI_PROF_NVLINK_RX_BYTES"
+PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"
+PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"
 CPU = "container_cpu_usage_seconds_total"
 NET_RX = "container_network_receive_bytes_total"
 DISK_READ = "container_fs_reads_bytes_total"
+
+# What the GPU really does, per slice: DCGM profiling ratios (0..1), power (W) and interconnect rates (bytes/s,
+# transmit + receive). Read in one request (the `profiling` range query); an exporter without a field answers
+# without its series (unknown). Each field is one metric, or the sum of two (a GPU lacking either: unknown).
+PROFILING_FIELDS: dict[str, tuple[str, ...]] = {
+    "engine": (ENGINE,), "sm_active": (SM_ACTIVE,), "tensor_active": (TENSOR_ACTIVE,), "dram_active": (DRAM_ACTIVE,),
+    "power_w": (POWER,), "nvlink": (NVLINK_TX, NVLINK_RX), "pcie": (PCIE_TX, PCIE_RX),
+}
+FIELD_LABEL = "steward_field"  # tags each field's series in the one profiling answer
 
 # cAdvisor repeats a pod's usage at pod level (container="") and for the pause container; count containers once.
 DEFAULT_CONTAINER_SELECTOR = 'container!="", container!="POD"'
@@ -68,9 +84,20 @@ def gpu_range_queries(extra: str, slice_s: float) -> dict[str, str]:
         "util_min": f"min {k} (min_over_time({util}[{s}]))",
         "util_avg": f"max {k} (avg_over_time({util}[{s}]))",
         "util_count": f"max {k} (count_over_time({util}[{s}]))",
-        "engine_avg": f"max {k} (avg_over_time({selector(ENGINE, extra)}[{s}]))",
+        "profiling": tagged_union({name: " + ".join(f"max {k} (avg_over_time({selector(m, extra)}[{s}]))"
+                                                    for m in metrics)
+                                   for name, metrics in PROFILING_FIELDS.items()}),
         "xid_last": f"max {k} (last_over_time({selector(XID, extra)}[{s}]))",
     }
+
+
+def tagged_union(queries: dict[str, str]) -> str:
+    """Several aggregates in one request: each answer's series tagged `steward_field="<name>"`, joined by `or`.
+
+    A range function drops the metric name, so `avg_over_time({__name__=~"A|B"}[5m])` would merge A and B into
+    one labelset (an error); tagging each aggregate keeps them apart. The tags differ, so `or` keeps every series.
+    """
+    return " or ".join(f'label_replace({q}, "{FIELD_LABEL}", "{name}", "", "")' for name, q in queries.items())
 
 
 def gpu_history_queries(extra: str, slice_s: float) -> dict[str, str]:
@@ -137,6 +164,15 @@ def range_columns(result: list[dict[str, Any]], keys: tuple[str, ...], start: fl
                 if value == value and value != inf and value != -inf:
                     column[i] = value
     return out
+
+
+def tagged_columns(result: list[dict[str, Any]], keys: tuple[str, ...], start: float, step: float,
+                   n: int) -> dict[str, dict[tuple[str, ...], list[float | None]]]:
+    """A tagged_union answer split by its tag: {field: range_columns of that field's series}."""
+    by_field: dict[str, list[dict[str, Any]]] = {}
+    for item in result:
+        by_field.setdefault(item.get("metric", {}).get(FIELD_LABEL, ""), []).append(item)
+    return {name: range_columns(items, keys, start, step, n) for name, items in by_field.items() if name}
 
 
 def instant_values(result: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple[str, ...], float]:

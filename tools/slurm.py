@@ -18,6 +18,7 @@ from tools.slurm_parse import (
     TEXT_FORMAT,
     SlurmJob,
     SlurmParseError,
+    SlurmQueryError,
     gpu_type,
     gpus_in_gres,
     jobs_from_json,
@@ -70,11 +71,21 @@ class SlurmScheduler:
         if self.output in ("auto", "json"):
             try:
                 return jobs_from_json(self.cli.run("squeue", "--json", *extra).stdout)
+            except SlurmQueryError as exc:
+                # Slurm could not list the jobs (slurmctld down) and its JSON says only "failed"; the text output
+                # says why ("Unable to contact slurm controller"). Never a reason to give up on JSON.
+                try:
+                    return jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
+                except SlurmError as text_exc:
+                    raise text_exc from exc
             except (SlurmError, SlurmParseError):
                 if self.output == "json":
                     raise
-                # This Slurm has no JSON output (older, or built without the serializer plugin): use text from now on.
+                # Perhaps this Slurm has no JSON output (older, or built without the serializer plugin): use text
+                # from now on, once text works (a controller that is down fails both, and proves nothing).
+                jobs = jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
                 self.output = "text"
+                return jobs
         return jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
 
     def _refresh(self) -> dict[str, SlurmJob]:
@@ -181,8 +192,9 @@ class SlurmScheduler:
     def _still_listed(self, slurm_id: str) -> SlurmJob | None:
         try:
             jobs = self._squeue("-j", slurm_id)
-        except SlurmError as exc:
-            if "invalid job id" in exc.stderr.lower():
+        except (SlurmError, SlurmQueryError) as exc:
+            said = exc.stderr if isinstance(exc, SlurmError) else str(exc)
+            if "invalid job id" in said.lower():
                 return None  # already purged from slurmctld
             raise
         return next((j for j in jobs if j.job_id == slurm_id and j.steward_state not in _GONE_STATES), None)

@@ -34,6 +34,10 @@ class SlurmParseError(ValueError):
     """Output a Slurm command printed that this adapter cannot read."""
 
 
+class SlurmQueryError(SlurmParseError):
+    """Slurm answered, but said it could not produce the list (slurmctld unreachable, an invalid job id)."""
+
+
 @dataclass
 class SlurmJob:
     """One job as squeue reports it, before it gets a steward id."""
@@ -168,6 +172,12 @@ def jobs_from_json(text: str) -> list[SlurmJob]:
         raw_jobs = data["jobs"]
     except (ValueError, KeyError, TypeError) as exc:
         raise SlurmParseError(f"squeue --json printed no job list: {exc}") from None
+    errors = data.get("errors") if isinstance(data, dict) else None
+    if errors:
+        # Slurm 22.05 exits 0 with an empty job list when slurmctld is down: that list is not "no jobs".
+        said = "; ".join(f"{e.get('source', '')}: {e.get('description') or e.get('error', '')}".strip(": ")
+                         if isinstance(e, dict) else str(e) for e in errors)
+        raise SlurmQueryError(f"squeue --json reported errors and no reliable job list: {said}")
     jobs = []
     for raw in raw_jobs:
         nodes = expand_hostlist(_text(raw.get("nodes")))

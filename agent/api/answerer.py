@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from langchain_core.tools import StructuredTool
+
+from agent.chatops.commands import JOB_STATE_ZH, KeepRequest, parse_keep
+from agent.config.policy import Policy
 from agent.detectors.evidence import describe, kind_label
 from agent.records.approvals import Approval
-from agent.records.audit import AuditLog
+from agent.records.audit import AuditEntry, AuditLog
 from agent.records.cost import money
 from agent.records.savings import compute_savings
 from core.actions import Finding
+from core.durations import format_duration
 from core.observation import Observation
+from core.text import plural
 
 Lang = Literal["en", "zh"]
-Intent = Literal["approvals", "savings", "today", "waste", "help"]
+Intent = Literal["keep", "job", "approvals", "savings", "today", "waste", "help"]
 ChatEvent = dict[str, Any]
+KeepFn = Callable[[KeepRequest | str, str | None, Lang], str]  # (parsed keep, the chat's job, language) -> reply
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _GPU_MODEL = re.compile(r"(?<![A-Za-z0-9])([AHBL]\d{2,3}|V100|T4|L4|MI\d{3})(?![0-9])", re.IGNORECASE)
 _INTENTS: list[tuple[Intent, tuple[str, ...]]] = [
+    ("job", ("why", "what will happen", "what happens", "what's next", "what next", "when will", "status of",
+             "为什么", "为何", "原因", "会怎样", "会怎么样", "什么时候", "何时", "接下来", "状态")),
     ("approvals", ("approv", "pending", "waiting for", "审批", "待批", "批准", "待处理")),
     ("savings", ("saving", "saved", "reclaim", "money", "cost", "节省", "省了", "回收", "省下", "成本")),
     ("today", ("today", "did you do", "have you done", "what happened", "今天", "做了什么", "干了什么", "做了哪些")),
@@ -35,7 +44,18 @@ def detect_language(text: str) -> Lang:
     return "zh" if _CJK.search(text) else "en"
 
 
+def reply_language(text: str, ui_lang: Lang | None = None) -> Lang:
+    """The question's language (Chinese characters: zh; Latin words: en); the UI's only when it has neither."""
+    if _CJK.search(text):
+        return "zh"
+    if re.search(r"[A-Za-z]{2,}", text):
+        return "en"
+    return ui_lang or "en"
+
+
 def classify(text: str) -> Intent:
+    if parse_keep(text) is not None:
+        return "keep"
     lowered = text.lower()
     for intent, words in _INTENTS:
         if any(w in lowered for w in words):
@@ -54,6 +74,9 @@ class ChatContext:
     pending: list[Approval]
     now: datetime
     currency: str
+    policy: Policy | None = None
+    job: str | None = None  # the job the chat is about (the UI's finding or approval), when the question names none
+    keep: KeepFn | None = None  # grants `keep` through the ChatOps path; None: this chat cannot keep jobs
 
 
 def _t(lang: Lang, en: str, zh: str) -> str:
@@ -102,18 +125,250 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
     return "\n".join(lines)
 
 
+ACTION_WORDS: dict[str, tuple[str, str]] = {
+    "notify": ("warned the owner", "警告了所有者"),
+    "terminate": ("asked it to stop (SIGTERM)", "请求其优雅停止（SIGTERM）"),
+    "force_terminate": ("force-stopped it", "强制停止了它"),
+    "resize_pool": ("resized the pool", "调整了资源池"),
+}
+STATUS_ZH = {"executed": "已执行", "failed": "失败", "skipped": "已跳过", "refused": "被拒绝", "dry_run": "演练（未执行）",
+             "approved": "已批准", "denied": "已拒绝", "expired": "已过期", "pending": "待审批", "granted": "已批准"}
+_GONE = ("completed", "failed", "cancelled")
+
+
+def _action(action: str | None, lang: Lang) -> str:
+    en, zh = ACTION_WORDS.get(action or "", (action or "?", action or "?"))
+    return _t(lang, en, zh)
+
+
+def _status(status: str | None, lang: Lang) -> str:
+    return STATUS_ZH.get(status or "", status or "") if lang == "zh" else (status or "")
+
+
+def _when(at: datetime | str, now: datetime) -> str:
+    """HH:MM UTC today, with the date when it is another day."""
+    at = datetime.fromisoformat(at) if isinstance(at, str) else at
+    return f"{at:%H:%M} UTC" if at.date() == now.date() else f"{at:%Y-%m-%d %H:%M} UTC"
+
+
+def _detail(e: AuditEntry, lang: Lang) -> str:
+    """What a stop or warning came to, from the adapter's detail (`stopped: ...`, `stopping: ...`, `... sent`)."""
+    detail = str(e.data.get("detail") or "")
+    if lang == "en":
+        return f" ({detail})" if detail else ""
+    if detail.startswith("stopped"):
+        return "（作业已退出）"
+    if detail.startswith("stopping"):
+        return "（已发送 SIGTERM，作业尚未退出）"
+    if detail.endswith("sent"):
+        return "（已送达）"
+    return ""
+
+
 def _today(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
+    yield {"type": "tool_call", "name": "actions_today", "args": {}}
+    reply = actions_today(ctx, lang)
+    yield {"type": "tool_result", "name": "actions_today", "status": "ok", "summary": reply.splitlines()[0]}
+    return reply
+
+
+def actions_today(ctx: ChatContext, lang: Lang) -> str:
+    """What the steward did since midnight UTC: actions carried out and exemptions granted, from the audit log."""
     day = ctx.now.replace(hour=0, minute=0, second=0, microsecond=0)
-    yield {"type": "tool_call", "name": "read_audit_log", "args": {"kind": "execution", "since": day.isoformat()}}
     done = [e for e in ctx.audit.entries(kind="execution", since=day, limit=500, newest_first=False) if e.at <= ctx.now]
-    yield {"type": "tool_result", "name": "read_audit_log", "status": "ok", "summary": f"{len(done)} entries"}
-    if not done:
+    kept = [e for e in ctx.audit.entries(kind="exemption", since=day, limit=100, newest_first=False) if e.at <= ctx.now]
+    if not done and not kept:
         return _t(lang, "Nothing yet today: no actions were taken.", "今天还没有执行任何操作。")
-    lines = [_t(lang, f"Today I took {len(done)} actions:", f"今天共执行了 {len(done)} 项操作：")]
+    lines = [_t(lang, f"Today ({day:%Y-%m-%d}) I took {plural(len(done), 'action')}:",
+                f"今天（{day:%Y-%m-%d}）共执行了 {len(done)} 项操作：")] if done else []
     for e in done[-20:]:
-        by = f" (approved by {e.data['approved_by']})" if e.data.get("approved_by") else ""
-        lines.append(f"- {e.at:%H:%M} {e.action} **{e.target}** (level {e.level}): {e.status}{by}")
+        who = e.data.get("approved_by")
+        by = _t(lang, f", approved by {who}", f"，由 {who} 批准") if who else ""
+        lines.append(_t(lang, f"- {e.at:%H:%M} {_action(e.action, lang)}: **{e.target}** (level {e.level}{by}): "
+                              f"{e.status}{_detail(e, lang)}",
+                        f"- {e.at:%H:%M} {_action(e.action, lang)}：**{e.target}**（级别 {e.level}{by}）："
+                        f"{_status(e.status, lang)}{_detail(e, lang)}"))
+    for e in kept:
+        until = _when(e.data.get("until") or e.at, ctx.now)
+        lines.append(_t(lang, f"- {e.at:%H:%M} **{e.target}** kept until {until} by {e.data.get('by', '?')} ({e.reason})",
+                        f"- {e.at:%H:%M} **{e.target}** 由 {e.data.get('by', '?')} 保留至 {until}（{e.reason}）"))
     return "\n".join(lines)
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{2,}")
+_NOT_NAMES = {"why", "did", "you", "stop", "stopped", "job", "the", "what", "will", "happen", "when", "keep", "for",
+              "idle", "zombie", "status", "task", "notebook", "gpu", "gpus", "and", "next", "flagged", "with"}
+
+
+def known_jobs(ctx: ChatContext) -> list[str]:
+    """The job names chat can talk about: running now, found by the latest sweep, or acted on in the last day."""
+    names = {j.id for j in ctx.observation.jobs}
+    names |= {f.target for f in ctx.findings if f.target_type == "job"}
+    names |= {a.target for a in ctx.pending}
+    since = ctx.now - timedelta(days=1)
+    names |= {e.target for e in ctx.audit.entries(kind="execution", since=since, limit=2000) if e.target}
+    pools = {p.name for p in ctx.observation.pools} | {n.name for n in ctx.observation.nodes}
+    return sorted(names - pools)
+
+
+def named_jobs(ctx: ChatContext, text: str) -> list[str]:
+    """Jobs the question names: in full (`ml-team/jupyter-carol`), else by a distinctive word (`jupyter`)."""
+    names = known_jobs(ctx)
+    lowered = text.lower()
+    full = [n for n in names if n.lower() in lowered]
+    if full:
+        return [n for n in full if not any(n != m and n.lower() in m.lower() for m in full)]
+    hits: list[str] = []
+    for word in _TOKEN.findall(text):
+        if word.lower() in _NOT_NAMES:
+            continue
+        matched = [n for n in names if word.lower() in n.lower().split("/", 1)[-1]]
+        hits += [m for m in matched if m not in hits]
+    return hits
+
+
+def _job(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
+    named = named_jobs(ctx, text)
+    if not named and ctx.job:
+        named = [ctx.job]
+    if not named:
+        return _t(lang, "Which job? Name it, e.g. \"why did you stop ml-team/jupyter-carol?\"",
+                  "请指明作业，例如“为什么要停止 ml-team/jupyter-carol？”")
+    if len(named) > 1:
+        return _t(lang, f"Several jobs match: {', '.join(named[:8])}. Which one?",
+                  f"匹配到多个作业：{'、'.join(named[:8])}。请问是哪一个？")
+    job_id = named[0]
+    yield {"type": "tool_call", "name": "job_status", "args": {"job": job_id}}
+    reply = job_status(ctx, job_id, lang)
+    yield {"type": "tool_result", "name": "job_status", "status": "ok", "summary": reply.splitlines()[0]}
+    return reply
+
+
+def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
+    """Why a job was flagged or stopped (the finding, the audit of the last day), what happens next, and when."""
+    now = ctx.now
+    history = [e for e in ctx.audit.entries(target=job_id, since=now - timedelta(days=1), limit=500,
+                                            newest_first=False) if e.at <= now]
+    job = next((j for j in ctx.observation.jobs if j.id == job_id), None)
+    finding = next((f for f in ctx.findings if f.target == job_id), None)
+    found = [e for e in history if e.kind == "finding"]
+    done = [e for e in history if e.kind == "execution" and e.action in ACTION_WORDS]
+    kept = [e for e in history if e.kind == "exemption" and e.status == "granted"
+            and datetime.fromisoformat(e.data["until"]) > now]
+    waiting = [a for a in ctx.pending if a.target == job_id]
+    lines: list[str] = []
+    if job is not None:
+        lines.append(_t(lang, f"**{job_id}** ({job.user}, {plural(job.gpus, 'GPU')}): {job.state} now.",
+                        f"**{job_id}**（{job.user}，{job.gpus} 块 GPU）：当前{JOB_STATE_ZH.get(job.state, job.state)}。"))
+    else:
+        lines.append(_t(lang, f"**{job_id}** is no longer running.", f"**{job_id}** 已不在运行。"))
+    if finding is not None:
+        lines.append(_t(lang, f"Why: {finding.kind}. {finding.evidence}{_rb(finding)}",
+                        f"原因：{kind_label(finding.kind, lang)}。{describe(finding, lang)}{_rb(finding)}"))
+    elif found:
+        last = found[-1]
+        lines.append(_t(lang, f"Why: {last.status} at {_when(last.at, now)}. {last.reason}",
+                        f"原因：{_when(last.at, now)} 判定为{kind_label(last.status or '', lang)}。{last.reason}"))
+    elif not done:
+        lines.append(_t(lang, "It is not flagged: no detector found waste on it, and nothing was done to it in "
+                              "the last 24 h.", "它没有被标记：检测器未发现浪费，过去 24 小时内也未对它执行任何操作。"))
+    for e in done:
+        deadline = e.data.get("deadline")
+        due = _t(lang, f"; earliest stop {_when(deadline, now)}", f"；最早停止时间 {_when(deadline, now)}") if deadline else ""
+        lines.append(_t(lang, f"- {_when(e.at, now)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
+                        f"- {_when(e.at, now)} {_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
+                        f"{due}"))
+    lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
+    return "\n".join(lines)
+
+
+def _next_step(ctx: ChatContext, job: Any, finding: Finding | None, done: list[AuditEntry], kept: list[AuditEntry],
+               waiting: list[Approval], lang: Lang) -> str:
+    now = ctx.now
+    notice = ctx.policy.warning.min_notice if ctx.policy else 1800.0
+    grace = ctx.policy.stop.grace_period if ctx.policy else 300.0
+    keep_hint = _t(lang, " The owner can reply `keep 4h <reason>` to keep it.", "所有者可回复 `keep 4h 原因` 暂缓。")
+    if kept:
+        last = max(kept, key=lambda e: e.data["until"])
+        until = _when(last.data["until"], now)
+        return _t(lang, f"Next: nothing. It is kept until {until} by {last.data.get('by', '?')} ({last.reason}); "
+                        "no stop before then.",
+                  f"接下来：不做任何操作。它由 {last.data.get('by', '?')} 保留至 {until}（{last.reason}），在此之前不会被停止。")
+    if job is None or job.state in _GONE:
+        stopped = [e for e in done if e.action in ("terminate", "force_terminate") and e.status == "executed"]
+        if stopped:
+            return _t(lang, f"Next: nothing; it was stopped at {_when(stopped[-1].at, now)}.",
+                      f"接下来：不再操作；它已于 {_when(stopped[-1].at, now)} 被停止。")
+        return _t(lang, "Next: nothing; it has ended.", "接下来：不再操作；该作业已结束。")
+    if waiting:
+        a = waiting[-1]
+        return _t(lang, f"Next: {a.action} waits for an approver (`{a.id}`, expires {_when(a.expires_at, now)}); "
+                        "nothing is done without that answer.",
+                  f"接下来：{_action(a.action, lang)}正在等待审批（`{a.id}`，{_when(a.expires_at, now)} 过期）；"
+                  "未获批准不会执行。")
+    terms = [e for e in done if e.action == "terminate" and e.status == "executed"]
+    if job.state == "stopping" or terms:
+        at = terms[-1].at if terms else now
+        return _t(lang, f"Next: it was asked to stop; if it has not exited by {_when(at + timedelta(seconds=grace), now)}"
+                        " (the grace period), a forced stop may be proposed, which needs its own decision.",
+                  f"接下来：已请求其停止；若到 {_when(at + timedelta(seconds=grace), now)}（宽限期结束）仍未退出，"
+                  "可能会提议强制停止，这需要单独决策。")
+    warned = [e for e in done if e.action == "notify" and e.status == "executed"]
+    if warned and warned[-1].data.get("deadline"):
+        deadline = datetime.fromisoformat(warned[-1].data["deadline"])
+        if deadline > now:
+            return _t(lang, f"Next: the owner was warned at {_when(warned[-1].at, now)}; if it is still wasting at "
+                            f"{_when(deadline, now)}, a sweep after that asks it to stop (SIGTERM).{keep_hint}",
+                      f"接下来：已于 {_when(warned[-1].at, now)} 警告所有者；若到 {_when(deadline, now)} 仍在浪费，"
+                      f"之后的巡检会请求其停止（SIGTERM）。{keep_hint}")
+        return _t(lang, f"Next: the notice period ended at {_when(deadline, now)}; the next sweep asks it to stop "
+                        f"(SIGTERM) if it is still wasting and the policy allows.{keep_hint}",
+                  f"接下来：通知期已于 {_when(deadline, now)} 结束；若仍在浪费且策略允许，下一次巡检会请求其停止"
+                  f"（SIGTERM）。{keep_hint}")
+    if finding is None:
+        return _t(lang, "Next: nothing is planned for it.", "接下来：没有针对它的计划。")
+    if warned:
+        return _t(lang, f"Next: the owner was advised at {_when(warned[-1].at, now)}; that is advice only, nothing "
+                        "is stopped for it.",
+                  f"接下来：已于 {_when(warned[-1].at, now)} 向所有者提出建议；仅为建议，不会因此停止作业。")
+    return _t(lang, f"Next: the next sweep warns the owner; a stop can come no sooner than "
+                    f"{format_duration(notice)} after a delivered warning.{keep_hint}",
+              f"接下来：下一次巡检会警告所有者；警告送达至少 {format_duration(notice)} 后才可能停止。{keep_hint}")
+
+
+def chat_tools(ctx: ChatContext, lang: Lang) -> list[StructuredTool]:
+    """Read-only tools only chat has: a job's story and today's actions, in the reply's language."""
+
+    def job_status_tool(job: str) -> dict[str, Any]:
+        """Why a job was flagged or stopped (finding and audit of the last day) and what happens to it next, when."""
+        named = named_jobs(ctx, job)
+        if len(named) != 1:
+            return {"status": "no_data", "message": f"{job!r} matches {len(named)} jobs: {', '.join(named[:8])}"}
+        return {"status": "ok", "message": job_status(ctx, named[0], lang)}
+
+    def actions_today_tool() -> dict[str, Any]:
+        """What the steward did today (UTC): warnings, stops, resizes and exemptions, from the audit log."""
+        return {"status": "ok", "message": actions_today(ctx, lang)}
+
+    return [StructuredTool.from_function(job_status_tool, name="job_status"),
+            StructuredTool.from_function(actions_today_tool, name="actions_today")]
+
+
+def _keep(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
+    request = parse_keep(text)
+    assert request is not None
+    if ctx.keep is None:
+        return _t(lang, "Keeping a job is not available in this chat.", "此聊天无法保留作业。")
+    if isinstance(request, KeepRequest) and request.job and "/" not in request.job:
+        named = named_jobs(ctx, request.job)  # `keep jupyter 4h`: a word of the job's name, when it names one job
+        if len(named) == 1:
+            request = replace(request, job=named[0])
+    yield {"type": "tool_call", "name": "keep_job", "args": {"job": getattr(request, "job", None) or ctx.job,
+                                                             "duration": getattr(request, "duration", None)}}
+    reply = ctx.keep(request, ctx.job, lang)
+    yield {"type": "tool_result", "name": "keep_job", "status": "ok" if reply.startswith(("OK", "好的")) else "refused",
+           "summary": reply}
+    return reply
 
 
 def _savings(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
@@ -142,9 +397,12 @@ def _approvals(ctx: ChatContext, lang: Lang) -> str:
 
 
 HELP = {
-    "en": "I can answer: who is wasting GPUs (e.g. \"who is wasting A100s right now?\"), what I did today, "
-          "how much was saved, and which approvals are pending.",
-    "zh": "我可以回答：谁在浪费 GPU（例如“谁在浪费 A100？”）、今天做了什么、节省了多少、有哪些待审批操作。",
+    "en": "I can answer: who is wasting GPUs (e.g. \"who is wasting A100s right now?\"), why a job was flagged or "
+          "stopped and what happens to it next (\"why did you stop ml-team/jupyter-carol?\"), what I did today, "
+          "how much was saved, and which approvals are pending. Owners can say `keep <job> 4h <reason>`.",
+    "zh": "我可以回答：谁在浪费 GPU（例如“谁在浪费 A100？”）、某个作业为什么被标记或停止以及接下来会怎样"
+          "（例如“为什么要停止 ml-team/jupyter-carol？”）、今天做了什么、节省了多少、有哪些待审批操作。"
+          "作业所有者可以发送 `保留 <作业> 4h 原因`。",
 }
 
 
@@ -152,8 +410,14 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
     """Tool calls as they happen, then the answer in small chunks (the same events the model path streams)."""
     lang = lang or detect_language(text)
     intent = classify(text)
+    if intent in ("help", "waste") and named_jobs(ctx, text) and "who" not in text.lower() and "谁" not in text:
+        intent = "job"  # "is ml-team/x idle?": the job's own story answers it
     yield {"type": "start", "intent": intent, "lang": lang, "answerer": "offline"}
-    if intent == "waste":
+    if intent == "keep":
+        reply = yield from _keep(ctx, text, lang)
+    elif intent == "job":
+        reply = yield from _job(ctx, text, lang)
+    elif intent == "waste":
         reply = yield from _waste(ctx, text, lang)
     elif intent == "today":
         reply = yield from _today(ctx, lang)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import sqlite3
 import uuid
 from typing import Any
 
@@ -32,6 +31,18 @@ def make_lease(settings: Settings) -> LeaderLease:
     return SqliteLease(settings.data_dir / "leases.sqlite", settings.lease_name, holder, settings.lease_duration_s)
 
 
+def checkpointer(settings: Settings) -> Any:
+    """The graph's durable checkpoints in the data dir; read-only when it cannot be written (nothing sweeps then)."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from agent.records.store import open_store
+
+    conn, problem = open_store(str(settings.checkpoint_db), "", "checkpoints", wal=False, autocommit=False)
+    if problem is not None:
+        log.warning("graph checkpoints: %s", problem.detail)
+    return SqliteSaver(conn)
+
+
 def schedule_of(settings: Settings) -> SweepSchedule:
     return SweepSchedule(every_s=settings.sweep_every_s, cron=settings.sweep_cron)
 
@@ -39,8 +50,6 @@ def schedule_of(settings: Settings) -> SweepSchedule:
 def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s: float | None = None,
                       notifier: Any = None, chat_model: Any = None) -> StewardRuntime:
     """The built-in demo (or settings.scenario) on a simulated clock, resuming where a restart left it."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     from agent.config.policy import load_policy
     from agent.wiring import make_planner, simulated_deps
     from sim.scenario import demo_scenario_path, load_scenario
@@ -54,8 +63,7 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     from agent.retrieval.index import runbooks_from_settings
 
     runbooks_from_settings(deps, settings)
-    saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
-    service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
+    service = SweepService(deps, checkpointer=checkpointer(settings), run_prefix=scenario.name)
     state_file = data_dir / "sim-clock.json"
     start = SimClock.resume_offset(state_file, scenario.name, start_s or 0.0)
     cluster.advance_to(min(start, scenario.duration))
@@ -72,16 +80,13 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
 
 def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRuntime:
     """A real cluster (STEWARD_BACKEND=kubernetes|slurm) on the wall clock; stores under the data dir."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     from agent.config.policy import load_policy
     from agent.retrieval.index import runbooks_from_settings
     from agent.wiring import cluster_deps, make_planner
 
     deps = cluster_deps(settings, load_policy(settings.policy_file), make_planner(settings))
     runbooks_from_settings(deps, settings)
-    saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
-    service = SweepService(deps, checkpointer=saver, run_prefix=settings.backend)
+    service = SweepService(deps, checkpointer=checkpointer(settings), run_prefix=settings.backend)
     if chat_model is None and settings.llm_configured:
         from agent.planning.llm_planner import make_chat_model
 

@@ -5,42 +5,90 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from datetime import datetime
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from agent.api.answerer import ChatContext, ChatEvent, answer, detect_language
-from agent.api.auth import Viewer
+from agent.api.answerer import ChatContext, ChatEvent, KeepFn, Lang, answer, chat_tools, classify, reply_language
+from agent.api.auth import Principal, Viewer
 from agent.api.runtime import StewardRuntime
 from agent.api.schemas import ChatRequest
+from agent.chatops.commands import KeepRequest, grant_keep
 from tools.agent_tools import ToolContext, is_mutating, make_tools
 
 router = APIRouter()
 log = logging.getLogger("steward.chat")
 
 
-def chat_context(rt: StewardRuntime) -> ChatContext:
+def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None = None,
+                 job: str | None = None) -> tuple[ChatContext, str]:
+    """The context, and a notice to put before the answer when it could not read the cluster fresh.
+
+    A running sweep holds the graph lock (the first one for as long as it builds the runbook index): chat
+    waits `rt.read_wait_s` at most, then answers from the newest reading this process holds, saying so.
+    """
     deps = rt.deps
-    with rt.graph_lock:
-        obs = deps.fresh_observation("chat")
+    obs, fresh = rt.read_cluster("chat")
+    if obs is None:
+        raise SweepStillReading(_t(lang, "The first sweep is still reading the cluster; ask again in a moment.",
+                                   "首次巡检仍在读取集群，请稍后再问。"))
+    notice = "" if fresh else _stale_notice(rt, obs.at, lang)
     tool_ctx = ToolContext(observation=obs, findings=rt.findings(), scheduler=deps.scheduler, logs=deps.logs,
                            redactor=deps.policy.redaction.redactor(),
                            runbook_search=deps.runbook_search, proposed_by="chat")
     # Chat only reads: mutating tools are never bound here, so a chat cannot even propose an action.
     tools = {t.name: t for t in make_tools(tool_ctx) if not is_mutating(t)}
-    return ChatContext(findings=rt.findings(), observation=obs, tools=tools, audit=deps.audit,
-                       pending=deps.approvals.pending(), now=obs.at, currency=deps.currency)
+    ctx = ChatContext(findings=rt.findings(), observation=obs, tools=tools, audit=deps.audit,
+                      pending=deps.approvals.pending(), now=obs.at, currency=deps.currency, policy=deps.policy,
+                      job=job, keep=_keeper(rt, who) if who is not None else None)
+    ctx.tools.update({t.name: t for t in chat_tools(ctx, lang)})
+    return ctx, notice
+
+
+def _keeper(rt: StewardRuntime, who: Principal) -> KeepFn:
+    """`keep` from the web chat: the ChatOps path (owner up to a day, approver up to 30 days, live jobs only)."""
+
+    def keep(request: KeepRequest | str, job: str | None, lang: Lang) -> str:
+        if not rt.graph_lock.acquire(timeout=rt.read_wait_s):  # the cluster is read fresh, never mid-sweep
+            return _t(lang, "A sweep is running; send `keep` again in a moment. Nothing was changed.",
+                      "巡检正在进行，请稍后再发送 `keep`。未做任何更改。")
+        try:
+            return grant_keep(rt.deps, request, user=who.name, approver=who.role == "approver",
+                              by=f"web:{who.name}", run_id="chat", lang=lang, context_job=job,
+                              data={"via": who.via})
+        finally:
+            rt.graph_lock.release()
+
+    return keep
+
+
+class SweepStillReading(RuntimeError):
+    """No reading of the cluster exists yet: the first sweep holds the lock and has not read it."""
+
+
+def _t(lang: Lang, en: str, zh: str) -> str:
+    return zh if lang == "zh" else en
+
+
+def _stale_notice(rt: StewardRuntime, at: datetime, lang: Lang) -> str:
+    if rt.latest is None:
+        return _t(lang, f"(The first sweep is still running: no findings yet. Jobs and metrics as read at "
+                        f"{at:%H:%M} UTC.)", f"（首次巡检仍在进行，暂无发现；以下为 {at:%H:%M} UTC 读取的作业与指标。）")
+    return _t(lang, f"(A sweep is running; this answer uses the cluster as read at {at:%H:%M} UTC.)",
+              f"（巡检正在进行；以下回答基于 {at:%H:%M} UTC 读取的集群状态。）")
 
 
 def _sse(event: ChatEvent) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event, default=str, ensure_ascii=False)}\n\n"
 
 
-def chat_events(rt: StewardRuntime, body: ChatRequest) -> Iterator[str]:
-    lang = body.lang or detect_language(body.message)
+def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = None) -> Iterator[str]:
+    lang = reply_language(body.message, body.lang)  # a Chinese question in the English UI gets Chinese
     try:
-        ctx = chat_context(rt)
-        if rt.chat_model is not None:
+        ctx, notice = chat_context(rt, lang, who=who, job=body.job)
+        # `keep` is a command, not a question: it goes the one audited path, with or without a model.
+        if rt.chat_model is not None and classify(body.message) != "keep":
             from agent.api.llm_chat import answer_with_model
 
             def count(n: int) -> None:
@@ -50,7 +98,13 @@ def chat_events(rt: StewardRuntime, body: ChatRequest) -> Iterator[str]:
         else:
             events = answer(ctx, body.message, lang)
         for event in events:
+            if notice and event["type"] == "done":
+                event = {**event, "answer": f"{notice}\n\n{event['answer']}"}
             yield _sse(event)
+            if notice and event["type"] == "start":
+                yield _sse({"type": "token", "text": f"{notice}\n\n"})
+    except SweepStillReading as exc:
+        yield _sse({"type": "error", "message": str(exc)})
     except Exception as exc:  # the stream has started: report the error as an event, not a broken connection
         log.exception("chat failed")
         yield _sse({"type": "error", "message": f"{type(exc).__name__}: {exc}"})
@@ -62,5 +116,5 @@ def chat_events(rt: StewardRuntime, body: ChatRequest) -> Iterator[str]:
                                              "Each data line is a JSON object with a 'type' field."}})
 def chat(request: Request, body: ChatRequest, who: Viewer) -> StreamingResponse:
     rt: StewardRuntime = request.app.state.runtime
-    return StreamingResponse(chat_events(rt, body), media_type="text/event-stream",
+    return StreamingResponse(chat_events(rt, body, who), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

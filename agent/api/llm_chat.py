@@ -15,12 +15,15 @@ from tools.agent_tools import UNTRUSTED_NOTE
 
 SYSTEM = """You are GPU Steward, answering a platform/SRE operator about a GPU cluster.
 Answer from the findings below and from your read-only tools (list_jobs, query_gpu_metrics, inspect_job_logs,
-retrieve_runbook). You cannot stop jobs or resize pools from chat: say that actions go through the sweep's
-guardrail and the approvals inbox. Cite runbooks as [rb:<id>]. Be brief, with numbers. Reply in {language}.
+retrieve_runbook; job_status for why a job was flagged or stopped and what happens to it next and when;
+actions_today for what was done today). You cannot stop jobs or resize pools from chat: say that actions go
+through the sweep's guardrail and the approvals inbox. An owner keeps a job by sending `keep <job> 4h <reason>`
+as its own message. Cite runbooks as [rb:<id>]. Be brief, with numbers. Reply in {language}.
 {untrusted}
 Cluster time: {now}. Findings of the latest sweep:
 {findings}
-Pending approvals: {pending}"""
+Pending approvals: {pending}
+{job}"""
 
 
 def _system(ctx: ChatContext, lang: Lang) -> SystemMessage:
@@ -29,7 +32,8 @@ def _system(ctx: ChatContext, lang: Lang) -> SystemMessage:
     pending = [f"{a.id} {a.action} {a.target} (level {a.level})" for a in ctx.pending] or ["none"]
     return SystemMessage(SYSTEM.format(language=LANGUAGE_NAMES[lang], untrusted=UNTRUSTED_NOTE, now=ctx.now.isoformat(),
                                        findings=fence_untrusted("detectors", json.dumps(rows, ensure_ascii=False)),
-                                       pending="; ".join(pending)))
+                                       pending="; ".join(pending),
+                                       job=f"The user is looking at job {ctx.job}." if ctx.job else ""))
 
 
 def _tokens_used(chunk: AIMessageChunk) -> int:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agent.api.health import REASONS, health
 from agent.records.savings import compute_savings
 
 if TYPE_CHECKING:
@@ -53,6 +54,19 @@ class StewardCollector:
         tokens = CounterMetricFamily("steward_llm_tokens", "Chat model tokens used by the chat endpoint.")
         tokens.add_metric([], rt.llm_tokens_total)
         yield tokens
+
+        degraded = GaugeMetricFamily("steward_degraded", "1 while the steward is degraded for this reason "
+                                     "(details: /healthz).", labels=["reason"])
+        now = {p.reason for p in health(rt)}
+        for reason in sorted(set(REASONS) | now):
+            degraded.add_metric([reason], 1 if reason in now else 0)
+        yield degraded
+
+        head = deps.audit.head()
+        head_seq = GaugeMetricFamily("steward_audit_head_seq", "Sequence number of the newest audit entry; it never "
+                                     "goes down (a drop means entries were deleted).")
+        head_seq.add_metric([], head.seq if head else 0)
+        yield head_seq
 
 
 def render_metrics(runtime: StewardRuntime) -> bytes:

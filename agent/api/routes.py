@@ -2,45 +2,64 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
 from agent.api.auth import Approver, Viewer, auth_mode
+from agent.api.health import health
 from agent.api.metrics import render_metrics
 from agent.api.runtime import StewardRuntime, SweepBusy, UnknownApproval
 from agent.api.schemas import (
+    MAX_TARGET_CHARS,
     ApprovalAnswer,
     ApprovalResult,
     ApprovalsPage,
+    ApprovalView,
     AuditPage,
     ErrorBody,
     ExemptionRequest,
     ExemptionResult,
+    ExemptionsPage,
     FindingsPage,
+    FindingView,
     Health,
+    HealthReason,
+    RevokeRequest,
+    RevokeResult,
     Savings,
     SweepRun,
+    SweepStatus,
 )
-from agent.records.approvals import ApprovalError
+from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.savings import compute_savings
 from core.durations import parse_duration
 
 router = APIRouter()
+MAX_OFFSET = 10**12  # far past any audit log, well inside SQLite's 64-bit integers
+ApprovalId = Annotated[str, Path(min_length=1, max_length=100)]
+Filter = Annotated[str | None, Query(max_length=MAX_TARGET_CHARS)]
 
 
 def runtime_of(request: Request) -> StewardRuntime:
     return request.app.state.runtime
 
 
-@router.get("/healthz", response_model=Health, tags=["ops"])
-def healthz(request: Request) -> Health:
+@router.get("/healthz", response_model=Health, tags=["ops"],
+            responses={503: {"model": Health, "description": "degraded: `reasons` says why; the process is up"}})
+def healthz(request: Request, response: Response) -> Health:
     rt = runtime_of(request)
     has_runbooks = bool(getattr(request.app.state, "runbooks_route", False))
-    return Health(cluster_time=rt.deps.clock.now(), planner=rt.deps.planner.name,
-                  auth_mode=auth_mode(request.app.state.settings), schedule=rt.scheduler.schedule.describe(),
-                  leader=rt.scheduler.leader,
-                  runbooks_route=has_runbooks)
+    problems = health(rt)
+    if problems:
+        response.status_code = 503
+    return Health(status="degraded" if problems else "ok", cluster_time=rt.deps.clock.now(),
+                  planner=rt.deps.planner.name, auth_mode=auth_mode(request.app.state.settings),
+                  schedule=rt.scheduler.schedule.describe(), leader=rt.scheduler.leader, runbooks_route=has_runbooks,
+                  reasons=[HealthReason(reason=p.reason, detail=p.detail) for p in problems])
 
 
 @router.get("/metrics", tags=["ops"], response_class=Response,
@@ -54,34 +73,67 @@ def findings(request: Request, who: Viewer) -> FindingsPage:
     rt = runtime_of(request)
     latest = rt.latest
     at = latest.state.get("at") if latest else None
-    return FindingsPage(at=at, run_id=latest.run_id if latest else None, findings=rt.findings())
+    found = rt.findings()
+    states = rt.finding_states(found)
+    return FindingsPage(at=at, run_id=latest.run_id if latest else None, sweep_running=rt.scheduler.busy,
+                        findings=[FindingView(**f.model_dump(), **states.get(f.target, {})) for f in found])
+
+
+def approval_view(rt: StewardRuntime, a: Approval) -> ApprovalView:
+    """The request with its target's latest finding (owner, GPUs, cost per hour, evidence) and, once approved,
+    the audited outcome of the action it allowed."""
+    view = ApprovalView(**a.model_dump())
+    finding = next((f for f in rt.findings() if f.target == a.target), None)
+    if finding is not None:
+        hourly = finding.waste_cost / finding.waste_gpu_hours * finding.gpus if finding.waste_gpu_hours else None
+        view = view.model_copy(update={"owner": finding.owner, "gpus": finding.gpus, "evidence": finding.evidence,
+                                       "cost_per_hour": round(hourly, 2) if hourly is not None else None,
+                                       "currency": finding.currency, "finding_kind": finding.kind})
+    if a.status == "approved":
+        action_id = (a.payload.get("guarded_action") or {}).get("id")
+        done = next((e for e in rt.deps.audit.entries(kind="execution", target=a.target, limit=200)
+                     if action_id and e.data.get("action_id") == action_id), None)
+        if done is not None:
+            view = view.model_copy(update={"outcome": done.status, "outcome_detail": str(done.data.get("detail")
+                                                                                         or done.reason or "")})
+    return view
 
 
 @router.get("/api/approvals", response_model=ApprovalsPage, tags=["approvals"])
 def approvals(request: Request, who: Viewer, recent: Annotated[int, Query(ge=0, le=500)] = 50) -> ApprovalsPage:
-    store = runtime_of(request).deps.approvals
+    rt = runtime_of(request)
+    store = rt.deps.approvals
     answered = [a for a in store.all(limit=100_000) if a.status != "pending"]
     answered.sort(key=lambda a: a.answered_at or a.requested_at, reverse=True)
-    return ApprovalsPage(pending=store.pending(), recent=answered[:recent])
+    return ApprovalsPage(pending=[approval_view(rt, a) for a in store.pending()],
+                         recent=[approval_view(rt, a) for a in answered[:recent]])
 
 
 @router.post("/api/approvals/{approval_id}", response_model=ApprovalResult, tags=["approvals"],
-             responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "already answered or expired"}})
-def answer(request: Request, approval_id: str, body: ApprovalAnswer, who: Approver) -> ApprovalResult:
+             responses={202: {"model": ApprovalResult, "description": "recorded; auditing or carrying it out is "
+                                                                       "deferred and completes on its own"},
+                        404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "already answered or expired"},
+                        503: {"model": ErrorBody, "description": "not taken: the approval store cannot be written"}})
+def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who: Approver,
+           response: Response) -> ApprovalResult:
     rt = runtime_of(request)
     try:
         result = rt.answer(approval_id, body.decision, by=who.name, reason=body.reason)
     except UnknownApproval as exc:
         raise HTTPException(404, str(exc)) from None
+    except ApprovalUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
     except ApprovalError as exc:
         raise HTTPException(409, str(exc)) from None
+    if result.state.get("deferred"):
+        response.status_code = 202
     approval = rt.deps.approvals.get(approval_id)
     assert approval is not None
     return ApprovalResult(approval=approval, report=result.report, outcomes=result.state.get("outcomes", []))
 
 
 @router.post("/api/exemptions", response_model=ExemptionResult, status_code=201, tags=["approvals"],
-             responses={422: {"model": ErrorBody}})
+             responses={422: {"model": ErrorBody}, 503: {"model": ErrorBody}})
 def exempt(request: Request, body: ExemptionRequest, who: Approver) -> ExemptionResult:
     try:
         seconds = parse_duration(body.duration)
@@ -89,14 +141,38 @@ def exempt(request: Request, body: ExemptionRequest, who: Approver) -> Exemption
         raise HTTPException(422, f"duration {body.duration!r}: {exc}") from None
     if seconds <= 0 or seconds > 30 * 86400:
         raise HTTPException(422, "an exemption lasts more than 0 and at most 30 days")
-    seq, until = runtime_of(request).exempt(body.job, seconds, by=who.name, reason=body.reason)
+    rt = runtime_of(request)
+    known = rt.knows_target(body.job)
+    if known is None:
+        raise HTTPException(503, "the first sweep is still reading the cluster; try again in a moment / "
+                                "首次巡检仍在读取集群，请稍后再试")
+    if not known:
+        raise HTTPException(422, f"{body.job!r} is not a job, node or pool the steward sees now / "
+                                f"当前没有名为 {body.job!r} 的作业、节点或资源池")
+    seq, until = rt.exempt(body.job, seconds, by=who.name, reason=body.reason)
     return ExemptionResult(job=body.job, until=until, by=who.name, audit_seq=seq)
 
 
+@router.get("/api/exemptions", response_model=ExemptionsPage, tags=["approvals"])
+def exemptions(request: Request, who: Viewer) -> ExemptionsPage:
+    return ExemptionsPage(exemptions=runtime_of(request).exemptions())
+
+
+@router.post("/api/exemptions/revoke", response_model=RevokeResult, tags=["approvals"],
+             responses={404: {"model": ErrorBody, "description": "no exemption in force on that job"}})
+def revoke(request: Request, body: RevokeRequest, who: Approver) -> RevokeResult:
+    """Ends every exemption in force on the job (audited `exemption` / `revoked`); the guardrail stops honouring
+    them at once. A second revoke finds none in force (404)."""
+    seq = runtime_of(request).revoke_exemption(body.job, by=who.name, reason=body.reason)
+    if seq is None:
+        raise HTTPException(404, f"no exemption is in force on {body.job!r} / {body.job!r} 当前没有生效的豁免")
+    return RevokeResult(job=body.job, by=who.name, audit_seq=seq)
+
+
 @router.get("/api/audit", response_model=AuditPage, tags=["audit"])
-def audit(request: Request, who: Viewer, kind: str | None = None, target: str | None = None,
-          status: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-          offset: Annotated[int, Query(ge=0)] = 0) -> AuditPage:
+def audit(request: Request, who: Viewer, kind: Filter = None, target: Filter = None, status: Filter = None,
+          limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+          offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> AuditPage:
     log = runtime_of(request).deps.audit
     rows = log.entries(kind=kind, target=target, status=status, limit=limit + 1, offset=offset)
     return AuditPage(entries=rows[:limit], limit=limit, offset=offset,
@@ -117,3 +193,36 @@ def sweep_now(request: Request, who: Approver) -> SweepRun:
         raise HTTPException(409, str(exc)) from None
     return SweepRun(run_id=result.run_id, at=result.state["at"], findings=len(result.state.get("findings", [])),
                     approvals_opened=[a.id for a in result.approvals], report=result.report)
+
+
+@router.get("/api/status", response_model=SweepStatus, tags=["sweeps"])
+def status(request: Request, who: Viewer) -> SweepStatus:
+    return SweepStatus.model_validate({**runtime_of(request).status(), "role": who.role})
+
+
+EVENTS_POLL_S = 0.5  # how often /api/events looks for a change; a change reaches the page within this
+EVENTS_KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+
+
+@router.get("/api/events", tags=["sweeps"], response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "Server-sent events: a `status` event (the SweepStatus JSON) at once and "
+                                            "on every change; `: keepalive` comments in between."}})
+async def events(request: Request, who: Viewer) -> StreamingResponse:
+    rt = runtime_of(request)
+
+    async def stream() -> AsyncIterator[str]:
+        last, quiet = "", 0.0
+        while not await request.is_disconnected():
+            now = SweepStatus.model_validate({**await asyncio.to_thread(rt.status), "role": who.role}).model_dump_json()
+            if now != last:
+                last, quiet = now, 0.0
+                yield f"event: status\ndata: {now}\n\n"
+            elif quiet >= EVENTS_KEEPALIVE_S:
+                quiet = 0.0
+                yield ": keepalive\n\n"
+            await asyncio.sleep(EVENTS_POLL_S)
+            quiet += EVENTS_POLL_S
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

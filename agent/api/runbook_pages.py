@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse
 
 from agent.api.auth import Viewer
@@ -19,7 +21,8 @@ def _directory(request: Request) -> Path:
 
 
 @router.get("/runbooks/{runbook_id}", response_class=HTMLResponse)
-def runbook_page(runbook_id: str, request: Request, _: Viewer, lang: str = "en") -> HTMLResponse:
+def runbook_page(runbook_id: Annotated[str, PathParam(max_length=100)], request: Request, _: Viewer,
+                 lang: Annotated[str, Query(max_length=8)] = "en") -> HTMLResponse:
     """The runbook in the asked language (else English), as written: markdown shown as text."""
     directory = _directory(request)
     versions: dict[str, Runbook] = {b.language: b for b in load_runbooks(directory) if b.id == runbook_id}

@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent.graph.service import SweepResult, SweepService
-from agent.records.approvals import Approval, ApprovalError
+from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
+from agent.records.audit import AuditEntry
+from agent.records.savings import CONFIRMED, confirm_stops
+from agent.records.store import Problem, StoreUnavailable
 from agent.scheduling.leases import LeaderLease
 from agent.scheduling.scheduler import SweepSchedule, SweepScheduler
 from core.actions import Finding
+from core.observation import Observation
 
 log = logging.getLogger("steward.runtime")
 
@@ -90,11 +94,23 @@ class StewardRuntime:
         self.llm_tokens_total = 0
         self.chat_bounds: dict[str, int] = {}  # max_tool_calls_per_turn / max_tool_args_bytes from settings
         self.tick_s = tick_s
+        # Readers outside a sweep (chat, exemptions) wait this long for a running sweep, then use the newest
+        # reading this process holds: a first sweep that builds the runbook index must not block them.
+        self.read_wait_s = 2.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.sweep_error: Problem | None = None  # the last scheduled tick failed (agent/api/health.py reports it)
+        # What the UI's live status shows (GET /api/status, /api/events): cluster times of the running sweep's
+        # start and of the last finished one.
+        self.sweep_started_at: datetime | None = None
+        self.last_finished_at: datetime | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
+        try:  # an answer a killed process took but did not carry out is finished first
+            self.complete_answers()
+        except Exception:  # e.g. the approval store is locked: tried again before each sweep
+            log.exception("could not complete recorded answers at startup")
         self._thread = threading.Thread(target=self._loop, name="steward-scheduler", daemon=True)
         self._thread.start()
 
@@ -105,16 +121,43 @@ class StewardRuntime:
         self.scheduler.lease.release()
         if self.sim_clock is not None:
             with self.graph_lock:
-                self.sim_clock.save()
+                try:
+                    self.sim_clock.save()
+                except OSError as exc:  # an unwritable data dir: the next start begins where the last save was
+                    log.warning("simulated clock not saved: %s", exc)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.tick_s):
             try:
                 self.tick()
-            except Exception:  # a failed sweep is logged and retried next time; the server stays up
-                log.exception("scheduled sweep failed")
+            except Exception as exc:  # logged and retried at the next due time; the server stays up, degraded
+                detail = f"scheduled sweep failed: {type(exc).__name__}: {exc}"
+                if self.sweep_error is None or self.sweep_error.detail != detail:  # once, not every tick
+                    log.exception(detail)
+                self.sweep_error = Problem("sweep_failing", detail)
+            else:
+                self.sweep_error = None
+
+    def write_blocked(self) -> Problem | None:
+        """Why nothing can be recorded at all (a store opened read-only), or None. Nothing is swept then:
+        what cannot be audited is not done."""
+        return self.deps.audit.readonly or self.deps.approvals.readonly
+
+    def complete_answers(self) -> list[SweepResult]:
+        """Finish answers that were recorded but not audited or carried out (agent/graph/service.py)."""
+        if self.write_blocked() is not None:
+            return []
+        with self.graph_lock:
+            done = self.service.complete_answers()
+        for result in done:
+            self._emit(StewardEvent("approval_answered", self.deps.clock.now(),
+                                    approval=self.deps.approvals.get(result.run_id), result=result))
+        return done
 
     def tick(self) -> str:
+        blocked = self.write_blocked()
+        if blocked is not None:
+            raise StoreUnavailable(blocked)
         if self.sim_clock is not None:
             with self.graph_lock:
                 self.sim_clock.advance()
@@ -126,9 +169,34 @@ class StewardRuntime:
 
     # --- operations --------------------------------------------------------------------------------
     def _sweep(self, trigger: str) -> SweepResult:
+        blocked = self.write_blocked()
+        if blocked is not None:
+            raise StoreUnavailable(blocked)
+        self.sweep_started_at = self.deps.clock.now()
+        try:
+            return self._sweep_locked(trigger)
+        finally:
+            self.sweep_started_at = None
+            if self.sim_clock is not None:  # simulated time stands still while a sweep runs (a slow first
+                self.sim_clock.restart_from(self.sim_clock.cluster.offset_s)  # one must not skip notice periods)
+
+    def _sweep_locked(self, trigger: str) -> SweepResult:
         with self.graph_lock:
+            checked = self.deps.audit.check_appended()  # appended entries still chain: else act on nothing
+            broken = self.deps.audit.chain_problem
+            if broken is not None or checked.problem:  # stays refused until the log is looked at and restarted
+                raise StoreUnavailable(broken or Problem("audit_chain_broken", checked.problem))
+            self.complete_answers()
             result = self.service.sweep(trigger=trigger)
+            try:  # a job left after a SIGTERM: its GPUs now count as reclaimed (agent/records/savings.py)
+                confirm_stops(self.deps.audit, self.deps.scheduler, self.deps.clock.now(), result.run_id)
+            except Exception:  # the scheduler cannot be read now: confirmed at a later sweep
+                log.exception("could not confirm signalled stops")
+            head = self.deps.audit.check_appended().head  # what this sweep wrote; the next check starts here
+        if head is not None:  # exported at each sweep: a log later cut short of this is detectable
+            log.info("audit head seq=%d sha256=%s", head.seq, head.hash)
         self.latest = result
+        self.last_finished_at = self.deps.clock.now()
         self.sweeps_total += 1
         for approval in result.approvals:
             self._emit(StewardEvent("approval_requested", self.deps.clock.now(), approval=approval, result=result))
@@ -146,7 +214,10 @@ class StewardRuntime:
         if self.deps.approvals.get(approval_id) is None:
             raise UnknownApproval(f"no approval with id {approval_id!r}")
         with self.graph_lock:
-            self.service.expire_due()  # an answer after the deadline meets an expired request, not a pending one
+            try:
+                self.service.expire_due()  # an answer after the deadline meets an expired request, not a pending one
+            except StoreUnavailable as exc:
+                raise ApprovalUnavailable(exc.problem) from exc
             result = self.service.answer(approval_id, decision, by=by, reason=reason)
         approval = self.deps.approvals.get(approval_id)
         self._emit(StewardEvent("approval_answered", self.deps.clock.now(), approval=approval, result=result))
@@ -160,6 +231,95 @@ class StewardRuntime:
                                      reason=reason or "exempted by an approver",
                                      data={"until": until.isoformat(), "by": by})
         return seq, until
+
+    def exemptions(self) -> list[AuditEntry]:
+        """Exemptions in force now (granted, not revoked, not yet over), newest first."""
+        return self.deps.audit.exemptions(self.deps.clock.now())
+
+    def revoke_exemption(self, target: str, by: str, reason: str) -> int | None:
+        """End every exemption in force on `target` now; the audit seq, or None when none was in force."""
+        live = [e for e in self.exemptions() if e.target == target]
+        if not live:
+            return None
+        now = self.deps.clock.now()
+        return self.deps.audit.record("exemption", at=now, run_id="api", target=target, status="revoked",
+                                      reason=reason or "revoked by an approver",
+                                      data={"until": now.isoformat(), "by": by, "revokes": [e.seq for e in live]})
+
+    def status(self) -> dict[str, Any]:
+        """The sweep loop as the UI shows it: running since, last finished, next due, scenario over, degraded."""
+        from agent.api.health import health
+
+        ended = None
+        if self.sim_clock is not None:
+            cluster = self.sim_clock.cluster
+            ended = cluster.offset_s >= cluster.scenario.duration
+        return {"cluster_time": self.deps.clock.now(), "running": self.scheduler.busy,
+                "running_since": self.sweep_started_at, "last_finished_at": self.last_finished_at,
+                "last_run_id": self.latest.run_id if self.latest else None, "next_due": self.scheduler.next_due,
+                "sweeps": self.sweeps_total, "scenario_ended": ended,
+                "pending_approvals": len(self.deps.approvals.pending()),
+                "degraded": [{"reason": p.reason, "detail": p.detail} for p in health(self)]}
+
+    def newest_observation(self) -> Observation | None:
+        """The newest cluster reading this process took (a running sweep's included), without waiting."""
+        taken = list(self.deps._observations.values())  # one C-level copy: safe while a sweep adds to it
+        return taken[-1] if taken else None
+
+    def read_cluster(self, run_id: str) -> tuple[Observation | None, bool]:
+        """(reading, fresh): a fresh one when the graph lock frees within read_wait_s, else the newest held."""
+        if self.graph_lock.acquire(timeout=self.read_wait_s):
+            try:
+                return self.deps.fresh_observation(run_id), True
+            finally:
+                self.graph_lock.release()
+        return self.newest_observation(), False
+
+    def knows_target(self, name: str) -> bool | None:
+        """Whether a job, node or pool of that name exists now; None when no reading is available yet."""
+        if self.graph_lock.acquire(timeout=self.read_wait_s):
+            try:
+                deps = self.deps
+                return (deps.scheduler.get_job(name) is not None
+                        or any(n.name == name for n in deps.scheduler.list_nodes())
+                        or any(p.name == name for p in deps.pools.list_pools()))
+            finally:
+                self.graph_lock.release()
+        obs = self.newest_observation()
+        if obs is None:
+            return None
+        return (any(j.id == name for j in obs.jobs) or any(n.name == name for n in obs.nodes)
+                or any(p.name == name for p in obs.pools))
+
+    def finding_states(self, findings: list[Finding]) -> dict[str, dict[str, Any]]:
+        """Per target: when its owner was warned and the stop is due, whether it was stopped (gone) or only
+        signalled, until when it is exempt, and a pending approval's id, from the audit log and the inbox."""
+        now = self.deps.clock.now()
+        history = self.deps.audit.history(now)
+        pending = {a.target: a.id for a in self.deps.approvals.pending()}
+        gone_at: dict[str, datetime] = {}
+        for e in self.deps.audit.entries(kind=CONFIRMED, since=now - timedelta(hours=24), limit=10_000):
+            gone_at.setdefault(e.target or "", e.at)
+        out: dict[str, dict[str, Any]] = {}
+        for f in findings:
+            state: dict[str, Any] = {"warned_at": None, "stop_due_at": None, "stopped_at": None,
+                                     "stopping_since": None, "exempt_until": None,
+                                     "approval_id": pending.get(f.target)}
+            for h in history.entries:
+                if h.target != f.target or h.at < f.since or h.status != "executed":
+                    continue
+                if h.action == "notify" and h.deadline is not None:
+                    state["warned_at"], state["stop_due_at"] = h.at, h.deadline
+                elif h.action in ("terminate", "force_terminate"):
+                    if h.detail.startswith("stopped"):
+                        state["stopped_at"] = state["stopped_at"] or h.at
+                    else:
+                        state["stopping_since"] = state["stopping_since"] or h.at
+            if state["stopping_since"] and state["stopped_at"] is None and f.target in gone_at:
+                state["stopped_at"] = gone_at[f.target]
+            state["exempt_until"] = max((x.until for x in history.exemptions if x.target == f.target), default=None)
+            out[f.target] = state
+        return out
 
     def findings(self) -> list[Finding]:
         if self.latest is None:

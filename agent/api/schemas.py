@@ -12,26 +12,60 @@ from agent.records.audit import AuditEntry
 from agent.records.savings import Savings, SavingsPoint, TeamWaste  # noqa: F401 - part of the API
 from core.actions import Finding
 
+MAX_TARGET_CHARS = 320  # the longest Kubernetes namespace/name: 63 + 1 + 253
+
+
+class HealthReason(BaseModel):
+    reason: str = Field(description="data_dir_readonly, data_dir_full, db_locked, db_error, audit_chain_broken, "
+                                    "answers_incomplete, sweep_failing or backend_unavailable")
+    detail: str
+
 
 class Health(BaseModel):
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "degraded"] = "ok"
     cluster_time: datetime
     planner: str
     auth_mode: Literal["tokens", "proxy", "local-dev"]
     schedule: str
     leader: bool
     runbooks_route: bool = False
+    reasons: list[HealthReason] = Field(default_factory=list, description="Why it is degraded (empty when ok).")
+
+
+class FindingView(Finding):
+    """A finding with what has happened to its target since (from the audit log and the inbox)."""
+
+    warned_at: datetime | None = Field(None, description="When the owner was warned of a stop.")
+    stop_due_at: datetime | None = Field(None, description="The earliest time the warned stop may happen.")
+    stopping_since: datetime | None = Field(None, description="SIGTERM sent; the job had not exited then.")
+    stopped_at: datetime | None = Field(None, description="When the job was seen gone after a stop.")
+    exempt_until: datetime | None = None
+    approval_id: str | None = Field(None, description="A pending approval request on this target.")
 
 
 class FindingsPage(BaseModel):
     at: datetime | None = Field(None, description="Cluster time of the sweep the findings come from.")
     run_id: str | None = None
-    findings: list[Finding]
+    sweep_running: bool = Field(False, description="A sweep is running now (the first one: no findings yet).")
+    findings: list[FindingView]
+
+
+class ApprovalView(Approval):
+    """An approval request with the context a person decides on, and for answered ones what came of it."""
+
+    owner: str | None = None
+    gpus: int | None = Field(None, description="GPUs the finding names (idle: all the job holds).")
+    cost_per_hour: float | None = Field(None, description="What those GPUs cost per hour, in `currency`.")
+    currency: str | None = None
+    evidence: str | None = Field(None, description="The latest finding's evidence on the target.")
+    finding_kind: str | None = None
+    outcome: str | None = Field(None, description="Audit status of the approved action (executed, skipped, ...).")
+    outcome_detail: str | None = None
 
 
 class ApprovalsPage(BaseModel):
-    pending: list[Approval]
-    recent: list[Approval] = Field(description="Answered or expired requests, newest first.")
+    pending: list[ApprovalView]
+    recent: list[ApprovalView] = Field(description="Answered or expired requests, newest first.")
 
 
 class ApprovalAnswer(BaseModel):
@@ -46,8 +80,9 @@ class ApprovalResult(BaseModel):
 
 
 class ExemptionRequest(BaseModel):
-    job: str = Field(min_length=1, description="Job id, node or pool to leave alone.")
-    duration: str = Field(description="How long, e.g. '4h', '30m', '1d'.")
+    job: str = Field(min_length=1, max_length=MAX_TARGET_CHARS,
+                     description="Job id, node or pool to leave alone; one the steward sees now.")
+    duration: str = Field(min_length=1, max_length=32, description="How long, e.g. '4h', '30m', '1d'.")
     reason: str = Field("", max_length=2000)
 
 
@@ -75,8 +110,46 @@ class SweepRun(BaseModel):
 
 class ChatRequest(BaseModel):
     message: str = Field(min_length=1, max_length=4000)
-    lang: Literal["en", "zh"] | None = Field(None, description="Reply language; detected from the message when omitted.")
+    lang: Literal["en", "zh"] | None = Field(None, description="The UI's language: the reply follows the message's "
+                                                                 "own language, this only when the message has none.")
+    job: str | None = Field(None, min_length=1, max_length=300,
+                            description="The job the chat is about (the finding or approval open in the UI): "
+                                        "`keep 4h` and questions that name no job are about it.")
 
 
 class ErrorBody(BaseModel):
     detail: str
+
+
+class SweepStatus(BaseModel):
+    """The sweep loop now: what GET /api/status answers and /api/events pushes on every change."""
+
+    cluster_time: datetime
+    running: bool
+    running_since: datetime | None = Field(None, description="Cluster time the running sweep started.")
+    last_finished_at: datetime | None = None
+    last_run_id: str | None = None
+    next_due: datetime | None = None
+    sweeps: int = Field(description="Sweeps this process ran.")
+    scenario_ended: bool | None = Field(None, description="Simulated cluster only: its scenario is over, the "
+                                                           "clock stands still. None on a real cluster.")
+    pending_approvals: int
+    degraded: list[HealthReason] = Field(default_factory=list)
+    role: Literal["viewer", "approver"] | None = Field(None, description="The caller's role (the UI shows "
+                                                                          "approver-only buttons by it).")
+
+
+class ExemptionsPage(BaseModel):
+    exemptions: list[AuditEntry] = Field(description="Exemption grants in force now, newest first; "
+                                                     "`data.until`, `data.by`.")
+
+
+class RevokeRequest(BaseModel):
+    job: str = Field(min_length=1, max_length=MAX_TARGET_CHARS)
+    reason: str = Field("", max_length=2000)
+
+
+class RevokeResult(BaseModel):
+    job: str
+    by: str
+    audit_seq: int

@@ -19,10 +19,13 @@ Answer = Callable[[str, str, str], str]  # (question, user, language) -> reply
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days
 APPROVER_MAX_KEEP_S = 30 * 86400.0
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-_KEEP = re.compile(r"^(?:keep|保留)\s+(\S+)\s*(.*)$", re.IGNORECASE | re.DOTALL)
 _ANSWER = re.compile(r"^(approve|deny|批准|拒绝)\s+(\S+)\s*(.*)$", re.IGNORECASE | re.DOTALL)
 _DECISIONS: dict[str, Literal["approve", "deny"]] = {"approve": "approve", "deny": "deny", "批准": "approve",
                                                       "拒绝": "deny"}
+# Platforms whose callbacks sign neither the sender nor the text (DingTalk's `sign` covers only the timestamp):
+# their messages never answer an approval, whoever they claim to come from.
+UNSIGNED_SENDERS = frozenset({"dingtalk"})
+_PLATFORM_NAMES = {"dingtalk": ("DingTalk", "钉钉"), "wecom": ("WeCom", "企业微信")}
 
 
 class StewardService(Protocol):
@@ -74,17 +77,20 @@ class ChatCommands:
     service_provider: Callable[[], StewardService]
     directory: UserDirectory
     answer: Answer | None = None
+    approvals_url: str = ""  # the web UI's approvals page, named when a chat answer is refused
 
     def handle(self, platform: str, chat_id: str, text: str) -> str:
         """One message from `chat_id` on `platform` ("dingtalk" / "wecom"); the reply text."""
         text = re.sub(r"^@\S+\s+", "", text.strip())  # a leading @robot mention
         lang = language_of(text)
-        keep = _KEEP.match(text)
-        if keep:
-            return self._keep(platform, chat_id, keep.group(1), keep.group(2).strip(), lang)
+        keep = parse_keep(text)
+        if keep is not None:
+            return self._keep(platform, chat_id, keep, lang)
         decided = _ANSWER.match(text)
         if decided:
             decision = _DECISIONS[decided.group(1).lower()]
+            if platform in UNSIGNED_SENDERS:
+                return self._refuse_unsigned(platform, chat_id, decision, decided.group(2), lang)
             return self._answer(platform, chat_id, decision, decided.group(2), decided.group(3).strip(), lang)
         user = self.directory.cluster_user(platform, chat_id)
         if self.answer is not None:
@@ -107,44 +113,138 @@ class ChatCommands:
         status = done.status if done else decision
         return _t(lang, f"{approval_id}: {status} by {by}.", f"{approval_id}：已由 {by} {'批准' if decision == 'approve' else '拒绝'}（{status}）。")
 
-    def _keep(self, platform: str, chat_id: str, duration: str, rest: str, lang: str) -> str:
-        service = self.service_provider()
-        deps = service.deps
-        try:
-            seconds = parse_duration(duration)
-        except ValueError:
-            return _t(lang, f"`{duration}` is not a duration; try `keep 4h <reason>`.",
-                      f"`{duration}` 不是有效时长，例如 `keep 4h 原因`。")
+    def _refuse_unsigned(self, platform: str, chat_id: str, decision: str, approval_id: str, lang: str) -> str:
+        """Audited and refused: anyone holding one captured callback could send this text under any sender id."""
+        deps = self.service_provider().deps
+        approval = deps.approvals.get(approval_id)
+        if approval is not None:
+            deps.audit.record("approval", at=deps.clock.now(), run_id=f"chatops-{platform}", target=approval.target,
+                              action=approval.action, level=approval.level, status="refused_answer",
+                              reason=f"{decision} through {platform} refused: its callbacks do not sign the sender",
+                              data={"approval_id": approval_id, "decision": decision, "claimed_sender": chat_id})
+        where = f" ({self.approvals_url})" if self.approvals_url else ""
+        en, zh = _PLATFORM_NAMES.get(platform, (platform, platform))
+        return _t(lang, f"Not taken: approvals cannot be answered by a {en} message, because {en} does not sign who "
+                        "sent it. Use the Approve / Deny buttons on the approval card, or the approvals page of the "
+                        f"web UI{where}.",
+                  f"未受理：无法通过{zh}消息处理审批，因为{zh}不对发送者签名。请使用审批卡片上的“批准 / 拒绝”按钮，"
+                  f"或网页界面的审批页面{where}。")
+
+    def _keep(self, platform: str, chat_id: str, request: KeepRequest | str, lang: str) -> str:
         user = self.directory.cluster_user(platform, chat_id)
-        words = rest.split()
-        job = deps.scheduler.get_job(words[0]) if words else None
-        if job is not None:
-            words = words[1:]
-        else:
-            owned = [j for j in deps.scheduler.list_jobs() if j.user == user and j.state in ("running", "pending")]
-            warned = {e.target for e in deps.audit.entries(kind="execution", status="executed",
-                                                           since=deps.clock.now() - timedelta(days=1), limit=1000)
-                      if e.action == "notify"}
-            candidates = [j for j in owned if j.id in warned] or owned
-            if len(candidates) != 1:
-                names = ", ".join(j.id for j in candidates[:5]) or _t(lang, "none", "无")
-                return _t(lang, f"Which job? Say `keep {duration} <job> <reason>` (yours: {names}).",
-                          f"请指明作业：`keep {duration} <作业> <原因>`（你的作业：{names}）。")
-            job = candidates[0]
-        approver = self.directory.is_approver(platform, chat_id)
-        if job.user != user and not approver:
-            return _t(lang, f"Only {job.user} (the owner) or an approver can keep {job.id}.",
+        return grant_keep(self.service_provider().deps, request, user=user,
+                          approver=self.directory.is_approver(platform, chat_id), by=f"{platform}:{user}",
+                          run_id=f"chatops-{platform}", lang=lang, data={"chat_id": chat_id})
+
+
+@dataclass(frozen=True)
+class KeepRequest:
+    """`keep 4h`, `keep 4h <job> <reason>`, `keep <job> for 4h <reason>`, `保留 4小时 ...`, parsed."""
+
+    seconds: float
+    duration: str
+    job: str | None  # the word that may name the job (checked against the cluster), else None
+    words: list[str]  # the rest: the reason, and the job word when it names no job
+
+
+_KEEP_WORD = re.compile(r"^(?:keep|保留)(?=\s|$|\d)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+_UNIT_WORDS = re.compile(r"(\d+(?:\.\d+)?)\s*[个個]?(小时|小時|分钟|分鐘|天|hours?|hrs?|minutes?|mins?|days?)(?![A-Za-z])",
+                         re.IGNORECASE)
+_UNIT_OF = {"小时": "h", "小時": "h", "分钟": "m", "分鐘": "m", "天": "d", "hour": "h", "hr": "h", "minute": "m",
+            "min": "m", "day": "d"}
+_WITH_UNIT = re.compile(r"^\d+(?:\.\d+)?[smhd]$", re.IGNORECASE)
+_FILLER = {"for", "please", "请", "再"}
+
+
+def _unit(word: str) -> str:
+    return _UNIT_OF.get(word.lower().rstrip("s") if word.isascii() else word, "h")
+
+
+def parse_keep(text: str) -> KeepRequest | str | None:
+    """None when `text` is not a keep command; a string (the offending words) when it has no valid duration.
+
+    The duration is the first word with a unit (`4h`, `30m`, `4 hours`, `4小时`), else a plain number of
+    seconds written right after `keep`; the job is the word just before the duration (`keep <job> 4h`) or
+    just after it (`keep 4h <job> ...`), and whatever the cluster does not know as a job stays in the reason.
+    """
+    found = _KEEP_WORD.match(text.strip())
+    if found is None:
+        return None
+    rest = _UNIT_WORDS.sub(lambda m: f"{m.group(1)}{_unit(m.group(2))}", found.group(1))
+    words = rest.split()
+    at = next((i for i, w in enumerate(words) if _WITH_UNIT.match(w)), None)
+    if at is None and words and re.fullmatch(r"\d+(?:\.\d+)?", words[0]):
+        at = 0
+    if at is None:
+        return " ".join(words[:2])
+    duration = words[at]
+    before = [w for w in words[:at] if w.lower() not in _FILLER]
+    after = words[at + 1:]
+    if before:
+        job, reason = before[0], before[1:] + after
+    else:
+        job, reason = (after[0], after[1:]) if after else (None, [])
+    return KeepRequest(seconds=parse_duration(duration.lower()), duration=duration, job=job, words=reason)
+
+
+_LIVE_STATES = ("running", "pending")
+JOB_STATE_ZH = {"pending": "排队中", "running": "运行中", "stopping": "停止中", "completed": "已完成", "failed": "已失败",
+                "cancelled": "已取消"}
+
+
+def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, approver: bool, by: str, run_id: str,
+               lang: str, context_job: str | None = None, data: dict[str, Any] | None = None) -> str:
+    """The one path for an owner's or approver's `keep` (ChatOps and the web chat): the reply text.
+
+    Granted only for a job the cluster runs now (running or pending), to its owner (up to a day) or an
+    approver (up to 30 days); the exemption is an audit entry the guardrail reads. A refusal is audited too
+    (a `decision` entry, action `keep`, status `refused`), never as an exemption.
+    """
+    now = deps.clock.now()
+
+    def refuse(target: str | None, en: str, zh: str) -> str:
+        deps.audit.record("decision", at=now, run_id=run_id, target=target, action="keep", status="refused",
+                          reason=en, data={"by": by, **(data or {})})
+        return _t(lang, en, zh)
+
+    if isinstance(request, str):
+        return refuse(None, f"`{request or 'keep'}` has no duration; try `keep 4h <reason>`.",
+                      f"`{request or '保留'}` 缺少时长，例如 `keep 4h 原因`。")
+    job = deps.scheduler.get_job(request.job) if request.job else None
+    words = request.words if job is not None or request.job is None else [request.job, *request.words]
+    if job is None and request.job and "/" in request.job:  # plainly a job name the cluster does not know
+        return refuse(request.job, f"No job {request.job} runs now, so there is nothing to keep.",
+                      f"当前没有作业 {request.job} 在运行，无需保留。")
+    if job is None and context_job:
+        job = deps.scheduler.get_job(context_job)
+        if job is None:
+            return refuse(context_job, f"No job {context_job} runs now, so there is nothing to keep.",
+                          f"当前没有作业 {context_job} 在运行，无需保留。")
+    if job is None:
+        owned = [j for j in deps.scheduler.list_jobs() if j.user == user and j.state in _LIVE_STATES]
+        warned = {e.target for e in deps.audit.entries(kind="execution", status="executed",
+                                                       since=now - timedelta(days=1), limit=1000)
+                  if e.action == "notify"}
+        candidates = [j for j in owned if j.id in warned] or owned
+        if len(candidates) != 1:
+            names = ", ".join(j.id for j in candidates[:5]) or _t(lang, "none", "无")
+            return refuse(None, f"Which job? Say `keep {request.duration} <job> <reason>` (yours: {names}).",
+                          f"请指明作业：`keep {request.duration} <作业> <原因>`（你的作业：{names}）。")
+        job = candidates[0]
+    if job.state not in _LIVE_STATES:
+        return refuse(job.id, f"{job.id} is {job.state} already, so there is nothing to keep.",
+                      f"{job.id} {JOB_STATE_ZH.get(job.state, job.state)}，无需保留。")
+    if job.user != user and not approver:
+        return refuse(job.id, f"Only {job.user} (the owner) or an approver can keep {job.id}.",
                       f"只有作业所有者 {job.user} 或审批人可以保留 {job.id}。")
-        limit = APPROVER_MAX_KEEP_S if approver else OWNER_MAX_KEEP_S
-        if seconds <= 0 or seconds > limit:
-            return _t(lang, f"A keep lasts more than 0 and at most {format_duration(limit)}.",
+    limit = APPROVER_MAX_KEEP_S if approver else OWNER_MAX_KEEP_S
+    if request.seconds <= 0 or request.seconds > limit:
+        return refuse(job.id, f"A keep lasts more than 0 and at most {format_duration(limit)}.",
                       f"保留时长须大于 0 且不超过 {format_duration(limit)}。")
-        reason = " ".join(words) or _t(lang, "kept from chat", "通过聊天保留")
-        now = deps.clock.now()
-        until = now + timedelta(seconds=seconds)
-        by = f"{platform}:{user}"
-        deps.audit.record("exemption", at=now, run_id=f"chatops-{platform}", target=job.id, status="granted",
-                          reason=reason, data={"until": until.isoformat(), "by": by, "chat_id": chat_id})
-        return _t(lang, f"OK: {job.id} is kept until {until:%Y-%m-%d %H:%M} UTC ({reason}). The steward will not "
-                        "stop it before then.",
-                  f"好的：{job.id} 将保留至 {until:%Y-%m-%d %H:%M} UTC（{reason}），在此之前不会被停止。")
+    reason = " ".join(words) or _t(lang, "kept from chat", "通过聊天保留")
+    until = now + timedelta(seconds=request.seconds)
+    deps.audit.record("exemption", at=now, run_id=run_id, target=job.id, status="granted", reason=reason,
+                      data={"until": until.isoformat(), "by": by, **(data or {})})
+    return _t(lang, f"OK: {job.id} is kept until {until:%Y-%m-%d %H:%M} UTC ({reason}). The steward will not "
+                    "stop it before then.",
+              f"好的：{job.id} 将保留至 {until:%Y-%m-%d %H:%M} UTC（{reason}），在此之前不会被停止。")

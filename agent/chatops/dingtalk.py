@@ -11,10 +11,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 CALLBACK_MAX_AGE_MS = 3600 * 1000  # DingTalk's rule: a callback older than an hour is refused
 CALLBACK_FUTURE_SKEW_MS = 60 * 1000  # a little clock skew, no more
+# A taken (timestamp, sign) is remembered while its timestamp could still be accepted: max age + skew.
+REPLAY_KEEP_S = (CALLBACK_MAX_AGE_MS + CALLBACK_FUTURE_SKEW_MS) / 1000
+MAX_TEXT_CHARS = 4000  # the web chat's limit
 
 
 class DingTalkError(RuntimeError):
@@ -75,22 +78,32 @@ class DingTalkRobot:
         return body
 
 
+class OutgoingText(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: str = Field("", max_length=MAX_TEXT_CHARS)
+
+
 class OutgoingMessage(BaseModel):
-    """The JSON body DingTalk posts when someone @-mentions the robot (outgoing mode)."""
+    """The JSON body DingTalk posts when someone @-mentions the robot (outgoing mode).
+
+    Nothing in it is signed: DingTalk's `sign` header covers only the timestamp, so the sender ids and the
+    text are whatever the poster wrote. They may answer questions and keep a job, never answer an approval.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
-    msgtype: str = "text"
-    text: dict[str, str] = {}
-    senderNick: str = ""
-    senderStaffId: str = ""
-    senderId: str = ""
-    conversationId: str = ""
-    sessionWebhook: str = ""
+    msgtype: str = Field("text", max_length=64)
+    text: OutgoingText = OutgoingText()
+    senderNick: str = Field("", max_length=256)
+    senderStaffId: str = Field("", max_length=256)
+    senderId: str = Field("", max_length=256)
+    conversationId: str = Field("", max_length=256)
+    sessionWebhook: str = Field("", max_length=2048)
 
     @property
     def content(self) -> str:
-        return self.text.get("content", "").strip()
+        return self.text.content.strip()
 
 
 def verify_callback(timestamp: str | None, signature: str | None, app_secret: str,
@@ -98,10 +111,11 @@ def verify_callback(timestamp: str | None, signature: str | None, app_secret: st
     """Check the `timestamp` and `sign` headers of an outgoing callback; CallbackRefused if they fail."""
     if not timestamp or not signature:
         raise CallbackRefused("missing timestamp or sign header")
-    try:
-        ts = int(timestamp)
-    except ValueError:
-        raise CallbackRefused("timestamp is not a number") from None
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 16):
+        raise CallbackRefused("timestamp is not a number of milliseconds")
+    if not (signature.isascii() and len(signature) <= 128):
+        raise CallbackRefused("signature does not match")
+    ts = int(timestamp)
     age = now_ms() - ts
     if age > CALLBACK_MAX_AGE_MS:
         raise CallbackRefused("timestamp is more than an hour old")

@@ -20,6 +20,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
+from agent.records.store import StoreUnavailable, classify, open_store
+
+MAX_TOKEN_CHARS = 1024  # a real token is about 200 characters
+_SCHEMA = "CREATE TABLE IF NOT EXISTS used_links (nonce TEXT PRIMARY KEY, expires INTEGER, by TEXT);"
+
 
 class LinkRefused(ValueError):
     """A link that is tampered with, expired or already used."""
@@ -63,6 +68,8 @@ class ApprovalLinks:
 
     def verify(self, token: str, now_s: float) -> LinkClaim:
         """The claim of a genuine, unexpired token (spent or not: see UsedNonces)."""
+        if not (token.isascii() and len(token) <= MAX_TOKEN_CHARS):
+            raise LinkRefused("malformed link")
         try:
             payload_b64, mac = token.split(".")
             payload = _unb64(payload_b64)
@@ -80,11 +87,14 @@ class ApprovalLinks:
 
 
 class UsedNonces:
-    """Spent link nonces in SQLite (data dir, or memory), so single use survives a restart."""
+    """Spent link nonces in SQLite (data dir, or memory), so single use survives a restart.
+
+    A store that cannot be written spends nothing and acts on nothing: StoreUnavailable.
+    """
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._conn.execute("CREATE TABLE IF NOT EXISTS used_links (nonce TEXT PRIMARY KEY, expires INTEGER, by TEXT)")
+        self.path = str(path)
+        self._conn, self.problem = open_store(self.path, _SCHEMA, "used_links", wal=False)
         self._lock = threading.Lock()
 
     def is_used(self, nonce: str) -> bool:
@@ -93,9 +103,13 @@ class UsedNonces:
 
     def spend(self, claim: LinkClaim, by: str, now_s: float) -> None:
         """Mark the nonce used, atomically; LinkRefused when someone already did."""
+        if self.problem is not None:
+            raise StoreUnavailable(self.problem)
         with self._lock:
-            self._conn.execute("DELETE FROM used_links WHERE expires < ?", (int(now_s) - 86400,))
             try:
+                self._conn.execute("DELETE FROM used_links WHERE expires < ?", (int(now_s) - 86400,))
                 self._conn.execute("INSERT INTO used_links VALUES (?,?,?)", (claim.n, claim.e, by))
             except sqlite3.IntegrityError:
                 raise LinkRefused("link already used") from None
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(classify(exc, self.path)) from exc

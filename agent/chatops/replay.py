@@ -1,26 +1,40 @@
-"""Short-lived memory of callback nonces so a captured request cannot be played again."""
+"""Durable memory of callbacks already taken, so a captured request cannot be played again, even after a restart.
+
+A key is kept `keep_s` from when it was first seen: at least as long as the platform's accepted age plus
+clock skew, so a request can never be old enough to be forgotten yet young enough to be accepted. A store
+that cannot be written (read-only or full data dir, a held lock) takes no callback at all: StoreUnavailable.
+"""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
-from collections import OrderedDict
+from pathlib import Path
+
+from agent.records.store import Problem, StoreUnavailable, classify, open_store
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS seen_callbacks (key TEXT PRIMARY KEY, seen_at REAL NOT NULL);"
 
 
-class NonceCache:
-    """Remembers (key, seen_at) for `ttl_s`; beyond that, timestamps are refused as stale anyway."""
+class SeenCallbacks:
+    """Callback keys (platform, timestamp, signature or nonce) in SQLite: the data dir, or memory in tests."""
 
-    def __init__(self, ttl_s: float = 600.0, max_entries: int = 100_000) -> None:
-        self.ttl_s, self.max_entries = ttl_s, max_entries
-        self._seen: OrderedDict[str, float] = OrderedDict()
+    def __init__(self, path: str | Path = ":memory:", *, keep_s: float) -> None:
+        self.path, self.keep_s = str(path), keep_s
+        self._conn, self.problem = open_store(self.path, _SCHEMA, "seen_callbacks", wal=False)
         self._lock = threading.Lock()
 
     def first_use(self, key: str, now_s: float) -> bool:
-        """True the first time `key` is seen within the ttl; False for a replay."""
+        """True the first time `key` is seen (and remembers it); False for a replay."""
+        if self.problem is not None:
+            raise StoreUnavailable(self.problem)
         with self._lock:
-            while self._seen and (next(iter(self._seen.values())) < now_s - self.ttl_s
-                                  or len(self._seen) >= self.max_entries):
-                self._seen.popitem(last=False)
-            if key in self._seen:
-                return False
-            self._seen[key] = now_s
-            return True
+            try:
+                self._conn.execute("DELETE FROM seen_callbacks WHERE seen_at < ?", (now_s - self.keep_s,))
+                cur = self._conn.execute("INSERT OR IGNORE INTO seen_callbacks VALUES (?, ?)", (key, now_s))
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(classify(exc, self.path)) from exc
+            return cur.rowcount == 1
+
+
+__all__ = ["Problem", "SeenCallbacks", "StoreUnavailable"]

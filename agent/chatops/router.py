@@ -6,20 +6,24 @@ import html
 import time
 import urllib.parse
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from agent.chatops import dingtalk, wecom
 from agent.chatops.commands import Answer, ChatCommands, StewardService
 from agent.chatops.directory import UserDirectory
-from agent.chatops.links import ApprovalLinks, LinkRefused, UsedNonces
-from agent.chatops.replay import NonceCache
+from agent.chatops.links import MAX_TOKEN_CHARS, ApprovalLinks, LinkRefused, UsedNonces
+from agent.chatops.replay import SeenCallbacks, StoreUnavailable
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
 from agent.config.settings import Settings
 from agent.records.approvals import ApprovalError
 
 WECOM_MAX_SKEW_S = 300.0
+WECOM_REPLAY_KEEP_S = 2 * WECOM_MAX_SKEW_S  # a timestamp seen now is accepted for at most this long
 
 
 def _secret(value: object) -> str | None:
@@ -35,10 +39,12 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
 
 def chatops_router(settings: Settings, service_provider: Callable[[], StewardService] | None = None, *,
                    answer: Answer | None = None, used_nonces: UsedNonces | None = None,
-                   now_s: Callable[[], float] = time.time) -> APIRouter:
+                   seen_callbacks: SeenCallbacks | None = None, now_s: Callable[[], float] = time.time) -> APIRouter:
     """The router; `service_provider` defaults to the app's runtime (request.app.state.runtime).
 
     answer(question, user, language) -> str answers free questions (default: a summary of findings).
+    Spent link nonces and taken callbacks are kept in SQLite under the data dir (created if missing), so
+    neither a link nor a callback can be replayed after a restart.
     """
     router = APIRouter(tags=["chatops"])
     directory = UserDirectory.from_settings(settings)
@@ -47,18 +53,30 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                           settings.wecom_corp_id or "")
               if settings.wecom_token and settings.wecom_aes_key and settings.wecom_corp_id else None)
     link_secret = _secret(settings.chatops_link_secret)
-    links = (ApprovalLinks(link_secret, settings.chatops_public_url or "", settings.chatops_link_ttl_s)
-             if link_secret else None)
-    spent = used_nonces or UsedNonces(settings.data_dir / "chatops-links.sqlite" if settings.data_dir.is_dir()
-                                      else ":memory:")
-    seen = NonceCache(ttl_s=2 * WECOM_MAX_SKEW_S)
+    public_url = (settings.chatops_public_url or "").rstrip("/")
+    links = ApprovalLinks(link_secret, public_url, settings.chatops_link_ttl_s) if link_secret else None
+    spent = used_nonces or UsedNonces(settings.data_dir / "chatops-links.sqlite")
+    seen = seen_callbacks or SeenCallbacks(settings.data_dir / "chatops-callbacks.sqlite",
+                                           keep_s=max(dingtalk.REPLAY_KEEP_S, WECOM_REPLAY_KEEP_S))
+
+    def first_use(key: str) -> None:
+        """401 for a replay; 503 when the replay store cannot be written (no callback is taken unremembered)."""
+        try:
+            fresh = seen.first_use(key, now_s())
+        except StoreUnavailable as exc:
+            raise HTTPException(503, f"callback not taken: {exc.problem.detail}") from None
+        if not fresh:
+            raise HTTPException(401, "replayed callback")
+    approvals_url = f"{public_url}/#approvals" if public_url else ""
 
     def commands(request: Request) -> ChatCommands:
         provider = service_provider or (lambda: request.app.state.runtime)
-        return ChatCommands(provider, directory, answer)
+        return ChatCommands(provider, directory, answer, approvals_url=approvals_url)
 
-    @router.post("/webhooks/dingtalk")
-    def dingtalk_callback(request: Request, body: dingtalk.OutgoingMessage) -> JSONResponse:
+    @router.post("/webhooks/dingtalk", openapi_extra=_body_schema("application/json", DINGTALK_BODY),
+                 responses={401: {"description": "bad, stale or replayed signature"}})
+    async def dingtalk_callback(request: Request) -> JSONResponse:
+        # The signature covers only the headers' timestamp: checked, and taken once, before the body is read.
         if app_secret is None:
             raise HTTPException(404, "DingTalk callback is not configured (STEWARD_DINGTALK_APP_SECRET)")
         try:
@@ -66,45 +84,56 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                                      lambda: int(now_s() * 1000))
         except dingtalk.CallbackRefused as exc:
             raise HTTPException(401, str(exc)) from None
-        if not seen.first_use(f"dingtalk\x00{request.headers['timestamp']}\x00{request.headers['sign']}", now_s()):
-            raise HTTPException(401, "replayed callback")
+        first_use(f"dingtalk\x00{request.headers['timestamp']}\x00{request.headers['sign']}")
+        try:
+            body = dingtalk.OutgoingMessage.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise HTTPException(422, f"not a DingTalk outgoing message: {exc.errors()[0]['msg']}") from None
         chat_id = body.senderStaffId or body.senderId
-        reply = commands(request).handle("dingtalk", chat_id, body.content)
+        reply = await run_in_threadpool(commands(request).handle, "dingtalk", chat_id, body.content)
         return JSONResponse(dingtalk.text_reply(reply))
 
     def _wecom_check(msg_signature: str, timestamp: str, nonce: str, encrypted: str) -> str:
         if crypto is None:
             raise HTTPException(404, "WeCom callback is not configured (STEWARD_WECOM_TOKEN, _AES_KEY, _CORP_ID)")
-        try:
-            if abs(now_s() - float(timestamp)) > WECOM_MAX_SKEW_S:
-                raise HTTPException(401, "stale or future timestamp")
-        except ValueError:
-            raise HTTPException(401, "timestamp is not a number") from None
+        if not (timestamp.isascii() and timestamp.isdigit()):
+            raise HTTPException(401, "timestamp is not a whole number of seconds")
+        if abs(now_s() - int(timestamp)) > WECOM_MAX_SKEW_S:
+            raise HTTPException(401, "stale or future timestamp")
         try:
             plain = crypto.verify_and_decrypt(msg_signature, timestamp, nonce, encrypted)
         except WeComCryptoError as exc:
             raise HTTPException(401, str(exc)) from None
-        if not seen.first_use(f"wecom\x00{timestamp}\x00{nonce}", now_s()):
-            raise HTTPException(401, "replayed nonce")
+        first_use(f"wecom\x00{timestamp}\x00{nonce}")
         return plain
 
-    @router.get("/webhooks/wecom")
-    def wecom_verify(msg_signature: str, timestamp: str, nonce: str, echostr: str) -> PlainTextResponse:
+    @router.get("/webhooks/wecom", response_class=PlainTextResponse)
+    def wecom_verify(msg_signature: Signature, timestamp: Timestamp, nonce: Nonce,
+                     echostr: Annotated[str, Query(max_length=4096)]) -> PlainTextResponse:
         return PlainTextResponse(_wecom_check(msg_signature, timestamp, nonce, echostr))
 
-    @router.post("/webhooks/wecom")
-    async def wecom_callback(request: Request, msg_signature: str, timestamp: str, nonce: str) -> Response:
+    @router.post("/webhooks/wecom", openapi_extra=_body_schema("application/xml", {"type": "string"}),
+                 responses={200: {"content": {"application/xml": {}}}, 400: {"description": "not a WeCom callback"},
+                            401: {"description": "bad, stale or replayed signature"}})
+    async def wecom_callback(request: Request, msg_signature: Signature, timestamp: Timestamp,
+                             nonce: Nonce) -> Response:
+        # Only the signed Encrypt field is taken from the unauthenticated body, by a pattern, not an XML parser.
         try:
-            envelope = wecom.parse_xml((await request.body()).decode())
-        except (WeComCryptoError, UnicodeDecodeError) as exc:
+            encrypted = wecom.envelope_encrypt(await request.body())
+        except WeComCryptoError as exc:
             raise HTTPException(400, f"not a WeCom callback: {exc}") from None
-        plain = _wecom_check(msg_signature, timestamp, nonce, envelope.get("Encrypt", ""))
-        message = wecom.parse_message(plain)
+        plain = _wecom_check(msg_signature, timestamp, nonce, encrypted)
+        try:
+            message = wecom.parse_message(plain)
+        except WeComCryptoError as exc:
+            raise HTTPException(400, f"not a WeCom message: {exc}") from None
         if message.msg_type != "text" or not message.content:
             return PlainTextResponse("")  # events and media: acknowledged, no reply
-        from starlette.concurrency import run_in_threadpool
-
-        reply = await run_in_threadpool(commands(request).handle, "wecom", message.from_user, message.content)
+        limit = dingtalk.MAX_TEXT_CHARS
+        if len(message.content) > limit:
+            reply = f"Not taken: a message has at most {limit} characters. / 未受理：消息最多 {limit} 个字符。"
+        else:
+            reply = await run_in_threadpool(commands(request).handle, "wecom", message.from_user, message.content)
         assert crypto is not None
         inner = wecom.text_reply_xml(message.from_user, crypto.corp_id, reply, int(now_s()))
         return Response(wecom.encrypted_reply(crypto, inner, int(now_s())), media_type="application/xml")
@@ -121,22 +150,28 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         return claim, None
 
     @router.get("/chatops/approve", response_class=HTMLResponse)
-    def approve_page(token: str) -> HTMLResponse:
+    def approve_page(token: Annotated[str, Query(max_length=MAX_TOKEN_CHARS)]) -> HTMLResponse:
         claim, refused = _claim(token)
         if refused is not None:
             return refused
         # GET only shows; link previewers and chat unfurlers must not act.
         who = (f"<p>As / 身份: <b>{html.escape(claim.r)}</b></p>" if claim.r else
-               "<p><label>Your approver id / 审批人账号 <input name='by' required></label></p>")
+               "<p><label>Your approver id / 审批人账号 <input name='by' required maxlength='200'></label></p>")
         verb = "Approve / 批准" if claim.d == "approve" else "Deny / 拒绝"
         form = (f"<form method='post' action='approve'><input type='hidden' name='token' value='{html.escape(token)}'>"
-                f"{who}<p><label>Reason / 原因 <input name='reason'></label></p>"
+                f"{who}<p><label>Reason / 原因 <input name='reason' maxlength='2000'></label></p>"
                 f"<button type='submit'>{verb} {html.escape(claim.a)}</button></form>")
         return _page(f"{verb}: {claim.a}", form)
 
-    @router.post("/chatops/approve", response_class=HTMLResponse)
+    @router.post("/chatops/approve", response_class=HTMLResponse, openapi_extra=_body_schema(
+        "application/x-www-form-urlencoded", {"type": "object", "required": ["token"], "properties": {
+            "token": {"type": "string", "maxLength": MAX_TOKEN_CHARS}, "by": {"type": "string", "maxLength": 200},
+            "reason": {"type": "string", "maxLength": 2000}}}))
     async def approve_act(request: Request) -> HTMLResponse:
-        form = {k: v[0] for k, v in urllib.parse.parse_qs((await request.body()).decode()).items()}
+        try:
+            form = _form(await request.body())
+        except ValueError as exc:
+            return _page("Bad request / 请求无效", f"<p>{html.escape(str(exc))}</p>", 400)
         claim, refused = _claim(form.get("token", ""))
         if refused is not None:
             return refused
@@ -145,14 +180,16 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         else:
             by = form.get("by", "").strip()
             if not by or (directory.approvers and by not in directory.approvers):
-                return _page("Not an approver / 非审批人", "<p>name one of the configured approvers</p>", 403)
+                return _page("Not an approver / 非审批人", "<p>name one of the configured approvers / "
+                                                        "请填写已配置的审批人</p>", 403)
         try:
             spent.spend(claim, by, now_s())
         except LinkRefused as exc:
             return _page("Link refused / 链接无效", f"<p>{html.escape(str(exc))}</p>", 410)
+        except StoreUnavailable as exc:
+            return _page("Not taken / 未受理", "<p>the link store cannot be written; nothing was done / "
+                                              f"链接存储无法写入，未执行任何操作</p><p>{html.escape(exc.problem.detail)}</p>", 503)
         service = (service_provider or (lambda: request.app.state.runtime))()
-        from starlette.concurrency import run_in_threadpool
-
         try:
             await run_in_threadpool(service.answer, claim.a, claim.d, by=f"link:{by}",
                                     reason=form.get("reason", "") or "via chat link")
@@ -162,3 +199,38 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
 
     router.links = links  # type: ignore[attr-defined]  # the card listener signs with the same secret
     return router
+
+
+FORM_LIMITS = {"token": MAX_TOKEN_CHARS, "by": 200, "reason": 2000}
+
+
+def _form(raw: bytes) -> dict[str, str]:
+    """The approve form's fields; ValueError (bilingual) for a body that is not UTF-8 or has oversized fields."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the form is not UTF-8 / 表单不是 UTF-8 编码") from None
+    try:
+        fields = urllib.parse.parse_qs(text, max_num_fields=10, errors="strict")
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("the form is not a valid urlencoded form / 表单格式无效") from None
+    form = {k: v[0] for k, v in fields.items()}
+    for name, limit in FORM_LIMITS.items():
+        if len(form.get(name, "")) > limit:
+            raise ValueError(f"{name} is longer than {limit} characters / {name} 超过 {limit} 个字符")
+    return form
+
+
+def _body_schema(media_type: str, schema: dict) -> dict:
+    """An OpenAPI requestBody for a route that reads its own body (after checking a signature or a token)."""
+    return {"requestBody": {"required": True, "content": {media_type: {"schema": schema}}}}
+
+
+DINGTALK_BODY = {"type": "object", "properties": {
+    "msgtype": {"type": "string", "maxLength": 64},
+    "text": {"type": "object", "properties": {"content": {"type": "string", "maxLength": dingtalk.MAX_TEXT_CHARS}}},
+    "senderStaffId": {"type": "string", "maxLength": 256}, "senderId": {"type": "string", "maxLength": 256},
+    "senderNick": {"type": "string", "maxLength": 256}, "conversationId": {"type": "string", "maxLength": 256}}}
+Signature = Annotated[str, Query(max_length=64)]
+Timestamp = Annotated[str, Query(max_length=20)]
+Nonce = Annotated[str, Query(max_length=64)]

@@ -55,7 +55,8 @@ class WeComCrypto:
 
     def check_signature(self, msg_signature: str, timestamp: str, nonce: str, encrypted: str) -> None:
         expected = signature(self.token, timestamp, nonce, encrypted)
-        if not hmac.compare_digest(expected, (msg_signature or "").lower()):
+        sent = (msg_signature or "").lower()
+        if not (sent.isascii() and hmac.compare_digest(expected, sent)):
             raise WeComCryptoError("signature does not match")
 
     def encrypt(self, message: str, *, random16: bytes | None = None) -> str:
@@ -81,7 +82,10 @@ class WeComCrypto:
             raise WeComCryptoError("message length does not match")
         if receive_id.decode(errors="replace") != self.corp_id:
             raise WeComCryptoError("message is for another corp id")
-        return msg.decode()
+        try:
+            return msg.decode()
+        except UnicodeDecodeError:
+            raise WeComCryptoError("message is not UTF-8") from None
 
     def verify_and_decrypt(self, msg_signature: str, timestamp: str, nonce: str, encrypted: str) -> str:
         self.check_signature(msg_signature, timestamp, nonce, encrypted)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.cli.errors import ConfigurationError
 from agent.cli.sweep import cmd_sweep
 from agent.config.policy import PolicyError, load_policy
 from agent.config.settings import Settings
@@ -16,6 +18,46 @@ from core.durations import parse_duration
 from sim.scenario import ScenarioError, load_scenario
 
 Handler = Callable[[argparse.Namespace, Settings], int]
+LANGUAGES = ("en", "zh")
+BACKENDS = ("sim", "kubernetes", "slurm")
+
+
+def configuration_problems(settings: Settings, *, backend_used: bool) -> list[str]:
+    """What is wrong with the settings, before anything is read or built; `backend_used`: it talks to the cluster."""
+    problems = []
+    if settings.language not in LANGUAGES:
+        problems.append(f"STEWARD_LANGUAGE={settings.language!r} is not a language GPU Steward speaks: set it to "
+                        "en (English) or zh (中文).")
+    if not backend_used:
+        return problems
+    if settings.backend not in BACKENDS:
+        problems.append(f"STEWARD_BACKEND={settings.backend!r} is not a backend: use sim (the built-in demo), "
+                        "kubernetes or slurm.")
+    elif settings.backend != "sim":
+        if not settings.prometheus_url:
+            problems.append(f"STEWARD_BACKEND={settings.backend} reads GPU utilisation from Prometheus (dcgm-exporter "
+                            "series), but STEWARD_PROMETHEUS_URL is not set: point it at Prometheus, Thanos Query or "
+                            "VictoriaMetrics, e.g. STEWARD_PROMETHEUS_URL=http://prometheus:9090 "
+                            "(docs/real-cluster-prometheus.md).")
+        if settings.backend == "kubernetes" and not _kubernetes_config_found(settings):
+            where = (f"STEWARD_KUBECONFIG={settings.kubeconfig} does not exist" if settings.kubeconfig is not None
+                     else "there is no kubeconfig (STEWARD_KUBECONFIG, $KUBECONFIG or ~/.kube/config) and this is "
+                          "not a pod with a service account")
+            problems.append(f"STEWARD_BACKEND=kubernetes needs access to the cluster, but {where}: set "
+                            "STEWARD_KUBECONFIG to a kubeconfig file, or run the steward in the cluster "
+                            "(docs/real-cluster-kubernetes.md).")
+    if settings.pool_provider not in ("none", "capi", "aws"):
+        problems.append(f"STEWARD_POOL_PROVIDER={settings.pool_provider!r}: use none, capi or aws.")
+    return problems
+
+
+def _kubernetes_config_found(settings: Settings) -> bool:
+    if settings.kubeconfig is not None:
+        return settings.kubeconfig.is_file()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):  # in a pod: the service account is tried first
+        return True
+    files = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    return any(Path(f).is_file() for f in files.split(os.pathsep) if f)
 
 
 def _duration(value: str) -> float:
@@ -61,8 +103,26 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         from evals.table import print_eval_tables
 
         print_eval_tables(documents)
-    failed = any(not doc["passed"] for docs in documents.values() for doc in docs)
-    return 1 if failed else 0
+    return 0 if meets_answer_key(documents) else 1
+
+
+def meets_answer_key(documents: dict[str, list[dict[str, Any]]]) -> bool:
+    """Every scenario passes, except the known misses (evals/suite.py), which must still miss (strict)."""
+    from evals.suite import KNOWN_MISSES
+
+    ok = True
+    for model, docs in documents.items():
+        for doc in docs:
+            known = doc["name"] in KNOWN_MISSES
+            if known and doc["passed"]:
+                print(f"{model}: {doc['name']} passes but is listed as a known miss: remove it from "
+                      "evals/suite.py KNOWN_MISSES", file=sys.stderr)
+                ok = False
+            elif known:
+                print(f"{model}: {doc['name']}: expected miss ({KNOWN_MISSES[doc['name']]})", file=sys.stderr)
+            elif not doc["passed"]:
+                ok = False
+    return ok
 
 
 def cmd_policy_check(args: argparse.Namespace, settings: Settings) -> int:
@@ -88,24 +148,26 @@ def cmd_policy_example(args: argparse.Namespace, settings: Settings) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="steward", description="GPU Steward: find and reclaim wasted GPUs.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sweep = sub.add_parser("sweep", help="sweep a cluster (default: the built-in demo, replayed to its end)")
     sweep.add_argument("--scenario", type=Path, help="scenario file to simulate (default: built-in demo)")
     sweep.add_argument("--policy", type=Path, help="policy file (default: built-in defaults)")
-    sweep.add_argument("--at", type=_duration, help="scenario time of the last sweep (default: its end)")
+    sweep.add_argument("--at", type=_duration, help="scenario time of the last sweep, e.g. 3h (default: its end)")
     sweep.add_argument("--every", type=_duration, help="sweep interval (default: STEWARD_SWEEP_EVERY_S, 5m)")
     sweep.add_argument("--once", action="store_true", help="one sweep at --at, with no earlier sweeps")
     sweep.add_argument("--lang", choices=["en", "zh"], help="language of the report and notifications")
-    sweep.add_argument("--json", action="store_true")
+    sweep.add_argument("--json", action="store_true", help="print the final state and timeline as JSON")
     sweep.set_defaults(handler=cmd_sweep)
 
     ev = sub.add_parser("eval", help="run scenarios to the end and score them")
     ev.add_argument("scenarios", nargs="+", help="scenario files or folders")
-    ev.add_argument("--policy", type=Path)
-    ev.add_argument("--every", type=_duration)
+    ev.add_argument("--policy", type=Path, help="one policy for every scenario (default: each one's sidecar "
+                                                "policy in evals/policies/, else the defaults)")
+    ev.add_argument("--every", type=_duration, help="sweep interval (default: STEWARD_SWEEP_EVERY_S, 5m)")
     ev.add_argument("--model", action="append", help="plan with this model on the configured endpoint (repeatable)")
-    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--json", action="store_true", help="print the scored runs as JSON")
     ev.set_defaults(handler=cmd_eval)
 
     policy = sub.add_parser("policy", help="policy files")
@@ -124,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _extensions() -> list[Callable[[Any], None]]:
     """Subcommands that live with their feature (serve, replay, runbooks, sim exporter)."""
     found = []
-    for module_name in ("server", "evals.replay_cli", "agent.cli.runbooks", "sim.cli"):
+    for module_name in ("server", "evals.replay_cli", "agent.cli.approvals", "agent.cli.runbooks", "agent.cli.llm",
+                        "agent.cli.audit",
+                        "agent.cli.doomed", "agent.cli.forecast", "sim.cli"):
         try:
             module = __import__(module_name, fromlist=["register_cli"])
         except ModuleNotFoundError as exc:
@@ -136,17 +200,41 @@ def _extensions() -> list[Callable[[Any], None]]:
     return found
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpu-steward")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValueError as exc:  # pydantic's ValidationError: a STEWARD_* variable of the wrong type
+        print(f"error: the STEWARD_* environment does not parse: {exc}", file=sys.stderr)
+        return 2
     if settings.runbooks_enabled is None:  # the commands people run ground their answers in runbooks
         settings = settings.model_copy(update={"runbooks_enabled": True})
+    backend_used = args.command == "serve" or (args.command == "sweep" and getattr(args, "scenario", None) is None)
+    problems = configuration_problems(settings, backend_used=backend_used)
+    if problems:
+        print("error: " + "\n".join(problems), file=sys.stderr)
+        return 2
     try:
         return int(args.handler(args, settings))
-    except (ScenarioError, PolicyError) as exc:
+    except (ScenarioError, PolicyError, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if type(exc).__name__ == "ConfigException":  # the kubernetes client's: no usable cluster configuration
+            print(f"error: cannot reach the Kubernetes cluster: {exc} Set STEWARD_KUBECONFIG to a kubeconfig file, or "
+                  "run the steward in the cluster (docs/real-cluster-kubernetes.md).", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -5,29 +5,35 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from agent.cli.errors import ConfigurationError
 from agent.config.policy import load_policy
 from agent.config.settings import Settings
+from agent.detectors.evidence import kind_label
 from agent.graph.deps import StewardDeps
+from core.durations import format_duration
+from core.text import plural
 from sim.scenario import demo_scenario_path, load_scenario
 
 WORDS = {
     "en": {
         "header": "GPU Steward on simulated cluster '{name}' ({about})",
-        "sweeping": "Sweeping every {every}m from {start} to {end} UTC ({n} sweeps; planner: {planner}).",
-        "timeline": "What the agent did along the way:",
+        "sweeping": "Sweeping every {every}m from {start} to {end} UTC ({sweeps}; planner: {planner}).",
+        "timeline": "What the agent did along the way (time, action, target, why, level, result):",
         "level": "level",
         "answered": "{decision}d by {by}",
         "refused": "refused", "awaiting": "awaiting approval", "allowed": "allowed",
         "waiting": "Waiting for a human:",
+        "waiting_replay": "(This replay ended with these open; they live in {run_dir}. On a live steward answer them "
+                          "with `steward approvals approve|deny ID`, or in the web UI.)",
         "expires": "expires",
-        "over_run": "Over the run: {findings} findings on {targets} targets; {notify} warnings, {terminate} graceful "
-                    "stops, {force} forced stops, {resize} pool resizes executed.",
+        "over_run": "Over the run: {findings} on {targets}; {notify}, {terminate}, {force}, {resize} executed.",
+        "index": "Building the runbook index once (20-60 s; later runs reuse it)",
+        "progress": "Sweeping",
         "reclaimed": "Reclaimed so far: {hours:.1f} GPU-hours ({money}).",
         "warning_as": "A warning as {who} received it at {at}:",
         "audit": "Audit log: {path}  ({count} entries)",
@@ -35,12 +41,16 @@ WORDS = {
     "zh": {
         "header": "GPU Steward 模拟集群 '{name}'（{about}）",
         "sweeping": "从 {start} 到 {end} UTC 每 {every} 分钟巡检一次（共 {n} 次；规划器：{planner}）。",
-        "timeline": "巡检过程中的操作：",
+        "timeline": "巡检过程中的操作（时间、操作、目标、原因、级别、结果）：",
         "level": "级别",
         "answered": "{by} {decision_zh}",
         "refused": "被护栏拒绝", "awaiting": "等待审批", "allowed": "已允许",
         "waiting": "等待人工审批：",
+        "waiting_replay": "（本次回放结束时这些审批仍未处理，数据在 {run_dir}。在线运行的巡检服务可用 "
+                          "`steward approvals approve|deny ID` 或网页界面处理。）",
         "expires": "过期时间",
+        "index": "首次构建运行手册索引（20-60 秒，之后复用）",
+        "progress": "巡检中",
         "over_run": "本次运行：{targets} 个目标上 {findings} 项发现；已执行 {notify} 次警告、{terminate} 次优雅停止、"
                     "{force} 次强制停止、{resize} 次节点池缩容。",
         "reclaimed": "累计回收：{hours:.1f} GPU 小时（{money}）。",
@@ -52,6 +62,17 @@ WORDS = {
 
 def _words(language: str) -> dict[str, str]:
     return WORDS.get(language, WORDS["en"])
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _why(kind: str | None, language: str) -> str:
+    """The timeline's reason column: the finding kind behind an action (idle, zombie, ...)."""
+    return kind_label(kind, language) if kind else "-"
 
 
 def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
@@ -84,13 +105,25 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     language = args.lang or settings.language
     w = _words(language)
     scenario = load_scenario(args.scenario or settings.scenario or demo_scenario_path())
+    if args.at is not None and args.at > scenario.duration:
+        end = scenario.start.timestamp() + scenario.duration
+        raise ConfigurationError(
+            f"--at {format_duration(args.at)} is past the end of scenario '{scenario.name}', which lasts "
+            f"{format_duration(scenario.duration)} ({scenario.start:%H:%M} to "
+            f"{datetime.fromtimestamp(end, UTC):%H:%M} UTC): use --at {format_duration(scenario.duration)} or less, "
+            "or leave --at out to sweep to its end.")
     policy = load_policy(args.policy or settings.policy_file)
+    # Each replay is its own simulated world, kept under the shared data dir: its history (warnings, stops) must
+    # never count in another world's guardrail, so it does not share the live steward's audit log.
     run_dir = settings.ensure_data_dir() / "runs" / f"{scenario.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     deps, cluster = simulated_deps(scenario, policy, make_planner(settings), data_dir=run_dir, language=language)
     index_dir = settings.runbook_index_dir or settings.data_dir / "runbooks-index"
+    console = _console()
     if settings.runbooks_enabled and not settings.chroma_url and not index_dir.exists():
-        print("Building the runbook index once (20-60 s; later runs reuse it)...", file=sys.stderr, flush=True)
-    runbooks_from_settings(deps, settings)
+        with console.status(w["index"] + "..."):
+            runbooks_from_settings(deps, settings)
+    else:
+        runbooks_from_settings(deps, settings)
     saver = SqliteSaver(sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False))
     service = SweepService(deps, checkpointer=saver, run_prefix=scenario.name)
     until = min(args.at if args.at is not None else scenario.duration, scenario.duration)
@@ -102,22 +135,32 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     result = None
     scripted = ScriptedApprovals(scenario, service)  # the scenario's scripted human answers
     verdict_words = {"deny": w["refused"], "needs_approval": w["awaiting"], "allow": w["allowed"]}
-    for t in times:
-        cluster.advance_to(t)
-        service.expire_due()
-        for answered in scripted.answer_due(t):
-            a = answered.state.get("approval", {})
-            who = w["answered"].format(decision=a.get("decision"), by=a.get("by"),
-                                       decision_zh="批准" if a.get("decision") == "approve" else "拒绝")
-            for o in answered.state.get("outcomes", []):
-                timeline.append(f"  {cluster.now():%H:%M}  {o['action']:<16} {o['target']:<34} {w['level']} "
-                                f"{o['level']}  {who}: {o['status']}")
-        result = service.sweep(trigger="cli")
-        outs = {o["id"]: o for o in result.state.get("outcomes", [])}
-        for d in result.state.get("decisions", []):
-            status = outs.get(d["id"], {}).get("status") or verdict_words[d["decision"]["verdict"]]
-            timeline.append(f"  {cluster.now():%H:%M}  {d['proposal']['action']:<16} {d['proposal']['target']:<34} "
-                            f"{w['level']} {d['decision']['level']}  {status}")
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=console, transient=True, disable=args.json or not console.is_terminal)
+    with bar:
+        task = bar.add_task(w["progress"], total=len(times))
+        for t in times:
+            cluster.advance_to(t)
+            service.expire_due()
+            for answered in scripted.answer_due(t):
+                a = answered.state.get("approval", {})
+                who = w["answered"].format(decision=a.get("decision"), by=a.get("by"),
+                                           decision_zh="批准" if a.get("decision") == "approve" else "拒绝")
+                asked = (answered.state.get("approval_requests") or [{}])[0].get("proposal", {})
+                for o in answered.state.get("outcomes", []):
+                    timeline.append(f"  {cluster.now():%H:%M}  {o['action']:<16} {o['target']:<34} "
+                                    f"{_why(asked.get('finding_kind'), language):<16} {w['level']} {o['level']}  "
+                                    f"{who}: {o['status']}")
+            result = service.sweep(trigger="cli")
+            outs = {o["id"]: o for o in result.state.get("outcomes", [])}
+            for d in result.state.get("decisions", []):
+                status = outs.get(d["id"], {}).get("status") or verdict_words[d["decision"]["verdict"]]
+                timeline.append(f"  {cluster.now():%H:%M}  {d['proposal']['action']:<16} "
+                                f"{d['proposal']['target']:<34} {_why(d['proposal'].get('finding_kind'), language):<16} "
+                                f"{w['level']} {d['decision']['level']}  {status}")
+            bar.advance(task)
     assert result is not None
     if args.json:
         print(json.dumps({"scenario": scenario.name, "run_dir": str(run_dir), "state": result.state,
@@ -128,7 +171,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     about = scenario.description.strip().splitlines()[0] if scenario.description else ""
     print(w["header"].format(name=scenario.name, about=about))
     print(w["sweeping"].format(every=int(every // 60), start=f"{scenario.start:%H:%M}", end=f"{cluster.now():%H:%M}",
-                               n=len(times), planner=deps.planner.name) + "\n")
+                               n=len(times), sweeps=plural(len(times), "sweep"), planner=deps.planner.name) + "\n")
     if timeline and not args.once:
         print(w["timeline"])
         print("\n".join(timeline) + "\n")
@@ -138,6 +181,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         print("\n" + w["waiting"])
         for a in pending:
             print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} {a.expires_at:%H:%M} UTC")
+        print(w["waiting_replay"].format(run_dir=run_dir))
     print(run_summary(deps))
     print("\n" + w["audit"].format(path=deps.audit.path, count=deps.audit.count()))
     return 0
@@ -154,11 +198,20 @@ def run_summary(deps: StewardDeps) -> str:
     count = {a: sum(1 for e in done if e.action == a) for a in ("notify", "terminate", "force_terminate",
                                                                 "resize_pool")}
     savings = compute_savings(deps.audit, [], deps.clock.now(), deps.currency)
+    targets = len({t for t, _ in found})
+    if deps.language == "zh":
+        summary = w["over_run"].format(findings=len(found), targets=targets, notify=count["notify"],
+                                       terminate=count["terminate"], force=count["force_terminate"],
+                                       resize=count["resize_pool"])
+    else:
+        summary = w["over_run"].format(findings=plural(len(found), "finding"), targets=plural(targets, "target"),
+                                       notify=plural(count["notify"], "warning"),
+                                       terminate=plural(count["terminate"], "graceful stop"),
+                                       force=plural(count["force_terminate"], "forced stop"),
+                                       resize=plural(count["resize_pool"], "pool resize"))
     lines = [
         "",
-        w["over_run"].format(findings=len(found), targets=len({t for t, _ in found}), notify=count["notify"],
-                             terminate=count["terminate"], force=count["force_terminate"],
-                             resize=count["resize_pool"]),
+        summary,
         w["reclaimed"].format(hours=savings.reclaimed_gpu_hours, money=money(savings.reclaimed_money, deps.currency)),
     ]
     sent: list[Any] = getattr(deps.notifier, "sent", [])

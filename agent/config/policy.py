@@ -75,8 +75,35 @@ class IdleRule(_Section):
 class ZombieRule(_Section):
     window: PositiveDuration = 1800.0
     busy_threshold_pct: float = Field(90.0, ge=0, le=100)  # "pinned" GPU
-    cpu_threshold_pct: float = Field(5.0, ge=0)
+    # A hung collective usually spins its host threads at ~100% of a core per rank, so CPU clears no one by
+    # default; set it to also require process CPU below it (the rule before profiling fields were read).
+    cpu_threshold_pct: float | None = Field(None, ge=0)
     log_cadence_factor: float = Field(3.0, ge=1)  # no progress for this many usual log gaps
+
+
+class ActivityRule(_Section):
+    """What real GPU work looks like beyond GPU_UTIL (which only says a kernel was resident): DCGM profiling
+    ratios, board power and interconnect traffic. A field the exporter lacks is unknown and judges nothing."""
+
+    # A hung collective's spinning kernels hold one SM per channel: well under a third of any datacenter GPU.
+    sm_active_max: float = Field(0.3, ge=0, le=1)
+    # Real work does math or moves memory; 5% is under what the lightest training keeps busy.
+    tensor_active_max: float = Field(0.05, ge=0, le=1)
+    dram_active_max: float = Field(0.05, ge=0, le=1)
+    # Share of the GPU model's board power (agent/detectors/activity.py) at or below which it does no real math:
+    # idle draws 10-25% of it and a hung collective's spinning kernels up to ~40%; real pinned work draws more.
+    idle_power_share: float = Field(0.4, gt=0, le=1)
+    # NVLink and PCIe (TX + RX) at or below this: no traffic; real training moves hundreds of MB/s or more.
+    interconnect_max_mbps: float = Field(10.0, ge=0)
+
+
+class KeepAliveRule(_Section):
+    """Keep-alive dodgers: short regular GPU bursts with no progress, no I/O and near-idle power or tensor pipe,
+    judged over the idle window. Reported as idle; a stop on that alone always needs a human."""
+
+    enabled: bool = True
+    min_bursts: int = Field(3, ge=2)  # separate bursts in the window (or every slice busy at a steady low level)
+    max_avg_util_pct: float = Field(10.0, ge=0, le=100)  # the window's average utilisation: short bursts
 
 
 class OverprovisionedRule(_Section):
@@ -95,6 +122,9 @@ class LongTailRule(_Section):
     quiet_share: float = Field(1 / 3, ge=0, le=1)  # ... and this share of the span it worked in the lookback
     io_threshold_mbps: float = Field(1.0, ge=0)
     cpu_active_pct: float = Field(50.0, ge=0)
+    # A job whose GPUs did less work than this over its whole observed life (GPU-seconds, sum of util x time, an
+    # upper bound) gets no long-tail grace: it has no working history to protect. The scorer's "material" work.
+    material_gpu_seconds: float = Field(60.0, ge=0)
 
 
 def _clock_time(value: object) -> object:
@@ -132,6 +162,8 @@ class Detectors(_Section):
     zombie: ZombieRule = ZombieRule()
     overprovisioned: OverprovisionedRule = OverprovisionedRule()
     longtail: LongTailRule = LongTailRule()
+    activity: ActivityRule = ActivityRule()
+    keepalive: KeepAliveRule = KeepAliveRule()
     node_health: NodeHealthRule = NodeHealthRule()
     pools: PoolRule = PoolRule()
 
@@ -434,7 +466,7 @@ def parse_policy(data: Any, source: str = "<policy>") -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(format_validation_errors(source, exc)) from None
+        raise PolicyError(format_validation_errors(source, exc, Policy)) from None
 
 
 def load_policy(path: str | Path | None) -> Policy:

@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     proxy_user_header: str = "X-Forwarded-User"
     proxy_groups_header: str = "X-Forwarded-Groups"
     approver_groups: list[str] = ["steward-approvers"]
+    # Proxy mode needs proof a request came through the proxy: its addresses/CIDRs, a shared secret header, or both.
+    trusted_proxies: list[str] = []  # e.g. ["10.0.0.7", "10.42.0.0/16"]: peers whose user/groups headers count
+    proxy_secret: SecretStr | None = None  # the proxy adds `proxy_secret_header: <secret>`; clients cannot
+    proxy_secret_header: str = "X-Steward-Proxy-Secret"
+    # Request bodies over this are refused (413) before they are read: 64 KiB is several times the largest valid
+    # request (a 4000-character chat message written as JSON escapes is 24 KB).
+    max_body_bytes: int = 64 * 1024
 
     # Who sweeps when several replicas run: "auto" = Kubernetes Lease in a cluster, else a SQLite lease.
     leader_lock: str = "auto"  # auto | sqlite | kubernetes | none

@@ -6,6 +6,7 @@ from typing import Protocol
 
 from agent.config.policy import Policy
 from agent.detectors.idle import IdleGpuDetector
+from agent.detectors.keepalive import KeepAliveDetector
 from agent.detectors.node_health import NodeHealthDetector
 from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector
@@ -22,6 +23,7 @@ class Detector(Protocol):
 def all_detectors(policy: Policy) -> list[Detector]:
     return [
         IdleGpuDetector(policy),
+        KeepAliveDetector(policy),
         ZombieDetector(policy),
         OverprovisionedDetector(policy),
         NodeHealthDetector(policy),
@@ -63,12 +65,13 @@ def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | No
 
 
 def log_candidates(obs: Observation, policy: Policy, signals: ClusterSignals | None = None) -> list[str]:
-    """Job ids whose logs could change a finding: GPUs quiet over the idle window or pinned over the
-    zombie window. Everything else is decided without logs, so a big sweep fetches few."""
+    """Job ids whose logs could change a finding: GPUs quiet over the idle window, pinned over the zombie
+    window, or in a keep-alive pattern. Everything else is decided without logs, so a big sweep fetches few."""
     signals = signals or group_signals(obs)
-    idle, zombie = IdleGpuDetector(policy), ZombieDetector(policy)
+    idle, zombie, keepalive = IdleGpuDetector(policy), ZombieDetector(policy), KeepAliveDetector(policy)
     return sorted(
         job.id
         for job in obs.jobs
         if idle.quiet_window(job, signals) is not None or zombie.pinned_window(job, signals) is not None
+        or keepalive.pattern_window(job, signals) is not None
     )

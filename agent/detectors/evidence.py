@@ -104,12 +104,50 @@ def _idle(f: Finding, m: Metrics) -> str:
     )
 
 
+def _activity(m: Metrics) -> str:
+    """The real-activity figures (agent/detectors/activity.py GpuActivity.summary) in Chinese."""
+    shown = [f"{name}最高 {m[key]:.0%}" for name, key in (("SM 活跃度", "sm_active_max"), ("张量核心", "tensor_active_max"),
+                                                          ("显存带宽活跃度", "dram_active_max")) if key in m]
+    parts = ["、".join(shown) if shown else "无 DCGM 性能剖析指标"]
+    if "power_max_w" in m:
+        board = m.get("board_power_w")
+        of = f"（额定 {board:.0f} W 的 {m['power_max_w'] / board:.0%}）" if board else "（额定功率未知）"
+        parts.append(f"功耗最高 {m['power_max_w']:.0f} W{of}")
+    links = [f"{name} 最高 {m[key]:.1f} MB/s" for name, key in (("NVLink", "nvlink_max_mbps"), ("PCIe", "pcie_max_mbps"))
+             if key in m]
+    if links:
+        parts.append("、".join(links))
+    return "；".join(parts)
+
+
+def _signals_used(m: Metrics) -> str:
+    used = ["日志进度", "网络/磁盘 I/O"]
+    for key, name in (("used_profiling", "DCGM 性能剖析（SM/张量/显存活跃度）"), ("used_interconnect", "NVLink/PCIe 流量"),
+                      ("used_power", "功耗")):
+        if m.get(key):
+            used.append(name)
+    return "、".join(used)
+
+
 def _zombie(f: Finding, m: Metrics) -> str:
     gap = f"，通常间隔 {duration_zh(m['log_gap_s'])}" if "log_gap_s" in m else ""
     return (
         f"{f.gpus} 块 GPU 在 {duration_zh(m['window_s'])}内平均利用率最低 {m['util_min_pct']:.0f}%"
         f"（样本覆盖率 {m['coverage']:.0%}），但{_log(f, m)}：已静默 {duration_zh(m['log_silent_s'])}{gap}；"
-        f"{_io(m)}；疑似卡死（例如 NCCL 集合通信挂起）"
+        f"{_io(m)}；{_activity(m)}；判断依据：{_signals_used(m)}；疑似卡死（例如 NCCL 集合通信挂起）"
+    )
+
+
+def _keepalive(f: Finding, m: Metrics) -> str:
+    if m["keepalive_period_s"] <= m["keepalive_burst_s"]:
+        shape = f"最近 {duration_zh(m['window_s'])}内每个时间片都有低而平稳的 GPU 活动"
+    else:
+        shape = (f"最近 {duration_zh(m['window_s'])}内有 {m['keepalive_bursts']:g} 次短暂的 GPU 活动，"
+                 f"每 {duration_zh(m['keepalive_period_s'])}一次，每次最多 {duration_zh(m['keepalive_burst_s'])}")
+    return (
+        f"{f.gpus} 块 GPU 看似忙碌：{shape}；平均利用率 {m['util_avg_pct']:.1f}%（最高 {m['util_max_pct']:.1f}%，"
+        f"样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}；{_activity(m)}："
+        f"疑似保活脚本而非真实工作；停止需经人工批准"
     )
 
 
@@ -159,6 +197,8 @@ _ZH: dict[str, Callable[[Finding, Metrics], str]] = {
 def describe(finding: Finding, language: str) -> str:
     """The evidence in `language`; the detector's English whenever a number it needs is missing."""
     render = _ZH.get(finding.kind) if language == "zh" else None
+    if render is _idle and "keepalive_bursts" in finding.metrics:
+        render = _keepalive
     if render is None:
         return finding.evidence
     try:

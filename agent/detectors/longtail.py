@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 from agent.config.policy import LongTailRule
+from agent.detectors.history import align_end
 from agent.detectors.signals import JobSeries, JobWindow, window_slices
 from core.durations import format_duration
 from core.observation import LogProgress
 
 
 def long_tail_reason(
-    window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float, min_coverage: float = 0.9
+    window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float, min_coverage: float = 0.9,
+    cpu: bool = True, periodic: bool = True,
 ) -> str | None:
     """Why this quiet job is probably still working, or why we cannot tell (for the explanation); None when
     nothing suggests it and the data can rule it out.
 
     Unknown is not idle: metrics read from a partial response, or a history that does not cover the lookback
     (short retention, gaps) while the job is quiet now, protect the job like evidence of work would.
+    `cpu=False` for a hung job (its host threads spin); `periodic=False` where the window's own bursts are what
+    is judged (keep-alive), not a pause after them.
     """
     span = format_duration(window.seconds)
     if window.net_max is not None and window.net_max >= rule.io_threshold_mbps:
@@ -26,7 +31,7 @@ def long_tail_reason(
         )
     if window.disk_max is not None and window.disk_max >= rule.io_threshold_mbps:
         return f"disk read up to {window.disk_max:.1f} MB/s in the last {span} (>= {rule.io_threshold_mbps:g} MB/s)"
-    if window.cpu_max is not None and window.cpu_max >= rule.cpu_active_pct:
+    if cpu and window.cpu_max is not None and window.cpu_max >= rule.cpu_active_pct:
         return f"process CPU up to {window.cpu_max:.0f}% in the last {span} (>= {rule.cpu_active_pct:g}%)"
     last = logs.last_progress_at if logs is not None else None
     if last is not None and last >= window.at - timedelta(seconds=window.seconds):
@@ -34,7 +39,59 @@ def long_tail_reason(
         return f"log still advancing: last progress line at {last:%H:%M}{step}"
     if window.series.degraded:
         return f"metrics incomplete ({'; '.join(window.series.degraded)}): cannot rule out a working job"
+    if not periodic or never_worked(window.series, rule, quiet_pct) is not None:
+        return None  # no working history to protect: a notebook opened and abandoned gets no grace
     return _periodic(window, rule, quiet_pct, min_coverage)
+
+
+def never_worked(series: JobSeries, rule: LongTailRule, quiet_pct: float) -> float | None:
+    """The most GPU-seconds of work the job can have done when that is under `rule.material_gpu_seconds` and
+    its whole life was observed; None otherwise (it may have worked).
+
+    Observed means: the job's start is known and inside the lookback, and every slice of its life has a valid
+    reading for every GPU (the slice its start falls in may be empty). A slice at or below `quiet_pct` holds
+    no work; any other holds at most its average (its max when the average is unknown) for the whole slice.
+    Work its series shows before its start (an earlier job under the same name, a requeue) counts too: the
+    claim is made only when nothing under the name worked. Coarse history is read when attached.
+    """
+    born = series.started_at
+    if born is None or not series.gpus:
+        return None
+    age = (series.at - born).total_seconds()
+    if age < 0 or age > rule.lookback:
+        return None  # the lookback does not hold the job's whole life
+    if series.history_ratio > 0 and series.history_gpus:
+        step = series.slice_s * series.history_ratio
+        index = {(h.node, h.gpu): h for h in series.history_gpus}
+        columns = []
+        for g in series.gpus:
+            h = index.get((g.node, g.gpu))
+            if h is None:
+                return None  # a GPU without history: its past is unknown
+            columns.append((h.util_max, h.util_avg, h.samples))
+    else:
+        step = series.slice_s
+        columns = [(g.util_max, g.util_avg, g.samples) for g in series.gpus]
+    life = math.ceil(age / step - 1e-9)
+    span = max(life, math.ceil(rule.lookback / step - 1e-9))
+    work = 0.0
+    for maxes, avgs, counts in columns:
+        if len(maxes) < life:
+            return None  # the read does not reach back to the job's start
+        n = min(span, len(maxes))
+        tail_avg = align_end(avgs, n) if avgs else [None] * n
+        for k, (high, mean, count) in enumerate(zip(align_end(maxes, n), tail_avg, align_end(counts, n), strict=True)):
+            if high is None or not count or not 0.0 <= high <= 100.0:
+                if k > n - life:
+                    return None  # a gap in its life (past the slice it started in): work may hide there
+                continue
+            if high <= quiet_pct:
+                continue
+            share = mean if mean is not None and 0.0 <= mean <= high else high
+            work += share / 100.0 * step
+            if work >= rule.material_gpu_seconds:
+                return None
+    return work
 
 
 def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_coverage: float) -> str | None:

@@ -1,8 +1,11 @@
-"""ZombieDetector: jobs that look alive (GPU pinned) but whose log, CPU and I/O stopped moving."""
+"""ZombieDetector: jobs that look alive (GPU pinned) but whose progress, I/O and real GPU activity stopped."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from agent.config.policy import Policy
+from agent.detectors.activity import GpuActivity
 from agent.detectors.evidence import io_metrics, log_metrics
 from agent.detectors.idle import ACTIVE_STATES, log_summary
 from agent.detectors.longtail import long_tail_reason
@@ -10,12 +13,16 @@ from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
-from core.observation import Observation
+from core.observation import LogProgress, Observation
 
 
 class ZombieDetector:
-    """A hung job: progress before, none for max(window, cadence x usual gap), frozen CPU/I/O, busy GPU.
+    """A hung job: progress seen before and none for max(window, cadence x usual gap), network and disk I/O
+    frozen, GPU_UTIL pinned, and no real GPU activity where the exporter can show it.
 
+    CPU clears no one (a hung collective's host threads spin) unless the policy asks for a quiet CPU. With DCGM
+    profiling fields, SM/tensor/DRAM activity, power and NVLink/PCIe traffic must all be near idle; without them,
+    power where the GPU model is known, and the log and network/disk I/O decide. The evidence names the signals.
     A quiet GPU is the idle detector's case, so the two kinds never overlap.
     """
 
@@ -23,9 +30,10 @@ class ZombieDetector:
         self.rule = policy.detectors.zombie
         self.idle = policy.detectors.idle
         self.longtail = policy.detectors.longtail
+        self.activity = policy.detectors.activity
 
     def pinned_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
-        """The job's window when the GPU side looks hung (pinned, CPU and I/O frozen), before logs."""
+        """The job's window when the GPU side looks hung (pinned, network and disk frozen), before logs."""
         if job.state not in ACTIVE_STATES or job.gpus <= 0:
             return None
         series = signals.jobs.get(job.id)
@@ -44,7 +52,8 @@ class ZombieDetector:
         io_limit = self.longtail.io_threshold_mbps
         if (w.net_max or 0.0) >= io_limit or (w.disk_max or 0.0) >= io_limit:
             return None
-        if w.cpu_max is None or w.cpu_max >= self.rule.cpu_threshold_pct:
+        cpu_limit = self.rule.cpu_threshold_pct
+        if cpu_limit is not None and (w.cpu_max is None or w.cpu_max >= cpu_limit):
             return None
         return w
 
@@ -66,35 +75,38 @@ class ZombieDetector:
             if w is None:
                 continue
             if long_tail_reason(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct,
-                                min_coverage=self.idle.min_coverage):
+                                min_coverage=self.idle.min_coverage, cpu=False):
                 continue
-            gap = f", usual gap {format_duration(logs.typical_gap_s)}" if logs.typical_gap_s else ""
-            evidence = (
-                f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} busy at min {min(v or 0.0 for v in w.gpu_avg_util):.0f}% "
-                f"avg util over {format_duration(w.seconds)} (coverage {w.coverage:.0%}) but {log_summary(logs)}: "
-                f"silent {format_duration(silent)}{gap}; {w.io_summary()}; likely hung (e.g. a stuck NCCL collective)"
-            )
-            metrics = {
-                "util_avg_pct": w.avg_util or 0.0,
-                "coverage": round(w.coverage, 4),
-                "log_silent_s": silent,
-                "cpu_pct": w.cpu_avg or 0.0,
-                "mem_gb": round(w.mem_gb, 1),
-                "util_min_pct": min(v or 0.0 for v in w.gpu_avg_util),
-                "window_s": w.seconds,
-            }
-            if logs.typical_gap_s:
-                metrics["log_gap_s"] = logs.typical_gap_s
-            metrics.update(log_metrics(logs, obs.at) | io_metrics(w))
-            findings.append(
-                Finding(
-                    kind="zombie",
-                    target=job.id,
-                    since=last,
-                    detected_at=obs.at,
-                    evidence=evidence,
-                    metrics=metrics,
-                    gpus=job.gpus,
-                )
-            )
+            activity = GpuActivity.of(w, self.idle.min_coverage)
+            if activity.real_work(self.activity):
+                continue  # the GPU computes, draws power or talks to its peers: slow or quiet, not hung
+            findings.append(self._finding(job, w, logs, activity, last, silent, obs.at))
         return findings
+
+    def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress, activity: GpuActivity, last: datetime,
+                 silent: float, at: datetime) -> Finding:
+        gap = f", usual gap {format_duration(logs.typical_gap_s)}" if logs.typical_gap_s else ""
+        used = ["log progress", "network/disk I/O", *activity.signals()]
+        evidence = (
+            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} busy at min {min(v or 0.0 for v in w.gpu_avg_util):.0f}% "
+            f"avg util over {format_duration(w.seconds)} (coverage {w.coverage:.0%}) but {log_summary(logs)}: "
+            f"silent {format_duration(silent)}{gap}; {w.io_summary()}; {activity.summary()}; "
+            f"judged on {', '.join(used)}; likely hung (e.g. a stuck NCCL collective)"
+        )
+        metrics = {
+            "util_avg_pct": w.avg_util or 0.0,
+            "coverage": round(w.coverage, 4),
+            "log_silent_s": silent,
+            "cpu_pct": w.cpu_avg or 0.0,
+            "mem_gb": round(w.mem_gb, 1),
+            "util_min_pct": min(v or 0.0 for v in w.gpu_avg_util),
+            "window_s": w.seconds,
+            "used_profiling": float(activity.profiled),
+            "used_interconnect": float(activity.interconnect_known),
+            "used_power": float(activity.power_share is not None),
+        }
+        if logs.typical_gap_s:
+            metrics["log_gap_s"] = logs.typical_gap_s
+        metrics.update(log_metrics(logs, at) | io_metrics(w) | activity.metrics())
+        return Finding(kind="zombie", target=job.id, since=last, detected_at=at, evidence=evidence, metrics=metrics,
+                       gpus=job.gpus)

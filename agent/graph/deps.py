@@ -6,7 +6,8 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.config.policy import Policy
 from agent.detectors.engine import log_candidates
@@ -20,7 +21,30 @@ from tools.log_progress import analyse_log
 from tools.protocols import Clock, JobScheduler, LogSource, MetricsSource, NodePools, Notifier
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agent.planning.policy_model import Planner
+
+
+_T = TypeVar("_T")
+
+
+class BackendUnavailable(RuntimeError):
+    """A backend could not be read; the message names which one (scheduler, node pools, metrics, logs) and why."""
+
+
+def _read(what: str, call: Callable[[], _T]) -> _T:
+    try:
+        return call()
+    except Exception as exc:
+        raise BackendUnavailable(f"{what} unavailable: {brief_error(exc)}") from exc
+
+
+def brief_error(exc: BaseException, limit: int = 600) -> str:
+    """`Type: message` on one line, the middle cut out when long (a failed PromQL query quotes the whole query;
+    the server's answer is at the end), so a report line stays readable and still says what went wrong."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else f"{text[:limit // 3]} … {text[-(limit - limit // 3):]}"
 
 
 @dataclass(frozen=True)
@@ -96,10 +120,16 @@ class StewardDeps:
         at = at or self.clock.now()
         # Jobs first: on Slurm the metrics map dcgm-exporter's hpc_job label through this listing, so every
         # series read below (the coarse history included) is mapped with the jobs this sweep judges.
-        jobs = self.scheduler.list_jobs()
-        nodes = self.scheduler.list_nodes()
-        pools = self.pools.list_pools()
+        jobs = _read("scheduler", self.scheduler.list_jobs)
+        nodes = _read("scheduler", self.scheduler.list_nodes)
+        pools = _read("node pools", self.pools.list_pools)
         return self._observe(at, self.metrics, jobs, nodes, pools, listing_calls=3)
+
+    def unread(self, reason: str, at: datetime | None = None) -> Observation:
+        """What a sweep knows when the cluster could not be read: nothing, and why (so nothing is judged)."""
+        grid = sweep_grid(self.policy)
+        return Observation(at=at or self.clock.now(), slice_s=grid.slice_s, lookback_s=grid.lookback_s,
+                           currency=self.currency, degraded=[reason])
 
     def observe_job(self, job: JobInfo, at: datetime | None = None) -> Observation:
         """Re-read one job right before acting on it: its own series over the detectors' windows, its log.
@@ -116,7 +146,10 @@ class StewardDeps:
                  pools: list[PoolInfo], *, listing_calls: int) -> Observation:
         grid = sweep_grid(self.policy)
         slice_s, lookback, coarse_s = grid.slice_s, grid.lookback_s, grid.history_slice_s
-        history = gpu_history(metrics, at, grid.history_lookback_s, coarse_s) if grid.history_lookback_s else []
+        history = (_read("metrics", lambda: gpu_history(metrics, at, grid.history_lookback_s, coarse_s))
+                   if grid.history_lookback_s else [])
+        gpus = _read("metrics", lambda: metrics.gpu_series(at, lookback, slice_s))
+        io = _read("metrics", lambda: metrics.job_io_series(at, lookback, slice_s))
         obs = Observation(
             at=at,
             slice_s=slice_s,
@@ -125,8 +158,8 @@ class StewardDeps:
             jobs=jobs,
             nodes=nodes,
             pools=pools,
-            gpus=metrics.gpu_series(at, lookback, slice_s),
-            io=metrics.job_io_series(at, lookback, slice_s),
+            gpus=gpus,
+            io=io,
             history=history,
             history_slice_s=coarse_s if history else 0.0,
             backend_calls=listing_calls + (3 if history else 2),
@@ -138,7 +171,7 @@ class StewardDeps:
         logs = {}
         redactor = self.policy.redaction.redactor()
         for job_id in log_candidates(obs, self.policy):
-            lines = self.logs.tail(job_id, at - log_span, at, limit=500)
+            lines = _read(f"logs of {job_id}", partial(self.logs.tail, job_id, at - log_span, at, limit=500))
             logs[job_id] = analyse_log(job_id, lines, at, redactor)
             obs.backend_calls += 1
         obs.logs = logs

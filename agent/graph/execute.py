@@ -1,14 +1,15 @@
-"""Carry out one guarded action: re-read fresh state, re-check the guardrail, act, audit. Idempotent."""
+"""Carry out one guarded action: re-read fresh state, re-check the guardrail, audit the intent, act, audit. Idempotent."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent.detectors.engine import run_detectors
 from agent.guardrail.decide import Facts, decide
 from agent.planning.policy_model import warning_message
 from core.actions import (
+    STOP_ACTIONS,
     STOPPABLE_KINDS,
     ActionOutcome,
     ActionStatus,
@@ -19,6 +20,8 @@ from core.actions import (
 )
 
 MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
+# How far back a sweep looks for actions a stopped process left without an outcome: the guardrail's own memory.
+INTERRUPTED_LOOKBACK = timedelta(hours=24)
 
 if TYPE_CHECKING:
     from agent.graph.deps import StewardDeps
@@ -115,6 +118,13 @@ def execute_action(
         return outcome("dry_run", f"dry run: would {p.action} {p.target}", deadline=warning_deadline)
     job = facts.job
     gpus = job.gpus if job else 0
+    # Written ahead of the call: if the process dies before the outcome below is audited, the next sweep finds
+    # this intent without an outcome and settles it from fresh state (settle_interrupted), never acts twice.
+    deps.audit.record("intent", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level,
+                      status="acting", reason=f"about to {p.action} {p.target}",
+                      data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "target_uid": uid,
+                            "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "approved_by": approved_by,
+                            "nodes_before": facts.pool.nodes if facts.pool else None})
     try:
         if p.action == "notify":
             finding = next((f for f in facts.findings if f.kind == p.finding_kind), facts.findings[0])
@@ -158,3 +168,74 @@ def remember_outcome(history: History, outcome: ActionOutcome, finding_kind: str
                                         at=outcome.at, finding_kind=finding_kind, gpus=outcome.gpus,  # type: ignore[arg-type]
                                         target_uid=outcome.target_uid, deadline=outcome.deadline,
                                         detail=outcome.detail))
+
+
+def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
+    """Give every action a stopped process left between its intent and its outcome an audited outcome.
+
+    Decided from fresh state, never by acting again: a graceful stop whose job is now stopping took effect
+    (executed); a job still running (for a forced stop, still stopping), replaced or gone, or a warning whose
+    delivery is unknown, is `skipped` (not counted as done), so it is redone once if still warranted. A target
+    that cannot be read now is left for the next sweep.
+    """
+    now = deps.clock.now()
+    intents = deps.audit.entries(kind="intent", since=now - INTERRUPTED_LOOKBACK, limit=10_000, newest_first=False)
+    if not intents:
+        return []
+    # A run that reached its report gave each of its intents an outcome; only the others are looked at closely.
+    finished = {e.run_id for e in deps.audit.entries(kind="report", since=min(e.at for e in intents), limit=100_000)}
+    settled: set[str] = set()
+    out = []
+    for intent in intents:
+        action_id = str(intent.data.get("action_id"))
+        if intent.run_id in finished or intent.at > now or action_id in settled:
+            continue
+        if any(e.data.get("action_id") == action_id
+               for e in deps.audit.entries(kind="execution", target=intent.target, since=intent.at, limit=1000)):
+            continue
+        try:
+            status, detail, gpus, removed = _interrupted_effect(deps, intent)
+        except Exception:  # the backend is down too: settled by a later sweep, when it can be read
+            continue
+        reason = f"interrupted at {intent.at:%H:%M} before its outcome was recorded: {detail}"
+        data = {"action_id": intent.data.get("action_id"), "finding_kind": intent.data.get("finding_kind"),
+                "gpus": gpus, "detail": detail, "deadline": None, "approved_by": intent.data.get("approved_by"),
+                "target_uid": intent.data.get("target_uid"), "proposed_by": intent.data.get("proposed_by"),
+                "target_nodes": intent.data.get("target_nodes"), "removed_nodes": removed,
+                "interrupted_run": intent.run_id}
+        deps.audit.record("execution", at=now, run_id=run_id, target=intent.target, action=intent.action,
+                          level=intent.level, status=status, reason=reason, data=data)
+        settled.add(action_id)
+        out.append(ActionOutcome(id=action_id, action=intent.action,  # type: ignore[arg-type]
+                                 target=intent.target or "", level=intent.level or 0, status=status, at=now,
+                                 reason=reason, detail=detail, gpus=gpus,
+                                 reclaimed_gpu_hours_per_hour=float(gpus), approved_by=intent.data.get("approved_by"),
+                                 target_uid=intent.data.get("target_uid")))
+    return out
+
+
+def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, str, int, int]:
+    """(status, detail, gpus reclaimed, nodes removed) of an interrupted action, read from the cluster now."""
+    action, target, uid = intent.action, intent.target or "", intent.data.get("target_uid")
+    if action == "notify":
+        return ("skipped", "whether the warning was delivered is unknown, so it does not count as one; "
+                "the owner is warned again if the job is still wasting", 0, 0)
+    if action == "resize_pool":
+        pool = next((p for p in deps.pools.list_pools() if p.name == target), None)
+        wanted, before = intent.data.get("target_nodes"), intent.data.get("nodes_before")
+        if pool is not None and wanted is not None and pool.nodes == wanted:
+            removed = max(0, int(before or pool.nodes) - pool.nodes)
+            return "executed", f"pool {target} has {pool.nodes} nodes now: the resize took effect", \
+                removed * pool.gpus_per_node, removed
+        now_nodes = pool.nodes if pool else "no"
+        return "skipped", f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take effect", 0, 0
+    job = deps.scheduler.get_job(target)
+    if job is None:
+        return "skipped", "the job is gone; nothing more to do", 0, 0
+    if uid and job.uid != uid:
+        return "skipped", f"{target} is another job now (uid {job.uid}); nothing was done to it", 0, 0
+    if action == "terminate" and job.state == "stopping":  # a forced stop is for jobs that were stopping already
+        return "executed", f"the job is stopping: the {action} took effect", int(intent.data.get("gpus") or 0), 0
+    if action in STOP_ACTIONS and job.state in ("completed", "failed", "cancelled"):
+        return "skipped", f"the job is {job.state}; nothing more to do", 0, 0
+    return "skipped", f"the job is still {job.state}: the {action} did not take effect; redone if still warranted", 0, 0

@@ -16,10 +16,14 @@ if TYPE_CHECKING:
 LABELS = {
     "en": {"sweep": "GPU Steward sweep at", "findings": "Findings", "none": "No waste found.", "actions": "Actions",
            "no_actions": "No actions.", "since": "since", "waste": "waste", "planner": "Planner",
-           "approval": "Approval", "total": "Waste so far"},
+           "approval": "Approval", "total": "Waste so far",
+           "none_degraded": "No finding: the data is incomplete (above), and nothing is judged idle or hung on it.",
+           "recovered": "Settled after an interruption (the outcome was not recorded before the process stopped)"},
     "zh": {"sweep": "GPU Steward 巡检时间", "findings": "发现", "none": "未发现浪费。", "actions": "操作",
            "no_actions": "无操作。", "since": "开始于", "waste": "浪费", "planner": "规划器",
-           "approval": "审批", "total": "累计浪费"},
+           "approval": "审批", "total": "累计浪费",
+           "none_degraded": "无发现：数据不完整（见上），不据此判定任何作业空闲或卡死。",
+           "recovered": "中断后补记（进程停止前未记录结果的操作）"},
 }
 
 # Action outcomes and human decisions in Chinese (actions keep their command names).
@@ -28,6 +32,22 @@ STATUS_ZH = {
     "failed": "失败", "refused": "被调度器拒绝", "skipped": "已跳过", "denied_by_human": "被人工拒绝",
     "expired": "已过期", "approve": "批准", "deny": "拒绝", "expire": "过期",
 }
+
+
+# The sweep's own words for why data is incomplete (agent/graph/deps.py, nodes/observe.py, the LLM planner), in
+# Chinese; the backend's error text itself stays verbatim.
+DEGRADED_ZH = (("cluster not read: ", "未能读取集群："), ("node pools unavailable: ", "节点池不可用："),
+               ("scheduler unavailable: ", "调度器不可用："), ("metrics unavailable: ", "指标不可用："),
+               ("model unavailable: ", "模型不可用："), ("; planned by the policy model", "；已由内置策略模型规划"))
+
+
+def degraded_text(reason: str, language: str) -> str:
+    """A degradation reason for people: the sweep's own words translated, the backend's error kept verbatim."""
+    if language != "zh":
+        return reason
+    for en, zh in DEGRADED_ZH:
+        reason = reason.replace(en, zh)
+    return reason
 
 
 def status_label(status: str, language: str) -> str:
@@ -101,7 +121,19 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
     lines = [header, ""]
     # Partial metric answers: no idle or zombie finding was made on them (agent/detectors/longtail.py).
     degraded = observed.get("degraded") or getattr(deps._observations.get(state.get("run_id", "")), "degraded", [])
-    lines[1:1] = [f"{'数据不完整' if zh else 'degraded'}: {reason}" for reason in degraded]
+    lines[1:1] = [f"{'数据不完整' if zh else 'degraded'}: {degraded_text(reason, lang)}" for reason in degraded]
+    unmeasured = _unmeasured(deps, state.get("run_id", ""))
+    if unmeasured:
+        names = ", ".join(unmeasured[:5]) + (f" (+{len(unmeasured) - 5})" if len(unmeasured) > 5 else "")
+        lines.insert(1 + len(degraded), f"未测量：{len(unmeasured)} 个运行中的 GPU 作业没有 GPU 指标（{names}），不对其作判断"
+                     if zh else f"not measured: {len(unmeasured)} running GPU jobs have no GPU metrics ({names}); "
+                     "nothing is judged about them")
+    recovered = state.get("recovered", [])
+    if recovered:
+        lines.append(f"{words['recovered']}：" if zh else f"{words['recovered']}:")
+        lines.extend(f"  {o['action']:<16} {o['target']}: {status_label(o['status'], lang)} {o.get('detail', '')}"
+                     .rstrip() for o in recovered)
+        lines.append("")
     findings = state.get("findings", [])
     if findings:
         lines.append(f"{words['findings']}（{len(findings)}）：" if zh else f"{words['findings']} ({len(findings)}):")
@@ -114,7 +146,7 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
         lines.append(f"  {words['total']}：{total_hours:.1f} GPU 小时，{money(total_cost, currency)}" if zh
                      else f"  {words['total']}: {total_hours:.1f} GPU-h, {money(total_cost, currency)}")
     else:
-        lines.append(words["none"])
+        lines.append(words["none_degraded"] if degraded else words["none"])
     lines.append("")
     decisions = state.get("decisions", [])
     lines.append((f"{words['actions']}：" if zh else f"{words['actions']}:") if decisions else words["no_actions"])
@@ -126,10 +158,19 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
         lines.append(f"\n{words['planner']}{'：' if zh else ': '}{plan.get('model', '?')}{extra}")
         if plan.get("model") != "policy-model" and plan.get("explanation"):
             lines.append(plan["explanation"])
-        lines.extend([f"  ! {plan['degraded']}"] if plan.get("degraded") else [])
+        lines.extend([f"  ! {degraded_text(plan['degraded'], lang)}"] if plan.get("degraded") else [])
         for err in plan.get("errors", []):
             lines.append(f"  ! {err}")
     return "\n".join(lines)
+
+
+def _unmeasured(deps: StewardDeps, run_id: str) -> list[str]:
+    """Running GPU jobs without a single GPU series in the sweep's reading (an exporter down, a series dropped)."""
+    obs = deps._observations.get(run_id)
+    if obs is None:
+        return []
+    measured = obs.gpus_by_job()
+    return sorted(j.id for j in obs.jobs if j.state == "running" and j.gpus > 0 and j.node and j.id not in measured)
 
 
 def describe_grace(seconds: float) -> str:

@@ -1,8 +1,16 @@
-"""Runs sweeps and approval threads on the graph; the one place that starts graph runs."""
+"""Runs sweeps and approval threads on the graph; the one place that starts graph runs.
+
+An answer is taken in three steps: recorded in the approval store (durable; this is what makes it exactly
+once), audited, then the waiting graph thread is resumed with it; the store marks it completed after both.
+When the audit or the resume fails (audit DB locked, a backend error, the process killed), the answer stays
+recorded and incomplete, and `complete_answers` finishes it (before each sweep, and at startup): each
+step is skipped when already done, so the graph is resumed exactly once.
+"""
 
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -12,6 +20,8 @@ from agent.graph.builder import build_graph
 from agent.graph.deps import StewardDeps
 from agent.records.approvals import Approval, ApprovalError
 from core.actions import GuardedAction
+
+log = logging.getLogger("steward.service")
 
 
 @dataclass
@@ -38,6 +48,7 @@ class SweepService:
 
     def sweep(self, trigger: str = "cli") -> SweepResult:
         """One sweep; actions that need a human each get an approval thread, left waiting."""
+        self.complete_answers()
         self.expire_due()
         now = self.deps.clock.now()
         run_id = f"{self.run_prefix}-{now:%Y%m%dT%H%M%S}-{next(self._seq)}"
@@ -61,24 +72,79 @@ class SweepService:
         return approval
 
     def answer(self, approval_id: str, decision: Literal["approve", "deny"], by: str, reason: str = "") -> SweepResult:
-        """Take a human answer exactly once and resume the waiting graph with it."""
-        now = self.deps.clock.now()
-        self.deps.approvals.answer(approval_id, decision=decision, by=by, reason=reason, now=now, run_id=approval_id)
-        return self._resume(approval_id, {"decision": decision, "by": by, "reason": reason})
+        """Take a human answer exactly once, audit it and resume the waiting graph with it.
 
-    def _resume(self, approval_id: str, value: dict[str, Any]) -> SweepResult:
-        config = self._config(approval_id)
-        if not self.graph.get_state(config).next:
-            raise ApprovalError(f"approval {approval_id} has no waiting graph run")
-        state = self.graph.invoke(Command(resume=value), config)
-        return SweepResult(run_id=approval_id, report=state.get("report", ""), state=state)
+        ApprovalError when it is not taken (unknown, already answered, expired; ApprovalUnavailable: the store
+        cannot be written). Once taken it is never lost: when auditing or resuming fails, the result says it
+        is deferred (state["deferred"]) and `complete_answers` finishes it later.
+        """
+        now = self.deps.clock.now()
+        taken = self.deps.approvals.answer(approval_id, decision=decision, by=by, reason=reason, now=now,
+                                           run_id=approval_id)
+        return self._complete_or_defer(taken)
+
+    def _complete_or_defer(self, approval: Approval) -> SweepResult:
+        try:
+            return self.complete(approval)
+        except Exception as exc:  # recorded already: finished by complete_answers, never dropped
+            log.exception("approval %s (%s) recorded; auditing or resuming it failed, will complete it later",
+                          approval.id, approval.status)
+            self.deps.approvals.release(approval.id)
+            return SweepResult(run_id=approval.id, report=deferred_report(approval, exc),
+                               state={"outcomes": [], "deferred": f"{type(exc).__name__}: {exc}"})
+
+    def complete(self, approval: Approval) -> SweepResult:
+        """Audit an answered or expired request (once) and resume its graph thread with it (once), then mark it."""
+        self.deps.approvals.audit_answer(approval)
+        config = self._config(approval.id)
+        snapshot = self.graph.get_state(config)
+        if any(task.interrupts for task in snapshot.tasks):
+            state = self.graph.invoke(Command(resume=_resume_value(approval)), config)
+        elif snapshot.next:  # resumed before, and cut short (process killed): continue from the checkpoint
+            state = self.graph.invoke(None, config)
+        else:  # resumed and finished before (killed before it was marked), or no thread here to resume
+            state = dict(snapshot.values) or {"outcomes": [], "report": no_thread_report(approval)}
+        self.deps.approvals.mark_completed(approval.id, self.deps.clock.now())
+        return SweepResult(run_id=approval.id, report=state.get("report", ""), state=state)
+
+    def complete_answers(self) -> list[SweepResult]:
+        """Finish every answer or expiry whose audit or resume did not happen; each claimed, done exactly once."""
+        results = []
+        for approval in self.deps.approvals.incomplete():
+            if not self.deps.approvals.claim(approval.id):
+                continue  # another process is completing it
+            try:
+                results.append(self.complete(approval))
+            except Exception:  # left incomplete (reported by /healthz) and tried again next time
+                log.exception("approval %s (%s) still incomplete; trying again later", approval.id, approval.status)
+                self.deps.approvals.release(approval.id)
+        return results
 
     def expire_due(self) -> list[SweepResult]:
         """Silence is never approval: overdue requests are closed as expired and nothing is done."""
-        results = []
-        for item in self.deps.approvals.expire_due(self.deps.clock.now(), run_id="expiry"):
-            try:
-                results.append(self._resume(item.id, {"decision": "expire", "by": None, "reason": "expired"}))
-            except ApprovalError:
-                continue
-        return results
+        return [self._complete_or_defer(item)
+                for item in self.deps.approvals.expire_due(self.deps.clock.now(), run_id="expiry")]
+
+
+def _resume_value(approval: Approval) -> dict[str, Any]:
+    if approval.status == "expired":
+        return {"decision": "expire", "by": None, "reason": "expired"}
+    if approval.status not in ("approved", "denied"):
+        raise ApprovalError(f"approval {approval.id} is {approval.status}: nothing to resume with")
+    return {"decision": "approve" if approval.status == "approved" else "deny", "by": approval.answered_by,
+            "reason": approval.answer_reason or ""}
+
+
+def deferred_report(approval: Approval, exc: BaseException) -> str:
+    """What the person who answered reads when the answer is recorded but not yet carried out (en / zh)."""
+    return (f"{approval.id}: {approval.status} by {approval.answered_by or 'policy'} and recorded; auditing or "
+            f"carrying it out failed ({type(exc).__name__}: {exc}). It is completed automatically before the next "
+            f"sweep or at restart; do not answer again.\n"
+            f"{approval.id}：已记录（{approval.status}）；写入审计或执行失败（{type(exc).__name__}）。"
+            f"将在下次巡检前或重启时自动完成，无需再次审批。")
+
+
+def no_thread_report(approval: Approval) -> str:
+    return (f"{approval.id}: {approval.status}; its graph run is gone (no durable checkpoint), so nothing was "
+            f"carried out; the next sweep proposes it again if still needed.\n"
+            f"{approval.id}：{approval.status}；对应的执行流程已不存在，未执行任何操作；如仍需要，下次巡检会重新提出。")

@@ -21,6 +21,7 @@ class StewardState(TypedDict, total=False):
     approval_requests: list[dict[str, Any]]  # GuardedAction dumps that need a human
     approval: dict[str, Any]  # approval mode: the answer taken
     outcomes: Annotated[list[dict[str, Any]], operator.add]  # ActionOutcome dumps
+    recovered: list[dict[str, Any]]  # ActionOutcome dumps: actions an earlier, interrupted process left unsettled
     report: str
 
 

@@ -22,6 +22,7 @@ from agent.guardrail.limit_rules import (
 )
 from agent.guardrail.protection import as_utc, protection_reason
 from agent.guardrail.target_rules import (
+    finding_approval_reason,
     level_ceiling_rule,
     mode_rule,
     no_finding_rule,
@@ -50,6 +51,9 @@ _CHECKS: tuple[Callable[[Case], Denial], ...] = (
 
 
 def _approval_needed(case: Case) -> str | None:
+    why = finding_approval_reason(case)
+    if why:
+        return why
     max_auto, _ = case.levels()
     if case.level > max_auto:
         return f"{case.action.action} is level {case.level}, above the automatic limit {max_auto} for {case.scope()}"

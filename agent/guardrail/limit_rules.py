@@ -92,6 +92,11 @@ def duplicate_rule(case: Case) -> Denial:
                 f"job {job.id} was sent {action.action} at {when(done[-1].at)} and is stopping; "
                 f"waiting for the {format_duration(case.policy.stop.grace_period)} grace period"
             )
+        if action.action == "terminate":
+            # Someone asked already (an answer lost to a timeout, a process killed before its audit, the owner):
+            # a graceful stop is never sent twice; only an approved force may follow.
+            asked = f" since {when(job.stop_requested_at)}" if job.stop_requested_at else ""
+            return "already_stopping", f"job {job.id} is already stopping{asked}; a graceful stop is not sent twice"
     if action.key() in case.history.pending_approvals:
         return "duplicate", f"the same {action.action} on {case.target} is already awaiting approval"
     return None

@@ -100,3 +100,15 @@ def level_ceiling_rule(case: Case) -> Denial:
             f"{case.action.action} is level {case.level}, above the ceiling {hard_max} for {case.scope()}"
         )
     return None
+
+
+def finding_approval_reason(case: Case) -> str | None:
+    """A stop whose every current finding says a human must approve it (stop_needs_approval): why; else None."""
+    if not case.is_stop or case.job is None:
+        return None
+    kind = case.action.finding_kind
+    backing = [f for f in case.facts.findings if f.target == case.action.target and f.target_type == "job"
+               and f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
+    if backing and all(f.stop_needs_approval for f in backing):
+        return f"a stop on this finding needs a human: {backing[0].stop_needs_approval}"
+    return None

@@ -9,11 +9,13 @@ only complete JSON runs, at most `max_tool_calls_per_turn` calls per reply, argu
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from agent.planning.plan_cache import CachedPlan, PlanCache, answers
 from agent.planning.policy_model import PlanResult, PolicyModel
 from agent.planning.prompts import fence_untrusted, render, template_name
 from core.actions import Finding, History
@@ -126,8 +128,10 @@ def refusal_message(call: dict[str, Any], why: str) -> str:
 
 class LLMPlanner:
     def __init__(self, model: BaseChatModel, *, name: str | None = None, max_rounds: int = 6,
-                 max_findings: int = 40, max_tool_calls_per_turn: int = 20, max_tool_args_bytes: int = 8192) -> None:
+                 max_findings: int = 40, max_tool_calls_per_turn: int = 20, max_tool_args_bytes: int = 8192,
+                 cache: PlanCache | None = None) -> None:
         self.model = model
+        self.cache = cache if cache is not None else PlanCache()
         self.name = name or getattr(model, "model_name", None) or type(model).__name__
         self.max_rounds = max_rounds
         self.max_findings = max_findings
@@ -159,6 +163,34 @@ class LLMPlanner:
 
     def plan(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
              catalog: str = "") -> PlanResult:
+        """Findings whose identity and state the model already answered reuse that answer; only the rest
+        go to the model, and none at all means no model call (agent/planning/plan_cache.py)."""
+        if not findings or self.cache is None:
+            return self._plan_fresh(findings, obs, history, deps, catalog)
+        keys = self.cache.keys(self.name, findings, obs, history, deps)
+        kept = [self.cache.get(deps, k) for k in keys]
+        fresh = [f for f, c in zip(findings, kept, strict=True) if c is None]
+        result = self._plan_fresh(fresh, obs, history, deps, catalog) if fresh else PlanResult(model=self.name)
+        if fresh and not result.degraded:  # what the endpoint answered; never the fallback's plan
+            asked = {id(f) for f in split_for_model(fresh, self.max_findings)[0]}
+            for f, k in zip(findings, keys, strict=True):
+                if id(f) in asked:
+                    self.cache.put(deps, k, CachedPlan(answers(f, result.proposals), obs.at))
+        seen = {p.key() for p in result.proposals}
+        lines = [result.explanation] if fresh else []
+        for f, c in zip(findings, kept, strict=True):
+            if c is None:
+                continue
+            result.cached_findings += 1
+            result.proposals += [p for p in c.proposals if p.key() not in seen]
+            seen |= {p.key() for p in c.proposals}
+            lines.append(f"- {f.target}: {f.kind}. {f.evidence} (nothing new since the model's plan of "
+                         f"{c.planned_at:%H:%M}; that plan stands)")
+        result.explanation = "\n".join(line for line in lines if line)
+        return result
+
+    def _plan_fresh(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
+                    catalog: str = "") -> PlanResult:
         result = PlanResult(model=self.name)
         if not findings:
             result.explanation = "No waste found."
@@ -185,11 +217,15 @@ class LLMPlanner:
         messages = self._messages(findings, obs, history, deps, catalog)
         result.prompt_chars = sum(len(str(m.content)) for m in messages)
         for _ in range(self.max_rounds):
+            result.model_calls += 1
+            started = time.perf_counter()
             try:
                 reply = bound.invoke(messages)
             except Exception as exc:  # the endpoint is down (refused, timeout, 5xx): the policy model plans
                 result.degraded = f"model unavailable: {type(exc).__name__}: {exc}; planned by the policy model"
                 break
+            finally:
+                result.model_latency_s.append(round(time.perf_counter() - started, 3))
             if not isinstance(reply, AIMessage):
                 result.errors.append(f"model returned {type(reply).__name__}, not a message")
                 break

@@ -52,6 +52,9 @@ class PlanResult(BaseModel):
     prompt_chars: int = 0
     errors: list[str] = []
     degraded: str | None = None  # why the model could not plan this sweep and the policy model did
+    model_calls: int = 0  # requests sent to the model this sweep (0: nothing new to decide, or no model)
+    model_latency_s: list[float] = []  # seconds per request
+    cached_findings: int = 0  # findings answered by a plan the model made earlier for the same state
 
 
 class Planner(Protocol):

@@ -1,5 +1,9 @@
 """Pending human approvals: one opaque id each, answered exactly once, expiring into a refusal.
 
+An answer is recorded here first (durable, and what makes it exactly once); auditing it and resuming the
+waiting graph follow, and `completed_at` is set when both are done. An answer whose audit or resume failed
+(audit DB locked, process killed) stays incomplete and is finished later: `incomplete()` lists it.
+
 Silence is never a yes, and it is not a final no either: a request that expired unanswered may be asked
 again (a new request, one escalation group further) once `approvals.reask_after` has passed, if the
 planner still proposes the action. A human deny stands; it is never re-asked as if it had expired.
@@ -7,10 +11,14 @@ planner still proposes the action. A human deny stands; it is never re-asked as 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import secrets
+import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +27,9 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agent.records.audit import AuditLog, iso_utc
+from agent.records.store import Problem, StoreUnavailable, classify, columns, open_store
+
+log = logging.getLogger("steward.approvals")
 
 ApprovalStatus = Literal["pending", "approved", "denied", "expired"]
 
@@ -35,14 +46,33 @@ CREATE TABLE IF NOT EXISTS approvals (
     answered_by TEXT,
     answered_at TEXT,
     answer_reason TEXT,
-    payload TEXT NOT NULL
+    payload TEXT NOT NULL,
+    completed_at TEXT,           -- the answer (or expiry) was audited and the graph resumed with it
+    claimed_by TEXT,             -- the process completing it now (one at a time, across replicas)
+    claimed_until REAL           -- wall-clock seconds; a claim left by a killed process lapses then
 );
 CREATE INDEX IF NOT EXISTS approvals_status ON approvals(status);
 """
+CLAIM_S = 600.0  # how long one host may take to audit an answer and resume its graph before another host may
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    have = columns(conn, "approvals")
+    for column, kind in (("completed_at", "TEXT"), ("claimed_by", "TEXT"), ("claimed_until", "REAL")):
+        if column not in have:  # an approvals.sqlite from before: its answered requests are checked once
+            conn.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
 
 
 class ApprovalError(ValueError):
     """An answer that cannot be taken: unknown id, already answered, or expired."""
+
+
+class ApprovalUnavailable(ApprovalError):
+    """The approval store cannot be written (read-only, full, locked): the answer was not taken; ask again."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(f"answer not taken, the request stays open: {problem.detail}")
+        self.problem = problem
 
 
 class Approval(BaseModel):
@@ -58,6 +88,7 @@ class Approval(BaseModel):
     answered_at: datetime | None = None
     answer_reason: str | None = None
     payload: dict[str, Any] = {}
+    completed_at: datetime | None = None
 
     @property
     def round(self) -> int:
@@ -85,12 +116,32 @@ def _utc(value: datetime) -> datetime:
 class ApprovalStore:
     def __init__(self, path: str | Path, audit: AuditLog) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.executescript(_SCHEMA)
+        self._conn, self.readonly = open_store(self.path, _SCHEMA, "approvals", wal=False, migrate=_migrate)
         self._lock = threading.Lock()
         self.audit = audit
+        self.write_problem: Problem | None = None
+        # Who claims an answer to complete it: the host, so a process restarted there takes its own claims back
+        # at once (a killed process leaves them), while another replica waits for them to lapse.
+        self.holder = socket.gethostname() or "localhost"
+        if self.readonly is not None:
+            log.warning("approval store opened read-only: %s", self.readonly.detail)
+
+    def problems(self) -> list[Problem]:
+        return [p for p in (self.readonly, self.write_problem) if p is not None]
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> int:
+        """Run one write; its row count. StoreUnavailable (and `write_problem` set) when it cannot be written."""
+        if self.readonly is not None:
+            raise StoreUnavailable(self.readonly)
+        try:
+            with self._lock:
+                count = self._conn.execute(sql, args).rowcount
+        except sqlite3.Error as exc:
+            self.write_problem = classify(exc, self.path)
+            log.error("approval store not written: %s", self.write_problem.detail)
+            raise StoreUnavailable(self.write_problem) from exc
+        self.write_problem = None
+        return count
 
     def _row(self, row: tuple[Any, ...], cols: list[str]) -> Approval:
         item = dict(zip(cols, row, strict=True))
@@ -156,6 +207,8 @@ class ApprovalStore:
         """
         existing = self.find_pending(proposal_key)
         if existing is not None:
+            if not self.audit.exists(kind="approval", status="pending", approval_id=existing.id):
+                self._audit_pending(existing, run_id)  # its audit entry failed when it was opened
             return existing
         approval_id = "apr_" + secrets.token_urlsafe(12)
         expires = now + timedelta(seconds=expire_after_s)
@@ -175,26 +228,35 @@ class ApprovalStore:
                       "proposal_key": proposal_key, **asked},
             )
         payload = {**payload, **asked}
-        with self._lock:
-            self._conn.execute(
-                "INSERT INTO approvals (id, proposal_key, target, action, level, requested_at, expires_at, payload)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                (approval_id, proposal_key, target, action, level, iso_utc(now), iso_utc(expires),
-                 json.dumps(payload, default=str, ensure_ascii=False)),
-            )
-        self.audit.record(
-            "approval", at=now, run_id=run_id, target=target, action=action, level=level, status="pending",
-            reason=f"waiting for a human until {iso_utc(expires)}",
-            data={"approval_id": approval_id, "proposal_key": proposal_key, "expires_at": iso_utc(expires), **asked},
+        self._write(
+            "INSERT INTO approvals (id, proposal_key, target, action, level, requested_at, expires_at, payload)"
+            " VALUES (?,?,?,?,?,?,?,?)",
+            (approval_id, proposal_key, target, action, level, iso_utc(now), iso_utc(expires),
+             json.dumps(payload, default=str, ensure_ascii=False)),
         )
         got = self.get(approval_id)
         assert got is not None
+        self._audit_pending(got, run_id)
         return got
+
+    def _audit_pending(self, approval: Approval, run_id: str) -> None:
+        asked: dict[str, Any] = {k: approval.payload[k] for k in ("round", "group", "approvers", "reask_of")
+                                 if k in approval.payload}
+        self.audit.record(
+            "approval", at=approval.requested_at, run_id=run_id, target=approval.target, action=approval.action,
+            level=approval.level, status="pending", reason=f"waiting for a human until {iso_utc(approval.expires_at)}",
+            data={"approval_id": approval.id, "proposal_key": approval.proposal_key,
+                  "expires_at": iso_utc(approval.expires_at), **asked},
+        )
 
     def answer(
         self, approval_id: str, *, decision: Literal["approve", "deny"], by: str, reason: str, now: datetime, run_id: str
     ) -> Approval:
-        """Take one answer; a second, stale or unknown answer raises ApprovalError (and is audited)."""
+        """Take one answer, durably, and claim it for completion (`audit_answer`, then the graph's resume).
+
+        A second, stale or unknown answer raises ApprovalError (and is audited); a store that cannot be written
+        raises ApprovalUnavailable and the request stays open.
+        """
         if decision not in ("approve", "deny"):
             raise ApprovalError(f"decision must be approve or deny, not {decision!r}")
         if not by or not by.strip():
@@ -203,13 +265,14 @@ class ApprovalStore:
         if current is None:
             raise ApprovalError(f"no approval with id {approval_id!r}")
         new_status = "approved" if decision == "approve" else "denied"
-        with self._lock:
-            cur = self._conn.execute(
-                "UPDATE approvals SET status = ?, answered_by = ?, answered_at = ?, answer_reason = ?"
-                " WHERE id = ? AND status = 'pending' AND expires_at > ?",
-                (new_status, by, iso_utc(now), reason, approval_id, iso_utc(now)),
-            )
-            taken = cur.rowcount == 1
+        try:
+            taken = self._write(
+                "UPDATE approvals SET status = ?, answered_by = ?, answered_at = ?, answer_reason = ?,"
+                " claimed_by = ?, claimed_until = ? WHERE id = ? AND status = 'pending' AND expires_at > ?",
+                (new_status, by, iso_utc(now), reason, self.holder, time.time() + CLAIM_S, approval_id, iso_utc(now)),
+            ) == 1
+        except StoreUnavailable as exc:
+            raise ApprovalUnavailable(exc.problem) from exc
         if not taken:
             latest = self.get(approval_id)
             why = (
@@ -217,36 +280,82 @@ class ApprovalStore:
                 if latest and latest.status != "pending"
                 else "expired"
             )
-            self.audit.record(
-                "approval", at=now, run_id=run_id, target=current.target, action=current.action,
-                level=current.level, status="refused_answer", reason=f"answer from {by} refused: {why}",
-                data={"approval_id": approval_id, "decision": decision},
-            )
+            try:
+                self.audit.record(
+                    "approval", at=now, run_id=run_id, target=current.target, action=current.action,
+                    level=current.level, status="refused_answer", reason=f"answer from {by} refused: {why}",
+                    data={"approval_id": approval_id, "decision": decision},
+                )
+            except StoreUnavailable as exc:  # the refusal stands either way; say it went unaudited
+                why += f" (refusal not audited: {exc.problem.detail})"
             raise ApprovalError(f"approval {approval_id} cannot be answered: {why}")
-        self.audit.record(
-            "approval", at=now, run_id=run_id, target=current.target, action=current.action, level=current.level,
-            status=new_status, reason=f"{decision} by {by}: {reason}".strip(": "),
-            data={"approval_id": approval_id, "proposal_key": current.proposal_key, "by": by},
-        )
         answered = self.get(approval_id)
         assert answered is not None
         return answered
 
+    def audit_answer(self, approval: Approval) -> None:
+        """Audit an answer or expiry once (skipped when its entry is already there): at the time it was given."""
+        status = approval.status
+        if status not in ("approved", "denied", "expired"):
+            raise ApprovalError(f"approval {approval.id} is {status}: nothing to audit")
+        if self.audit.exists(kind="approval", status=status, approval_id=approval.id):
+            return
+        at = approval.answered_at or approval.expires_at
+        if status == "expired":
+            self.audit.record(
+                "approval", at=at, run_id="expiry", target=approval.target, action=approval.action,
+                level=approval.level, status="expired", reason=f"no answer by {iso_utc(approval.expires_at)}; not done",
+                data={"approval_id": approval.id, "proposal_key": approval.proposal_key},
+            )
+            return
+        decision = "approve" if status == "approved" else "deny"
+        self.audit.record(
+            "approval", at=at, run_id=approval.id, target=approval.target, action=approval.action,
+            level=approval.level, status=status,
+            reason=f"{decision} by {approval.answered_by}: {approval.answer_reason or ''}".strip(": "),
+            data={"approval_id": approval.id, "proposal_key": approval.proposal_key, "by": approval.answered_by},
+        )
+
+    def incomplete(self) -> list[Approval]:
+        """Answered or expired requests whose audit or resume has not been done (oldest first)."""
+        if self.readonly is not None and "completed_at" not in columns(self._conn, "approvals"):
+            return []  # an older file, opened read-only: nothing can be completed anyway
+        return self._select("status IN ('approved', 'denied', 'expired') AND completed_at IS NULL", ())
+
+    def claim(self, approval_id: str) -> bool:
+        """Take the right to complete an answered request; False while another process holds it."""
+        now = time.time()
+        return self._write(
+            "UPDATE approvals SET claimed_by = ?, claimed_until = ? WHERE id = ? AND completed_at IS NULL"
+            " AND status != 'pending' AND (claimed_by IS NULL OR claimed_by = ? OR claimed_until <= ?)",
+            (self.holder, now + CLAIM_S, approval_id, self.holder, now),
+        ) == 1
+
+    def release(self, approval_id: str) -> None:
+        """Give up a claim (its completion failed and will be tried again); best effort."""
+        with contextlib.suppress(StoreUnavailable):  # else the claim lapses after CLAIM_S
+            self._write("UPDATE approvals SET claimed_by = NULL, claimed_until = NULL WHERE id = ? AND claimed_by = ?",
+                        (approval_id, self.holder))
+
+    def mark_completed(self, approval_id: str, now: datetime) -> None:
+        self._write("UPDATE approvals SET completed_at = ?, claimed_by = NULL, claimed_until = NULL"
+                    " WHERE id = ? AND completed_at IS NULL", (iso_utc(now), approval_id))
+
     def expire_due(self, now: datetime, run_id: str) -> list[Approval]:
-        """Mark every overdue request expired (silence is never approval)."""
+        """Mark every overdue request expired (silence is never approval), claimed for completion.
+
+        The expiry's audit entry and the graph's resume follow (`audit_answer`, SweepService.complete).
+        """
         due = self._select("status = 'pending' AND expires_at <= ?", (iso_utc(now),))
         expired = []
         for item in due:
-            with self._lock:
-                cur = self._conn.execute(
-                    "UPDATE approvals SET status = 'expired', answered_at = ? WHERE id = ? AND status = 'pending'",
-                    (iso_utc(now), item.id),
-                )
-            if cur.rowcount == 1:
-                self.audit.record(
-                    "approval", at=now, run_id=run_id, target=item.target, action=item.action, level=item.level,
-                    status="expired", reason=f"no answer by {iso_utc(item.expires_at)}; not done",
-                    data={"approval_id": item.id, "proposal_key": item.proposal_key},
-                )
-                expired.append(item)
+            changed = self._write(
+                "UPDATE approvals SET status = 'expired', answered_at = ?, claimed_by = ?, claimed_until = ?"
+                " WHERE id = ? AND status = 'pending'",
+                (iso_utc(now), self.holder, time.time() + CLAIM_S, item.id),
+            )
+            if changed == 1:
+                got = self.get(item.id)
+                assert got is not None
+                expired.append(got)
         return expired

@@ -1,19 +1,38 @@
-"""Append-only audit log in SQLite: every finding, proposal, decision, approval and execution."""
+"""Append-only, tamper-evident audit log in SQLite: every finding, proposal, decision, approval and execution.
+
+Each entry carries a sequence number (`seq`: 1, 2, 3, ... with no gaps), the hash of the entry before it
+(`prev_hash`) and its own hash: sha256 over the canonical JSON of its content and `prev_hash` (a plain hash
+chain). Triggers refuse UPDATE and DELETE; the chain makes an edit, insertion or deletion that went around them
+(dropping the triggers, editing the file) detectable by `verify`, and the head (seq + hash) that the server logs
+at each sweep, reports in /metrics and `steward audit head` writes to a file makes a deleted tail detectable.
+
+Entries written before the chain existed (an audit.sqlite from an older version) keep no stored hash: the
+chain starts after them, anchored to them (the first hashed entry's `prev_hash` is the running hash of those
+entries as they were when the chain began), so they were unprotected before the upgrade but any later change
+to them breaks the chain too. Rehashing them in place was not chosen: it would need an UPDATE through the
+append-only triggers and would vouch for whatever they held at migration time just the same.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from agent.records.store import Problem, StoreUnavailable, classify, columns, open_store
 from core.actions import Exemption, History, HistoryEntry
+
+log = logging.getLogger("steward.audit")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
@@ -27,7 +46,9 @@ CREATE TABLE IF NOT EXISTS audit (
     level INTEGER,
     status TEXT,
     reason TEXT,
-    data TEXT NOT NULL DEFAULT '{}'
+    data TEXT NOT NULL DEFAULT '{}',
+    prev_hash TEXT,              -- the hash of entry seq - 1 (NULL only on entries older than the chain)
+    hash TEXT                    -- sha256 of this entry's canonical content and prev_hash
 );
 CREATE INDEX IF NOT EXISTS audit_kind_at ON audit(kind, at);
 CREATE INDEX IF NOT EXISTS audit_target ON audit(target);
@@ -36,7 +57,84 @@ BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 """
+TRIGGERS = ("audit_no_update", "audit_no_delete")
+GENESIS = "0" * 64  # prev_hash of the very first entry of a log
+CONTENT = ("seq", "at", "recorded_at", "run_id", "kind", "target", "action", "level", "status", "reason", "data")
+CHAIN_BROKEN = "audit_chain_broken"
 
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    have = columns(conn, "audit")
+    for column in ("prev_hash", "hash"):
+        if column not in have:  # an audit.sqlite from before the chain: its entries stay, unhashed
+            conn.execute(f"ALTER TABLE audit ADD COLUMN {column} TEXT")
+
+
+def entry_hash(prev_hash: str, row: Mapping[str, Any]) -> str:
+    """sha256 (hex) over the canonical JSON (sorted keys, no spaces, ASCII) of an entry's stored content."""
+    body = {name: row[name] for name in CONTENT}
+    body["prev_hash"] = prev_hash
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Head:
+    """The newest entry of a log: export it, and a log that later ends before it or differs at it was cut."""
+
+    seq: int
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "hash": self.hash}
+
+    @staticmethod
+    def from_json(doc: Any, source: str = "head") -> Head:
+        if not isinstance(doc, dict) or not isinstance(doc.get("seq"), int) or isinstance(doc.get("seq"), bool):
+            raise ValueError(f"{source}: needs an integer 'seq' and a 'hash' (what `steward audit head` writes)")
+        digest = doc.get("hash")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ValueError(f"{source}: 'hash' must be 64 lowercase hex digits, got {digest!r}")
+        if doc["seq"] < 1:
+            raise ValueError(f"{source}: 'seq' must be 1 or more, got {doc['seq']}")
+        return Head(doc["seq"], digest)
+
+
+@dataclass
+class Verification:
+    """What `verify` found: the first bad entry (seq and what is wrong) or none, and the head it reached."""
+
+    entries: int = 0
+    legacy: int = 0  # entries older than the chain (no stored hash)
+    head: Head | None = None
+    bad_seq: int | None = None
+    bad_entry: str = ""  # "execution force_terminate ml/x at 2026-..." of the first bad entry
+    problem: str = ""  # what is wrong with it, or with the log as a whole
+    notes: list[str] = field(default_factory=list)  # what is wrong besides the entries (e.g. missing triggers)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem and not self.notes
+
+    def describe(self) -> str:
+        if self.ok:
+            older = f" ({self.legacy} older than the chain, unprotected before it began)" if self.legacy else ""
+            head = f"head seq {self.head.seq} sha256 {self.head.hash}" if self.head else "empty"
+            return f"OK: {self.entries} entries{older}, {head}"
+        lines = []
+        if self.problem:
+            where = f"entry seq {self.bad_seq}" + (f" ({self.bad_entry})" if self.bad_entry else "")
+            lines.append(f"BAD: {where}: {self.problem}" if self.bad_seq is not None else f"BAD: {self.problem}")
+        lines.extend(f"BAD: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+class AuditTampered(RuntimeError):
+    """An entry the guardrail was about to rely on does not match its hash: nothing is decided on it."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
 
 
 class AuditEntry(BaseModel):
@@ -51,6 +149,8 @@ class AuditEntry(BaseModel):
     status: str | None = None
     reason: str | None = None
     data: dict[str, Any] = {}
+    prev_hash: str | None = None
+    hash: str | None = None
 
 
 def iso_utc(value: datetime) -> str:
@@ -60,20 +160,43 @@ def iso_utc(value: datetime) -> str:
     return value.astimezone(UTC).isoformat()
 
 
-class AuditLog:
-    """One SQLite file (or ':memory:'); safe to share between threads of one process."""
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
+
+def _what(row: Mapping[str, Any]) -> str:
+    """'execution force_terminate ml/x at 2026-...' for naming an entry to a person."""
+    parts = [str(row.get(k)) for k in ("kind", "action", "target") if row.get(k)]
+    return " ".join(parts) + (f" at {row['at']}" if row.get("at") else "")
+
+
+class AuditLog:
+    """One SQLite file (or ':memory:'); safe to share between threads of one process.
+
+    A file that cannot be written (read-only or full data dir) is opened read-only: the history stays readable
+    and every `record` raises StoreUnavailable; `problems()` says why (reported by /healthz and /metrics).
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, readonly: bool = False) -> None:
+        """readonly: open an existing log only to read it (FileNotFoundError when there is none)."""
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL" if self.path != ":memory:" else "PRAGMA journal_mode=MEMORY")
-        self._conn.executescript(_SCHEMA)
+        self._conn, self.readonly = open_store(self.path, _SCHEMA, "audit", wal=self.path != ":memory:",
+                                               migrate=_migrate, readonly=readonly)
+        self._hashed = "hash" in columns(self._conn, "audit")  # False only for an old file opened read-only
         self._lock = threading.Lock()
+        self.write_problem: Problem | None = None  # the last write failed (locked, full, ...); cleared on success
+        self.chain_problem: Problem | None = None  # an entry failed its hash check; stays until a restart
+        self._chain_start: int | None = None  # seq of the first hashed entry, once known
+        self._checked: Head | None = None  # the head the last incremental check reached
+        if self.readonly is not None and not readonly:
+            log.warning("audit log opened read-only: %s", self.readonly.detail)
 
     def close(self) -> None:
         self._conn.close()
+
+    def problems(self) -> list[Problem]:
+        """Why the audit log cannot be trusted or written right now (empty: it can)."""
+        return [p for p in (self.readonly, self.write_problem, self.chain_problem) if p is not None]
 
     @contextmanager
     def _cursor(self) -> Iterator[sqlite3.Cursor]:
@@ -83,6 +206,9 @@ class AuditLog:
                 yield cur
             finally:
                 cur.close()
+
+    def _select_list(self) -> str:
+        return "*" if self._hashed else "*, NULL AS prev_hash, NULL AS hash"
 
     def record(
         self,
@@ -97,25 +223,166 @@ class AuditLog:
         reason: str | None = None,
         data: dict[str, Any] | None = None,
     ) -> int:
-        row = (
-            iso_utc(at),
-            datetime.now(UTC).isoformat(),
-            run_id,
-            kind,
-            target,
-            action,
-            level,
-            status,
-            reason,
-            json.dumps(data or {}, default=str, ensure_ascii=False),
-        )
+        """Append one entry, chained to the one before it; its seq. StoreUnavailable when it cannot be written."""
+        if self.readonly is not None:
+            raise StoreUnavailable(self.readonly)
+        item: dict[str, Any] = {
+            # Stored exactly as hashed: text as text, the level as an integer (no SQLite type conversion).
+            "at": iso_utc(at), "recorded_at": datetime.now(UTC).isoformat(), "run_id": str(run_id), "kind": str(kind),
+            "target": _text(target), "action": _text(action), "level": None if level is None else int(level),
+            "status": _text(status), "reason": _text(reason),
+            "data": json.dumps(data or {}, default=str, ensure_ascii=False),
+        }
+        try:
+            with self._cursor() as cur:
+                cur.execute("BEGIN IMMEDIATE")  # the chain's tail is read and extended by one writer at a time
+                try:
+                    last = cur.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+                    if last is None:
+                        prev = GENESIS
+                    elif last[1] is not None:
+                        prev = last[1]
+                    else:  # the first entry after an upgrade: anchor the chain to the entries before it
+                        prev = self._running_hash(cur, upto=int(last[0]))
+                    item["seq"] = int(last[0]) + 1 if last else 1
+                    digest = entry_hash(prev, item)
+                    cur.execute(
+                        "INSERT INTO audit (seq, at, recorded_at, run_id, kind, target, action, level, status, reason,"
+                        " data, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (*(item[name] for name in CONTENT), prev, digest),
+                    )
+                    cur.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        cur.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            self.write_problem = classify(exc, self.path)
+            log.error("audit entry not written (%s %s): %s", kind, target or "", self.write_problem.detail)
+            raise StoreUnavailable(self.write_problem) from exc
+        self.write_problem = None
+        return int(item["seq"])
+
+    def _running_hash(self, cur: sqlite3.Cursor, upto: int) -> str:
+        """The chain's hash after entry `upto`, computed over unhashed (older) entries from the start."""
+        running = GENESIS
+        rows = cur.execute(f"SELECT {', '.join(CONTENT)}, hash FROM audit WHERE seq <= ? ORDER BY seq", (upto,))
+        for row in rows.fetchall():
+            item = dict(zip((*CONTENT, "hash"), row, strict=True))
+            running = item["hash"] or entry_hash(running, item)
+        return running
+
+    def head(self) -> Head | None:
+        """The newest entry's seq and hash (None for an empty log)."""
         with self._cursor() as cur:
-            cur.execute(
-                "INSERT INTO audit (at, recorded_at, run_id, kind, target, action, level, status, reason, data)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                row,
-            )
-            return int(cur.lastrowid or 0)
+            last = cur.execute(f"SELECT seq{', hash' if self._hashed else ', NULL'} FROM audit "
+                               "ORDER BY seq DESC LIMIT 1").fetchone()
+            if last is None:
+                return None
+            return Head(int(last[0]), last[1] or self._running_hash(cur, upto=int(last[0])))
+
+    def verify(self, expect_head: Head | None = None, *, after: Head | None = None) -> Verification:
+        """Walk the chain: sequence without gaps, each prev_hash the hash before it, each hash its content.
+
+        Stops at the first bad entry and names it. `after`: start at that head (checked to be unchanged)
+        instead of the beginning. `expect_head`: a head exported earlier must still be in the log, unchanged.
+        """
+        out = Verification()
+        running, expected, chained = (after.hash, after.seq, True) if after else (GENESIS, 1, False)
+        seen_expected: str | None = None
+        select = f"SELECT {', '.join(CONTENT)}, " + ("prev_hash, hash" if self._hashed else "NULL, NULL")
+        with self._cursor() as cur:
+            triggers = {r[0] for r in cur.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'audit'")}
+            missing = [t for t in TRIGGERS if t not in triggers]
+            if missing:
+                out.notes.append(f"append-only trigger(s) missing: {', '.join(missing)} (UPDATE/DELETE were "
+                                 "possible)")
+            rows = cur.execute(f"{select} FROM audit WHERE seq >= ? ORDER BY seq", (expected,))
+            for raw in _batches(rows):
+                item = dict(zip((*CONTENT, "prev_hash", "hash"), raw, strict=True))
+                seq = item["seq"]
+                if after is not None and out.entries == 0:
+                    out.entries = 1
+                    expected = seq + 1
+                    # An entry older than the chain has no stored hash to compare: it was never protected.
+                    if seq != after.seq or (item["hash"] or after.hash) != after.hash:
+                        self._bad(out, item, f"differs from head seq {after.seq} checked earlier (the log was "
+                                             "rewritten or its tail deleted)")
+                        break
+                    continue
+                if seq != expected:
+                    gap = (f"entries {expected}..{seq - 1} are missing" if seq > expected + 1
+                           else f"entry {expected} is missing") if seq > expected else "out of sequence"
+                    self._bad(out, item, f"sequence jumps from {expected - 1} to {seq}: {gap} (deleted)")
+                    break
+                computed = entry_hash(running, item)
+                if item["hash"] is None:
+                    if chained:
+                        self._bad(out, item, f"no hash, but the chain began at seq {self._chain_start or '?'} "
+                                             "(inserted, or its hash stripped)")
+                        break
+                    out.legacy += 1
+                    running = computed
+                else:
+                    if not chained:
+                        chained, self._chain_start = True, seq
+                    if item["prev_hash"] != running:
+                        self._bad(out, item, "prev_hash is not the hash of the entry before it (an entry before it "
+                                             "was edited, inserted or deleted)")
+                        break
+                    if item["hash"] != computed:
+                        self._bad(out, item, "content does not match its hash (edited after it was written)")
+                        break
+                    running = item["hash"]
+                if expect_head is not None and seq == expect_head.seq:
+                    seen_expected = running
+                out.entries += 1
+                expected = seq + 1
+        if out.problem:
+            return out
+        if expected > 1 or after is not None:
+            out.head = Head(expected - 1, running)
+        if after is not None and out.entries == 0:
+            out.problem = f"the log ends before head seq {after.seq} checked earlier (its tail was deleted)"
+            out.bad_seq = after.seq
+        elif expect_head is not None:
+            last = out.head.seq if out.head else 0
+            if last < expect_head.seq:
+                out.bad_seq = expect_head.seq
+                out.problem = (f"the log ends at seq {last}, before the exported head seq {expect_head.seq}: "
+                               f"entries {last + 1}..{expect_head.seq} were deleted")
+            elif seen_expected != expect_head.hash:
+                out.bad_seq = expect_head.seq
+                out.problem = (f"hash {seen_expected} differs from the exported head {expect_head.hash} (the log "
+                               "was rewritten at or before it)")
+        return out
+
+    @staticmethod
+    def _bad(out: Verification, item: Mapping[str, Any], problem: str) -> None:
+        out.bad_seq, out.bad_entry, out.problem = int(item["seq"]), _what(item), problem
+
+    def check_appended(self) -> Verification:
+        """Verify what was appended since the last check (from the head at the first call): cheap, every sweep.
+
+        A broken result is kept in `chain_problem` (reported as audit_chain_broken) until a restart.
+        """
+        if self._checked is None:
+            self._checked = self.head()
+            return Verification(head=self._checked)
+        result = self.verify(after=self._checked)
+        if result.problem:
+            self._broken(result.bad_seq, result.problem)
+        elif result.head is not None:
+            self._checked = result.head
+        return result
+
+    def _broken(self, seq: int | None, problem: str) -> Problem:
+        found = Problem(CHAIN_BROKEN, f"{self.path}: entry seq {seq}: {problem}; run `steward audit verify`")
+        if self.chain_problem is None:
+            log.error("audit log tampered: %s", found.detail)
+        self.chain_problem = found
+        return found
 
     def entries(
         self,
@@ -128,7 +395,10 @@ class AuditLog:
         limit: int = 100,
         offset: int = 0,
         newest_first: bool = True,
+        checked: bool = False,
     ) -> list[AuditEntry]:
+        """Entries matching the filters. checked: each one's hash is recomputed from its content, and one that
+        does not match (or has none after the chain began) raises AuditTampered instead of being returned."""
         clauses, args = [], []
         for column, value in (("kind", kind), ("target", target), ("status", status), ("run_id", run_id)):
             if value is not None:
@@ -139,7 +409,7 @@ class AuditLog:
             args.append(iso_utc(since))
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "DESC" if newest_first else "ASC"
-        sql = f"SELECT * FROM audit {where} ORDER BY seq {order} LIMIT ? OFFSET ?"
+        sql = f"SELECT {self._select_list()} FROM audit {where} ORDER BY seq {order} LIMIT ? OFFSET ?"
         with self._cursor() as cur:
             cur.execute(sql, (*args, limit, offset))
             cols = [c[0] for c in cur.description]
@@ -147,9 +417,32 @@ class AuditLog:
         out = []
         for row in rows:
             item = dict(zip(cols, row, strict=True))
+            if checked:
+                self._check_row(item)
             item["data"] = json.loads(item["data"] or "{}")
             out.append(AuditEntry.model_validate(item))
         return out
+
+    def _check_row(self, item: Mapping[str, Any]) -> None:
+        if item["hash"] is None:
+            if self._chain_start is None and self._hashed:
+                with self._cursor() as cur:
+                    first = cur.execute("SELECT seq FROM audit WHERE hash IS NOT NULL ORDER BY seq LIMIT 1").fetchone()
+                self._chain_start = int(first[0]) if first else None
+            if self._chain_start is not None and item["seq"] > self._chain_start:
+                raise AuditTampered(self._broken(item["seq"], f"{_what(item)}: no hash, but the chain began at seq "
+                                                              f"{self._chain_start}"))
+            return
+        if entry_hash(item["prev_hash"] or "", item) != item["hash"]:
+            raise AuditTampered(self._broken(item["seq"], f"{_what(item)}: content does not match its hash "
+                                                          "(edited after it was written)"))
+
+    def exists(self, *, kind: str, status: str, **data: str) -> bool:
+        """Whether an entry of this kind and status whose data holds these values was written."""
+        clauses = " AND ".join(f"json_extract(data, '$.{key}') = ?" for key in data)
+        sql = f"SELECT 1 FROM audit WHERE kind = ? AND status = ?{' AND ' + clauses if clauses else ''} LIMIT 1"
+        with self._cursor() as cur:
+            return cur.execute(sql, (kind, status, *data.values())).fetchone() is not None
 
     def count(self, kind: str | None = None) -> int:
         with self._cursor() as cur:
@@ -159,10 +452,21 @@ class AuditLog:
                 cur.execute("SELECT COUNT(*) FROM audit WHERE kind = ?", (kind,))
             return int(cur.fetchone()[0])
 
+    def exemptions(self, now: datetime) -> list[AuditEntry]:
+        """Exemption grants in force at `now` (not over, not revoked by a later `revoked` entry), newest first."""
+        rows = [e for e in self.entries(kind="exemption", since=now - timedelta(days=31), limit=10_000, checked=True)
+                if e.at <= now]
+        revoked = {int(seq) for e in rows if e.status == "revoked" for seq in e.data.get("revokes") or []}
+        return [e for e in rows if e.status == "granted" and e.seq not in revoked
+                and datetime.fromisoformat(str(e.data["until"])) > now]
+
     def history(self, now: datetime, lookback: timedelta = timedelta(hours=24)) -> History:
-        """What the guardrail needs to know about the past: actions, exemptions, pending approvals."""
+        """What the guardrail needs to know about the past: actions, exemptions, pending approvals.
+
+        Every entry read is checked against its hash: AuditTampered rather than a decision on a forged past.
+        """
         since = now - lookback
-        executions = self.entries(kind="execution", since=since, limit=100_000, newest_first=False)
+        executions = self.entries(kind="execution", since=since, limit=100_000, newest_first=False, checked=True)
         entries = [
             HistoryEntry(
                 action=e.action,  # type: ignore[arg-type]
@@ -180,12 +484,11 @@ class AuditLog:
         ]
         exemptions = [
             Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "")
-            for e in self.entries(kind="exemption", since=now - timedelta(days=30), limit=10_000)
-            if e.at <= now
+            for e in self.exemptions(now)
         ]
         pending: dict[str, str] = {}
         denied: set[str] = set()
-        for e in self.entries(kind="approval", since=since, limit=100_000, newest_first=False):
+        for e in self.entries(kind="approval", since=since, limit=100_000, newest_first=False, checked=True):
             key = e.data.get("proposal_key")
             if not key or e.at > now:
                 continue
@@ -201,3 +504,11 @@ class AuditLog:
             pending_approvals=list(pending),
             denied_recently=sorted(denied),
         )
+
+
+def _batches(cur: sqlite3.Cursor, size: int = 5000) -> Iterable[tuple[Any, ...]]:
+    while True:
+        rows = cur.fetchmany(size)
+        if not rows:
+            return
+        yield from rows

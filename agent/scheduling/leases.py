@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
+
+from agent.records.store import open_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
@@ -51,14 +52,15 @@ class SqliteLease:
 
     def __init__(self, path: str | Path, name: str, holder: str, duration_s: float = 30.0,
                  clock: Callable[[], float] = time.time) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
         # Each replica has its own connection; SQLite's file lock makes the UPDATE/INSERT atomic across them.
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
-        self._conn.executescript(_SCHEMA)
+        # In a data dir that cannot be written the lease is never held (`problem` says why; nothing sweeps).
+        self._conn, self.problem = open_store(str(path), _SCHEMA, "leases", wal=False, timeout=10)
         self._lock = threading.Lock()
         self.name, self.holder, self.duration_s, self._clock = name, holder, duration_s, clock
 
     def acquire(self) -> bool:
+        if self.problem is not None:
+            return False
         now = self._clock()
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -71,7 +73,8 @@ class SqliteLease:
                 took = cur.rowcount == 1
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # SQLite already rolled back after e.g. a full disk
+                    self._conn.execute("ROLLBACK")
                 raise
         return took
 
@@ -81,5 +84,7 @@ class SqliteLease:
         return row[0] if row and row[1] > self._clock() else None
 
     def release(self) -> None:
+        if self.problem is not None:
+            return
         with self._lock:
             self._conn.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (self.name, self.holder))

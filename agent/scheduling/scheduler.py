@@ -78,7 +78,12 @@ class SweepScheduler:
         if not self.leader:
             self.next_due = self.schedule.next_after(now)
             return "not_leader"
-        outcome, _ = self.run_now("schedule")
+        try:
+            outcome, _ = self.run_now("schedule")
+        except BaseException:
+            # A failed sweep is tried again at the next due time, not at every tick.
+            self.next_due = self.schedule.next_after(self._now())
+            raise
         if outcome == "ran":
             # From the time the sweep finished: a slow sweep is followed by a full interval, not a burst.
             self.next_due = self.schedule.next_after(self._now())

@@ -23,6 +23,13 @@ export async function getJSON(path) {
   return (await checked(await fetch(path, { headers: headers() }))).json();
 }
 
+// /healthz answers 503 with its reasons when degraded: read both, never prompt for a token.
+export async function getHealth() {
+  const resp = await fetch("/healthz", { headers: headers() });
+  if (resp.status !== 200 && resp.status !== 503) throw new Error(`/healthz: ${resp.status}`);
+  return resp.json();
+}
+
 export async function postJSON(path, body) {
   const resp = await fetch(path, {
     method: "POST", headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify(body),
@@ -36,6 +43,10 @@ export async function streamSSE(path, body, onEvent) {
     method: "POST", headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
     body: JSON.stringify(body),
   }));
+  await readEvents(resp, onEvent);
+}
+
+async function readEvents(resp, onEvent) {
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -56,4 +67,10 @@ export async function streamSSE(path, body, onEvent) {
       if (data.length) onEvent(type, JSON.parse(data.join("\n")));
     }
   }
+}
+
+// GET a text/event-stream (fetch, not EventSource, so the bearer token goes along), calling onEvent(type, data).
+export async function followSSE(path, onEvent, signal) {
+  const resp = await checked(await fetch(path, { headers: headers({ Accept: "text/event-stream" }), signal }));
+  await readEvents(resp, onEvent);
 }

@@ -1,8 +1,8 @@
 // Entry point: tabs, language toggle, polling of the current view and the cluster clock.
-import { getJSON } from "./api.js";
+import { followSSE, getHealth, postJSON } from "./api.js";
 import { ask, renderSuggestions } from "./chat.js";
 import { applyLabels, t, toggleLang } from "./i18n.js";
-import { hhmm, state } from "./render.js";
+import { hhmm, state, when } from "./render.js";
 import { bindAudit, bindExemptForm, loadApprovals, loadAudit, loadFindings, loadSavings } from "./views.js";
 
 const loaders = { chat: null, approvals: loadApprovals, findings: loadFindings, savings: loadSavings, audit: loadAudit };
@@ -18,7 +18,8 @@ function show(view) {
 
 async function refresh() {
   try {
-    const health = await getJSON("/healthz");
+    const health = await getHealth();
+    showDegraded(health.reasons || []);
     state.runbooksRoute = health.runbooks_route;
     document.getElementById("clock").textContent = `${hhmm(health.cluster_time)} UTC`;
     const mode = document.getElementById("mode");
@@ -31,6 +32,83 @@ async function refresh() {
   }
 }
 
+// The banner: one line per reason, in the reader's language, with the server's detail on hover.
+function showDegraded(reasons) {
+  const banner = document.getElementById("degraded");
+  banner.hidden = reasons.length === 0;
+  banner.replaceChildren();
+  if (!reasons.length) return;
+  const title = document.createElement("strong");
+  title.textContent = t("degraded.title");
+  banner.append(title);
+  const details = new Map();  // one line per reason; every store's detail in its tooltip
+  for (const r of reasons) details.set(r.reason, [...(details.get(r.reason) || []), r.detail]);
+  for (const [reason, texts] of details) {
+    const line = document.createElement("div");
+    line.className = `reason ${reason}`;
+    const key = `degraded.${reason}`;
+    line.textContent = t(key) === key ? texts.join("; ") : t(key);
+    line.title = texts.join("\n");
+    banner.append(line);
+  }
+}
+
+// Live status from GET /api/events: sweep running / last / next, scenario over, degraded; a new sweep reloads the view.
+let lastRun;
+function showStatus(s) {
+  state.status = s;
+  document.getElementById("ended").hidden = !s.scenario_ended;
+  document.getElementById("clock").textContent = `${hhmm(s.cluster_time)} UTC`;
+  const line = document.getElementById("sweep-state");
+  if (s.running) {
+    line.textContent = `${t(s.last_run_id ? "status.running" : "status.running_first")} ${when(s.running_since)} UTC…`;
+  } else if (s.last_finished_at) {
+    const next = s.next_due && !s.scenario_ended ? ` · ${t("status.next")} ${when(s.next_due)} UTC` : "";
+    line.textContent = `${t("status.last")} ${when(s.last_finished_at)} UTC${next}`;
+  } else {
+    line.textContent = t("status.none_yet");
+  }
+  line.className = `sweep-state${s.running ? " running" : ""}`;
+  const button = document.getElementById("sweep-now");
+  button.hidden = s.role !== "approver";
+  button.disabled = s.running;
+  showDegraded(s.degraded || []);
+  const badge = document.getElementById("pending-badge");
+  badge.hidden = !s.pending_approvals;
+  badge.textContent = s.pending_approvals;
+  if (s.last_run_id !== lastRun || (s.running && current === "findings")) {
+    lastRun = s.last_run_id;
+    refresh();
+  }
+}
+
+async function follow() {
+  for (;;) {
+    try {
+      await followSSE("/api/events", (type, data) => { if (type === "status") showStatus(data); });
+    } catch (err) {
+      console.warn(err);
+    }
+    document.getElementById("sweep-state").textContent = t("status.offline");
+    await new Promise((r) => setTimeout(r, 3000));
+  }
+}
+
+async function sweepNow() {
+  const note = document.getElementById("sweep-note");
+  note.className = "form-note";
+  note.textContent = t("status.started");
+  try {
+    const r = await postJSON("/api/sweeps", {});
+    note.className = "form-note ok";
+    note.textContent = `${t("status.done")} ${r.findings} (${when(r.at)} UTC)`;
+  } catch (err) {
+    note.className = "form-note error";
+    note.textContent = err.message;
+  }
+  refresh();
+}
+
 function submit(question) {
   const q = question.trim();
   if (!q) return;
@@ -39,7 +117,13 @@ function submit(question) {
 }
 
 document.querySelectorAll(".tabs button").forEach((b) => b.addEventListener("click", () => show(b.dataset.view)));
-document.getElementById("lang-toggle").addEventListener("click", () => { toggleLang(); renderSuggestions(submit); refresh(); });
+document.getElementById("lang-toggle").addEventListener("click", () => {
+  toggleLang();
+  renderSuggestions(submit);
+  if (state.status) showStatus(state.status);
+  refresh();
+});
+document.getElementById("sweep-now").addEventListener("click", sweepNow);
 document.getElementById("composer").addEventListener("submit", (e) => { e.preventDefault(); submit(document.getElementById("question").value); });
 bindExemptForm();
 bindAudit();
@@ -48,6 +132,7 @@ renderSuggestions(submit);
 const start = location.hash.slice(1);
 show(start in loaders ? start : "chat");
 setInterval(() => { if (!document.hidden) refresh(); }, 3000);
+follow();
 
 // Runbook links are plain links; with token auth a new tab has no token, so fetch with it and open the page.
 document.addEventListener("click", async (e) => {

@@ -17,6 +17,33 @@ const WORDS = {
     "col.when": "When", "col.kind": "Kind", "col.owner": "Owner", "col.since": "Since", "col.waste_h": "Waste GPU-h",
     "col.cost": "Cost", "col.evidence": "Evidence", "col.reason": "Reason",
     "mode.local-dev": "local dev mode", "mode.tokens": "token auth", "mode.proxy": "SSO",
+    "degraded.title": "Degraded: the steward is up but cannot do everything.",
+    "degraded.data_dir_readonly": "Data dir is read-only: nothing is recorded, so nothing is swept or done.",
+    "degraded.data_dir_full": "Data dir is full: writes fail, so actions stop.",
+    "degraded.db_locked": "A database is locked by another process.",
+    "degraded.db_error": "A database cannot be written.",
+    "degraded.audit_chain_broken": "The audit log fails its hash check: nothing is done on it. Run `steward audit verify`.",
+    "degraded.answers_incomplete": "An answered approval is recorded but not yet carried out; it completes on its own.",
+    "degraded.sweep_failing": "Sweeps are failing.",
+    "degraded.backend_unavailable": "Cluster data is incomplete: nothing is judged on it.",
+    "status.ended": "The demo scenario has ended: the simulated clock stands still. Findings, approvals and savings stay as they were at the end.",
+    "status.sweep_now": "Sweep now", "status.running_first": "First sweep running since", "status.running": "Sweep running since",
+    "status.last": "Last sweep", "status.next": "next due", "status.none_yet": "No sweep has finished yet.",
+    "status.started": "Sweep started.", "status.done": "Sweep finished; findings:", "status.offline": "Live status unavailable; retrying…",
+    "findings.first_running": "The first sweep is still running (it reads the cluster and builds the runbook index); findings appear when it finishes.",
+    "findings.no_sweep": "No sweep has run yet.",
+    "col.state": "Status", "col.outcome": "Outcome", "col.until": "Until", "col.granted": "Granted",
+    "state.stopped": "stopped", "state.stopping": "SIGTERM sent", "state.exempt_until": "exempt until",
+    "state.warned": "warned", "state.stop_due": "stop due", "state.awaiting": "awaiting approval", "state.open": "new",
+    "approvals.per_hour": "/hour", "approvals.see_finding": "finding", "approvals.report": "Full report",
+    "approvals.dismiss": "Close", "approvals.no_recent": "No answers yet.",
+    "exempt.active": "Exemptions in force", "exempt.none": "No exemption is in force.", "exempt.revoke": "Revoke",
+    "exempt.revoked": "Exemption revoked:",
+    "savings.hours_over_time": "GPU-hours reclaimed over time", "savings.money_over_time": "Money reclaimed over time",
+    "savings.by_pool": "Waste on pools and nodes (latest sweep)", "savings.no_waste": "No waste in the latest sweep.",
+    "unit.gpu_hours": "GPU-h",
+    "action.notify": "warn", "action.terminate": "stop", "action.force_terminate": "force stop", "action.resize_pool": "resize pool",
+    "status.dry_run": "dry run", "kind.overprovisioned": "over-provisioned", "kind.node_health": "node health",
     "suggest": ["Who is wasting A100s right now?", "What did you do today?", "How much did we save?", "Any pending approvals?"],
   },
   zh: {
@@ -36,6 +63,37 @@ const WORDS = {
     "col.when": "时间", "col.kind": "类型", "col.owner": "负责人", "col.since": "开始于", "col.waste_h": "浪费 GPU 小时",
     "col.cost": "成本", "col.evidence": "依据", "col.reason": "原因",
     "mode.local-dev": "本地开发模式", "mode.tokens": "令牌认证", "mode.proxy": "单点登录",
+    "degraded.title": "降级运行：服务仍在运行，但部分功能不可用。",
+    "degraded.data_dir_readonly": "数据目录只读：无法记录，因此不巡检、不执行任何操作。",
+    "degraded.data_dir_full": "数据目录已满：写入失败，操作已停止。",
+    "degraded.db_locked": "数据库被其他进程锁定。",
+    "degraded.db_error": "数据库无法写入。",
+    "degraded.audit_chain_broken": "审计日志哈希校验失败：不会据此执行任何操作。请运行 `steward audit verify`。",
+    "degraded.answers_incomplete": "已记录的审批尚未执行完毕，将自动完成。",
+    "degraded.sweep_failing": "巡检持续失败。",
+    "degraded.backend_unavailable": "集群数据不完整：不据此做任何判定。",
+    "status.ended": "演示场景已结束：模拟时钟已停止。发现、审批与节省保持结束时的状态。",
+    "status.sweep_now": "立即巡检", "status.running_first": "首次巡检进行中，开始于", "status.running": "巡检进行中，开始于",
+    "status.last": "上次巡检", "status.next": "下次", "status.none_yet": "尚无完成的巡检。",
+    "status.started": "已开始巡检。", "status.done": "巡检完成，发现数：", "status.offline": "实时状态不可用，正在重试…",
+    "findings.first_running": "首次巡检仍在进行（读取集群并建立运行手册索引），完成后显示发现。",
+    "findings.no_sweep": "尚未进行巡检。",
+    "col.state": "状态", "col.outcome": "结果", "col.until": "截止", "col.granted": "授予时间",
+    "state.stopped": "已停止", "state.stopping": "已发送 SIGTERM", "state.exempt_until": "豁免至",
+    "state.warned": "已提醒", "state.stop_due": "最早停止", "state.awaiting": "等待审批", "state.open": "新发现",
+    "approvals.per_hour": "/小时", "approvals.see_finding": "查看发现", "approvals.report": "完整报告",
+    "approvals.dismiss": "关闭", "approvals.no_recent": "暂无审批记录。",
+    "exempt.active": "生效中的豁免", "exempt.none": "目前没有生效的豁免。", "exempt.revoke": "撤销",
+    "exempt.revoked": "已撤销豁免：",
+    "savings.hours_over_time": "累计回收 GPU 小时", "savings.money_over_time": "累计节省金额",
+    "savings.by_pool": "资源池与节点的浪费（最近一次巡检）", "savings.no_waste": "最近一次巡检未发现浪费。",
+    "unit.gpu_hours": "GPU 小时",
+    "action.notify": "提醒", "action.terminate": "停止", "action.force_terminate": "强制停止", "action.resize_pool": "缩容资源池",
+    "status.pending": "待审批", "status.approved": "已批准", "status.denied": "已拒绝", "status.expired": "已过期",
+    "status.executed": "已执行", "status.skipped": "已跳过", "status.blocked": "已拦截", "status.failed": "失败",
+    "status.refused": "被拒绝", "status.dry_run": "演练",
+    "kind.idle": "空闲", "kind.zombie": "僵尸", "kind.overprovisioned": "超额申请", "kind.oversized": "资源池过大",
+    "kind.node_health": "节点健康",
     "suggest": ["谁在浪费 GPU？", "你今天做了什么？", "节省了多少？", "有待审批的操作吗？"],
   },
 };
@@ -44,6 +102,13 @@ export let lang = localStorage.getItem("steward.lang") || (navigator.language.st
 
 export function t(key) {
   return (WORDS[lang] && WORDS[lang][key]) ?? WORDS.en[key] ?? key;
+}
+
+// A value's label ("status", "approved"): the translation when there is one, else the value itself.
+export function tv(prefix, value) {
+  const key = `${prefix}.${value}`;
+  const text = t(key);
+  return text === key ? String(value ?? "") : text;
 }
 
 export function applyLabels(root = document) {

@@ -36,6 +36,16 @@ export function hhmm(iso) {
   return `${String(d.getUTCHours()).padStart(2, "0")}:${String(d.getUTCMinutes()).padStart(2, "0")}`;
 }
 
+// Date and time (UTC) where a day may be crossed: "11-02 18:20"; the year only when it is not this one.
+export function when(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  const day = `${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())}`;
+  const year = d.getUTCFullYear() === new Date().getUTCFullYear() ? "" : `${d.getUTCFullYear()}-`;
+  return `${year}${day} ${hhmm(iso)}`;
+}
+
 export function money(amount, currency) {
   const symbol = { USD: "$", CNY: "¥", EUR: "€" }[currency] ?? "";
   return `${symbol}${Number(amount || 0).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;

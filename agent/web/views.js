@@ -1,10 +1,21 @@
-// Approvals inbox, findings table, savings and audit views.
+// Approvals inbox and exemptions, findings table, savings and audit views.
 import { getJSON, postJSON } from "./api.js";
-import { teamChart, timeChart } from "./chart.js";
-import { t } from "./i18n.js";
-import { esc, hhmm, inline, money } from "./render.js";
+import { barChart, timeChart } from "./chart.js";
+import { t, tv } from "./i18n.js";
+import { esc, inline, markdown, money, state, when } from "./render.js";
 
 const tbody = (id) => document.querySelector(`#${id} tbody`);
+
+// Under ~700px a table shows as one card per row: each cell is labelled with its column's header.
+export function labelCells(tableId) {
+  const heads = [...document.querySelectorAll(`#${tableId} thead th`)].map((th) => th.textContent.trim());
+  document.querySelectorAll(`#${tableId} tbody tr`).forEach((tr) => {
+    [...tr.children].forEach((td, i) => { if (heads[i]) td.dataset.label = heads[i]; });
+  });
+}
+
+// Cards answered on this page stay (with their result) until their close button is pressed.
+const kept = new Map();
 
 export async function loadApprovals() {
   const data = await getJSON("/api/approvals");
@@ -12,16 +23,32 @@ export async function loadApprovals() {
   badge.hidden = data.pending.length === 0;
   badge.textContent = data.pending.length;
   const list = document.getElementById("pending-list");
-  const open = new Set([...list.querySelectorAll(".card")].map((c) => c.dataset.id));
-  const ids = data.pending.map((a) => a.id);
-  if (ids.length !== open.size || ids.some((id) => !open.has(id))) {
-    list.innerHTML = ids.length ? "" : `<p class="empty">${esc(t("approvals.none"))}</p>`;
-    for (const a of data.pending) list.appendChild(approvalCard(a));
+  const shown = [...list.querySelectorAll(".card")].map((c) => c.dataset.id);
+  const want = [...kept.keys(), ...data.pending.map((a) => a.id).filter((id) => !kept.has(id))];
+  if (want.join() !== shown.join() || document.documentElement.lang !== list.dataset.lang) {
+    list.replaceChildren();
+    list.dataset.lang = document.documentElement.lang;
+    for (const el of kept.values()) list.appendChild(el);
+    for (const a of data.pending) if (!kept.has(a.id)) list.appendChild(approvalCard(a));
+    if (!list.children.length) list.innerHTML = `<p class="empty">${esc(t("approvals.none"))}</p>`;
   }
   tbody("recent-table").innerHTML = data.recent.map((a) => `<tr>
-    <td>${esc(a.action)}</td><td class="mono">${esc(a.target)}</td><td>${a.level}</td>
-    <td><span class="pill ${esc(a.status)}">${esc(a.status)}</span></td><td>${esc(a.answered_by || "—")}</td>
-    <td>${hhmm(a.answered_at)}</td></tr>`).join("");
+    <td>${esc(tv("action", a.action))}</td><td class="mono">${esc(a.target)}</td><td>L${a.level}</td>
+    <td><span class="pill ${esc(a.status)}">${esc(tv("status", a.status))}</span></td><td>${esc(a.answered_by || "—")}</td>
+    <td class="nowrap">${when(a.answered_at || a.expires_at)}</td><td>${esc(a.answer_reason || "—")}</td>
+    <td>${a.outcome ? `<span class="pill ${esc(a.outcome)}">${esc(tv("status", a.outcome))}</span> <span class="muted">${esc(a.outcome_detail || "")}</span>` : "—"}</td></tr>`).join("")
+    || `<tr><td colspan="8" class="empty">${esc(t("approvals.no_recent"))}</td></tr>`;
+  labelCells("recent-table");
+  await loadExemptions();
+}
+
+function contextLine(a) {
+  const parts = [];
+  if (a.owner) parts.push(`${t("col.owner")}: <strong>${esc(a.owner)}</strong>`);
+  if (a.gpus != null) parts.push(`${a.gpus} GPU`);
+  if (a.cost_per_hour != null) parts.push(`${money(a.cost_per_hour, a.currency)}${esc(t("approvals.per_hour"))}`);
+  if (a.finding_kind) parts.push(`<span class="kind ${esc(a.finding_kind)}">${esc(tv("kind", a.finding_kind))}</span>`);
+  return parts.join(" · ");
 }
 
 function approvalCard(a) {
@@ -31,30 +58,70 @@ function approvalCard(a) {
   const el = document.createElement("div");
   el.className = `card level-${a.level}`;
   el.dataset.id = a.id;
-  el.innerHTML = `<div class="card-head"><span class="action">${esc(a.action)}</span>
+  el.innerHTML = `<div class="card-head"><span class="action">${esc(tv("action", a.action))}</span>
       <span class="mono target">${esc(a.target)}</span><span class="lvl">L${a.level}</span></div>
-    <div class="card-body"><p>${inline(proposalWhy)}</p><p class="muted">${esc(t("approvals.why"))}: ${inline(why)}</p>
-      <p class="muted">${esc(t("approvals.requested"))} ${hhmm(a.requested_at)} UTC · ${esc(t("approvals.expires"))} ${hhmm(a.expires_at)} UTC · <code>${esc(a.id)}</code></p></div>
+    <div class="card-body"><p class="context">${contextLine(a)}</p>
+      ${a.evidence ? `<p class="evidence">${inline(a.evidence)}</p>` : `<p>${inline(proposalWhy)}</p>`}
+      <p class="muted">${esc(t("approvals.why"))}: ${inline(why)}</p>
+      <p class="muted">${esc(t("approvals.requested"))} ${when(a.requested_at)} UTC · ${esc(t("approvals.expires"))} ${when(a.expires_at)} UTC ·
+        <a href="#findings" class="to-finding" data-target="${esc(a.target)}">${esc(t("approvals.see_finding"))}</a> · <code>${esc(a.id)}</code></p></div>
     <div class="card-actions"><input class="reason" placeholder="${esc(t("approvals.reason"))}">
       <button class="approve">${esc(t("approvals.approve"))}</button><button class="deny">${esc(t("approvals.deny"))}</button></div>
-    <div class="card-result"></div>`;
+    <div class="card-result" role="status"></div>`;
   const result = el.querySelector(".card-result");
   const send = async (decision) => {
-    el.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+    el.querySelectorAll(".card-actions button").forEach((b) => { b.disabled = true; });
     try {
       const r = await postJSON(`/api/approvals/${encodeURIComponent(a.id)}`, { decision, reason: el.querySelector(".reason").value });
-      result.className = "card-result ok";
-      result.textContent = r.report;
+      const ap = r.approval;
+      const outcome = (r.outcomes || []).map((o) => `${tv("action", o.action)} ${o.target}: ${tv("status", o.status)}${o.detail ? ` (${o.detail})` : ""}`);
+      result.className = `card-result ok ${ap.status}`;
+      result.innerHTML = `<p class="verdict"><strong>${esc(tv("status", ap.status))}</strong> · ${esc(ap.answered_by || "")} · ${when(ap.answered_at)} UTC`
+        + `${ap.answer_reason ? ` · ${esc(ap.answer_reason)}` : ""}</p>`
+        + (outcome.length ? `<ul>${outcome.map((o) => `<li>${esc(o)}</li>`).join("")}</ul>` : "")
+        + `<details><summary>${esc(t("approvals.report"))}</summary>${markdown(r.report || "")}</details>`;
       el.classList.add("answered");
     } catch (err) {
       result.className = "card-result error";
       result.textContent = err.message;
+      el.querySelectorAll(".card-actions button").forEach((b) => { b.disabled = false; });
     }
-    setTimeout(loadApprovals, 2500);
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "dismiss";
+    close.textContent = t("approvals.dismiss");
+    close.addEventListener("click", () => { kept.delete(a.id); el.remove(); loadApprovals(); });
+    if (el.classList.contains("answered")) { result.appendChild(close); kept.set(a.id, el); }
+    loadApprovals();
   };
   el.querySelector(".approve").addEventListener("click", () => send("approve"));
   el.querySelector(".deny").addEventListener("click", () => send("deny"));
   return el;
+}
+
+async function loadExemptions() {
+  const data = await getJSON("/api/exemptions");
+  const body = tbody("exempt-table");
+  body.innerHTML = data.exemptions.map((e) => `<tr data-target="${esc(e.target)}">
+    <td class="mono">${esc(e.target)}</td><td class="nowrap">${when(e.data.until)} UTC</td><td>${esc(e.data.by || "—")}</td>
+    <td>${esc(e.reason || "")}</td><td class="nowrap">${when(e.at)}</td>
+    <td><button type="button" class="revoke">${esc(t("exempt.revoke"))}</button></td></tr>`).join("")
+    || `<tr><td colspan="6" class="empty">${esc(t("exempt.none"))}</td></tr>`;
+  body.querySelectorAll("button.revoke").forEach((b) => b.addEventListener("click", async () => {
+    const job = b.closest("tr").dataset.target;
+    b.disabled = true;
+    const note = document.getElementById("exempt-note");
+    try {
+      await postJSON("/api/exemptions/revoke", { job, reason: "" });
+      note.className = "form-note ok";
+      note.textContent = `${t("exempt.revoked")} ${job}`;
+    } catch (err) {
+      note.className = "form-note error";
+      note.textContent = err.message;
+    }
+    loadExemptions();
+  }));
+  labelCells("exempt-table");
 }
 
 export function bindExemptForm() {
@@ -66,35 +133,68 @@ export function bindExemptForm() {
     try {
       const r = await postJSON("/api/exemptions", body);
       note.className = "form-note ok";
-      note.textContent = `${t("exempt.done")} ${hhmm(r.until)} UTC`;
+      note.textContent = `${r.job}: ${t("exempt.done")} ${when(r.until)} UTC`;
+      loadExemptions();
     } catch (err) {
       note.className = "form-note error";
       note.textContent = err.message;
     }
   });
+  document.addEventListener("click", (e) => {
+    const link = e.target.closest("a.to-finding");
+    if (link) state.focusTarget = link.dataset.target;
+  });
+}
+
+// What has happened to a finding's target since: stopped, stopping, exempt, warned with the stop's due time.
+function findingState(f) {
+  const pills = [];
+  if (f.stopped_at) pills.push(["stopped", `${t("state.stopped")} ${when(f.stopped_at)}`]);
+  else if (f.stopping_since) pills.push(["stopping", `${t("state.stopping")} ${when(f.stopping_since)}`]);
+  if (f.exempt_until) pills.push(["exempt", `${t("state.exempt_until")} ${when(f.exempt_until)}`]);
+  if (f.warned_at && !f.stopped_at) pills.push(["warned", `${t("state.warned")} ${when(f.warned_at)} · ${t("state.stop_due")} ${when(f.stop_due_at)}`]);
+  if (f.approval_id) pills.push(["awaiting", t("state.awaiting")]);
+  if (!pills.length) pills.push(["open", t("state.open")]);
+  return pills.map(([cls, text]) => `<span class="pill ${cls}">${esc(text)}</span>`).join(" ");
 }
 
 export async function loadFindings() {
   const data = await getJSON("/api/findings");
-  document.getElementById("findings-at").textContent = data.at ? `${hhmm(data.at)} UTC` : "";
-  tbody("findings-table").innerHTML = data.findings.length ? data.findings.map((f) => `<tr>
-    <td><span class="kind ${esc(f.kind)}">${esc(f.kind)}</span></td><td class="mono">${esc(f.target)}</td>
-    <td>${esc(f.owner || "—")}</td><td class="num">${f.gpus}</td><td>${hhmm(f.since)}</td>
+  document.getElementById("findings-at").textContent = data.at ? `${when(data.at)} UTC` : "";
+  let empty = t("findings.none");
+  if (!data.run_id) empty = data.sweep_running ? t("findings.first_running") : t("findings.no_sweep");
+  tbody("findings-table").innerHTML = data.findings.length ? data.findings.map((f) => `<tr data-target="${esc(f.target)}">
+    <td><span class="kind ${esc(f.kind)}">${esc(tv("kind", f.kind))}</span></td><td class="mono">${esc(f.target)}</td>
+    <td>${esc(f.owner || "—")}</td><td class="num">${f.gpus}</td><td class="nowrap">${when(f.since)}</td>
     <td class="num">${f.waste_gpu_hours.toFixed(1)}</td><td class="num">${money(f.waste_cost, f.currency)}</td>
+    <td class="state">${findingState(f)}</td>
     <td class="evidence">${inline(f.evidence)}${f.runbook ? ` ${inline(`[rb:${f.runbook}]`)}` : ""}</td></tr>`).join("")
-    : `<tr><td colspan="8" class="empty">${esc(t("findings.none"))}</td></tr>`;
+    : `<tr><td colspan="9" class="empty">${esc(empty)}</td></tr>`;
+  labelCells("findings-table");
+  if (state.focusTarget) {
+    const row = [...document.querySelectorAll("#findings-table tbody tr")].find((r) => r.dataset.target === state.focusTarget);
+    state.focusTarget = null;
+    if (row) { row.classList.add("focus"); row.scrollIntoView({ block: "center" }); }
+  }
 }
 
 export async function loadSavings() {
   const s = await getJSON("/api/savings");
-  const waste = s.waste_by_team.reduce((sum, x) => sum + x.money, 0);
+  const waste = [...s.waste_by_team, ...(s.waste_by_pool || [])].reduce((sum, x) => sum + x.money, 0);
   document.getElementById("kpis").innerHTML = [
     [t("savings.gpu_hours"), s.reclaimed_gpu_hours.toFixed(1)], [t("savings.money"), money(s.reclaimed_money, s.currency)],
     [t("savings.actions"), s.actions], [t("savings.waste_now"), money(waste, s.currency)],
   ].map(([k, v]) => `<div class="kpi"><div class="kpi-value">${esc(v)}</div><div class="kpi-label">${esc(k)}</div></div>`).join("");
-  const labels = { empty: t("savings.empty"), hours: t("savings.gpu_hours"), money: t("savings.money"), title: t("savings.over_time") };
-  timeChart(document.getElementById("chart-time"), s.timeline, s.currency, labels);
-  teamChart(document.getElementById("chart-team"), s.waste_by_team, s.currency, { ...labels, title: t("savings.by_team") });
+  const empty = t("savings.empty");
+  timeChart(document.getElementById("chart-hours"), s.timeline, (p) => p.reclaimed_gpu_hours, (v) => `${+v.toFixed(1)}`,
+    { empty, title: t("savings.hours_over_time"), cls: "hours" });
+  timeChart(document.getElementById("chart-money"), s.timeline, (p) => p.reclaimed_money,
+    (v) => money(v, s.currency).replace(/\.00$/, ""), { empty, title: t("savings.money_over_time"), cls: "money" });
+  const unit = t("unit.gpu_hours");
+  barChart(document.getElementById("chart-team"), s.waste_by_team.map((x) => ({ ...x, name: x.team })), s.currency,
+    { empty: t("savings.no_waste"), title: t("savings.by_team"), unit });
+  barChart(document.getElementById("chart-pool"), (s.waste_by_pool || []).map((x) => ({ ...x, name: x.pool })), s.currency,
+    { empty: t("savings.no_waste"), title: t("savings.by_pool"), unit });
 }
 
 const audit = { offset: 0, limit: 50, next: null };
@@ -106,9 +206,10 @@ export async function loadAudit() {
   const page = await getJSON(`/api/audit?${q}`);
   audit.next = page.next_offset;
   tbody("audit-table").innerHTML = page.entries.map((e) => `<tr>
-    <td class="num muted">${e.seq}</td><td>${hhmm(e.at)}</td><td><span class="kind ${esc(e.kind)}">${esc(e.kind)}</span></td>
+    <td class="num muted">${e.seq}</td><td class="nowrap">${when(e.at)}</td><td><span class="kind ${esc(e.kind)}">${esc(e.kind)}</span></td>
     <td>${esc(e.action || "")}</td><td class="mono">${esc(e.target || "")}</td><td>${esc(e.status || "")}</td>
     <td class="evidence">${inline((e.reason || "").split("\n")[0])}</td></tr>`).join("");
+  labelCells("audit-table");
 }
 
 export function bindAudit() {

@@ -1,0 +1,147 @@
+"""`steward approvals list|approve|deny`: answer the steward's approval requests from a shell.
+
+Works on the data dir `steward serve` and `steward sweep` on a real cluster use (STEWARD_DATA_DIR, or
+--data-dir). An answer is taken exactly as the web UI takes it: recorded once in the approval store (a second
+or late answer is refused and audited), audited, and then carried out by the steward itself (a running
+`steward serve` before its next sweep, or the next `steward sweep` on a real cluster), which re-reads the
+target and runs the guardrail on fresh facts first. The shell only decides; it never acts on the cluster.
+Whoever can write the data dir can answer, so the answer names the local user (`cli:<user>`, or --by).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import socket
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agent.config.settings import Settings
+
+WORDS = {
+    "en": {"none": "No approval requests in {dir}.", "pending": "Waiting for a human ({n}):",
+           "recent": "Answered recently:", "expires": "expires", "level": "level",
+           "no_store": "error: no approval store in {dir} (run `steward serve` or a sweep there first, or pass "
+                       "--data-dir DIR)",
+           "taken": "{id}: {status} by {by}. Recorded and audited; the steward carries it out before its next sweep "
+                    "(a running `steward serve`, or the next `steward sweep`), after re-checking the target.",
+           "refused": "error: not taken: {why}", "answer_with": "Answer: steward approvals approve|deny ID --reason TEXT"},
+    "zh": {"none": "{dir} 中没有审批请求。", "pending": "等待人工审批（{n} 项）：", "recent": "最近的处理：",
+           "expires": "过期时间", "level": "级别",
+           "no_store": "错误：{dir} 中没有审批库（请先在此运行 `steward serve` 或巡检，或用 --data-dir 指定目录）",
+           "taken": "{id}：已由 {by} {status_zh}。已记录并写入审计；巡检服务会在下一次巡检前（运行中的 `steward serve`，"
+                    "或下一次 `steward sweep`）重新检查目标后执行。",
+           "refused": "错误：未受理：{why}", "answer_with": "处理：steward approvals approve|deny ID --reason 原因"},
+}
+
+
+def _words(args: argparse.Namespace, settings: Settings) -> dict[str, str]:
+    return WORDS["zh" if (args.lang or settings.language) == "zh" else "en"]
+
+
+def _open(data_dir: Path) -> Any:
+    from agent.records.approvals import ApprovalStore
+    from agent.records.audit import AuditLog
+
+    audit = AuditLog(data_dir / "audit.sqlite")
+    store = ApprovalStore(data_dir / "approvals.sqlite", audit)
+    # Its own claim holder: a server on this host cannot take the answer over while this process audits it.
+    store.holder = f"{socket.gethostname() or 'localhost'}/cli-{os.getpid()}"
+    return store
+
+
+def data_dir_now(data_dir: Path, settings: Settings) -> datetime:
+    """The data dir's clock: the simulated one `steward serve` left there (sim-clock.json), else the wall clock."""
+    state = data_dir / "sim-clock.json"
+    if settings.backend == "sim" and state.is_file():
+        from sim.scenario import demo_scenario_path, load_scenario
+
+        saved = json.loads(state.read_text(encoding="utf-8"))
+        scenario = load_scenario(settings.scenario or demo_scenario_path())
+        if saved.get("scenario") == scenario.name:
+            from datetime import timedelta
+
+            return scenario.start + timedelta(seconds=float(saved.get("offset_s", 0)))
+    return datetime.now(UTC)
+
+
+def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+    w = _words(args, settings)
+    data_dir = args.data_dir or settings.data_dir
+    if not (data_dir / "approvals.sqlite").is_file():
+        print(w["no_store"].format(dir=data_dir), file=sys.stderr)
+        return 2
+    store = _open(data_dir)
+    pending = store.pending()
+    recent = [a for a in store.all(limit=args.limit) if a.status != "pending"][-args.limit:]
+    if args.json:
+        print(json.dumps({"data_dir": str(data_dir), "pending": [a.model_dump(mode="json") for a in pending],
+                          "recent": [a.model_dump(mode="json") for a in recent]}, ensure_ascii=False, indent=2))
+        return 0
+    if not pending and not recent:
+        print(w["none"].format(dir=data_dir))
+        return 0
+    if pending:
+        print(w["pending"].format(n=len(pending)))
+        for a in pending:
+            print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} "
+                  f"{a.expires_at:%Y-%m-%d %H:%M} UTC")
+        print(w["answer_with"])
+    if recent:
+        print(("\n" if pending else "") + w["recent"])
+        for a in recent:
+            when = f"{a.answered_at:%Y-%m-%d %H:%M} UTC" if a.answered_at else ""
+            why = f": {a.answer_reason}" if a.answer_reason else ""
+            print(f"  {a.id}  {a.action} {a.target}: {a.status} {when} {a.answered_by or ''}{why}".rstrip())
+    return 0
+
+
+def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.records.approvals import ApprovalError
+
+    w = _words(args, settings)
+    data_dir = args.data_dir or settings.data_dir
+    if not (data_dir / "approvals.sqlite").is_file():
+        print(w["no_store"].format(dir=data_dir), file=sys.stderr)
+        return 2
+    store = _open(data_dir)
+    by = args.by or f"cli:{getpass.getuser()}"
+    decision = "approve" if args.approvals_command == "approve" else "deny"
+    try:
+        taken = store.answer(args.id, decision=decision, by=by, reason=args.reason or "via steward approvals",
+                             now=data_dir_now(data_dir, settings), run_id=args.id)
+    except ApprovalError as exc:
+        print(w["refused"].format(why=exc), file=sys.stderr)
+        return 1
+    try:
+        store.audit_answer(taken)  # the server skips it when it completes the answer
+    finally:
+        store.release(taken.id)  # whichever steward sweeps next completes it
+    print(w["taken"].format(id=taken.id, status=taken.status, by=by,
+                            status_zh="批准" if taken.status == "approved" else "拒绝"))
+    return 0
+
+
+def register_cli(subparsers: Any) -> None:
+    parser = subparsers.add_parser("approvals", help="list and answer approval requests (the data dir serve uses)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="approvals_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, help="the steward's data dir (default: STEWARD_DATA_DIR, "
+                                                      "~/.local/share/gpu-steward)")
+    common.add_argument("--lang", choices=["en", "zh"], help="language of the output (default: STEWARD_LANGUAGE)")
+    listing = sub.add_parser("list", parents=[common], help="pending requests, and the recent answers")
+    listing.add_argument("--limit", type=int, default=20, help="recent answers to show (default 20)")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of text")
+    listing.set_defaults(handler=cmd_list)
+    for name, what in (("approve", "approve a request: the steward then carries it out after re-checking"),
+                       ("deny", "deny a request: nothing is done")):
+        answer = sub.add_parser(name, parents=[common], help=what)
+        answer.add_argument("id", help="the request's id (apr_...), from `steward approvals list`")
+        answer.add_argument("--reason", help="why, kept in the audit log")
+        answer.add_argument("--by", help="who answers (default: cli:<your login name>)")
+        answer.set_defaults(handler=cmd_answer)

@@ -1,0 +1,152 @@
+"""What a job's GPUs really did over a window beyond GPU_UTIL: DCGM profiling ratios, board power, NVLink/PCIe.
+
+GPU_UTIL only says a kernel was resident: a hung collective's spinning kernel and a keep-alive loop both keep it
+up. These fields say whether the GPU did math, moved memory, drew power or talked to its peers. A field the
+exporter does not report is unknown and judges nothing, in either direction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from agent.config.policy import ActivityRule
+from agent.detectors.history import align_end
+from agent.detectors.signals import JobWindow
+
+MB = 1e6
+
+# Board power (W) of common datacenter GPUs by dcgm-exporter's modelName; the first match wins, so PCIe and NVL
+# variants (lower power) come before their family. Near idle is a share of it (ActivityRule.idle_power_share).
+BOARD_POWER_W: tuple[tuple[re.Pattern[str], float], ...] = tuple((re.compile(p), w) for p, w in (
+    (r"\bGB200\b", 1200.0), (r"\bB200\b", 1000.0), (r"\bB100\b", 700.0),
+    (r"\bH200 NVL\b", 600.0), (r"\bH200\b", 700.0),
+    (r"\bH100\b.*\bPCIE\b", 350.0), (r"\bH100 NVL\b", 400.0), (r"\bH100\b", 700.0),
+    (r"\bH800\b.*\bPCIE\b", 350.0), (r"\bH800\b", 700.0), (r"\bH20\b", 400.0),
+    (r"\bA100\b.*\bPCIE\b", 300.0), (r"\bA100\b", 400.0), (r"\bA800\b.*\bPCIE\b", 300.0), (r"\bA800\b", 400.0),
+    (r"\bL40S\b", 350.0), (r"\bL40\b", 300.0), (r"\bL20\b", 275.0), (r"\bL4\b", 72.0),
+    (r"\bA40\b", 300.0), (r"\bA30\b", 165.0), (r"\bA10\b", 150.0), (r"\bT4\b", 70.0), (r"\bV100\b", 300.0),
+))
+
+
+def board_power_w(model: str) -> float | None:
+    """The board power of a GPU model as dcgm-exporter names it ("NVIDIA A100-SXM4-80GB"); None when unknown."""
+    name = re.sub(r"[-_]", " ", model.upper())
+    return next((watts for pattern, watts in BOARD_POWER_W if pattern.search(name)), None)
+
+
+def _window_max(window: JobWindow, column: str, min_coverage: float, scale: float = 1.0) -> tuple[float | None, bool]:
+    """(the highest slice average of one field over the window's GPUs that report it, whether every GPU reports it
+    in at least `min_coverage` of the slices). (None, False) when no GPU reports it."""
+    n = window.slices
+    top: float | None = None
+    complete = bool(window.series.gpus)
+    for g in window.series.gpus:
+        values = getattr(g, column)
+        known = [v for v in align_end(values, n) if v is not None] if values else []
+        complete = complete and len(known) >= min_coverage * n
+        if known:
+            high = max(known) / scale
+            top = high if top is None else max(top, high)
+    return top, complete
+
+
+@dataclass(frozen=True, slots=True)
+class GpuActivity:
+    """Highest slice averages over a job's GPUs in a window (None = no GPU reports it), and which fields every
+    GPU reports: only those can say the GPUs are near idle; any reported value can say they work."""
+
+    sm: float | None
+    tensor: float | None
+    dram: float | None
+    power_w: float | None
+    board_w: float | None
+    nvlink_mbps: float | None
+    pcie_mbps: float | None
+    complete: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, window: JobWindow, min_coverage: float) -> GpuActivity:
+        boards = {board_power_w(g.model) for g in window.series.gpus}
+        fields = {"sm": ("sm_active_avg", 1.0), "tensor": ("tensor_active_avg", 1.0),
+                  "dram": ("dram_active_avg", 1.0), "power_w": ("power_w_slices", 1.0),
+                  "nvlink_mbps": ("nvlink_bytes_avg", MB), "pcie_mbps": ("pcie_bytes_avg", MB)}
+        values: dict[str, float | None] = {}
+        complete = set()
+        for name, (column, scale) in fields.items():
+            values[name], whole = _window_max(window, column, min_coverage, scale)
+            if whole:
+                complete.add(name)
+        # Mixed or unknown models: power is not judged.
+        return cls(**values, board_w=boards.pop() if len(boards) == 1 else None, complete=frozenset(complete))
+
+    @property
+    def profiled(self) -> bool:
+        """Every GPU of the job reports DCGM profiling activity (SM, tensor or DRAM) over the window."""
+        return bool(self.complete & {"sm", "tensor", "dram"})
+
+    @property
+    def interconnect_known(self) -> bool:
+        return bool(self.complete & {"nvlink_mbps", "pcie_mbps"})
+
+    @property
+    def tensor_known(self) -> bool:
+        return "tensor" in self.complete
+
+    @property
+    def power_share(self) -> float | None:
+        """Highest power as a share of the model's board power, when every GPU reports power and the model is
+        known; None otherwise (then power cannot say the GPUs are near idle)."""
+        if "power_w" not in self.complete or self.power_w is None or not self.board_w:
+            return None
+        return self.power_w / self.board_w
+
+    def real_work(self, rule: ActivityRule) -> list[str]:
+        """Each known signal that shows real work (empty: none does, or none is known)."""
+        out = []
+        for name, value, limit in (("SM active", self.sm, rule.sm_active_max),
+                                   ("tensor pipe", self.tensor, rule.tensor_active_max),
+                                   ("DRAM active", self.dram, rule.dram_active_max)):
+            if value is not None and value > limit:
+                out.append(f"{name} {value:.0%} > {limit:.0%}")
+        share = self.power_w / self.board_w if self.power_w is not None and self.board_w else None
+        if share is not None and share > rule.idle_power_share:
+            out.append(f"power {self.power_w:.0f} W = {share:.0%} of {self.board_w:.0f} W > {rule.idle_power_share:.0%}")
+        for name, mbps in (("NVLink", self.nvlink_mbps), ("PCIe", self.pcie_mbps)):
+            if mbps is not None and mbps > rule.interconnect_max_mbps:
+                out.append(f"{name} {mbps:.1f} MB/s > {rule.interconnect_max_mbps:g} MB/s")
+        return out
+
+    def signals(self) -> list[str]:
+        """The signals beyond utilisation this judgement could read (for the evidence: what it was based on)."""
+        out = []
+        if self.profiled:
+            out.append("DCGM profiling (SM/tensor/DRAM activity)")
+        if self.interconnect_known:
+            out.append("NVLink/PCIe traffic")
+        if self.power_share is not None:
+            out.append("power")
+        return out
+
+    def summary(self) -> str:
+        """The numbers, in the operator's words; unknown fields are named as such."""
+        parts = []
+        shown = [f"{n} max {v:.0%}" for n, v in (("SM active", self.sm), ("tensor pipe", self.tensor),
+                                                  ("DRAM active", self.dram)) if v is not None]
+        parts.append(", ".join(shown) if shown else "no DCGM profiling fields")
+        if self.power_w is not None:
+            board = self.board_w
+            of = f" ({self.power_w / board:.0%} of {board:.0f} W)" if board else " (GPU model's board power unknown)"
+            parts.append(f"power max {self.power_w:.0f} W{of}")
+        if self.nvlink_mbps is not None or self.pcie_mbps is not None:
+            links = [f"{n} max {v:.1f} MB/s" for n, v in (("NVLink", self.nvlink_mbps), ("PCIe", self.pcie_mbps))
+                     if v is not None]
+            parts.append(", ".join(links))
+        return "; ".join(parts)
+
+    def metrics(self) -> dict[str, float]:
+        """The known figures as finding metrics (the Chinese evidence is rendered from them)."""
+        pairs = {"sm_active_max": self.sm, "tensor_active_max": self.tensor, "dram_active_max": self.dram,
+                 "power_max_w": self.power_w, "board_power_w": self.board_w,
+                 "nvlink_max_mbps": self.nvlink_mbps, "pcie_max_mbps": self.pcie_mbps}
+        return {k: round(v, 4) for k, v in pairs.items() if v is not None}

@@ -1,0 +1,157 @@
+"""KeepAliveDetector: jobs that keep their GPUs looking busy with short, regular bursts while nothing progresses.
+
+A keep-alive loop (a tiny kernel every few minutes, written to dodge idle culling) never lets a whole window go
+quiet, so the idle rule cannot see it. It shows as short bursts at a steady period (or a steady low level in
+every slice) with no log progress, no network or disk I/O, and a tensor pipe or power draw near idle. That is
+reported as idle, since the GPUs do no work; but real work can look alike, so a stop on this finding alone
+always needs a human's approval (Finding.stop_needs_approval, enforced by the guardrail).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from agent.config.policy import Policy
+from agent.detectors.activity import GpuActivity
+from agent.detectors.evidence import io_metrics, log_metrics
+from agent.detectors.history import align_end
+from agent.detectors.idle import ACTIVE_STATES, log_summary
+from agent.detectors.longtail import long_tail_reason
+from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from core.actions import Finding
+from core.cluster import JobInfo
+from core.durations import format_duration
+from core.observation import LogProgress, Observation
+
+APPROVAL_REASON = "a keep-alive pattern is judged from its shape, which real work can resemble"
+
+
+@dataclass(frozen=True, slots=True)
+class Bursts:
+    """Regular GPU activity in a window, in slices: how many bursts, their period and the longest one."""
+
+    count: int
+    period: int  # slices between burst starts (1 when every slice is busy)
+    longest: int  # slices
+
+
+def regular_bursts(maxes: list[float | None], avgs: list[float | None], quiet_pct: float,
+                   min_bursts: int) -> Bursts | None:
+    """Short bursts at a steady period (starts at most one slice apart from the usual spacing, each burst no
+    longer than the pause after it), or every slice busy at a steady level (highest average at most twice the
+    lowest); None for anything else, unknown slices included."""
+    if None in maxes or None in avgs or not maxes:
+        return None
+    busy = [m is not None and m > quiet_pct for m in maxes]
+    if all(busy):
+        levels = [a for a in avgs if a is not None]
+        low, high = min(levels), max(levels)
+        if len(levels) >= min_bursts and low > 0 and high <= 2 * low:
+            return Bursts(count=len(levels), period=1, longest=len(levels))
+        return None
+    runs: list[tuple[int, int]] = []  # (start, length)
+    for k, b in enumerate(busy):
+        if not b:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == k:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((k, 1))
+    if len(runs) < min_bursts:
+        return None
+    # A burst cut by the window's start has an unknown start: it counts, but does not set the spacing.
+    timed = runs[1:] if runs[0][0] == 0 else runs
+    spacing = [b[0] - a[0] for a, b in zip(timed, timed[1:], strict=False)]
+    if len(spacing) < 1 or max(spacing) - min(spacing) > 1:
+        return None
+    longest = max(length for _, length in runs)
+    if longest > min(spacing) - longest:
+        return None  # bursts as long as the pauses are not short
+    return Bursts(count=len(runs), period=round(sum(spacing) / len(spacing)), longest=longest)
+
+
+class KeepAliveDetector:
+    """Short regular bursts over the idle window, no log progress seen, frozen I/O, near-idle power or tensor."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.rule = policy.detectors.keepalive
+        self.idle = policy.detectors.idle
+        self.longtail = policy.detectors.longtail
+        self.activity = policy.detectors.activity
+
+    def pattern_window(self, job: JobInfo, signals: ClusterSignals) -> tuple[JobWindow, Bursts] | None:
+        """The job's window and its bursts when its GPU side looks like a keep-alive loop, before logs."""
+        if not self.rule.enabled or job.state not in ACTIVE_STATES or job.gpus <= 0:
+            return None
+        series = signals.jobs.get(job.id)
+        if series is None:
+            return None
+        w = series.window(self.idle.window, job.gpus)
+        if w.coverage < self.idle.min_coverage or not w.complete:
+            return None
+        if w.all_quiet(self.idle.util_threshold_pct):
+            return None  # the idle rule's case
+        if w.avg_util is None or w.avg_util > self.rule.max_avg_util_pct:
+            return None
+        n = w.slices
+        bursts = regular_bursts(align_end(series.util_max, n), align_end(series.util_avg, n),
+                                self.idle.util_threshold_pct, self.rule.min_bursts)
+        return (w, bursts) if bursts is not None else None
+
+    def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
+        signals = signals or group_signals(obs)
+        findings = []
+        for job in obs.jobs:
+            if job.started_at is not None and (obs.at - job.started_at).total_seconds() < self.idle.window:
+                continue  # judged only over a window the job has lived through
+            found = self.pattern_window(job, signals)
+            if found is None:
+                continue
+            w, bursts = found
+            logs = obs.logs.get(job.id)
+            if logs is None:
+                continue  # no progress must be seen, not assumed
+            start = obs.at - timedelta(seconds=w.seconds)
+            if logs.last_progress_at is not None and logs.last_progress_at >= start:
+                continue
+            if w.io_known < self.idle.min_coverage:
+                continue  # frozen I/O must be seen, not assumed
+            if long_tail_reason(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct,
+                                min_coverage=self.idle.min_coverage, periodic=False):
+                continue  # I/O, a busy CPU, or incomplete metrics
+            activity = GpuActivity.of(w, self.idle.min_coverage)
+            if activity.real_work(self.activity):
+                continue
+            if not activity.tensor_known and activity.power_share is None:
+                continue  # neither the tensor pipe nor power can show the bursts do no work
+            findings.append(self._finding(job, w, bursts, logs, activity, start, obs.at))
+        return findings
+
+    def _finding(self, job: JobInfo, w: JobWindow, bursts: Bursts, logs: LogProgress, activity: GpuActivity,
+                 since: datetime, at: datetime) -> Finding:
+        s = w.series.slice_s
+        if bursts.period == 1:
+            shape = f"GPU activity in every slice of the last {format_duration(w.seconds)} at a steady low level"
+        else:
+            shape = (f"{bursts.count} short bursts of GPU activity in the last {format_duration(w.seconds)}, one "
+                     f"every {format_duration(bursts.period * s)}, each at most {format_duration(bursts.longest * s)}")
+        evidence = (
+            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} kept looking busy: {shape}; average util "
+            f"{w.avg_util or 0.0:.1f}% (max {w.max_util or 0.0:.1f}%, coverage {w.coverage:.0%}), holding "
+            f"{w.mem_gb:.0f} GB; {log_summary(logs)}; {w.io_summary()}; {activity.summary()}: looks like a keep-alive "
+            f"loop, not work; a stop needs a human's approval"
+        )
+        metrics = {
+            "keepalive_bursts": float(bursts.count),
+            "keepalive_period_s": bursts.period * s,
+            "keepalive_burst_s": bursts.longest * s,
+            "util_avg_pct": round(w.avg_util or 0.0, 2),
+            "util_max_pct": w.max_util or 0.0,
+            "coverage": round(w.coverage, 4),
+            "window_s": w.seconds,
+            "mem_gb": round(w.mem_gb, 1),
+        }
+        metrics.update(log_metrics(logs, at) | io_metrics(w) | activity.metrics())
+        return Finding(kind="idle", target=job.id, since=since, detected_at=at, evidence=evidence, metrics=metrics,
+                       gpus=job.gpus, stop_needs_approval=APPROVAL_REASON)

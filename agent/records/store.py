@@ -1,0 +1,164 @@
+"""Opening the SQLite stores so that a read-only, full or locked data dir degrades the steward instead of killing it.
+
+A store that cannot be written is opened read-only (its history stays readable) and every write to it raises
+StoreUnavailable naming the file and the reason; `Problem.reason` is the short code that /healthz and the
+`steward_degraded{reason=...}` metric report.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+# The reason codes (metric label values). Each names what an operator has to fix.
+READONLY = "data_dir_readonly"  # the data dir or a store file cannot be written
+FULL = "data_dir_full"  # no space left for the stores
+LOCKED = "db_locked"  # another connection held a store's write lock past the busy timeout
+DB_ERROR = "db_error"  # any other SQLite or I/O error on a store
+
+BUSY_TIMEOUT_S = 5.0  # how long a write waits for another writer's lock before the store reports db_locked
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason the steward is degraded: a short code (a metric label) and what happened, for people."""
+
+    reason: str
+    detail: str
+
+
+class StoreUnavailable(RuntimeError):
+    """A store could not be written (read-only, full, locked, I/O error); nothing was recorded."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
+def probe_dir(directory: Path) -> Problem | None:
+    """Whether a file can be created and written in `directory` right now; the problem if not."""
+    probe = directory / f".steward-write-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"probe\n")
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        return _os_problem(exc, directory)
+    return None
+
+
+def _os_problem(exc: OSError, where: Path | str) -> Problem:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return Problem(FULL, f"{where}: no space left ({exc.strerror})")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return Problem(READONLY, f"{where}: cannot write ({exc.strerror})")
+    return Problem(DB_ERROR, f"{where}: {exc.strerror or exc}")
+
+
+def _unwritable_files(file: Path) -> Problem | None:
+    """The store's own files (database, WAL, shared memory) that exist but cannot be written, if any."""
+    for part in (file, file.with_name(file.name + "-wal"), file.with_name(file.name + "-shm")):
+        if part.exists() and not os.access(part, os.W_OK):
+            return Problem(READONLY, f"{part}: cannot write (file is read-only)")
+    return None
+
+
+def classify(exc: BaseException, path: str) -> Problem:
+    """What a failed write to the store at `path` means for the operator."""
+    if isinstance(exc, OSError):
+        return _os_problem(exc, path)
+    text = str(exc)
+    lowered = text.lower()
+    if "locked" in lowered or "busy" in lowered:
+        return Problem(LOCKED, f"{path}: {text} (another process held its write lock for more than "
+                               f"{BUSY_TIMEOUT_S:g} s)")
+    if "full" in lowered:
+        return Problem(FULL, f"{path}: {text}")
+    if "readonly" in lowered or "read-only" in lowered:
+        return Problem(READONLY, f"{path}: {text}")
+    # "unable to open database file", "disk I/O error": the directory says which.
+    found = probe_dir(Path(path).parent) if path != ":memory:" else None
+    if found is not None:
+        return Problem(found.reason, f"{path}: {text}; {found.detail}")
+    return Problem(DB_ERROR, f"{path}: {text}")
+
+
+def open_store(path: str, schema: str, table: str, *, wal: bool,
+               migrate: Callable[[sqlite3.Connection], None] | None = None, timeout: float = BUSY_TIMEOUT_S,
+               autocommit: bool = True, readonly: bool = False) -> tuple[sqlite3.Connection, Problem | None]:
+    """(connection, None) for a writable store; (read-only connection, the problem) when it cannot be written.
+
+    `table`: the store's main table (a readable file without it counts as no store). `autocommit`: the
+    connection commits each statement (isolation_level None) unless False (Python's default transactions).
+    `readonly`: only read it (`steward audit verify`): FileNotFoundError when there is no such store.
+
+    The directory is probed before SQLite touches the file: on an unwritable directory the database is never
+    opened for writing (no WAL shared memory is created or mapped for writing). Read-only falls back from
+    `mode=ro` (sees the WAL) to `immutable=1` (no WAL, for a WAL database whose -shm cannot be created), and
+    to an empty in-memory store when no file can be read at all (nothing was ever recorded there).
+    """
+    if path == ":memory:":
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None if autocommit else "DEFERRED")
+        conn.execute("PRAGMA journal_mode=MEMORY")
+        conn.executescript(schema)
+        if migrate is not None:
+            migrate(conn)
+        return conn, None
+    file = Path(path)
+    problem: Problem | None
+    if readonly:
+        if not file.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        problem = Problem(READONLY, f"{path}: opened to read only")
+    else:
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = _os_problem(exc, file.parent)
+        else:
+            found = probe_dir(file.parent)
+            problem = Problem(found.reason, f"{path}: {found.detail}") if found else _unwritable_files(file)
+    if problem is None:
+        try:
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None if autocommit else "DEFERRED",
+                                   timeout=timeout)
+            if wal:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(schema)
+            if migrate is not None:
+                migrate(conn)
+            return conn, None
+        except (sqlite3.Error, OSError) as exc:
+            problem = classify(exc, path)
+    if not readonly:
+        problem = Problem(problem.reason, f"{problem.detail}; opened read-only, writes refused until it is fixed "
+                                          "and the steward restarted")
+    for mode in ("mode=ro", "immutable=1"):
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(file.resolve()))}?{mode}", uri=True, check_same_thread=False,
+                                   isolation_level=None if autocommit else "DEFERRED", timeout=timeout)
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone():
+                return conn, problem
+            conn.close()
+            break  # readable, but the store was never created in it
+        except sqlite3.Error:
+            continue
+    if readonly:
+        raise FileNotFoundError(f"{path}: not a readable {table} store")
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None if autocommit else "DEFERRED")
+    conn.executescript(schema)
+    if migrate is not None:
+        migrate(conn)
+    return conn, Problem(problem.reason, f"{problem.detail} (no readable {file.name}: an empty store)")
+
+
+def columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}

@@ -1,0 +1,150 @@
+"""Chat that does the operator's and owner's jobs: why a job was flagged or stopped, what happens next and when,
+`keep` through the ChatOps exemption path, what was done today; the reply in the question's language."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.chatops.commands import KeepRequest, parse_keep
+from agent.config.settings import ApiToken
+from agent.graph.execute import fresh_facts
+from agent.guardrail.decide import decide
+from core.actions import ProposedAction
+from tests.test_server_api import client_for, settings_for, sse_events
+
+JOB = "ml-team/jupyter-carol"  # idle on the demo: warned at 15:35, stopped at 16:05
+CAROL = {"Authorization": "Bearer carol-token"}
+BOB = {"Authorization": "Bearer bob-token"}
+
+
+def _client(tmp_path):
+    tokens = {"carol-token": ApiToken(name="carol", role="viewer"), "bob-token": ApiToken(name="bob", role="viewer"),
+              "lead-token": ApiToken(name="lead", role="approver")}
+    return client_for(settings_for(tmp_path, api_tokens=tokens), start_s=90 * 60)  # 15:30
+
+
+def sweep_to(client, minutes: int) -> None:
+    """Sweep every 5 simulated minutes until `minutes` after the demo's 14:00 start."""
+    rt = client.app.state.runtime
+    while rt.deps.clock.now().hour * 60 + rt.deps.clock.now().minute < 14 * 60 + minutes:
+        with rt.graph_lock:
+            rt.sim_clock.cluster.advance(300)
+        assert client.post("/api/sweeps", headers={"Authorization": "Bearer lead-token"}).status_code == 200
+
+
+def ask(client, message: str, headers: dict, **extra) -> tuple[dict, list[dict]]:
+    events = sse_events(client.post("/api/chat", json={"message": message, **extra}, headers=headers).text)
+    assert events[-1]["type"] == "done", events
+    return events[0], events
+
+
+@pytest.fixture
+def client(tmp_path):
+    with _client(tmp_path) as c:
+        yield c
+
+
+def test_parse_keep_takes_the_job_and_duration_in_either_order():
+    assert parse_keep(f"keep {JOB} for 4h") == KeepRequest(4 * 3600.0, "4h", JOB, [])
+    assert parse_keep("keep 4h") == KeepRequest(4 * 3600.0, "4h", None, [])
+    assert parse_keep("保留 2小时 今晚演示") == KeepRequest(2 * 3600.0, "2h", "今晚演示", [])
+    assert parse_keep("keep 30 minutes ml-team/x demo") == KeepRequest(1800.0, "30m", "ml-team/x", ["demo"])
+    assert parse_keep("keep 1234 4h") == KeepRequest(4 * 3600.0, "4h", "1234", [])  # a Slurm id is not seconds
+    assert parse_keep("keep it") == "it"  # a keep without a duration: refused with what was said
+    assert parse_keep("keeper of the pool") is None and parse_keep("who is idle?") is None
+
+
+def test_why_and_what_next_while_warned_in_both_languages(client):
+    sweep_to(client, 95)  # 15:35: carol is warned; the earliest stop is 16:05
+    start, events = ask(client, f"why did you flag {JOB}? what will happen to it?", CAROL)
+    answer = events[-1]["answer"]
+    assert start["intent"] == "job" and start["lang"] == "en"
+    assert [e["name"] for e in events if e["type"] == "tool_call"] == ["job_status"]
+    assert "Why: idle" in answer and "1 GPU" in answer and "15:35 UTC warned the owner" in answer
+    assert "if it is still wasting at 16:05 UTC" in answer and "keep 4h" in answer
+
+    # A Chinese question in the English UI gets Chinese; `jupyter` names the one job it can mean.
+    start, events = ask(client, "为什么要停止 jupyter 任务?", CAROL, lang="en")
+    answer = events[-1]["answer"]
+    assert start["lang"] == "zh" and JOB in answer
+    assert "原因：空闲" in answer and "15:35 UTC 警告了所有者" in answer and "16:05 UTC" in answer
+
+
+def test_why_after_the_stop_names_the_stop_from_the_audit(client):
+    sweep_to(client, 130)  # 16:10: carol's notebook was stopped at 16:05
+    answer = ask(client, f"why did you stop {JOB}?", CAROL)[1][-1]["answer"]
+    assert "no longer running" in answer and "16:05 UTC asked it to stop (SIGTERM): executed" in answer
+    assert "Why: idle" in answer and "it was stopped at 16:05 UTC" in answer
+    zh = ask(client, f"为什么停止了 {JOB}？", CAROL)[1][-1]["answer"]
+    assert "已不在运行" in zh and "已于 16:05 UTC 被停止" in zh
+
+
+def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client):
+    sweep_to(client, 95)
+    rt = client.app.state.runtime
+    # Someone else's job: refused, and the refusal audited, never as an exemption.
+    start, events = ask(client, "keep 4h", BOB, job=JOB)
+    assert start["intent"] == "keep" and "Only carol (the owner) or an approver" in events[-1]["answer"]
+    assert rt.deps.audit.entries(kind="exemption") == []
+    refused = rt.deps.audit.entries(kind="decision", status="refused")
+    assert refused[0].action == "keep" and refused[0].target == JOB and refused[0].data["by"] == "web:bob"
+    # More than an owner may: refused.
+    assert "at most 24h" in ask(client, f"keep {JOB} for 3d", CAROL)[1][-1]["answer"]
+    # The owner, in the job's context.
+    answer = ask(client, "keep 4h finishing a demo", CAROL, job=JOB)[1][-1]["answer"]
+    assert answer.startswith(f"OK: {JOB} is kept until") and "finishing a demo" in answer
+    [kept] = rt.deps.audit.entries(kind="exemption")
+    assert kept.target == JOB and kept.data["by"] == "web:carol" and kept.status == "granted"
+
+    sweep_to(client, 130)  # past the deadline: it would have been stopped at 16:05
+    assert rt.deps.scheduler.get_job(JOB).state == "running"
+    facts = fresh_facts(rt.deps, "check", JOB, None)
+    proposal = ProposedAction(action="terminate", target=JOB, reason="idle", finding_kind="idle")
+    decision = decide(proposal, facts, rt.deps.policy, rt.deps.audit.history(rt.deps.clock.now()))
+    assert decision.verdict == "deny" and decision.rule == "protected" and "web:carol" in decision.reason
+    answer = ask(client, f"what will happen to {JOB}?", CAROL)[1][-1]["answer"]
+    assert "Next: nothing. It is kept until 19:35 UTC by web:carol (finishing a demo)" in answer
+
+
+def test_keep_refuses_a_job_that_does_not_run_and_answers_in_chinese(client):
+    sweep_to(client, 130)  # stopped at 16:05
+    rt = client.app.state.runtime
+    zh = ask(client, f"保留 {JOB} 4小时", CAROL)[1][-1]["answer"]
+    assert zh == f"{JOB} 已取消，无需保留。"  # the scheduler still lists it, cancelled
+    assert "nothing to keep" in ask(client, "keep ml-team/no-such-job 1h", CAROL)[1][-1]["answer"]
+    assert rt.deps.audit.entries(kind="exemption") == []
+    assert len(rt.deps.audit.entries(kind="decision", status="refused")) == 2
+
+
+def test_what_was_done_today(client):
+    sweep_to(client, 95)
+    done = client.app.state.runtime.deps.audit.entries(kind="execution")
+    assert len(done) > 1
+    start, events = ask(client, "what did you do today?", CAROL)
+    answer = events[-1]["answer"]
+    assert start["intent"] == "today" and f"Today (2026-11-02) I took {len(done)} actions:" in answer
+    assert f"15:35 warned the owner: **{JOB}** (level 1): executed (inbox to carol: sent)" in answer
+    zh = ask(client, "今天做了什么？", CAROL)[1][-1]["answer"]
+    assert f"今天（2026-11-02）共执行了 {len(done)} 项操作" in zh and "警告了所有者" in zh and "已执行" in zh
+
+
+def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_path):
+    from langchain_core.messages import AIMessage
+
+    from tests.scripted_model import ScriptedChatModel, rounds, tool_call
+
+    model = ScriptedChatModel(script=rounds(
+        AIMessage(content="", tool_calls=[tool_call("job_status", "c1", job="jupyter")]),
+        AIMessage(content="Warned at 15:35; it is stopped at 16:05 if still idle."),
+    ))
+    tokens = {"carol-token": ApiToken(name="carol", role="viewer"), "lead-token": ApiToken(name="lead", role="approver")}
+    with client_for(settings_for(tmp_path, api_tokens=tokens), start_s=90 * 60, chat_model=model) as c:
+        sweep_to(c, 95)
+        start, events = ask(c, "keep 4h", CAROL, job=JOB)
+        assert start["answerer"] == "offline" and events[-1]["answer"].startswith(f"OK: {JOB} is kept until")
+        assert model.bound_tools == []  # the model was not asked
+        start, events = ask(c, "why was my notebook flagged?", CAROL)
+        assert start["answerer"] != "offline" and "job_status" in model.bound_tools
+        [result] = [e for e in events if e["type"] == "tool_result"]
+        assert result["name"] == "job_status" and result["status"] == "ok"
+        assert f"**{JOB}** (carol, 1 GPU)" in result["summary"] and "kept until" in result["summary"]

@@ -1,0 +1,128 @@
+"""The operator's command line: approvals answered from a shell on serve's data dir, the eval's exit status,
+--version and --help, and a one-paragraph error (no traceback) for each configuration mistake."""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+
+import pytest
+
+from agent.cli.main import main, meets_answer_key
+from tests.test_server_api import client_for, settings_for, sweep_with_approval
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "evals" / "scenarios"
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path, monkeypatch):
+    monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("STEWARD_RUNBOOKS_ENABLED", "false")
+    for name in ("STEWARD_BACKEND", "STEWARD_LANGUAGE", "STEWARD_PROMETHEUS_URL", "STEWARD_KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def one_paragraph_error(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    return captured.err
+
+
+def test_approve_from_the_shell_is_carried_out_by_the_server_once(tmp_path, capsys):
+    settings = settings_for(tmp_path)
+    with client_for(settings) as c:  # `steward serve` on the demo, in this data dir
+        approval_id = sweep_with_approval(c)
+        nodes_before = {p.name: p.nodes for p in c.app.state.runtime.deps.pools.list_pools()}["a100-ondemand"]
+    assert main(["approvals", "list"]) == 0
+    out = capsys.readouterr().out
+    assert f"{approval_id}  resize_pool a100-ondemand (level 4)" in out and "steward approvals approve" in out
+
+    assert main(["approvals", "approve", approval_id, "--reason", "night, pool unused"]) == 0
+    assert f"{approval_id}: approved by cli:{getpass.getuser()}" in capsys.readouterr().out
+    assert main(["approvals", "deny", approval_id]) == 1  # answered once: the second is refused, and audited
+    assert "already approved" in capsys.readouterr().err
+
+    with client_for(settings) as c:  # the server completes the recorded answer before its next sweep
+        rt = c.app.state.runtime
+        assert rt.deps.audit.entries(kind="execution", target="a100-ondemand") == []  # the shell did not act
+        assert c.post("/api/sweeps").status_code == 200
+        pool = next(p for p in rt.deps.pools.list_pools() if p.name == "a100-ondemand")
+        assert pool.nodes < nodes_before
+        executions = rt.deps.audit.entries(kind="execution", target="a100-ondemand")
+        assert [(e.action, e.status) for e in executions] == [("resize_pool", "executed")]
+        approved = rt.deps.audit.entries(kind="approval", status="approved")
+        assert len(approved) == 1 and approved[0].data["by"] == f"cli:{getpass.getuser()}"
+        assert "night, pool unused" in approved[0].reason
+        assert rt.deps.audit.entries(kind="approval", status="refused_answer")
+    assert main(["approvals", "list", "--lang", "zh"]) == 0
+    zh = capsys.readouterr().out
+    assert "最近的处理" in zh and f"{approval_id}  resize_pool a100-ondemand: approved" in zh
+
+
+def test_approvals_without_a_store_and_unknown_ids_are_clear_errors(tmp_path, capsys):
+    assert main(["approvals", "list", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    assert "no approval store in" in capsys.readouterr().err
+    with client_for(settings_for(tmp_path)):
+        pass
+    assert main(["approvals", "approve", "apr_nope"]) == 1
+    assert "no approval with id 'apr_nope'" in capsys.readouterr().err
+
+
+def test_eval_exits_0_on_the_answer_key_and_known_misses_are_strict(capsys, monkeypatch):
+    assert main(["eval", str(SCENARIOS / "idle-notebook.yaml")]) == 0
+    doc = {"name": "fake-activity-blips", "passed": False}
+    monkeypatch.setattr("evals.suite.KNOWN_MISSES", {"fake-activity-blips": "reported idle"})
+    assert meets_answer_key({"policy-model": [doc, {"name": "x", "passed": True}]})
+    assert "expected miss" in capsys.readouterr().err
+    assert not meets_answer_key({"policy-model": [{**doc, "passed": True}]})  # fixed: take it off the list
+    assert not meets_answer_key({"policy-model": [{"name": "x", "passed": False}]})
+
+
+def test_version_and_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("steward 0.")
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "address to listen on" in out and "TCP port" in out and "STEWARD_DATA_DIR" in out
+
+
+def test_configuration_mistakes_are_one_paragraph(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("STEWARD_BACKEND", "kubernetes")
+    monkeypatch.setenv("STEWARD_PROMETHEUS_URL", "http://127.0.0.1:9")
+    err = one_paragraph_error(capsys, "sweep")
+    assert "STEWARD_BACKEND=kubernetes needs access to the cluster" in err and "STEWARD_KUBECONFIG" in err
+    monkeypatch.setenv("STEWARD_KUBECONFIG", str(tmp_path / "missing"))
+    assert f"STEWARD_KUBECONFIG={tmp_path / 'missing'} does not exist" in one_paragraph_error(capsys, "serve")
+
+    monkeypatch.setenv("STEWARD_BACKEND", "slurm")
+    monkeypatch.delenv("STEWARD_PROMETHEUS_URL")
+    assert "STEWARD_PROMETHEUS_URL is not set" in one_paragraph_error(capsys, "sweep")
+    monkeypatch.setenv("STEWARD_BACKEND", "sim")
+
+    monkeypatch.setenv("STEWARD_LANGUAGE", "fr")
+    err = one_paragraph_error(capsys, "sweep")
+    assert "STEWARD_LANGUAGE='fr' is not a language" in err and "en (English) or zh" in err
+    monkeypatch.delenv("STEWARD_LANGUAGE")
+
+    err = one_paragraph_error(capsys, "sweep", "--at", "99h")
+    assert "--at 99h is past the end of scenario 'demo-cluster', which lasts 6h (14:00 to 20:00 UTC)" in err
+
+
+def test_policy_typos_get_did_you_mean_and_yaml_errors_name_the_file(tmp_path, capsys):
+    typo = tmp_path / "policy.yaml"
+    typo.write_text("version: 1\nlevels: {max_autoo: 2}\nwarnings: {min_notice: 10m}\n")
+    assert main(["policy", "check", str(typo)]) == 2
+    err = capsys.readouterr().err
+    assert f"{typo}: levels.max_autoo: unknown key; did you mean 'max_auto'?" in err
+    assert f"{typo}: warnings: unknown key; did you mean 'warning'?" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("version: 1\nlevels: {max_auto: 2\nwarning: [\n")
+    err = one_paragraph_error(capsys, "policy", "check", str(broken))
+    assert f"{broken}: not valid YAML at line 3, column 8:" in err and "<unicode string>" not in err

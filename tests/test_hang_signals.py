@@ -1,0 +1,272 @@
+"""Signals real hangs have, keep-alive dodgers, and jobs idle from the start, on hand-built observations.
+
+Zombies are judged on DCGM profiling fields, power and NVLink/PCIe traffic when the exporter has them (not on a
+quiet CPU: hung collectives spin it), keep-alive loops are idle that only a human may stop, and a job never seen
+doing material work over its whole observed life gets no long-tail grace.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent.config.policy import Policy, parse_policy
+from agent.detectors.activity import GpuActivity, board_power_w
+from agent.detectors.engine import log_candidates, run_detectors
+from agent.detectors.evidence import describe
+from agent.detectors.idle import IdleGpuDetector
+from agent.detectors.keepalive import KeepAliveDetector, regular_bursts
+from agent.detectors.signals import group_signals
+from agent.detectors.zombie import ZombieDetector
+from core.cluster import GpuHistory, GpuSeries
+from core.observation import LogProgress, Observation
+from tests.test_detectors import AT, EXPECTED, SLICE, io, job, observe, progress
+
+POLICY = Policy()
+A100 = "NVIDIA A100-SXM4-80GB"
+N = 24  # slices of 5 minutes: the job's last 2 hours
+
+
+def col(value: float | list[float | None] | None, n: int = N) -> list[float | None]:
+    if value is None:
+        return []  # the exporter does not report the field at all
+    return list(value) if isinstance(value, list) else [value] * n
+
+
+def gpu(job_id: str, utils: list[float | None], index: int = 0, *, avg: list[float | None] | None = None,
+        model: str = A100, sm=None, tensor=None, dram=None, power=None, nvlink=None, pcie=None) -> GpuSeries:
+    n = len(utils)
+    return GpuSeries(
+        job=job_id, node="n1", gpu=index, model=model, slice_s=SLICE, util_max=list(utils),
+        util_avg=list(avg if avg is not None else utils), samples=[0 if u is None else EXPECTED for u in utils],
+        expected=EXPECTED, mem_used_mb=20_480.0, sm_active_avg=col(sm, n), tensor_active_avg=col(tensor, n),
+        dram_active_avg=col(dram, n), power_w_slices=col(power, n),
+        nvlink_bytes_avg=col(None if nvlink is None else nvlink * 1e6, n),  # MB/s in, bytes/s as DCGM reports
+        pcie_bytes_avg=col(None if pcie is None else pcie * 1e6, n),
+    )
+
+
+# --- zombie: what a hung collective really looks like -------------------------------------------------------
+
+HUNG = {"sm": 0.1, "tensor": 0.0, "dram": 0.01, "power": 90.0, "nvlink": 0.0, "pcie": 0.05}
+
+
+def hung_job(*, cpu: float = 400.0, gpus: int = 4, logs_last=AT - timedelta(minutes=60), **activity) -> Observation:
+    fields = {**HUNG, **activity}
+    series = [gpu("ml/train", [100.0] * N, i, **fields) for i in range(gpus)]
+    logs = {"ml/train": progress("ml/train", logs_last)} if logs_last is not None else {}
+    return observe([job(gpus=gpus)], series, [io("ml/train", N, cpu=cpu)], logs)
+
+
+def test_hung_collective_with_spinning_cpu_is_a_zombie_on_profiling_fields():
+    [f] = ZombieDetector(POLICY).detect(hung_job())
+    assert f.kind == "zombie" and f.gpus == 4 and f.since == AT - timedelta(minutes=60)
+    assert "CPU 400.0%" in f.evidence
+    assert "SM active max 10%, tensor pipe max 0%, DRAM active max 1%" in f.evidence
+    assert "power max 90 W (22% of 400 W)" in f.evidence and "NVLink max 0.0 MB/s, PCIe max 0.1 MB/s" in f.evidence
+    assert ("judged on log progress, network/disk I/O, DCGM profiling (SM/tensor/DRAM activity), NVLink/PCIe "
+            "traffic, power") in f.evidence
+    assert f.metrics["used_profiling"] == 1 and f.metrics["used_power"] == 1 and f.metrics["used_interconnect"] == 1
+    zh = describe(f, "zh")
+    assert "SM 活跃度最高 10%" in zh and "功耗最高 90 W（额定 400 W 的 22%）" in zh
+    assert "判断依据：日志进度、网络/磁盘 I/O、DCGM 性能剖析（SM/张量/显存活跃度）、NVLink/PCIe 流量、功耗" in zh
+
+
+def test_a_pinned_gpu_that_really_computes_is_not_a_zombie_whatever_its_log_says():
+    # Each signal alone that shows real work clears the job: slow or quiet, not hung.
+    for real in ({"sm": 0.85}, {"tensor": 0.4}, {"dram": 0.3}, {"power": 380.0}, {"nvlink": 18_000.0},
+                 {"pcie": 900.0}):
+        assert ZombieDetector(POLICY).detect(hung_job(**real)) == [], real
+
+
+def test_one_gpu_that_computes_clears_the_job_even_when_another_lacks_the_field():
+    series = [gpu("ml/train", [100.0] * N, 0, **{**HUNG, "sm": 0.9})]
+    series += [gpu("ml/train", [100.0] * N, i, **{**HUNG, "sm": None}) for i in (1, 2, 3)]
+    obs = observe([job()], series, [io("ml/train", N, cpu=400.0)], {"ml/train": progress("ml/train", AT - timedelta(hours=1))})
+    assert ZombieDetector(POLICY).detect(obs) == []
+
+
+def test_without_profiling_fields_it_falls_back_to_progress_and_io_and_says_so():
+    bare = {k: None for k in HUNG}
+    [f] = ZombieDetector(POLICY).detect(hung_job(**bare))
+    assert "no DCGM profiling fields" in f.evidence
+    assert "judged on log progress, network/disk I/O; likely hung" in f.evidence
+    assert f.metrics["used_profiling"] == 0 and f.metrics["used_power"] == 0
+    assert "判断依据：日志进度、网络/磁盘 I/O；" in describe(f, "zh")
+    # Power alone is read when the model is known: near idle supports the hang, high power clears the job.
+    [with_power] = ZombieDetector(POLICY).detect(hung_job(**{**bare, "power": 95.0}))
+    assert "judged on log progress, network/disk I/O, power" in with_power.evidence
+    assert ZombieDetector(POLICY).detect(hung_job(**{**bare, "power": 350.0})) == []
+    # An unknown model: its power is shown but judges nothing.
+    unknown = [gpu("ml/train", [100.0] * N, i, model="Mystery GPU", **{**bare, "power": 95.0}) for i in range(4)]
+    obs = observe([job()], unknown, [io("ml/train", N, cpu=400.0)], {"ml/train": progress("ml/train", AT - timedelta(hours=1))})
+    [f2] = ZombieDetector(POLICY).detect(obs)
+    assert "power max 95 W (GPU model's board power unknown)" in f2.evidence and f2.metrics["used_power"] == 0
+
+
+def test_no_progress_must_be_seen_not_assumed_even_when_every_gpu_signal_says_hung():
+    assert ZombieDetector(POLICY).detect(hung_job(logs_last=None)) == []  # log never read
+    never = hung_job()
+    never.logs = {"ml/train": LogProgress(job="ml/train", lines=40)}  # read, but never saw progress
+    assert ZombieDetector(POLICY).detect(never) == []
+    assert ZombieDetector(POLICY).detect(hung_job(logs_last=AT - timedelta(minutes=5))) == []  # still progressing
+
+
+def test_board_power_by_dcgm_model_name():
+    assert board_power_w("NVIDIA A100-SXM4-80GB") == 400.0
+    assert board_power_w("NVIDIA A100 80GB PCIe") == 300.0
+    assert board_power_w("NVIDIA H100 80GB HBM3") == 700.0 and board_power_w("NVIDIA H100 PCIe") == 350.0
+    assert board_power_w("NVIDIA L4") == 72.0 and board_power_w("NVIDIA L40S") == 350.0
+    assert board_power_w("trace-gpu") is None
+
+
+def test_activity_is_unknown_when_a_gpu_lacks_the_field_or_its_slices():
+    obs = observe([job(gpus=2)], [gpu("ml/train", [100.0] * N, 0, **HUNG),
+                                  gpu("ml/train", [100.0] * N, 1, **{**HUNG, "tensor": None,
+                                                                     "sm": [None] * 20 + [0.1] * 4})],
+                  [io("ml/train", N)])
+    w = group_signals(obs).jobs["ml/train"].window(1800, 2)
+    a = GpuActivity.of(w, 0.9)
+    assert a.tensor == 0.0 and not a.tensor_known  # one GPU does not report it: cannot say near idle
+    assert "sm" not in a.complete and a.sm == 0.1
+    assert a.profiled  # DRAM is reported by both, over the whole window
+
+
+# --- keep-alive dodgers -------------------------------------------------------------------------------------
+
+def blips(period: int = 2, util: float = 3.0, n: int = N, offset: int = 1) -> tuple[list[float | None], list[float | None]]:
+    """One short burst every `period` slices (max `util`, slice average a fifth of it), 0% otherwise."""
+    maxes: list[float | None] = [util if (k - offset) % period == 0 else 0.0 for k in range(n)]
+    return maxes, [m / 5 if m else 0.0 for m in maxes]
+
+
+def squatter(maxes=None, avgs=None, *, logs: LogProgress | None | str = "silent", net: float = 0.0, cpu: float = 0.5,
+             started=timedelta(hours=2), **activity) -> Observation:
+    if maxes is None:
+        maxes, avgs = blips()
+    fields = {"tensor": 0.0, "power": 72.0, **activity}
+    series = [gpu("ml/squat", maxes, i, avg=avgs, **fields) for i in range(2)]
+    if logs == "silent":
+        logs = LogProgress(job="ml/squat", lines=0)
+    return observe([job("ml/squat", gpus=2, started_at=AT - started)], series, [io("ml/squat", N, cpu=cpu, net=net)],
+                   {"ml/squat": logs} if logs is not None else {})
+
+
+def test_keepalive_blips_are_idle_whose_stop_needs_a_human():
+    obs = squatter()
+    assert IdleGpuDetector(POLICY).detect(obs) == []  # never a whole quiet window: the plain idle rule misses it
+    [f] = KeepAliveDetector(POLICY).detect(obs)
+    assert f.kind == "idle" and f.gpus == 2 and f.stop_needs_approval
+    assert f.since == AT - timedelta(hours=1)
+    assert "6 short bursts of GPU activity in the last 1h, one every 10m, each at most 5m" in f.evidence
+    assert "log empty" in f.evidence and "tensor pipe max 0%" in f.evidence and "power max 72 W (18% of 400 W)" in f.evidence
+    assert "a stop needs a human's approval" in f.evidence
+    zh = describe(f, "zh")
+    assert "6 次短暂的 GPU 活动，每 10 分钟一次" in zh and "疑似保活脚本" in zh and "停止需经人工批准" in zh
+    assert [x.kind for x in run_detectors(obs, POLICY)] == ["idle"]
+    assert log_candidates(obs, POLICY) == ["ml/squat"]
+
+
+def test_a_steady_low_level_in_every_slice_is_a_keepalive_too():
+    [f] = KeepAliveDetector(POLICY).detect(squatter([4.0] * N, [1.0] * N))
+    assert "GPU activity in every slice of the last 1h at a steady low level" in f.evidence
+    assert "每个时间片都有低而平稳的 GPU 活动" in describe(f, "zh")
+    uneven = [1.0, 3.0] * (N // 2)
+    assert KeepAliveDetector(POLICY).detect(squatter([6.0] * N, uneven)) == []
+
+
+def test_no_keepalive_without_the_whole_pattern():
+    detector = KeepAliveDetector(POLICY)
+    irregular = [0.0] * N
+    for k in (13, 15, 20, 21):
+        irregular[k] = 3.0
+    assert detector.detect(squatter(irregular, [m / 5 for m in irregular])) == []  # not regular
+    heavy, heavy_avg = blips(util=60.0)
+    assert detector.detect(squatter(heavy, [m / 2 for m in heavy])) == []  # average above 10%: real bursts
+    assert detector.detect(squatter(logs=progress("ml/squat", AT - timedelta(minutes=10)))) == []  # progressing
+    assert detector.detect(squatter(logs=None)) == []  # log never read: no progress is not assumed
+    assert detector.detect(squatter(net=25.0)) == []  # network input
+    assert detector.detect(squatter(cpu=180.0)) == []  # busy CPU (e.g. CPU-side work between GPU steps)
+    assert detector.detect(squatter(tensor=0.4)) == []  # the bursts do real math
+    assert detector.detect(squatter(power=300.0)) == []
+    assert detector.detect(squatter(tensor=None, power=None)) == []  # nothing can show the bursts do no work
+    assert detector.detect(squatter(started=timedelta(minutes=50))) == []  # younger than the window
+    off = parse_policy({"detectors": {"keepalive": {"enabled": False}}}, "test")
+    assert KeepAliveDetector(off).detect(squatter()) == []
+
+
+def test_power_or_tensor_alone_is_enough_to_show_the_bursts_do_no_work():
+    assert len(KeepAliveDetector(POLICY).detect(squatter(tensor=None))) == 1  # power near idle
+    assert len(KeepAliveDetector(POLICY).detect(squatter(power=None))) == 1  # tensor pipe near idle
+
+
+def test_regular_bursts_shapes():
+    def shape(busy: str):
+        maxes = [3.0 if c == "#" else 0.0 for c in busy]
+        return regular_bursts(maxes, [m / 5 for m in maxes], 2.0, 3)
+
+    assert shape("#.#.#.#.#.#.") is not None and shape("#.#.#.#.#.#.").period == 2
+    assert shape("#..#..#..#..").period == 3
+    assert shape("..#...#..#...#").period == 4  # one slice of jitter
+    assert shape("#.#.#.......") is not None  # three bursts are enough; the quiet tail ends the window
+    assert shape("#.#.........") is None  # two bursts
+    assert shape("##.##.##.##.") is None  # bursts as long as the pauses
+    assert shape("#.#.....#.#.") is None  # irregular
+    maxes = [3.0] * 12
+    maxes[4] = None
+    assert regular_bursts(maxes, maxes, 2.0, 3) is None  # an unknown slice
+
+
+# --- idle from the start: no long-tail grace without a working history --------------------------------------
+
+def two_blips(avg: float, *, started=timedelta(hours=2), gap_at: int | None = None) -> Observation:
+    """Two bursts (slices 0 and 10) long enough apart that their spacing would protect the pause since (13 slices):
+    1.5 x a 9-slice gap = 13.5 > 13."""
+    maxes: list[float | None] = [0.0] * N
+    maxes[0] = maxes[10] = 5.0
+    avgs = [avg if m else 0.0 for m in maxes]
+    if gap_at is not None:
+        maxes[gap_at] = avgs[gap_at] = None
+    series = [gpu("ml/nb", maxes, i, avg=avgs) for i in range(4)]
+    started_at = None if started is None else AT - started
+    return observe([job("ml/nb", started_at=started_at)], series, [io("ml/nb", N)],
+                   {"ml/nb": LogProgress(job="ml/nb", lines=0)})
+
+
+def test_a_job_that_never_did_material_work_gets_no_long_tail_grace():
+    # 4 GPUs x 2 bursts x 0.5% x 5 minutes = 12 GPU-seconds over its whole life: never material.
+    [f] = IdleGpuDetector(POLICY).detect(two_blips(0.5))
+    assert f.kind == "idle" and f.since == AT - timedelta(minutes=65)
+
+
+def test_material_work_keeps_its_long_tail_grace():
+    # 4 GPUs x 2 bursts x 5% x 5 minutes = 120 GPU-seconds: it worked, and its pauses protect it.
+    assert IdleGpuDetector(POLICY).detect(two_blips(5.0)) == []
+    looser = parse_policy({"detectors": {"longtail": {"material_gpu_seconds": 200}}}, "test")
+    assert len(IdleGpuDetector(looser).detect(two_blips(5.0))) == 1
+
+
+def test_never_seen_working_means_its_whole_life_was_seen():
+    assert IdleGpuDetector(POLICY).detect(two_blips(0.5, started=None)) == []  # start unknown
+    assert IdleGpuDetector(POLICY).detect(two_blips(0.5, started=timedelta(hours=3))) == []  # older than the data
+    assert IdleGpuDetector(POLICY).detect(two_blips(0.5, gap_at=5)) == []  # a gap in its life may hide work
+
+
+def coarse_blips(avg: list[float | None]) -> Observation:
+    """A 1-GPU job started 5 h ago: quiet for the last hour (fine slices), two 5% bursts in its coarse history
+    (30-minute slices) 1.5 h apart, so its longest pause (1 h) would protect the hour it is quiet now."""
+    maxes: list[float | None] = [0.0] * 10
+    maxes[4] = maxes[7] = 5.0
+    history = GpuHistory(job="ml/nb", node="n1", gpu=0, slice_s=1800.0, util_max=maxes, util_min=list(maxes),
+                         util_avg=avg, samples=[60] * 10, expected=60)
+    fine = [gpu("ml/nb", [0.0] * 12, 0)]
+    return observe([job("ml/nb", gpus=1, started_at=AT - timedelta(hours=5))], fine, [io("ml/nb", 12)],
+                   {"ml/nb": LogProgress(job="ml/nb", lines=0)}, history=[history], history_slice_s=1800.0)
+
+
+def test_coarse_history_bounds_work_by_its_average_or_else_its_max():
+    tiny = [0.0] * 10
+    tiny[4] = tiny[7] = 0.5  # 2 x 0.5% x 30 min = 18 GPU-seconds: never material
+    [f] = IdleGpuDetector(POLICY).detect(coarse_blips(tiny))
+    assert f.since == AT - timedelta(hours=1)
+    # No average (Prometheus' coarse history reads none): each burst may have held 5% x 30 min = 90 GPU-s.
+    assert IdleGpuDetector(POLICY).detect(coarse_blips([])) == []

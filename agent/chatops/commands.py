@@ -180,6 +180,7 @@ def parse_keep(text: str) -> KeepRequest | str | None:
     duration = words[at]
     before = [w for w in words[:at] if w.lower() not in _FILLER]
     after = words[at + 1:]
+    job: str | None
     if before:
         job, reason = before[0], before[1:] + after
     else:

@@ -152,7 +152,10 @@ function findingState(f) {
   if (f.stopped_at) pills.push(["stopped", `${t("state.stopped")} ${when(f.stopped_at)}`]);
   else if (f.stopping_since) pills.push(["stopping", `${t("state.stopping")} ${when(f.stopping_since)}`]);
   if (f.exempt_until) pills.push(["exempt", `${t("state.exempt_until")} ${when(f.exempt_until)}`]);
-  if (f.warned_at && !f.stopped_at) pills.push(["warned", `${t("state.warned")} ${when(f.warned_at)} · ${t("state.stop_due")} ${when(f.stop_due_at)}`]);
+  if (f.warned_at && !f.stopped_at) {
+    pills.push(["warned", `${t("state.warned")} ${when(f.warned_at)}`]);
+    if (!f.stopping_since) pills.push(["due", `${t("state.stop_due")} ${when(f.stop_due_at)}`]);
+  }
   if (f.approval_id) pills.push(["awaiting", t("state.awaiting")]);
   if (!pills.length) pills.push(["open", t("state.open")]);
   return pills.map(([cls, text]) => `<span class="pill ${cls}">${esc(text)}</span>`).join(" ");

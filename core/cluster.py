@@ -124,7 +124,7 @@ class JobIoSeries(_Record):
     job: str
     slice_s: float
     cpu_pct: list[float | None]
-    net_rx_mbps: list[float | None]
+    net_rx_mbps: list[float | None]  # network receive + transmit (tools/promql.py), MB/s
     disk_read_mbps: list[float | None]
 
 

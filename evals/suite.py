@@ -14,7 +14,8 @@ POLICY_DIR = Path(__file__).with_name("policies")
 # Scenarios the product is known to get wrong: name -> what it should report. `steward eval` counts such a
 # miss as expected (exit 0) and an unexpected pass as a failure, as tests/test_scenarios.py's strict xfail does,
 # so a fix shows up and the entry is removed.
-KNOWN_MISSES: dict[str, str] = {}
+KNOWN_MISSES: dict[str, str] = {
+}
 
 
 def scenario_files(folder: Path = SCENARIO_DIR) -> list[Path]:

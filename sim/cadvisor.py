@@ -13,6 +13,7 @@ METRICS = [
     ("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds."),
     ("container_network_receive_bytes_total", "Cumulative count of bytes received."),
     ("container_fs_reads_bytes_total", "Cumulative count of bytes read."),
+    ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted."),
 ]
 
 
@@ -22,6 +23,7 @@ class _Totals:
     cpu_s: float = 0.0
     rx_bytes: float = 0.0
     read_bytes: float = 0.0
+    tx_bytes: float = 0.0
 
 
 @dataclass
@@ -44,10 +46,11 @@ class ProcessCounters:
             sample = io_sample(run, k * self.step, k)
             if sample is None:
                 continue
-            cpu_pct, rx_mbps, read_mbps = sample
+            cpu_pct, rx_mbps, read_mbps, tx_mbps = sample
             totals.cpu_s += cpu_pct / 100.0 * self.step
             totals.rx_bytes += rx_mbps * MB * self.step
             totals.read_bytes += read_mbps * MB * self.step
+            totals.tx_bytes += tx_mbps * MB * self.step
         totals.next_k = max(totals.next_k, k_now + 1)
         return totals
 
@@ -69,10 +72,10 @@ class ProcessCounters:
                 container = "batch"
             rows.append((f'container="{container}",{owner}', f'interface="eth0",{owner}', totals))
         out: list[str] = []
-        for (name, help_text), pick in zip(METRICS, ("cpu_s", "rx_bytes", "read_bytes"), strict=True):
+        for (name, help_text), pick in zip(METRICS, ("cpu_s", "rx_bytes", "read_bytes", "tx_bytes"), strict=True):
             out.append(f"# HELP {name} {help_text}")
             out.append(f"# TYPE {name} counter")
             for container_labels, net_labels, totals in rows:
-                labels = net_labels if pick == "rx_bytes" else container_labels
+                labels = net_labels if pick in ("rx_bytes", "tx_bytes") else container_labels
                 out.append(f"{name}{{{labels}}} {getattr(totals, pick):.6f}")
         return "\n".join(out) + "\n"

@@ -39,7 +39,7 @@ def gpu_sample(run: Run | None, node: SimNode, gpu: int, t: float, k: int) -> Sa
     return util, mem, max(temp_c(util), node.temp_floor(gpu, t)), power, xid, xid_at, profile
 
 
-def io_sample(run: Run, t: float, k: int) -> tuple[float, float, float] | None:
+def io_sample(run: Run, t: float, k: int) -> tuple[float, float, float, float] | None:
     if not run.running_at(t):
         return None
     phase = run.signals.phase_at(t - run.started)
@@ -87,7 +87,8 @@ def _io_aggregate(samples: list) -> tuple[float | None, float | None, float | No
     if not got:
         return None, None, None
     n = len(got)
-    return sum(s[0] for s in got) / n, sum(s[1] for s in got) / n, sum(s[2] for s in got) / n
+    # Network is receive + transmit, as tools/promql.py reads it: an upload is traffic too.
+    return sum(s[0] for s in got) / n, sum(s[1] + s[3] for s in got) / n, sum(s[2] for s in got) / n
 
 
 class MetricSlices:
@@ -220,7 +221,7 @@ class MetricSlices:
             if not run.running_at(at):
                 continue
 
-            def make(t: float, k: int, run=run) -> tuple[float, float, float] | None:
+            def make(t: float, k: int, run=run) -> tuple[float, float, float, float] | None:
                 return io_sample(run, t, k)
             aggs = [self._slice("io", (run.index,), make, _io_aggregate, lo, hi, now) for lo, hi in bounds]
             out.append(JobIoSeries(job=run.job.id, slice_s=slice_s, cpu_pct=[a[0] for a in aggs],

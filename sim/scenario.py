@@ -70,6 +70,7 @@ class Phase(_Strict):
     gpu_mem_gb: Range | None = None
     cpu_pct: Range | None = None
     net_rx_mbps: Range | None = None
+    net_tx_mbps: Range | None = None  # extension: network transmit (an upload); default 0
     disk_read_mbps: Range | None = None
     log: Literal["loss", "silent", "lines"] | None = None
     log_every: Duration | None = None
@@ -85,7 +86,7 @@ class Phase(_Strict):
     nvlink_mbps: Range | None = None  # NVLink MB/s per active GPU, transmit and receive together
     pcie_mbps: Range | None = None  # PCIe MB/s per active GPU, transmit and receive together
 
-    @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "disk_read_mbps", "sm_active",
+    @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "net_tx_mbps", "disk_read_mbps", "sm_active",
                      "tensor_active", "dram_active", "power_w", "nvlink_mbps", "pcie_mbps", mode="before")
     @classmethod
     def _range(cls, value: Any) -> Any:

@@ -84,12 +84,13 @@ class PhaseSpan:
     gpu_work: str = "real"  # real | spin (given, or derived from the process CPU)
     # Given activity (None: derived from gpu_util and gpu_work): SM, tensor, DRAM, power, NVLink, PCIe
     activity: tuple[Range | None, ...] = (None,) * 6
+    net_tx_mbps: Range = 0.0
 
 
 def resolve_phases(job: Job) -> list[PhaseSpan]:
     """Fill each phase's missing keys from the phase before; the last phase runs until the job ends."""
     cur: dict = {
-        "gpu_util": 0.0, "active_gpus": job.gpus, "gpu_mem_gb": 0.0, "cpu_pct": 0.0, "net_rx_mbps": 0.0,
+        "gpu_util": 0.0, "active_gpus": job.gpus, "gpu_mem_gb": 0.0, "cpu_pct": 0.0, "net_rx_mbps": 0.0, "net_tx_mbps": 0.0,
         "disk_read_mbps": 0.0, "log": "silent", "log_every": None, "lines": (), "metrics": "ok",
         "gpu_work": None, **{key: None for key in ACTIVITY_KEYS},
     }
@@ -109,7 +110,8 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
                                cpu_pct=cur["cpu_pct"], net_rx_mbps=cur["net_rx_mbps"],
                                disk_read_mbps=cur["disk_read_mbps"], log=cur["log"], log_every=max(every, 1.0),
                                lines=cur["lines"], metrics=cur["metrics"], gpu_work=_work(cur),
-                               activity=tuple(cur[key] for key in ACTIVITY_KEYS)))
+                               activity=tuple(cur[key] for key in ACTIVITY_KEYS),
+                               net_tx_mbps=cur["net_tx_mbps"]))
         if last:
             break
         at = end
@@ -157,8 +159,8 @@ class JobSignals:
         return tuple(d if given is None else pick(given, seed, gpu * 8 + i, k)  # type: ignore[return-value]
                      for i, (d, given) in enumerate(zip(derived, phase.activity, strict=True)))
 
-    def io(self, phase: PhaseSpan, k: int) -> tuple[float, float, float]:
-        """(process CPU % of a core, network receive MB/s, disk read MB/s) at sample k."""
+    def io(self, phase: PhaseSpan, k: int) -> tuple[float, float, float, float]:
+        """(process CPU % of a core, network receive MB/s, disk read MB/s, network transmit MB/s) at sample k."""
         seed = self._io_seed
         return (pick(phase.cpu_pct, seed, 1, k), pick(phase.net_rx_mbps, seed, 2, k),
-                pick(phase.disk_read_mbps, seed, 3, k))
+                pick(phase.disk_read_mbps, seed, 3, k), pick(phase.net_tx_mbps, seed, 4, k))

@@ -49,6 +49,18 @@ DIFFICULTY: dict[str, str] = {
     "flapping-job": "hard",
     "recovers-before-stop": "hard",
     "recovers-before-approved-stop": "hard",
+    "dataloader-deadlock": "medium",
+    "mig-slice-idle": "medium",
+    "notebook-abandoned-from-start": "medium",
+    "rendezvous-timeout-holding-gpus": "medium",
+    "nccl-hang-spinning-cpu": "hard",
+    "multinode-rank-died": "hard",
+    "checkpoint-upload-after-training": "hard",
+    "eval-cpu-bound-dataset": "hard",
+    "rl-cpu-rollouts-gpu-learner": "hard",
+    "keepalive-script": "hard",
+    "fs-hang-dstate": "hard",
+    "interactive-bursty-session": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -26,6 +26,7 @@ PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"
 PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"
 CPU = "container_cpu_usage_seconds_total"
 NET_RX = "container_network_receive_bytes_total"
+NET_TX = "container_network_transmit_bytes_total"
 DISK_READ = "container_fs_reads_bytes_total"
 
 # What the GPU really does, per slice: DCGM profiling ratios (0..1), power (W) and interconnect rates (bytes/s,
@@ -120,12 +121,18 @@ def gpu_instant_queries(extra: str, lookback_s: float) -> dict[str, str]:
 
 
 def job_io_queries(extra: str, container: str, network: str, slice_s: float) -> dict[str, str]:
-    """Process CPU (% of one core), network receive and disk read (MB/s) per job and slice."""
+    """Process CPU (% of one core), network traffic (receive + transmit) and disk read (MB/s) per job and slice.
+
+    Transmit counts because an upload (a checkpoint to object storage after training) is work: a job that
+    only sends shows almost nothing on receive. A job with only one of the two counters gets that one (`or`).
+    """
     s = duration(slice_s)
     k = by(JOB_KEYS)
+    rx = f"sum {k} (rate({selector(NET_RX, extra, network)}[{s}])) / 1e6"
+    tx = f"sum {k} (rate({selector(NET_TX, extra, network)}[{s}])) / 1e6"
     return {
         "cpu_pct": f"sum {k} (rate({selector(CPU, extra, container)}[{s}])) * 100",
-        "net_rx_mbps": f"sum {k} (rate({selector(NET_RX, extra, network)}[{s}])) / 1e6",
+        "net_rx_mbps": f"{rx} + {tx} or {rx} or {tx}",
         "disk_read_mbps": f"sum {k} (rate({selector(DISK_READ, extra, container)}[{s}])) / 1e6",
     }
 

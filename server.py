@@ -88,6 +88,9 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     app.include_router(routes.router)
     app.include_router(chat.router)
     app.include_router(runbook_pages.router)
+    from agent.alerts.route import alerts_router
+
+    app.include_router(alerts_router(settings))
     app.state.runbooks_route = True  # the UI turns [rb:<id>] into links only when this is served
     for router in extra_routers:
         app.include_router(router)

@@ -39,6 +39,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "agent.history": ("core",),
     "agent.detectors": ("core", "agent.config", "agent.history", "tools"),
     "agent.retrieval": ("core", "agent.config", "agent.assets"),
+    "agent.alerts": (*LOWER, "agent.retrieval", "tools"),  # alert intake; its route is mounted by server.py
     "agent.planning": (*LOWER, "agent.detectors", "agent.retrieval", "agent.guardrail", "tools"),
     "agent.graph": (*LOWER, *MIDDLE, "tools"),
     "agent": (*LOWER, *MIDDLE, "agent.graph", *SURFACES, "tools", "sim", "evals"),  # surfaces

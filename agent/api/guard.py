@@ -20,6 +20,7 @@ PUBLIC_PATHS = frozenset({"/", "/ui", "/healthz", "/metrics", "/openapi.json", "
 PUBLIC_PREFIXES = ("/static/",)
 # Webhooks authenticate by the platform's signature, approve links by their HMAC: not by our credentials.
 SELF_AUTHENTICATING = ("/webhooks/", "/chatops/")
+ALERT_WEBHOOK = "/api/alerts"  # Alertmanager: its own bearer token (agent/alerts/route.py)
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The only content types an HTML form can send (and a cross-site fetch without a CORS preflight).
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
@@ -55,7 +56,7 @@ def check_request(request: Request, settings: Settings, hosts: frozenset[str]) -
         if _host_name(host) not in hosts:
             return _refuse(400, f"Host {host!r} is not served in local development mode (DNS rebinding guard; "
                                 f"use one of {', '.join(sorted(hosts))}) / 本地开发模式不接受该 Host")
-    self_authenticating = path.startswith(SELF_AUTHENTICATING)
+    self_authenticating = path.startswith(SELF_AUTHENTICATING) or path == ALERT_WEBHOOK
     if not (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or self_authenticating):
         try:
             who = identify(request, settings)

@@ -96,6 +96,7 @@ class Settings(BaseSettings):
     chatops_users: dict[str, dict[str, str]] = {}  # cluster user -> {dingtalk, mobile, wecom}: @-mentions, owners
     chatops_routes: dict[str, dict[str, str]] = {}  # project -> {dingtalk_webhook_url, wecom_webhook_url}
     chatops_channels: list[str] = []  # dingtalk / wecom; empty: each one whose webhook is set
+    alert_webhook_token: SecretStr | None = None  # Alertmanager's bearer token for POST /api/alerts (docs/alerts.md)
 
     @property
     def llm_configured(self) -> bool:

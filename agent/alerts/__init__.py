@@ -1,0 +1,1 @@
+"""Alert intake: Alertmanager webhooks grouped into incidents a person can act on (docs/alerts.md)."""

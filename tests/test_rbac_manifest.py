@@ -1,5 +1,5 @@
-"""deploy/kubernetes/rbac*.yaml: least privilege per level, opt-in levels in their own files, and together they
-cover every call the adapters make."""
+"""deploy/kubernetes RBAC (base/rbac.yaml, components/*/rbac-level*.yaml): least privilege per level, opt-in
+levels in their own files, and together they cover every call the adapters make."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from tools.k8s_notify import kubernetes_notifier_from_settings
 from tools.kubernetes import kubernetes_scheduler_from_settings
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
-RBAC = DEPLOY / "rbac.yaml"  # what the README applies: levels 0-2
-LEVEL3 = DEPLOY / "rbac-level3-force-stop.yaml"  # opt-in: delete pods
-LEVEL4 = DEPLOY / "rbac-level4-pools.yaml"  # opt-in: resize node pools
+RBAC = DEPLOY / "base" / "rbac.yaml"  # in the Kustomize base: levels 0-2
+LEVEL3 = DEPLOY / "components" / "force-stop" / "rbac-level3-force-stop.yaml"  # opt-in component: delete pods
+LEVEL4 = DEPLOY / "components" / "pools" / "rbac-level4-pools.yaml"  # opt-in component: resize node pools
 _VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 _WRITES = {"create", "update", "patch", "delete", "deletecollection", "*"}
 POOL_GROUPS = {"cluster.x-k8s.io", "*"}

@@ -38,11 +38,12 @@ def simulated_deps(
     *,
     data_dir: Path | None = None,
     language: str = "en",
+    database_url: str | None = None,
 ) -> tuple[StewardDeps, SimCluster]:
-    """Deps wired to a simulated cluster; stores in `data_dir`, or in memory when None."""
+    """Deps wired to a simulated cluster; stores in Postgres (`database_url`), `data_dir`, or in memory."""
     cluster = SimCluster(scenario)
-    audit = AuditLog(data_dir / "audit.sqlite" if data_dir else ":memory:")
-    approvals = ApprovalStore(data_dir / "approvals.sqlite" if data_dir else ":memory:", audit)
+    audit = AuditLog(database_url or (data_dir / "audit.sqlite" if data_dir else ":memory:"))
+    approvals = ApprovalStore(database_url or (data_dir / "approvals.sqlite" if data_dir else ":memory:"), audit)
     deps = StewardDeps(
         metrics=cluster, scheduler=cluster, logs=cluster, pools=cluster,
         notifier=RecordingNotifier(cluster), clock=cluster, policy=policy, audit=audit,
@@ -76,7 +77,7 @@ def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> Stewar
     from tools.prometheus import prometheus_metrics_from_settings
 
     clock = WallClock()
-    data_dir = settings.ensure_data_dir()
+    settings.ensure_data_dir()  # runbook index, caches; the stores too unless STEWARD_DATABASE_URL is set
     pools: NodePools = NoPools()
     if settings.backend == "kubernetes":
         from tools.k8s_notify import kubernetes_notifier_from_settings
@@ -109,10 +110,10 @@ def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> Stewar
         pools = aws_pools_from_settings(settings, scheduler.list_nodes, config)
     elif settings.pool_provider not in ("none", "capi"):
         raise ValueError(f"STEWARD_POOL_PROVIDER={settings.pool_provider!r}: use none, capi or aws")
-    audit = AuditLog(data_dir / "audit.sqlite")
+    audit = AuditLog(settings.store("audit"))
     return StewardDeps(
         metrics=metrics, scheduler=scheduler, logs=logs, pools=pools,
         notifier=_chatops_or(settings, notifier, clock, policy, scheduler), clock=clock, policy=policy,
-        audit=audit, approvals=ApprovalStore(data_dir / "approvals.sqlite", audit), planner=planner,
+        audit=audit, approvals=ApprovalStore(settings.store("approvals"), audit), planner=planner,
         language=settings.language,
     )

@@ -8,15 +8,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized"]
-ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool"]
+FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized", "stuck_pending"]
+ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool", "cordon"]
 Verdict = Literal["allow", "deny", "needs_approval"]
 ActionStatus = Literal[
     "executed", "blocked", "pending_approval", "dry_run", "failed", "refused", "skipped", "denied_by_human", "expired"
 ]  # refused: the scheduler said no on purpose (e.g. a PodDisruptionBudget); not a failure
 
 # The intervention level of each action is fixed here, never chosen by the model.
-ACTION_LEVELS: dict[str, int] = {"notify": 1, "terminate": 2, "force_terminate": 3, "resize_pool": 4}
+ACTION_LEVELS: dict[str, int] = {"notify": 1, "terminate": 2, "force_terminate": 3, "resize_pool": 4, "cordon": 4}
+NODE_ACTIONS = frozenset({"cordon"})  # the target is a node (its uid in target_uid); no job is stopped
 STOP_ACTIONS = frozenset({"terminate", "force_terminate"})
 STOPPABLE_KINDS = frozenset({"idle", "zombie"})
 
@@ -56,7 +57,7 @@ class ProposedAction(_Record):
     target_nodes: int | None = None  # resize_pool only
     message: str | None = None  # notify only: the text for the owner
     proposed_by: str = "policy-model"
-    target_uid: str | None = None  # job actions: the job's immutable identity when proposed (JobInfo.uid)
+    target_uid: str | None = None  # the job's (JobInfo.uid) or, for cordon, the node's immutable identity when proposed
 
     @property
     def level(self) -> int:
@@ -126,8 +127,20 @@ class Exemption(_Record):
     reason: str = ""
 
 
+class DeniedAnswer(_Record):
+    """A human's "deny" of an action on a target (from the audit log): it holds for `approvals.denial_holds_for`."""
+
+    action: ActionKind
+    target: str
+    at: datetime
+    target_uid: str | None = None  # the job's immutable identity when it was denied (None: not known)
+    by: str = ""
+    reason: str = ""
+
+
 class History(_Record):
     entries: list[HistoryEntry] = []
     exemptions: list[Exemption] = []
     pending_approvals: list[str] = Field(default_factory=list)  # proposal keys awaiting a human
     denied_recently: list[str] = Field(default_factory=list)  # proposal keys a human denied or let expire
+    denials: list[DeniedAnswer] = Field(default_factory=list)  # human denials, oldest first

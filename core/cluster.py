@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Literal
 
@@ -41,6 +42,22 @@ class JobInfo(_Record):
     owner_kind: str | None = None  # Job, Deployment, StatefulSet, Notebook, ...
     started_at: datetime | None = None
     stop_requested_at: datetime | None = None  # when a graceful stop was sent
+    # Pending jobs (docs/queue.md): when the scheduler got the job, why it waits in the scheduler's own words
+    # (Kubernetes PodScheduled reason, e.g. Unschedulable; Slurm Reason, e.g. Resources, QOSMaxGRESPerUser)
+    # and its message ("0/8 nodes are available: 8 Insufficient nvidia.com/gpu"). None = not reported.
+    submitted_at: datetime | None = None
+    pending_reason: str | None = None
+    pending_message: str | None = None
+    gpu_model: str | None = None  # the GPU model the job asks for (node selector, typed GRES); None = any
+
+
+def gpu_model_matches(wanted: str | None, model: str) -> bool:
+    """Whether a node's GPU model satisfies a request: every word of the request is a word of the model
+    ("H100" matches "NVIDIA-H100-80GB-HBM3", "a100" matches "A100-80GB"); no request matches any model."""
+    if not wanted:
+        return True
+    words = set(re.split(r"[\s_\-]+", model.lower()))
+    return all(w in words for w in re.split(r"[\s_\-]+", wanted.lower()) if w)
 
 
 class NodeInfo(_Record):
@@ -49,6 +66,9 @@ class NodeInfo(_Record):
     gpus: int
     gpu_model: str = ""
     jobs: list[str] = []
+    uid: str = ""  # the scheduler's immutable identity of the node (Kubernetes metadata.uid); "" = none given
+    labels: dict[str, str] = {}  # e.g. GPU feature discovery's nvidia.com/cuda.driver-version.full
+    unschedulable: bool = False  # cordoned: no new work lands on it
 
 
 class PoolInfo(_Record):
@@ -136,6 +156,12 @@ class LogLine(_Record):
 class StopResult(_Record):
     job: str
     status: Literal["stopped", "stopping", "already_gone", "refused", "error"]
+    detail: str = ""
+
+
+class CordonResult(_Record):
+    node: str
+    status: Literal["cordoned", "unchanged", "refused", "error"]
     detail: str = ""
 
 

@@ -230,7 +230,7 @@ def register_cli(subparsers: Any) -> None:
                         "GPU-hours against material false kills, and whether the agent's default beats them")
     p.add_argument("--agent-knob", action="append", metavar="KEY=VALUE",
                    help="with --frontier: one agent point besides the default, a dotted policy key and its value "
-                        "(repeatable; replaces the built-in set: idle window, long-tail share and lookback)")
+                        "(repeatable; replaces the built-in set: idle window, long-tail share, blips and lookback, notice)")
     p.add_argument("--svg", type=Path, help="with --frontier: also write the frontier plot alone as an SVG file")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="with --frontier: processes for the agent's points (default: the CPU count)")

@@ -17,6 +17,7 @@ from core.cluster import (
     PoolInfo,
     ResizeResult,
     StopResult,
+    gpu_model_matches,
 )
 from sim import exporter
 from sim.lifecycle import Lifecycle, Run
@@ -100,10 +101,26 @@ class SimCluster:
     def _state(self, run: Run) -> JobState:
         return "pending" if run.state == "waiting" else cast(JobState, run.state)
 
+    def _pending_reason(self, run: Run) -> tuple[str | None, str | None]:
+        """Why a waiting job waits, in its scheduler's words: scripted (a quota), else from the nodes now."""
+        job = run.job
+        if job.pending_reason is not None:
+            return job.pending_reason, job.pending_message
+        nodes = [n for n in self._lifecycle.nodes if n.created_at <= self.offset_s]
+        if job.scheduler == "slurm":
+            return "Resources", None
+        wrong = [n for n in nodes if (job.node is not None and n.name != job.node)
+                 or not gpu_model_matches(job.gpu_model, n.gpu_model)]
+        short = [n for n in nodes if n not in wrong and n.gpus - len(self._lifecycle.busy_gpus(n)) < job.gpus]
+        parts = ([f"{len(short)} Insufficient nvidia.com/gpu"] if short else []) + (
+            [f"{len(wrong)} node(s) didn't match Pod's node affinity/selector"] if wrong else [])
+        return "Unschedulable", f"0/{len(nodes)} nodes are available: {', '.join(parts)}."
+
     def _info(self, run: Run) -> JobInfo:
         job = run.job
         owner = "batch" if job.scheduler == "slurm" else "Job" if "job-name" in job.labels else "Pod"
         at = self.scenario.start
+        reason, message = self._pending_reason(run) if run.state == "waiting" else (None, None)
         return JobInfo(
             id=job.id, uid=f"sim:{job.id}@{job.submit:g}", scheduler=job.scheduler, namespace=job.namespace, name=job.name, user=job.user,
             project=job.project or job.namespace, gpus=job.gpus, node=run.node.name if run.node else None,
@@ -111,6 +128,8 @@ class SimCluster:
             annotations=dict(job.annotations), owner_kind=owner,
             started_at=at + timedelta(seconds=run.start) if run.start is not None else None,
             stop_requested_at=at + timedelta(seconds=run.stop_requested) if run.stop_requested is not None else None,
+            submitted_at=at + timedelta(seconds=job.submit), gpu_model=job.gpu_model,
+            pending_reason=reason, pending_message=message,
         )
 
     def list_jobs(self) -> list[JobInfo]:

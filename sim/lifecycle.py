@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.cluster import gpu_model_matches
 from sim.logs import JobLog
 from sim.scenario import Job
 from sim.signals import JobSignals
@@ -109,7 +110,10 @@ class Lifecycle:
 
     def _place(self, run: Run, t: float) -> bool:
         want = run.job.gpus
-        candidates = [n for n in self.nodes if run.job.node is None or n.name == run.job.node]
+        if run.job.pending_reason is not None:
+            return False  # the scheduler holds it (a quota) whatever the free capacity
+        candidates = [n for n in self.nodes if (run.job.node is None or n.name == run.job.node)
+                      and gpu_model_matches(run.job.gpu_model, n.gpu_model)]
         for node in candidates:
             if node.created_at > t:
                 continue

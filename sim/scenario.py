@@ -131,6 +131,12 @@ class Job(_Strict):
     end: Duration | None = None
     sigterm: Literal["exits", "ignores"] = "exits"
     phases: list[Phase] = []
+    # Extensions for the queue (docs/queue.md): the GPU model the job asks for (placed only on a node whose model
+    # matches), and a scheduler reason that holds it whatever the free capacity (a quota, e.g. QOSMaxGRESPerUser),
+    # with the scheduler's message. Without pending_reason the simulator derives the reason from the capacity.
+    gpu_model: str | None = None
+    pending_reason: str | None = None
+    pending_message: str | None = None
 
     @field_validator("id")
     @classmethod
@@ -162,7 +168,7 @@ class ScriptedApproval(_Strict):
 class Truth(_Strict):
     job: str | None = None
     pool: str | None = None  # extension: a pool-level answer (waste: oversized)
-    waste: Literal["idle", "zombie", "overprovisioned", "none", "oversized", "node_health"]
+    waste: Literal["idle", "zombie", "overprovisioned", "none", "oversized", "node_health", "stuck_pending"]
     since: Duration | None = None
     must_not_kill: bool = False
 

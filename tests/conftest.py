@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +75,63 @@ def _no_network(monkeypatch, request):
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+def _postgres_bin() -> Path | None:
+    """The newest Debian `postgresql` server's bin dir (initdb, pg_ctl), or one on PATH."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[-3]))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("pg_ctl")
+    return Path(on_path).parent if on_path and shutil.which("initdb") else None
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A throwaway Postgres cluster in a temp dir, on a unix socket there: yields a URL template with `{db}`.
+
+    initdb refuses root, so under root (CI) the cluster is created and run as `nobody` via runuser.
+    """
+    bindir = _postgres_bin()
+    if bindir is None:
+        if in_ci():
+            pytest.fail("Postgres (initdb, pg_ctl) is not installed (.ci/run installs the postgresql package)")
+        pytest.skip("Postgres (initdb, pg_ctl) is not installed (.ci/run installs the postgresql package)")
+    root = Path(tempfile.mkdtemp(prefix="steward-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        as_user = ["runuser", "-u", "nobody", "--"]
+        os.chown(root, 65534, 65534)
+    data = root / "data"
+
+    def pg(*args: str) -> None:
+        subprocess.run([*as_user, *args], check=True, capture_output=True, text=True, timeout=120)
+
+    try:
+        pg(str(bindir / "initdb"), "-D", str(data), "-U", "steward", "--auth=trust", "--locale=C", "-E", "UTF8",
+           "--no-sync")
+        pg(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60", "-o",
+           f"-k {root} -c listen_addresses='' -F -c max_connections=200", "start")
+    except subprocess.CalledProcessError as exc:
+        log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"could not start Postgres: {exc.stderr or exc.stdout}{log}")
+    try:
+        yield f"postgresql://steward@/{{db}}?host={root}"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                       capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster):
+    """A fresh, empty database in the throwaway cluster for one test; dropped after it."""
+    psycopg = require_module("psycopg")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = postgres_cluster.format(db="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield postgres_cluster.format(db=name)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent.config.policy import Policy
+from agent.config.policy import Policy, parse_policy
 from agent.config.settings import Settings
 from agent.graph.deps import StewardDeps
 from agent.graph.service import SweepService
@@ -206,7 +206,8 @@ class World:
         self.prometheus = FakePrometheus(self.metrics_answer).__enter__()
         self.data_dir = tmp_path / "data"
         self.settings = Settings(kubeconfig=kubeconfig(self.api, tmp_path), data_dir=self.data_dir)
-        self.policy = policy or Policy()
+        # The faults' timeline (warned at minute 80, the stop due at 110) is written for a 30-minute notice.
+        self.policy = policy or parse_policy({"warning": {"min_notice": "30m"}}, "fault world")
         self._stores: list[AuditLog | ApprovalStore] = []
 
     def close(self) -> None:

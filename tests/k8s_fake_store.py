@@ -196,6 +196,13 @@ class FakeStore:
     def patch(self, plural: str, ns: str, name: str, body: Any, content_type: str) -> dict:
         with self.lock:
             obj = self.get(plural, ns, name)
+            # As the API server: metadata.uid / resourceVersion in a merge patch are preconditions (409 if stale).
+            sent = (body.get("metadata") or {}) if isinstance(body, dict) and "json-patch" not in content_type else {}
+            for key in ("uid", "resourceVersion"):
+                if sent.get(key) and sent[key] != obj["metadata"].get(key):
+                    raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {plural} \"{name}\": "
+                                   f"Precondition failed: {key} in precondition: {sent[key]}, "
+                                   f"{key} in object meta: {obj['metadata'].get(key)}")
             patched = json_patch(obj, body) if "json-patch" in content_type else merge_patch(obj, body)
             return self.put(plural, patched)
 

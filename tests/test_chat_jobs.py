@@ -12,7 +12,7 @@ from agent.guardrail.decide import decide
 from core.actions import ProposedAction
 from tests.test_server_api import client_for, settings_for, sse_events
 
-JOB = "ml-team/jupyter-carol"  # idle on the demo: warned at 15:35, stopped at 16:05
+JOB = "ml-team/jupyter-carol"  # idle on the demo: warned at 15:35, stopped at 16:35 (an hour of notice)
 CAROL = {"Authorization": "Bearer carol-token"}
 BOB = {"Authorization": "Bearer bob-token"}
 
@@ -55,28 +55,28 @@ def test_parse_keep_takes_the_job_and_duration_in_either_order():
 
 
 def test_why_and_what_next_while_warned_in_both_languages(client):
-    sweep_to(client, 95)  # 15:35: carol is warned; the earliest stop is 16:05
+    sweep_to(client, 95)  # 15:35: carol is warned; the earliest stop is 16:35
     start, events = ask(client, f"why did you flag {JOB}? what will happen to it?", CAROL)
     answer = events[-1]["answer"]
     assert start["intent"] == "job" and start["lang"] == "en"
     assert [e["name"] for e in events if e["type"] == "tool_call"] == ["job_status"]
     assert "Why: idle" in answer and "1 GPU" in answer and "15:35 UTC warned the owner" in answer
-    assert "if it is still wasting at 16:05 UTC" in answer and "keep 4h" in answer
+    assert "if it is still wasting at 16:35 UTC" in answer and "keep 4h" in answer
 
     # A Chinese question in the English UI gets Chinese; `jupyter` names the one job it can mean.
     start, events = ask(client, "为什么要停止 jupyter 任务?", CAROL, lang="en")
     answer = events[-1]["answer"]
     assert start["lang"] == "zh" and JOB in answer
-    assert "原因：空闲" in answer and "15:35 UTC 警告了所有者" in answer and "16:05 UTC" in answer
+    assert "原因：空闲" in answer and "15:35 UTC 警告了所有者" in answer and "16:35 UTC" in answer
 
 
 def test_why_after_the_stop_names_the_stop_from_the_audit(client):
-    sweep_to(client, 130)  # 16:10: carol's notebook was stopped at 16:05
+    sweep_to(client, 160)  # 16:40: carol's notebook was stopped at 16:35
     answer = ask(client, f"why did you stop {JOB}?", CAROL)[1][-1]["answer"]
-    assert "no longer running" in answer and "16:05 UTC asked it to stop (SIGTERM): executed" in answer
-    assert "Why: idle" in answer and "it was stopped at 16:05 UTC" in answer
+    assert "no longer running" in answer and "16:35 UTC asked it to stop (SIGTERM): executed" in answer
+    assert "Why: idle" in answer and "it was stopped at 16:35 UTC" in answer
     zh = ask(client, f"为什么停止了 {JOB}？", CAROL)[1][-1]["answer"]
-    assert "已不在运行" in zh and "已于 16:05 UTC 被停止" in zh
+    assert "已不在运行" in zh and "已于 16:35 UTC 被停止" in zh
 
 
 def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client):
@@ -96,7 +96,7 @@ def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client
     [kept] = rt.deps.audit.entries(kind="exemption")
     assert kept.target == JOB and kept.data["by"] == "web:carol" and kept.status == "granted"
 
-    sweep_to(client, 130)  # past the deadline: it would have been stopped at 16:05
+    sweep_to(client, 160)  # past the deadline: it would have been stopped at 16:35
     assert rt.deps.scheduler.get_job(JOB).state == "running"
     facts = fresh_facts(rt.deps, "check", JOB, None)
     proposal = ProposedAction(action="terminate", target=JOB, reason="idle", finding_kind="idle")
@@ -107,7 +107,7 @@ def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client
 
 
 def test_keep_refuses_a_job_that_does_not_run_and_answers_in_chinese(client):
-    sweep_to(client, 130)  # stopped at 16:05
+    sweep_to(client, 160)  # stopped at 16:35
     rt = client.app.state.runtime
     zh = ask(client, f"保留 {JOB} 4小时", CAROL)[1][-1]["answer"]
     assert zh == f"{JOB} 已取消，无需保留。"  # the scheduler still lists it, cancelled
@@ -135,7 +135,7 @@ def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_pa
 
     model = ScriptedChatModel(script=rounds(
         AIMessage(content="", tool_calls=[tool_call("job_status", "c1", job="jupyter")]),
-        AIMessage(content="Warned at 15:35; it is stopped at 16:05 if still idle."),
+        AIMessage(content="Warned at 15:35; it is stopped at 16:35 if still idle."),
     ))
     tokens = {"carol-token": ApiToken(name="carol", role="viewer"), "lead-token": ApiToken(name="lead", role="approver")}
     with client_for(settings_for(tmp_path, api_tokens=tokens), start_s=90 * 60, chat_model=model) as c:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from agent.config.policy import parse_policy
 from agent.detectors.history import merge_history
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.pools import OversizedPoolDetector
@@ -65,12 +66,19 @@ def test_a_past_coarse_pause_counts_as_its_longest_possible_length():
 
 def test_a_busy_slice_that_dipped_may_hide_a_pause_and_a_second_burst():
     # One coarse burst all day, but its slices dipped to 0: fine slices could have shown many bursts with
-    # pauses, so a job that worked 20 hours keeps a third of that as its allowed lull.
+    # pauses of up to 2 x 5 fine slices (the end of one coarse slice and the start of the next: 50 minutes),
+    # so the job keeps 1.5 x 50 = 75 minutes of grace; 1 hour of quiet is within it, 2 hours are not.
     busy = [80.0] * 40
-    _, found = quiet_job([hist("ml/train", busy + [0.0] * 4, mins=[0.0] * 44)])
+    _, found = quiet_job([hist("ml/train", busy + [0.0] * 2, mins=[0.0] * 42)])
     assert found == []
-    _, [f] = quiet_job([hist("ml/train", busy + [0.0] * 4)])  # busy throughout: it simply stopped
+    _, [f] = quiet_job([hist("ml/train", busy + [0.0] * 4, mins=[0.0] * 44)])
     assert f.since == AT - timedelta(hours=2)
+    _, [f] = quiet_job([hist("ml/train", busy + [0.0] * 2)])  # busy throughout: it simply stopped
+    assert f.since == AT - timedelta(hours=1)
+    # quiet_share (opt-in) also waits a share of the span it worked: a third of 20 hours.
+    share = parse_policy({"detectors": {"longtail": {"quiet_share": 1 / 3}}}, "test")
+    obs, _ = quiet_job([hist("ml/train", busy + [0.0] * 4, mins=[0.0] * 44)])
+    assert IdleGpuDetector(share).detect(obs) == []
 
 
 def test_empty_node_since_reaches_into_the_coarse_history():

@@ -144,7 +144,7 @@ class World:
             self.service.sweep()
 
     def pending_force_kill(self):
-        self.sweep_at(65, 100, 110, 120)
+        self.sweep_at(65, 130, 140, 150)  # warned at 65, stopped after the hour of notice, SIGTERM ignored
         pending = [a for a in self.deps.approvals.pending() if a.target == "ml-team/stubborn"]
         assert pending, "no approval was requested"
         return pending[0]

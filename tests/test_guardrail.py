@@ -46,7 +46,7 @@ def entry(action, minutes_ago, status="executed", target=JOB_ID, **kw) -> Histor
 
 def warning(minutes_ago=60, kind="idle", **kw) -> HistoryEntry:
     """A delivered warning: it names the kind of waste and states its deadline (the notice period later)."""
-    return entry("notify", minutes_ago, finding_kind=kind, deadline=ago(minutes_ago - 30), **kw)
+    return entry("notify", minutes_ago, finding_kind=kind, deadline=ago(minutes_ago - 60), **kw)
 
 
 def warned(minutes_ago=60, *more: HistoryEntry, **kw) -> History:
@@ -231,12 +231,12 @@ def test_ceiling_applies_even_when_approved():
 
 
 def test_stop_without_warning_is_denied():
-    check(decide(act(), facts(), Policy(), History()), "deny", "warning_first", "not been warned", "30m")
+    check(decide(act(), facts(), Policy(), History()), "deny", "warning_first", "not been warned", "1h")
 
 
 def test_stop_before_notice_ends_names_the_due_time():
     d = decide(act(), facts(), Policy(), warned(10))
-    check(d, "deny", "warning_first", "warned at 2025-03-01 11:50 UTC", "earliest stop is 2025-03-01 12:20 UTC")
+    check(d, "deny", "warning_first", "warned at 2025-03-01 11:50 UTC", "earliest stop is 2025-03-01 12:50 UTC")
 
 
 def test_failed_warning_does_not_count():
@@ -389,7 +389,7 @@ def test_project_override_lowers_max_auto():
 
 
 def test_warned_idle_job_is_stopped():
-    d = decide(act(), facts(), Policy(), warned(31))
+    d = decide(act(), facts(), Policy(), warned(61))
     check(d, "allow", "allow", "terminate on job ml/train-1", "all guardrail rules pass")
     assert not d.dry_run and d.level == 2
 
@@ -401,7 +401,7 @@ def test_a_keepalive_finding_alone_never_licenses_a_stop_without_a_human():
         # The owner may be warned (level 1) without anyone's approval...
         assert decide(act("notify", finding_kind="idle"), facts(findings=[keepalive]), policy, History()).verdict == "allow"
         # ...but a warned, due stop waits for a human, at any automatic level, and so does a forced one.
-        for action, history in (("terminate", warned(31)),
+        for action, history in (("terminate", warned(61)),
                                 ("force_terminate", warned(60, entry("terminate", 20)))):
             d = decide(act(action, finding_kind="idle"), facts(findings=[keepalive]), policy, history)
             check(d, "needs_approval", "approval", "needs a human", "keep-alive")
@@ -411,12 +411,12 @@ def test_a_keepalive_finding_alone_never_licenses_a_stop_without_a_human():
     check(decide(act(), facts(findings=[keepalive]), Policy(), History(), approved=True), "deny", "warning_first")
     # A plain idle or zombie finding beside it licenses the stop on its own.
     both = [keepalive, finding("zombie")]
-    assert decide(act(), facts(findings=both), everything_automatic, warned(31)).verdict == "allow"
+    assert decide(act(), facts(findings=both), everything_automatic, warned(61)).verdict == "allow"
 
 
 def test_naive_times_are_read_as_utc():
     naive = Facts(now=NOW.replace(tzinfo=None), job=job(), findings=[finding()])
-    assert decide(act(), naive, Policy(), warned(31)).verdict == "allow"
+    assert decide(act(), naive, Policy(), warned(61)).verdict == "allow"
 
 
 def test_a_guardrail_bug_fails_closed(monkeypatch):

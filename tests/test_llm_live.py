@@ -8,6 +8,8 @@ the model's part packages (test extra): skipped when either is missing, failed u
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import subprocess
 import sys
 import time
@@ -64,12 +66,18 @@ def _require_model() -> None:
         pytest.skip(str(exc))
 
 
-def _start(log: Path) -> LocalLLM:
+def _die_with_parent() -> None:
+    """The server gets SIGTERM when the test process dies, even killed: no model left serving to nobody."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _start(log: Path, port: int | None = None) -> LocalLLM:
     """`steward llm local` in its own process; returns once it answers (assembling and loading take a while)."""
-    port = free_port()
+    port = port or free_port()
     cmd = [sys.executable, "-m", "agent.cli.main", "llm", "local", "--model", MODEL.key, "--port", str(port),
-           "--threads", "2", "--ctx", "8192", "--max-tokens", "256"]
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+           "--threads", "2", "--ctx", "8192", "--max-tokens", "192"]
+    proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
     server = LocalLLM(f"http://127.0.0.1:{port}/v1", proc, log)
     deadline = time.monotonic() + 600  # a start-up bound for a loaded 2-core machine, not a measurement
     while True:
@@ -225,39 +233,40 @@ def test_a_model_that_repeats_calls_or_says_nothing_ends_its_turn_bounded(llm):
     result = service.sweep(trigger="test")
     plan = result.state["plan"]
     assert plan["model_calls"] == 2 == llm.requests() - before
-    assert plan["tool_calls"] >= 2 and plan["explanation"] and result.report
+    # Each call it made either ran or was refused with a note (a reply cut off mid-call runs nothing).
+    assert plan["tool_calls"] > 0 or any(e.startswith("refused") for e in plan["errors"]), plan
+    assert plan["explanation"] and result.report
     assert _unsafe(deps, cluster) == []
-    # Cut at its first tool-call tag, the model's reply is empty: no text, no tool call.
-    silent = LLMPlanner(_chat(llm, stop=["<tool_call>"]), name="silent", max_rounds=ROUNDS)
+    # Stopped at its first "{" or "`" (it opens with a tool call's JSON, tagged or fenced), the reply is empty.
+    silent = LLMPlanner(_chat(llm, stop=["{", "`"]), name="silent", max_rounds=ROUNDS)
     deps, cluster, service = _demo(silent)
     before = llm.requests()
     result = service.sweep(trigger="test")
     plan = result.state["plan"]
     assert plan["model_calls"] == 1 == llm.requests() - before and plan["tool_calls"] == 0
-    assert plan["completion_tokens"] <= 2  # it said (next to) nothing
+    assert plan["completion_tokens"] <= 4  # a tag and a newline, cut: nothing
     findings = result.state.get("findings") or []
     assert findings and all(f["target"] in plan["explanation"] for f in findings)  # the turn still explains them
     assert _unsafe(deps, cluster) == []
 
 
-def test_the_endpoint_stopped_mid_sweep_falls_back_to_the_policy_model(tmp_path):
-    _require_model()
-    server = _start(tmp_path / "server.log")
+def test_the_endpoint_stopped_mid_sweep_falls_back_to_the_policy_model(llm):
     served: list[int] = []
 
     def stop_after_first_reply(response: httpx.Response) -> None:
         response.read()
         served.append(response.status_code)
-        _stop(server)  # the endpoint goes away between two rounds of one sweep
+        _stop(llm)  # the endpoint goes away between two rounds of one sweep
 
     try:
         client = httpx.Client(event_hooks={"response": [stop_after_first_reply]}, timeout=600)
         # "required": the first reply is a tool call, so the planner needs a second round, which finds no server.
-        model = _chat(server, http_client=client, model_kwargs={"tool_choice": "required"})
+        model = _chat(llm, http_client=client, model_kwargs={"tool_choice": "required"})
         deps, cluster, service = _demo(LLMPlanner(model, name=MODEL.name, max_rounds=ROUNDS))
         result = service.sweep(trigger="test")
     finally:
-        _stop(server)
+        if llm.proc.poll() is not None:  # back for any test after this one
+            llm.proc = _start(llm.log, int(llm.base_url.rsplit(":", 1)[1].split("/")[0])).proc
     plan = result.state["plan"]
     assert served == [200] and plan["model_calls"] == 2
     assert plan["degraded"] and plan["degraded"].startswith("model unavailable")

@@ -69,6 +69,7 @@ def test_a_tagged_block_that_is_not_json_stays_in_the_content():
     parsed = parse_reply("<tool_call>list_jobs(state=idle)</tool_call>", TOOLS)
     assert parsed.tool_calls == [] and parsed.content == "<tool_call>list_jobs(state=idle)</tool_call>"
     assert parse_reply("", TOOLS).content == ""
+    assert parse_reply("<tool_call>\n", TOOLS).content == ""  # a call begun and cut off: nothing
 
 
 def test_messages_as_a_chat_template_expects_them():

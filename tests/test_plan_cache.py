@@ -134,3 +134,24 @@ def test_policy_model_is_a_model_name_eval_can_compare_against():
     settings = Settings(llm_base_url="http://127.0.0.1:9/v1", llm_model="m")
     assert isinstance(make_planner(settings, "policy-model"), PolicyModel)
     assert isinstance(make_planner(settings, "m"), LLMPlanner)
+
+
+def test_a_turn_that_ended_without_an_answer_is_asked_again():
+    replies = {"n": 0}
+
+    def terse(messages, index):
+        replies["n"] += 1
+        return AIMessage(content="" if replies["n"] == 1 else "nothing to do")
+
+    deps, obs, finding = _setup()
+    planner = LLMPlanner(ScriptedChatModel(script=terse), name="terse")
+    empty = _plan_once(planner, deps, obs, finding)
+    assert empty.model_calls == 1 and not empty.answered and "ml/notebook" in empty.explanation
+    answered = _plan_once(planner, deps, obs, finding)
+    assert answered.model_calls == 1 and answered.answered
+    assert _plan_once(planner, deps, obs, finding).model_calls == 0
+
+    looping = LLMPlanner(ScriptedChatModel(script=lambda m, i: AIMessage(content="", tool_calls=[
+        tool_call("list_jobs", f"l{i}")])), name="looping", max_rounds=2)
+    assert _plan_once(looping, deps, obs, finding).model_calls == 2
+    assert _plan_once(looping, deps, obs, finding).model_calls == 2  # never finished: never reused

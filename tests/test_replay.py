@@ -11,7 +11,7 @@ import pytest
 
 from agent.cli.main import main
 from agent.config.policy import Policy, PolicyError
-from evals.replay import PolicyRun, run_agent, run_jds, run_naive
+from evals.replay import PolicyRun, run_agent, run_jds, run_naive, run_zero
 from evals.replay_frontier import FrontierPoint, mark_frontier, run_frontier, with_knobs
 from evals.replay_score import MATERIAL_WORK_GPU_S, PolicyScore, judge_stop, oracle, score
 from evals.trace import Trace, TraceError, load_trace
@@ -90,6 +90,25 @@ def test_agent_stops_the_idle_container_and_spares_the_one_that_comes_back(trace
     assert s.material_false_kills == 0 and s.strict_false_kills == 0 and s.work_lost_gpu_s == 0
     assert s.reclaimed_gpu_hours == pytest.approx((HOURS * 3600 - run.stops[0][1]) / 3600, abs=0.01)
     assert 0 < s.share_of_oracle < 1
+
+
+def test_a_blip_budget_sees_through_blips_that_an_all_zero_rule_cannot(tmp_path: Path):
+    # Worked an hour, then idle but for a 7% sample every 40 minutes (4.2 GPU-seconds each): never 2 h of
+    # zeros, and under a GPU-minute of work in all after any stop.
+    n = HOURS * 60 + 1
+    utils = [80.0] * 60 + [7.0 if k % 40 == 39 else 0.0 for k in range(n - 60)]
+    trace = load_trace(_write(tmp_path / "blips.csv", _rows("blipper", utils)))
+    best = oracle(trace)
+    assert run_zero(trace, window_s=2 * 3600.0).stops == []
+    blips = with_knobs(Policy(), {"detectors.idle.blip_gpu_seconds": 60})
+    run = run_agent(trace, blips)
+    [(cid, at)] = run.stops
+    warned = [w for c, w in run.warnings if c == cid]
+    assert warned and at - min(warned) >= blips.warning.min_notice
+    s = score(trace, run, best)
+    assert s.material_false_kills == 0 and s.strict_false_kills == 1 and 0 < s.work_lost_gpu_s < MATERIAL_WORK_GPU_S
+    # The default reads every blip as work: each restarts the count and the hour-long window is never quiet.
+    assert run_agent(trace, Policy()).stops == []
 
 
 def test_naive_baseline_false_kills_the_container_that_comes_back(trace_file: Path):

@@ -17,7 +17,7 @@ from agent.config.settings import Settings
 from server import create_app
 from tests.conftest import free_port
 
-FORCE_ASKED = 2 * 3600 + 25 * 60  # 16:25 on the demo: augment-worker ignored SIGTERM; a forced stop waits for a human
+FORCE_ASKED = 2 * 3600 + 55 * 60  # 16:55 on the demo: augment-worker ignored SIGTERM; a forced stop waits for a human
 
 
 def client_at(data_dir: Path, start_s: float = 0) -> TestClient:
@@ -106,8 +106,8 @@ def test_waste_by_team_apart_from_pools_and_finding_status(tmp_path):
         page = client.get("/api/findings").json()
         assert page["sweep_running"] is False
         worker = next(f for f in page["findings"] if f["target"] == "cv-team/augment-worker")
-        assert (worker["warned_at"], worker["stop_due_at"]) == ("2026-11-02T15:45:00Z", "2026-11-02T16:15:00Z")
-        assert worker["stopping_since"] == "2026-11-02T16:15:00Z" and worker["stopped_at"] is None
+        assert (worker["warned_at"], worker["stop_due_at"]) == ("2026-11-02T15:45:00Z", "2026-11-02T16:45:00Z")
+        assert worker["stopping_since"] == "2026-11-02T16:45:00Z" and worker["stopped_at"] is None
         assert worker["approval_id"] is not None
         pool = next(f for f in page["findings"] if f["target"] == "a100-ondemand")
         assert pool["warned_at"] is None and pool["approval_id"] is not None

@@ -17,6 +17,8 @@ from sim.scenario import load_scenario
 # Difficulty of each scenario (README.md explains what each one tests).
 DIFFICULTY: dict[str, str] = {
     "idle-notebook": "easy",
+    "stuck-pending-too-many-gpus": "medium",
+    "blocked-queue-by-idle-notebook": "medium",
     "dataset-download": "easy",
     "overprovisioned": "easy",
     "slurm-idle-job": "easy",

@@ -51,7 +51,7 @@ def test_chat_approve_and_audit_in_a_browser(tmp_path):
         page.click("button[data-view=audit]")
         page.select_option("#audit-filter select[name=kind]", "execution")
         page.click("#audit-filter button[type=submit]")
-        expect(page.locator("#audit-table tbody")).to_contain_text("resize_pool", timeout=20_000)
+        expect(page.locator("#audit-table tbody")).to_contain_text("resize pool", timeout=20_000)
         expect(page.locator("#audit-table tbody")).to_contain_text("executed")
 
         page.click("#lang-toggle")

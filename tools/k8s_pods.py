@@ -107,6 +107,14 @@ def pod_state(pod: dict) -> JobState:
     return state
 
 
+def pending_condition(status: dict) -> tuple[str | None, str | None]:
+    """The PodScheduled=False condition's reason and message ("Unschedulable", "0/8 nodes are available: ...")."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return cond.get("reason") or None, cond.get("message") or None
+    return None, None
+
+
 def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     ns, name = meta.get("namespace", "default"), meta["name"]
@@ -117,14 +125,19 @@ def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
     stop_requested = None
     if deletion is not None:
         stop_requested = deletion - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+    state = pod_state(pod)
+    reason, message = pending_condition(status) if state == "pending" else (None, None)
     return JobInfo(
         id=f"{ns}/{name}", uid=str(meta.get("uid") or ""), scheduler="kubernetes", namespace=ns, name=name,
         user=_first(reading.owner_keys, labels, annotations) or ns,
         project=_first(reading.project_keys, labels, annotations) or ns,
-        gpus=pod_gpus(pod, reading.gpu_resource), node=spec.get("nodeName"), state=pod_state(pod),
+        gpus=pod_gpus(pod, reading.gpu_resource), node=spec.get("nodeName"), state=state,
         priority=priority,
         labels=labels, annotations=annotations, owner_kind=owner_kind(meta),
         started_at=parse_time(status.get("startTime")), stop_requested_at=stop_requested,
+        submitted_at=parse_time(meta.get("creationTimestamp")),
+        pending_reason=reason, pending_message=message,
+        gpu_model=(spec.get("nodeSelector") or {}).get(reading.gpu_model_label) or None,
     )
 
 
@@ -137,4 +150,5 @@ def node_to_info(node: dict, jobs: list[str], reading: PodReading) -> NodeInfo:
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     return NodeInfo(name=meta["name"], pool=_first(reading.pool_labels, labels), gpus=node_gpus(node, reading.gpu_resource),
-                    gpu_model=labels.get(reading.gpu_model_label, ""), jobs=jobs)
+                    gpu_model=labels.get(reading.gpu_model_label, ""), jobs=jobs, uid=meta.get("uid", ""),
+                    labels=dict(labels), unschedulable=bool((node.get("spec") or {}).get("unschedulable")))

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core.cluster import JobInfo, LogLine, NodeInfo, StopResult
+from core.cluster import CordonResult, JobInfo, LogLine, NodeInfo, StopResult
 from tools.k8s_pods import (
     ACTIVE_PODS,
     PodReading,
@@ -167,6 +167,34 @@ class KubernetesScheduler:
             return StopResult(job=job_id, status="stopped", detail="pending pod evicted" + respawn)
         return StopResult(job=job_id, status="stopping",
                           detail=f"evicted; terminating with a {int(grace_s)}s grace period{respawn}")
+
+    # -- nodes -------------------------------------------------------------------------------------
+    def cordon_node(self, node: str, *, uid: str | None = None) -> CordonResult:
+        """Mark the node unschedulable (`kubectl cordon`): running pods stay, no new ones land. Idempotent.
+
+        Re-reads the node first; with `uid` the patch carries it and the node's resourceVersion, so the API
+        server refuses (409) a node re-registered under the name or changed in between.
+        """
+        try:
+            current = self._json("read_node", node)
+            meta = current.get("metadata") or {}
+            if uid and meta.get("uid") != uid:
+                return CordonResult(node=node, status="refused",
+                                    detail=f"not the same node: uid {meta.get('uid')}, proposed for {uid}")
+            if (current.get("spec") or {}).get("unschedulable"):
+                return CordonResult(node=node, status="unchanged", detail="already cordoned")
+            guard = {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+            self._json("patch_node", node, {"metadata": guard, "spec": {"unschedulable": True}})
+        except Exception as exc:
+            code = getattr(exc, "status", None)
+            if code == 404:
+                return CordonResult(node=node, status="refused", detail="the node no longer exists")
+            if code == 409:
+                return CordonResult(node=node, status="refused", detail=f"the node changed: {api_message(exc)}")
+            if code is not None:
+                return CordonResult(node=node, status="error", detail=f"HTTP {code}: {api_message(exc)}")
+            raise
+        return CordonResult(node=node, status="cordoned", detail="spec.unschedulable set; running pods untouched")
 
     # -- logs --------------------------------------------------------------------------------------
     def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:

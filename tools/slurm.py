@@ -112,6 +112,8 @@ class SlurmScheduler:
             project=job.account, qos=job.qos, gpus=job.gpus, node=job.nodes[0] if job.nodes else None,
             state=state, labels={JOB_ID_LABEL: job.job_id, "slurm.nodes": ",".join(job.nodes)},
             owner_kind="batch", started_at=job.started_at, stop_requested_at=asked,
+            submitted_at=job.submitted_at, gpu_model=job.gpu_type or None,
+            pending_reason=job.reason if state == "pending" else None,
         )
 
     def list_jobs(self) -> list[JobInfo]:

@@ -12,7 +12,8 @@ from core.cluster import JobState
 
 # squeue -o fields joined by the ASCII unit separator: no job name or path contains it.
 SEP = "\x1f"
-TEXT_FIELDS = ("%i", "%P", "%u", "%a", "%q", "%T", "%D", "%b", "%S", "%N", "%j")
+TEXT_FIELDS = ("%i", "%P", "%u", "%a", "%q", "%T", "%D", "%b", "%S", "%N", "%j", "%r", "%V")
+_OLD_TEXT_FIELDS = 11  # output without the reason and submit time (%r, %V) still reads
 TEXT_FORMAT = SEP.join(TEXT_FIELDS)
 
 _STATES: dict[str, JobState] = {
@@ -52,6 +53,9 @@ class SlurmJob:
     gpus: int
     nodes: list[str] = field(default_factory=list)
     started_at: datetime | None = None
+    reason: str | None = None  # squeue's Reason for a pending job: Resources, Priority, QOSMaxGRESPerUser, ...
+    submitted_at: datetime | None = None
+    gpu_type: str = ""  # the typed GRES the job asks for ("a100"), "" = any
 
     @property
     def steward_state(self) -> JobState:
@@ -187,6 +191,8 @@ def jobs_from_json(text: str) -> list[SlurmJob]:
             partition=str(raw.get("partition") or ""), user=_text(raw.get("user_name")) or str(raw.get("user_id", "")),
             account=_text(raw.get("account")), qos=_text(raw.get("qos")), state=_state(raw.get("job_state")),
             gpus=_job_gpus(raw, count), nodes=nodes, started_at=_epoch(raw.get("start_time")),
+            reason=_text(raw.get("state_reason")), submitted_at=_epoch(raw.get("submit_time")),
+            gpu_type=gpu_type(",".join(str(raw.get(k) or "") for k in ("tres_per_job", "tres_per_node"))),
         ))
     return jobs
 
@@ -198,9 +204,10 @@ def jobs_from_text(text: str) -> list[SlurmJob]:
         if not line.strip():
             continue
         parts = line.split(SEP)
-        if len(parts) != len(TEXT_FIELDS):
+        if len(parts) not in (len(TEXT_FIELDS), _OLD_TEXT_FIELDS):
             raise SlurmParseError(f"squeue printed {len(parts)} fields, expected {len(TEXT_FIELDS)}: {line!r}")
-        job_id, partition, user, account, qos, state, count, per_node, start, nodes, name = parts
+        job_id, partition, user, account, qos, state, count, per_node, start, nodes, name = parts[:_OLD_TEXT_FIELDS]
+        reason, submitted = (parts[11], parts[12]) if len(parts) > _OLD_TEXT_FIELDS else (None, None)
         node_list = expand_hostlist(nodes)
         n = int(count) if count.strip().isdigit() else len(node_list)
         # In a multi-partition submission squeue prints the partition list: the job runs in the first.
@@ -209,6 +216,7 @@ def jobs_from_text(text: str) -> list[SlurmJob]:
             partition=partition.split(",")[0], user=user, account=_text(account), qos=_text(qos), state=state,
             gpus=gpus_in_gres(per_node) * max(n, 1), nodes=node_list,
             started_at=_timestamp(start) if state.upper() != "PENDING" else None,
+            reason=_text(reason), submitted_at=_timestamp(submitted), gpu_type=gpu_type(per_node),
         ))
     return jobs
 

@@ -126,6 +126,7 @@ class IncidentView(BaseModel):
     runbook: str | None
     steps: list[str]
     jobs: list[AffectedJob] | None
+    investigation: list[str] = []  # agent/alerts/investigate.py render_lines, already in the message's language
 
 
 def render(view: IncidentView, language: str) -> tuple[str, str]:
@@ -154,4 +155,5 @@ def render(view: IncidentView, language: str) -> tuple[str, str]:
     if view.runbook:
         lines.append(f"处置手册 [rb:{view.runbook}] 前几步：" if zh else f"Runbook [rb:{view.runbook}], first steps:")
         lines.extend(f"{i}. {s}" for i, s in enumerate(view.steps, 1))
+    lines.extend(view.investigation)
     return title, "\n".join(lines)

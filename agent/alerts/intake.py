@@ -18,6 +18,7 @@ from agent.alerts.incidents import (
     sustained,
     transient,
 )
+from agent.alerts.investigate import Investigation, Investigator, build, cordon_plan, render_lines
 from agent.alerts.store import Incident, IncidentStore
 from agent.records.audit import AuditLog
 from agent.retrieval.runbooks import Runbook, load_runbooks
@@ -31,8 +32,9 @@ class AlertIntake:
     def __init__(self, store: IncidentStore, *, notifier: Callable[[], Notifier], audit: Callable[[], AuditLog],
                  observation: Callable[[], Observation | None], language: str = "en",
                  runbooks: list[Runbook] | None = None, transient_s: float = TRANSIENT_S,
-                 repeat_s: float = REPEAT_S) -> None:
+                 repeat_s: float = REPEAT_S, investigator: Investigator | None = None) -> None:
         self.store, self.notifier, self.audit, self.observation = store, notifier, audit, observation
+        self.investigator = investigator
         self.language, self.transient_s, self.repeat_s = language, transient_s, repeat_s
         books = runbooks if runbooks is not None else load_runbooks()
         self.books: dict[tuple[str, str], Runbook] = {(b.id, b.language): b for b in books}
@@ -74,6 +76,9 @@ class AlertIntake:
                       .strip() for a in firing],
             runbook=book.id if book else incident.runbook,
             steps=first_steps(book.sections["remedies"]) if book else [], jobs=jobs)
+        found = self._investigate(incident, book)
+        if found is not None:
+            view.investigation = render_lines(found, self.language)
         subject, body = render(view, self.language)
         result = self.notifier().notify(ONCALL, subject, body)
         if result.status != "sent":
@@ -81,8 +86,22 @@ class AlertIntake:
         self._audit(incident, now, "executed" if result.status == "sent" else
                     ("failed" if result.status == "error" else "skipped"),
                     f"incident message {result.status} via {result.channel}: {result.detail}".rstrip(": "),
-                    jobs=[j.id for j in jobs or []], runbook=view.runbook, message=body)
+                    jobs=[j.id for j in jobs or []], runbook=view.runbook, message=body,
+                    investigation=found.model_dump(mode="json") if found else None)
         return {**out, "outcome": f"message_{result.status}", "jobs": [j.id for j in jobs or []]}
+
+    def _investigate(self, incident: Incident, book: Runbook | None) -> Investigation | None:
+        """Jobs on the incident's node, their progress and the runbook's cordon through the guardrail."""
+        kind, _, node = incident.subject.partition("/")
+        if self.investigator is None or kind != "node":
+            return None
+        proposes = frozenset(book.proposes) if book else frozenset()
+        plan = cordon_plan(node, proposes, f"incident {incident.id}: {incident.alertname} on {node}")
+        try:
+            obs, findings, decided = self.investigator(plan, book.id if book else incident.runbook, proposes)
+        except Exception as exc:  # the message still goes out, saying the investigation failed and why
+            return Investigation(node=node, error=f"{type(exc).__name__}: {exc}"[:300])
+        return build(node, obs, findings, decided, proposes)
 
     def _runbook(self, incident: Incident) -> Runbook | None:
         book_id = incident.runbook or self.by_alert.get(incident.alertname)

@@ -35,9 +35,15 @@ def alerts_router(settings: Settings) -> APIRouter:
     def intake(request: Request) -> AlertIntake:
         if "intake" not in held:
             runtime = request.app.state.runtime
+
+            def investigator(plan: Any, runbook: str | None, proposes: frozenset[str]) -> Any:
+                with runtime.graph_lock:  # never interleaved with a sweep or an approval
+                    return runtime.service.investigate(plan, runbook, proposes)
+
             held["intake"] = AlertIntake(IncidentStore(settings.data_dir / "alerts.sqlite"),
                                          notifier=lambda: runtime.deps.notifier, audit=lambda: runtime.deps.audit,
-                                         observation=runtime.newest_observation, language=settings.language)
+                                         observation=runtime.newest_observation, language=settings.language,
+                                         investigator=investigator)
         return held["intake"]
 
     @router.post(PATH, responses={401: {"description": "missing or wrong bearer token"},

@@ -381,7 +381,7 @@ def _savings(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
               f"累计回收 {s.reclaimed_gpu_hours:.1f} GPU 小时，节省 {money(s.reclaimed_money, s.currency)}"
               f"（{s.actions} 项操作）。")
     if s.waste_by_team:
-        top = ", ".join(f"{t.team} {money(t.money, s.currency)}" for t in s.waste_by_team[:4])
+        top = ("、" if lang == "zh" else ", ").join(f"{t.team} {money(t.money, s.currency)}" for t in s.waste_by_team[:4])
         head += _t(lang, f"\nStill wasting, by team: {top}.", f"\n仍在浪费（按团队）：{top}。")
     return head
 

@@ -17,7 +17,7 @@ log = logging.getLogger("steward.build")
 
 
 def make_lease(settings: Settings) -> LeaderLease:
-    """Kubernetes Lease in a cluster, else a SQLite row lease in the data dir (leader_lock=auto)."""
+    """Kubernetes Lease in a cluster, else a row lease in the store: Postgres or the data dir (leader_lock=auto)."""
     from agent.scheduling.k8s_lease import in_cluster, in_cluster_lease
 
     holder = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
@@ -26,13 +26,22 @@ def make_lease(settings: Settings) -> LeaderLease:
         return AlwaysLeader(holder)
     if choice == "kubernetes" or (choice == "auto" and in_cluster()):
         return in_cluster_lease(settings.lease_name, settings.lease_namespace, holder, settings.lease_duration_s)
-    if choice not in ("auto", "sqlite"):
-        raise ValueError(f"STEWARD_LEADER_LOCK must be auto, sqlite, kubernetes or none, not {choice!r}")
-    return SqliteLease(settings.data_dir / "leases.sqlite", settings.lease_name, holder, settings.lease_duration_s)
+    if choice not in ("auto", "sqlite", "postgres"):
+        raise ValueError(f"STEWARD_LEADER_LOCK must be auto, sqlite, postgres, kubernetes or none, not {choice!r}")
+    if choice == "postgres" and settings.database_url is None:
+        raise ValueError("STEWARD_LEADER_LOCK=postgres needs STEWARD_DATABASE_URL")
+    where = str(settings.data_dir / "leases.sqlite") if choice == "sqlite" else settings.store("leases")
+    return SqliteLease(where, settings.lease_name, holder, settings.lease_duration_s)
 
 
 def checkpointer(settings: Settings) -> Any:
-    """The graph's durable checkpoints in the data dir; read-only when it cannot be written (nothing sweeps then)."""
+    """The graph's durable checkpoints in the data dir; read-only when it cannot be written (nothing sweeps then).
+
+    With STEWARD_DATABASE_URL: in Postgres (langgraph-checkpoint-postgres), so a graph waiting on an approval
+    resumes on whichever replica holds the sweep.
+    """
+    if settings.database_url is not None:
+        return postgres_checkpointer(settings.database_url.get_secret_value())
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from agent.records.store import open_store
@@ -41,6 +50,29 @@ def checkpointer(settings: Settings) -> Any:
     if problem is not None:
         log.warning("graph checkpoints: %s", problem.detail)
     return SqliteSaver(conn)
+
+
+def postgres_checkpointer(url: str) -> Any:
+    """A PostgresSaver on a small connection pool (reconnects after a database restart); its tables created once.
+
+    Replicas starting together run the saver's migrations one at a time, under a session advisory lock.
+    """
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg import connect
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+    except ImportError as exc:
+        raise ValueError("STEWARD_DATABASE_URL needs the postgres extra: pip install 'gpu-steward[postgres]'") from exc
+    from agent.records.pg import lock_key
+
+    pool = ConnectionPool(url, min_size=1, max_size=4, open=True, check=ConnectionPool.check_connection,
+                          kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+    saver = PostgresSaver(pool)  # type: ignore[arg-type]
+    with connect(url, autocommit=True) as guard:
+        guard.execute("SELECT pg_advisory_lock(%s)", (lock_key("steward-checkpoint-setup"),))
+        saver.setup()  # the lock is released when `guard` closes
+    return saver
 
 
 def schedule_of(settings: Settings) -> SweepSchedule:
@@ -57,7 +89,8 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     data_dir = settings.ensure_data_dir()
     scenario = load_scenario(settings.scenario or demo_scenario_path())
     deps, cluster = simulated_deps(scenario, load_policy(settings.policy_file), make_planner(settings),
-                                   data_dir=data_dir, language=settings.language)
+                                   data_dir=data_dir, language=settings.language,
+                                   database_url=settings.store("audit") if settings.database_url else None)
     if notifier is not None:
         deps.notifier = notifier
     from agent.retrieval.index import runbooks_from_settings

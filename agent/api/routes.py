@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Annotated
+import csv
+import io
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -20,6 +24,7 @@ from agent.api.schemas import (
     ApprovalsPage,
     ApprovalView,
     AuditPage,
+    AuditView,
     ErrorBody,
     ExemptionRequest,
     ExemptionResult,
@@ -34,9 +39,14 @@ from agent.api.schemas import (
     SweepRun,
     SweepStatus,
 )
+from agent.detectors.evidence import describe
+from agent.graph.report import audit_text, decision_reason
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
+from agent.records.audit import AuditEntry
 from agent.records.savings import compute_savings
+from core.actions import Finding
 from core.durations import parse_duration
+from core.observation import Observation
 
 router = APIRouter()
 MAX_OFFSET = 10**12  # far past any audit log, well inside SQLite's 64-bit integers
@@ -58,6 +68,7 @@ def healthz(request: Request, response: Response) -> Health:
         response.status_code = 503
     return Health(status="degraded" if problems else "ok", cluster_time=rt.deps.clock.now(),
                   planner=rt.deps.planner.name, auth_mode=auth_mode(request.app.state.settings),
+                  display_tz=request.app.state.settings.display_tz,
                   schedule=rt.scheduler.schedule.describe(), leader=rt.scheduler.leader, runbooks_route=has_runbooks,
                   reasons=[HealthReason(reason=p.reason, detail=p.detail) for p in problems])
 
@@ -68,27 +79,64 @@ def metrics(request: Request) -> Response:
     return Response(render_metrics(runtime_of(request)), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+# The reader's language for evidence and reasons (the UI sends its own); English is the detectors' own text.
+UiLang = Annotated[Literal["en", "zh"], Query(description="Language of evidence and reasons: en | zh.")]
+
+
+def _placement(f: Finding, obs: Observation | None, template: str | None) -> dict[str, str | None]:
+    """Where a finding's target sits (namespace, team, node, pool) and its metrics link."""
+    jobs = obs.jobs_by_id() if obs else {}
+    pool_of = {n.name: n.pool for n in obs.nodes} if obs else {}
+    job = jobs.get(f.target) if f.target_type == "job" else None
+    namespace = job.namespace if job else (f.target.split("/", 1)[0] if f.target_type == "job" and "/" in f.target
+                                           else None)
+    node = job.node if job else (f.target if f.target_type == "node" else None)
+    pool = f.target if f.target_type == "pool" else pool_of.get(node or "")
+    team = (job.project or job.namespace) if job else namespace
+    out: dict[str, str | None] = {"namespace": namespace, "team": team, "node": node, "pool": pool}
+    if template:
+        pod = (job.name if job else f.target.split("/", 1)[-1]) if f.target_type == "job" else ""
+        out["metrics_url"] = template.format(namespace=quote(namespace or "", safe=""), pod=quote(pod, safe=""),
+                                             node=quote(node or "", safe=""))
+    return out
+
+
+def finding_views(rt: StewardRuntime, lang: str = "en", template: str | None = None) -> list[FindingView]:
+    found = rt.findings()
+    states = rt.finding_states(found)
+    obs = rt.newest_observation()
+    return [FindingView(**{**f.model_dump(), "evidence": describe(f, lang)}, **states.get(f.target, {}),
+                        **_placement(f, obs, template)) for f in found]
+
+
+def _template(request: Request) -> str | None:
+    return request.app.state.settings.metrics_url_template  # type: ignore[no-any-return]
+
+
 @router.get("/api/findings", response_model=FindingsPage, tags=["findings"])
-def findings(request: Request, who: Viewer) -> FindingsPage:
+def findings(request: Request, who: Viewer, lang: UiLang = "en") -> FindingsPage:
     rt = runtime_of(request)
     latest = rt.latest
     at = latest.state.get("at") if latest else None
-    found = rt.findings()
-    states = rt.finding_states(found)
     return FindingsPage(at=at, run_id=latest.run_id if latest else None, sweep_running=rt.scheduler.busy,
-                        findings=[FindingView(**f.model_dump(), **states.get(f.target, {})) for f in found])
+                        findings=finding_views(rt, lang, _template(request)))
 
 
-def approval_view(rt: StewardRuntime, a: Approval) -> ApprovalView:
+def approval_view(rt: StewardRuntime, a: Approval, lang: str = "en", template: str | None = None) -> ApprovalView:
     """The request with its target's latest finding (owner, GPUs, cost per hour, evidence) and, once approved,
     the audited outcome of the action it allowed."""
-    view = ApprovalView(**a.model_dump())
+    decision = (a.payload.get("guarded_action") or {}).get("decision") or {}
+    view = ApprovalView(**a.model_dump(), why=decision_reason(str(decision.get("rule", "approval")),
+                                                              str(decision.get("reason", "")), lang))
     finding = next((f for f in rt.findings() if f.target == a.target), None)
     if finding is not None:
         hourly = finding.waste_cost / finding.waste_gpu_hours * finding.gpus if finding.waste_gpu_hours else None
-        view = view.model_copy(update={"owner": finding.owner, "gpus": finding.gpus, "evidence": finding.evidence,
+        view = view.model_copy(update={"owner": finding.owner, "gpus": finding.gpus,
+                                       "evidence": describe(finding, lang),
                                        "cost_per_hour": round(hourly, 2) if hourly is not None else None,
-                                       "currency": finding.currency, "finding_kind": finding.kind})
+                                       "currency": finding.currency, "finding_kind": finding.kind,
+                                       "metrics_url": _placement(finding, rt.newest_observation(),
+                                                                 template).get("metrics_url")})
     if a.status == "approved":
         action_id = (a.payload.get("guarded_action") or {}).get("id")
         done = next((e for e in rt.deps.audit.entries(kind="execution", target=a.target, limit=200)
@@ -100,13 +148,15 @@ def approval_view(rt: StewardRuntime, a: Approval) -> ApprovalView:
 
 
 @router.get("/api/approvals", response_model=ApprovalsPage, tags=["approvals"])
-def approvals(request: Request, who: Viewer, recent: Annotated[int, Query(ge=0, le=500)] = 50) -> ApprovalsPage:
+def approvals(request: Request, who: Viewer, recent: Annotated[int, Query(ge=0, le=500)] = 50,
+              lang: UiLang = "en") -> ApprovalsPage:
     rt = runtime_of(request)
     store = rt.deps.approvals
     answered = [a for a in store.all(limit=100_000) if a.status != "pending"]
     answered.sort(key=lambda a: a.answered_at or a.requested_at, reverse=True)
-    return ApprovalsPage(pending=[approval_view(rt, a) for a in store.pending()],
-                         recent=[approval_view(rt, a) for a in answered[:recent]])
+    template = _template(request)
+    return ApprovalsPage(pending=[approval_view(rt, a, lang, template) for a in store.pending()],
+                         recent=[approval_view(rt, a, lang, template) for a in answered[:recent]])
 
 
 @router.post("/api/approvals/{approval_id}", response_model=ApprovalResult, tags=["approvals"],
@@ -169,14 +219,63 @@ def revoke(request: Request, body: RevokeRequest, who: Approver) -> RevokeResult
     return RevokeResult(job=body.job, by=who.name, audit_seq=seq)
 
 
+def audit_view(e: AuditEntry, lang: str) -> AuditView:
+    return AuditView(**e.model_dump(), text=audit_text(e.kind, e.status, e.action, e.target, e.reason, e.data, lang))
+
+
 @router.get("/api/audit", response_model=AuditPage, tags=["audit"])
 def audit(request: Request, who: Viewer, kind: Filter = None, target: Filter = None, status: Filter = None,
           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-          offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> AuditPage:
+          offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0, lang: UiLang = "en") -> AuditPage:
     log = runtime_of(request).deps.audit
     rows = log.entries(kind=kind, target=target, status=status, limit=limit + 1, offset=offset)
-    return AuditPage(entries=rows[:limit], limit=limit, offset=offset,
+    return AuditPage(entries=[audit_view(e, lang) for e in rows[:limit]], limit=limit, offset=offset,
                      next_offset=offset + limit if len(rows) > limit else None)
+
+
+ExportFormat = Annotated[Literal["csv", "json"], Query(description="csv (a spreadsheet) or json (a list of rows).")]
+FINDING_COLUMNS = ("kind", "target", "target_type", "namespace", "team", "owner", "pool", "node", "gpus", "since",
+                   "detected_at", "waste_gpu_hours", "waste_cost", "currency", "warned_at", "stop_due_at",
+                   "stopping_since", "stopped_at", "exempt_until", "approval_id", "runbook", "metrics_url", "evidence")
+AUDIT_COLUMNS = ("seq", "at", "recorded_at", "run_id", "kind", "action", "target", "level", "status", "reason", "text",
+                 "data", "hash")
+MAX_EXPORT_ROWS = 100_000  # a day of a large cluster's audit; page with `offset` past it
+
+
+def _export(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], fmt: str, name: str) -> Response:
+    """Rows as a CSV or JSON download (times in ISO 8601 UTC, nested data as JSON)."""
+    plain = [{c: row.get(c) for c in columns} for row in rows]
+    if fmt == "json":
+        body, media = json.dumps(plain, ensure_ascii=False, default=str, indent=1), "application/json"
+    else:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for row in plain:
+            writer.writerow({c: json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else v
+                             for c, v in row.items()})
+        body, media = "\ufeff" + out.getvalue(), "text/csv; charset=utf-8"  # the BOM: Excel reads it as UTF-8
+    return Response(body, media_type=media,
+                    headers={"Content-Disposition": f'attachment; filename="steward-{name}.{fmt}"'})
+
+
+@router.get("/api/findings/export", tags=["findings"], response_class=Response,
+            responses={200: {"content": {"text/csv": {}, "application/json": {}}, "description": "a download"}})
+def export_findings(request: Request, who: Viewer, format: ExportFormat = "csv", lang: UiLang = "en") -> Response:
+    """The latest sweep's findings with their status and placement, as on the Findings tab."""
+    views = finding_views(runtime_of(request), lang, _template(request))
+    return _export((v.model_dump(mode="json") for v in views), FINDING_COLUMNS, format, "findings")
+
+
+@router.get("/api/audit/export", tags=["audit"], response_class=Response,
+            responses={200: {"content": {"text/csv": {}, "application/json": {}}, "description": "a download"}})
+def export_audit(request: Request, who: Viewer, format: ExportFormat = "csv", kind: Filter = None,
+                 target: Filter = None, status: Filter = None, lang: UiLang = "en",
+                 limit: Annotated[int, Query(ge=1, le=MAX_EXPORT_ROWS)] = MAX_EXPORT_ROWS,
+                 offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> Response:
+    """Audit entries (newest first, filtered as GET /api/audit), each with its hash and its reason for people."""
+    rows = runtime_of(request).deps.audit.entries(kind=kind, target=target, status=status, limit=limit, offset=offset)
+    return _export((audit_view(e, lang).model_dump(mode="json") for e in rows), AUDIT_COLUMNS, format, "audit")
 
 
 @router.get("/api/savings", response_model=Savings, tags=["findings"])

@@ -295,7 +295,7 @@ class StewardRuntime:
         """Per target: when its owner was warned and the stop is due, whether it was stopped (gone) or only
         signalled, until when it is exempt, and a pending approval's id, from the audit log and the inbox."""
         now = self.deps.clock.now()
-        history = self.deps.audit.history(now)
+        history = self.deps.audit.history(now, denials_for=self.deps.policy.approvals.denials_lookback())
         pending = {a.target: a.id for a in self.deps.approvals.pending()}
         gone_at: dict[str, datetime] = {}
         for e in self.deps.audit.entries(kind=CONFIRMED, since=now - timedelta(hours=24), limit=10_000):

@@ -29,6 +29,7 @@ class Health(BaseModel):
     schedule: str
     leader: bool
     runbooks_route: bool = False
+    display_tz: str = Field("UTC", description="The time zone people read times in (STEWARD_DISPLAY_TZ).")
     reasons: list[HealthReason] = Field(default_factory=list, description="Why it is degraded (empty when ok).")
 
 
@@ -41,6 +42,11 @@ class FindingView(Finding):
     stopped_at: datetime | None = Field(None, description="When the job was seen gone after a stop.")
     exempt_until: datetime | None = None
     approval_id: str | None = Field(None, description="A pending approval request on this target.")
+    namespace: str | None = Field(None, description="Kubernetes namespace or Slurm partition of a job finding.")
+    team: str | None = Field(None, description="The job's project (team / cost centre), else its namespace.")
+    node: str | None = None
+    pool: str | None = Field(None, description="The node pool the job, node or pool finding is on.")
+    metrics_url: str | None = Field(None, description="STEWARD_METRICS_URL_TEMPLATE filled in for this target.")
 
 
 class FindingsPage(BaseModel):
@@ -59,6 +65,8 @@ class ApprovalView(Approval):
     currency: str | None = None
     evidence: str | None = Field(None, description="The latest finding's evidence on the target.")
     finding_kind: str | None = None
+    why: str = Field("", description="Why the guardrail asks a human, in the language asked for (`lang`).")
+    metrics_url: str | None = Field(None, description="The target's metrics (STEWARD_METRICS_URL_TEMPLATE).")
     outcome: str | None = Field(None, description="Audit status of the approved action (executed, skipped, ...).")
     outcome_detail: str | None = None
 
@@ -93,8 +101,12 @@ class ExemptionResult(BaseModel):
     audit_seq: int
 
 
+class AuditView(AuditEntry):
+    text: str = Field("", description="The reason for people, in the language asked for (`lang`); times readable.")
+
+
 class AuditPage(BaseModel):
-    entries: list[AuditEntry]
+    entries: list[AuditView]
     limit: int
     offset: int
     next_offset: int | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -15,6 +15,7 @@ from agent.config.policy import load_policy
 from agent.config.settings import Settings
 from agent.detectors.evidence import kind_label
 from agent.graph.deps import StewardDeps
+from agent.graph.report import action_label, pad, status_label
 from core.durations import format_duration
 from core.text import plural
 from sim.scenario import demo_scenario_path, load_scenario
@@ -22,7 +23,7 @@ from sim.scenario import demo_scenario_path, load_scenario
 WORDS = {
     "en": {
         "header": "GPU Steward on simulated cluster '{name}' ({about})",
-        "sweeping": "Sweeping every {every}m from {start} to {end} UTC ({sweeps}; planner: {planner}).",
+        "sweeping": "Sweeping every {every}m from {start} to {end} {zone} ({sweeps}; planner: {planner}).",
         "timeline": "What the agent did along the way (time, action, target, why, level, result):",
         "level": "level",
         "answered": "{decision}d by {by}",
@@ -40,10 +41,10 @@ WORDS = {
     },
     "zh": {
         "header": "GPU Steward 模拟集群 '{name}'（{about}）",
-        "sweeping": "从 {start} 到 {end} UTC 每 {every} 分钟巡检一次（共 {n} 次；规划器：{planner}）。",
+        "sweeping": "从 {start} 到 {end}（{zone}）每 {every} 分钟巡检一次（共 {n} 次；规划器：{planner}）。",
         "timeline": "巡检过程中的操作（时间、操作、目标、原因、级别、结果）：",
         "level": "级别",
-        "answered": "{by} {decision_zh}",
+        "answered": "{by} 已{decision_zh}",
         "refused": "被护栏拒绝", "awaiting": "等待审批", "allowed": "已允许",
         "waiting": "等待人工审批：",
         "waiting_replay": "（本次回放结束时这些审批仍未处理，数据在 {run_dir}。在线运行的巡检服务可用 "
@@ -133,6 +134,13 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         times.append(until)
     timeline: list[str] = []
     result = None
+    zone = settings.zone()
+
+    def clock(moment: datetime) -> str:
+        """HH:MM in the display zone; with the date once the run has crossed a day boundary."""
+        local = moment.astimezone(zone)
+        return f"{local:%H:%M}" if local.date() == scenario.start.astimezone(zone).date() else f"{local:%m-%d %H:%M}"
+
     scripted = ScriptedApprovals(scenario, service)  # the scenario's scripted human answers
     verdict_words = {"deny": w["refused"], "needs_approval": w["awaiting"], "allow": w["allowed"]}
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -150,15 +158,18 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
                                            decision_zh="批准" if a.get("decision") == "approve" else "拒绝")
                 asked = (answered.state.get("approval_requests") or [{}])[0].get("proposal", {})
                 for o in answered.state.get("outcomes", []):
-                    timeline.append(f"  {cluster.now():%H:%M}  {o['action']:<16} {o['target']:<34} "
-                                    f"{_why(asked.get('finding_kind'), language):<16} {w['level']} {o['level']}  "
-                                    f"{who}: {o['status']}")
+                    timeline.append(f"  {clock(cluster.now())}  {pad(action_label(o['action'], language), 16)} "
+                                    f"{o['target']:<34} {pad(_why(asked.get('finding_kind'), language), 16)}"
+                                    f"{w['level']} {o['level']}  {who}{'：' if language == 'zh' else ': '}"
+                                    f"{status_label(o['status'], language)}")
             result = service.sweep(trigger="cli")
             outs = {o["id"]: o for o in result.state.get("outcomes", [])}
             for d in result.state.get("decisions", []):
-                status = outs.get(d["id"], {}).get("status") or verdict_words[d["decision"]["verdict"]]
-                timeline.append(f"  {cluster.now():%H:%M}  {d['proposal']['action']:<16} "
-                                f"{d['proposal']['target']:<34} {_why(d['proposal'].get('finding_kind'), language):<16} "
+                done = outs.get(d["id"], {}).get("status")
+                status = status_label(done, language) if done else verdict_words[d["decision"]["verdict"]]
+                timeline.append(f"  {clock(cluster.now())}  {pad(action_label(d['proposal']['action'], language), 16)} "
+                                f"{d['proposal']['target']:<34} "
+                                f"{pad(_why(d['proposal'].get('finding_kind'), language), 16)}"
                                 f"{w['level']} {d['decision']['level']}  {status}")
             bar.advance(task)
     assert result is not None
@@ -170,7 +181,8 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     about = scenario.description.strip().splitlines()[0] if scenario.description else ""
     print(w["header"].format(name=scenario.name, about=about))
-    print(w["sweeping"].format(every=int(every // 60), start=f"{scenario.start:%H:%M}", end=f"{cluster.now():%H:%M}",
+    print(w["sweeping"].format(every=int(every // 60), start=f"{scenario.start.astimezone(zone):%Y-%m-%d %H:%M}",
+                               end=clock(cluster.now()), zone=settings.display_tz,
                                n=len(times), sweeps=plural(len(times), "sweep"), planner=deps.planner.name) + "\n")
     if timeline and not args.once:
         print(w["timeline"])
@@ -180,14 +192,19 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     if pending:
         print("\n" + w["waiting"])
         for a in pending:
-            print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} {a.expires_at:%H:%M} UTC")
+            if language == "zh":
+                print(f"  {a.id}  {action_label(a.action, language)} {a.target}（{w['level']} {a.level}），"
+                      f"{w['expires']} {a.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {settings.display_tz}")
+            else:
+                print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} "
+                      f"{a.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {settings.display_tz}")
         print(w["waiting_replay"].format(run_dir=run_dir))
-    print(run_summary(deps))
+    print(run_summary(deps, zone))
     print("\n" + w["audit"].format(path=deps.audit.path, count=deps.audit.count()))
     return 0
 
 
-def run_summary(deps: StewardDeps) -> str:
+def run_summary(deps: StewardDeps, zone: tzinfo = UTC) -> str:
     """What the whole run found, did and saved, and one warning as its owner received it."""
     from agent.records.cost import money
     from agent.records.savings import compute_savings
@@ -217,6 +234,7 @@ def run_summary(deps: StewardDeps) -> str:
     sent: list[Any] = getattr(deps.notifier, "sent", [])
     warning = next((m for m in sent if "SIGTERM" in m.body), sent[0] if sent else None)
     if warning is not None:
-        lines += ["", w["warning_as"].format(who=warning.recipient, at=f"{warning.at:%H:%M}")]
+        at = f"{warning.at.astimezone(zone):%Y-%m-%d %H:%M} {zone}"
+        lines += ["", w["warning_as"].format(who=warning.recipient, at=at)]
         lines += [f"  | {line}" for line in warning.body.splitlines()]
     return "\n".join(lines)

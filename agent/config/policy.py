@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import time
+from datetime import time, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -70,6 +70,11 @@ class IdleRule(_Section):
     window: PositiveDuration = 3600.0
     util_threshold_pct: float = Field(2.0, ge=0, le=100)
     min_coverage: float = Field(0.9, gt=0, le=1)  # share of expected samples that must be present
+    # Blips: activity above the threshold that adds up to less than this (GPU-seconds) over a quiet stretch does not
+    # end it (idle window, current quiet, past pauses). 0 (default): any such activity ends it. At 60 (a GPU-minute)
+    # the dev trace showed 37 material false kills (docs/evals.md): off until a stop needs a warning sent in its own
+    # quiet stretch and the budget bounds the work a stop can lose rather than the work a stretch held.
+    blip_gpu_seconds: float = Field(0.0, ge=0)
 
 
 class ZombieRule(_Section):
@@ -118,8 +123,12 @@ class LongTailRule(_Section):
     # Beyond the detectors' windows the day is read in coarse slices (max and sample count only): a fraction
     # of the fine slices' cost. Rounded to a whole number of fine slices.
     history_slice: PositiveDuration = 900.0
-    quiet_factor: float = Field(1.5, ge=1)  # quiet stretch must exceed this many past gaps
-    quiet_share: float = Field(1 / 3, ge=0, le=1)  # ... and this share of the span it worked in the lookback
+    # The grace comes from the job's own behaviour: quiet is long for a job once it exceeds this many times the
+    # longest pause it has shown in the lookback (pauses run between bursts; see idle.blip_gpu_seconds).
+    quiet_factor: float = Field(1.5, ge=1)
+    # Opt-in: also wait this share of the span it worked in the lookback. 0 by default: how long a job has worked
+    # says nothing about how long it pauses (it gave day-long servers 6 h of grace after 1-2 h pauses).
+    quiet_share: float = Field(0.0, ge=0, le=1)
     io_threshold_mbps: float = Field(1.0, ge=0)
     cpu_active_pct: float = Field(50.0, ge=0)
     # A job whose GPUs did less work than this over its whole observed life (GPU-seconds, sum of util x time, an
@@ -332,7 +341,8 @@ class Levels(_Section):
 
 
 class Warning(_Section):
-    min_notice: Duration = 1800.0  # between the warning and the earliest stop
+    # Between the warning and the earliest stop: an hour, time for an owner to come back from lunch or a meeting.
+    min_notice: Duration = 3600.0
     repeat_every: PositiveDuration = 4 * 3600.0  # at most one message per job and violation per period
 
 
@@ -360,7 +370,14 @@ class Approvals(_Section):
     # after it expired if the action is still proposed (null: never), each time to the next group below
     # (the last group keeps being asked). A denied request is not re-asked. [] = the configured approvers.
     reask_after: PositiveDuration | None = 2 * 3600.0
+    # A human's no is an answer, not a delay: the same action on the same job (its uid) or pool is neither asked
+    # again nor done for this long after a deny, whatever size or reason the next proposal carries. 0: not held.
+    denial_holds_for: Duration = 24 * 3600.0
     escalation: list[list[str]] = []
+
+    def denials_lookback(self) -> timedelta:
+        """How far back the guardrail's history reads human denials: as long as one holds."""
+        return timedelta(seconds=self.denial_holds_for)
 
     @field_validator("escalation")
     @classmethod

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from datetime import tzinfo
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -44,8 +45,13 @@ class Settings(BaseSettings):
     # request (a 4000-character chat message written as JSON escapes is 24 KB).
     max_body_bytes: int = 64 * 1024
 
-    # Who sweeps when several replicas run: "auto" = Kubernetes Lease in a cluster, else a SQLite lease.
-    leader_lock: str = "auto"  # auto | sqlite | kubernetes | none
+    # The shared store for several replicas (docs/architecture.md, "Postgres and replicas"): audit, approvals,
+    # leases and graph checkpoints in Postgres instead of SQLite files in data_dir. postgresql://user:pw@host/db
+    database_url: SecretStr | None = None
+
+    # Who sweeps when several replicas run: "auto" = Kubernetes Lease in a cluster, else a lease row in the
+    # store (Postgres when database_url is set, else SQLite in the data dir).
+    leader_lock: str = "auto"  # auto | sqlite | postgres | kubernetes | none
     lease_name: str = "gpu-steward-sweeper"
     lease_namespace: str | None = None  # None: the pod's namespace
     lease_duration_s: float = 30.0
@@ -61,6 +67,11 @@ class Settings(BaseSettings):
     llm_max_tool_args_bytes: int = 8192  # a tool call with larger JSON arguments is refused, not run
 
     language: str = "en"  # en | zh: replies and notifications
+    # The one zone people read times in (web UI, `steward sweep`); UTC by default, the zone the audit log keeps.
+    display_tz: str = "UTC"  # an IANA name, e.g. Asia/Shanghai
+    # A link from each finding and approval to its metrics (Grafana, Prometheus): a URL with {namespace}, {pod}
+    # and {node} filled in, e.g. https://grafana.example.com/d/gpu?var-namespace={namespace}&var-pod={pod}
+    metrics_url_template: str | None = None
 
     # Runbooks (docs/runbooks.md): markdown files, indexed in an embedded Chroma dir or a Chroma server.
     runbooks_dir: Path | None = None  # None: the runbooks/ shipped with the code
@@ -97,6 +108,55 @@ class Settings(BaseSettings):
     chatops_routes: dict[str, dict[str, str]] = {}  # project -> {dingtalk_webhook_url, wecom_webhook_url}
     chatops_channels: list[str] = []  # dingtalk / wecom; empty: each one whose webhook is set
     alert_webhook_token: SecretStr | None = None  # Alertmanager's bearer token for POST /api/alerts (docs/alerts.md)
+
+    @field_validator("display_tz")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"STEWARD_DISPLAY_TZ={value!r} is not a time zone: use an IANA name such as UTC or "
+                             "Asia/Shanghai") from None
+        return value
+
+    @field_validator("metrics_url_template")
+    @classmethod
+    def _metrics_url(cls, value: str | None) -> str | None:
+        import string
+
+        if not value:
+            return None
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        except ValueError as exc:
+            raise ValueError(f"STEWARD_METRICS_URL_TEMPLATE={value!r} is not a template: {exc}") from None
+        unknown = names - {"namespace", "pod", "node"}
+        if unknown or not value.startswith(("http://", "https://")):
+            raise ValueError(f"STEWARD_METRICS_URL_TEMPLATE={value!r}: an http(s) URL whose only placeholders are "
+                             f"{{namespace}}, {{pod}} and {{node}}" + (f" (not {sorted(unknown)})" if unknown else ""))
+        return value
+
+    def zone(self) -> tzinfo:
+        """The display time zone."""
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(self.display_tz)
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("STEWARD_DATABASE_URL must be a postgresql:// URL (e.g. "
+                             "postgresql://steward:secret@db:5432/steward); unset it to keep SQLite in the data dir")
+        return value
+
+    def store(self, name: str) -> str:
+        """Where the `name` store lives: the Postgres URL when database_url is set, else data_dir/<name>.sqlite."""
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        return str(self.data_dir / f"{name}.sqlite")
 
     @property
     def llm_configured(self) -> bool:

@@ -22,6 +22,7 @@ KIND_ZH: dict[str, str] = {
     "overprovisioned": "超配",
     "node_health": "节点健康",
     "oversized": "节点池过大",
+    "stuck_pending": "排队无法调度",
 }
 
 XID_MEANINGS_ZH: dict[int, str] = {
@@ -98,8 +99,9 @@ def _io(m: Metrics) -> str:
 
 
 def _idle(f: Finding, m: Metrics) -> str:
+    blip = f"，其间仅有零星活动（共 {m['blip_gpu_s']:.0f} GPU·秒）" if m.get("blip_gpu_s") else ""
     return (
-        f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续 {duration_zh(m['quiet_s'])}"
+        f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续 {duration_zh(m['quiet_s'])}{blip}"
         f"（样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}"
     )
 
@@ -194,15 +196,29 @@ _ZH: dict[str, Callable[[Finding, Metrics], str]] = {
 }
 
 
+def _stuck_pending(f: Finding, m: Metrics) -> str:
+    from agent.detectors.queue import stuck_pending_zh
+
+    return stuck_pending_zh(f)
+
+
+def _blocked(f: Finding) -> str:
+    from agent.detectors.queue import blocked_zh
+
+    return blocked_zh(f)
+
+
 def describe(finding: Finding, language: str) -> str:
     """The evidence in `language`; the detector's English whenever a number it needs is missing."""
     render = _ZH.get(finding.kind) if language == "zh" else None
     if render is _idle and "keepalive_bursts" in finding.metrics:
         render = _keepalive
+    if language == "zh" and finding.kind == "stuck_pending":
+        render = _stuck_pending
     if render is None:
         return finding.evidence
     try:
-        return render(finding, finding.metrics)
+        return render(finding, finding.metrics) + (_blocked(finding) if language == "zh" else "")
     except (KeyError, ValueError, TypeError, OverflowError):
         return finding.evidence
 

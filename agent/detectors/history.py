@@ -6,7 +6,8 @@ extends only through coarse slices whose sample counts rule out an empty fine sl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from core.cluster import GpuHistory
 
@@ -25,9 +26,21 @@ class CoarseHistory:
     """Coarse slices ending at the observation instant, oldest first; `ratio` fine slices make one."""
 
     ratio: int
+    slice_s: float  # seconds one coarse slice spans
     util_max: list[float | None]  # max over the GPUs; None unless every GPU had a valid sample
     full: list[bool]  # every GPU had a sample in every fine slice inside, as far as the counts can tell
     util_min: list[float | None]  # the highest GPU's lowest sample; None = unknown
+    util_avg: list[float | None] = field(default_factory=list)  # mean over the GPUs; empty or None = unknown
+
+    def work_gpu_s(self, k: int, gpus: int) -> float:
+        """The most GPU-seconds of work coarse slice k can hold: its average (its max when that is unknown) for the
+        whole slice, on every GPU. Infinite when the slice is unknown or may have an empty fine slice inside."""
+        high = self.util_max[k]
+        if high is None or not self.full[k]:
+            return math.inf
+        mean = self.util_avg[k] if k < len(self.util_avg) else None
+        share = mean if mean is not None and 0.0 <= mean <= high else high
+        return share / 100.0 * self.slice_s * gpus
 
     def solid(self, k: int, threshold_pct: float) -> bool:
         """Slice k was surely active in each of its fine slices: no pause can hide inside it."""
@@ -36,15 +49,27 @@ class CoarseHistory:
 
     def quiet_beyond(self, fine_slices: int, threshold_pct: float) -> int:
         """Fine slices of quiet older than the newest `fine_slices`: whole coarse slices, quiet and full."""
+        return self.quiet_run_beyond(fine_slices, threshold_pct)[0]
+
+    def quiet_run_beyond(self, fine_slices: int, threshold_pct: float, *, material_gpu_s: float = 0.0,
+                         spent_gpu_s: float = 0.0, gpus: int = 1) -> tuple[int, float]:
+        """Fine slices of quiet older than the newest `fine_slices`: whole coarse slices, full and quiet, or
+        holding blips whose work, added to the `spent_gpu_s` already in the run, stays under `material_gpu_s`
+        (0: any activity ends the run). Also the run's work in all (GPU-seconds, an upper bound)."""
         if fine_slices % self.ratio:
-            return 0  # the grids would not meet: claim nothing
+            return 0, spent_gpu_s  # the grids would not meet: claim nothing
         count = 0
         for k in range(len(self.util_max) - fine_slices // self.ratio - 1, -1, -1):
             value = self.util_max[k]
-            if value is None or value > threshold_pct or not self.full[k]:
+            if value is None or not self.full[k]:
                 break  # missing data stops a quiet run, as it does in fine slices
+            if value > threshold_pct:
+                work = self.work_gpu_s(k, gpus)
+                if material_gpu_s <= 0 or spent_gpu_s + work >= material_gpu_s:
+                    break
+                spent_gpu_s += work
             count += self.ratio
-        return count
+        return count, spent_gpu_s
 
 
 def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
@@ -54,19 +79,25 @@ def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
     if len(gpus) == 1:  # most jobs hold one GPU: its own lists
         g = gpus[0]
         whole = [c * ratio > g.expected * (ratio - 1) for c in g.samples]
-        return CoarseHistory(ratio=ratio, util_max=g.util_max, full=whole, util_min=g.util_min or [None] * len(whole))
+        return CoarseHistory(ratio=ratio, slice_s=g.slice_s, util_max=g.util_max, full=whole,
+                             util_min=g.util_min or [None] * len(whole), util_avg=g.util_avg)
     length = max(len(g.util_max) for g in gpus)
     cols = [(align_end(g.util_max, length), align_end(g.samples, length), g.expected,
-             align_end(g.util_min, length) if g.util_min else [None] * length) for g in gpus]
+             align_end(g.util_min, length) if g.util_min else [None] * length,
+             align_end(g.util_avg, length) if g.util_avg else [None] * length) for g in gpus]
     maxes: list[float | None] = []
+    avgs: list[float | None] = []
     mins: list[float | None] = []
     full: list[bool] = []
     for k in range(length):
         values = [c[0][k] for c in cols]
         maxes.append(None if None in values else max(values))
+        means = [mean for c in cols if (mean := c[4][k]) is not None]
+        avgs.append(sum(means) / len(means) if len(means) == len(cols) else None)
         # One GPU busy throughout keeps every fine slice of the job active.
         mins.append(max((low for c in cols if (low := c[3][k]) is not None), default=None))
         # An empty fine slice takes expected/ratio samples away, so more than (ratio-1)/ratio of a full
         # coarse slice means every fine slice inside had one.
         full.append(all((c[1][k] or 0) * ratio > c[2] * (ratio - 1) for c in cols))
-    return CoarseHistory(ratio=ratio, util_max=maxes, full=full, util_min=mins)
+    return CoarseHistory(ratio=ratio, slice_s=max(g.slice_s for g in gpus), util_max=maxes, full=full, util_min=mins,
+                         util_avg=avgs)

@@ -1,8 +1,8 @@
-"""IdleGpuDetector: jobs whose every GPU stayed quiet for the whole idle window."""
+"""IdleGpuDetector: jobs whose every GPU stayed quiet for the whole idle window (blips aside, when allowed)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agent.config.policy import Policy
 from agent.detectors.evidence import io_metrics, log_metrics
@@ -29,7 +29,8 @@ def log_summary(logs: LogProgress | None) -> str:
 
 
 class IdleGpuDetector:
-    """All of a job's GPUs at or below the idle threshold in every slice of the window, with full data."""
+    """All of a job's GPUs at or below the idle threshold in every slice of the window, with full data, but for
+    blips: activity that adds up to less than `idle.blip_gpu_seconds` (0 by default: none) is not work."""
 
     def __init__(self, policy: Policy) -> None:
         self.rule = policy.detectors.idle
@@ -43,7 +44,8 @@ class IdleGpuDetector:
         if series is None:
             return None
         window = series.window(self.rule.window, job.gpus)
-        if window.coverage < self.rule.min_coverage or not window.all_quiet(self.rule.util_threshold_pct):
+        if window.coverage < self.rule.min_coverage or not window.quiet(self.rule.util_threshold_pct,
+                                                                         self.rule.blip_gpu_seconds):
             return None
         return window
 
@@ -60,17 +62,21 @@ class IdleGpuDetector:
                 continue
             logs = obs.logs.get(job.id)
             if long_tail_reason(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
-                                min_coverage=self.rule.min_coverage):
+                                min_coverage=self.rule.min_coverage, blip_gpu_s=self.rule.blip_gpu_seconds):
                 continue
-            since = window.series.quiet_since(self.rule.util_threshold_pct)
-            findings.append(self._finding(job, window, logs, since, obs.at))
+            quiet, blips = window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)
+            since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
+            findings.append(self._finding(job, window, logs, since, obs.at, blips))
         return findings
 
-    def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime) -> Finding:
+    def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime,
+                 blips: float = 0.0) -> Finding:
         quiet_s = (at - since).total_seconds()
+        # Blips: activity under IdleRule.blip_gpu_seconds in all over the stretch is not work.
+        blip = f", blips only ({blips:.0f} GPU-s of work in all)" if blips > 0 else ""
         evidence = (
-            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} at max {w.max_util:.1f}% util for {format_duration(quiet_s)} "
-            f"(coverage {w.coverage:.0%}), holding {w.mem_gb:.0f} GB; {log_summary(logs)}; {w.io_summary()}"
+            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} at max {w.max_util:.1f}% util for {format_duration(quiet_s)}"
+            f"{blip} (coverage {w.coverage:.0%}), holding {w.mem_gb:.0f} GB; {log_summary(logs)}; {w.io_summary()}"
         )
         metrics = {
             "util_max_pct": w.max_util or 0.0,
@@ -78,6 +84,8 @@ class IdleGpuDetector:
             "quiet_s": quiet_s,
             "mem_gb": round(w.mem_gb, 1),
         }
+        if blips > 0:
+            metrics["blip_gpu_s"] = round(blips, 1)
         if w.cpu_avg is not None:
             metrics["cpu_pct"] = w.cpu_avg
         metrics.update(log_metrics(logs, at) | io_metrics(w))

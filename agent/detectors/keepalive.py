@@ -90,8 +90,8 @@ class KeepAliveDetector:
         w = series.window(self.idle.window, job.gpus)
         if w.coverage < self.idle.min_coverage or not w.complete:
             return None
-        if w.all_quiet(self.idle.util_threshold_pct):
-            return None  # the idle rule's case
+        if w.quiet(self.idle.util_threshold_pct, self.idle.blip_gpu_seconds):
+            return None  # the idle rule's case (with its blips, when allowed)
         if w.avg_util is None or w.avg_util > self.rule.max_avg_util_pct:
             return None
         n = w.slices

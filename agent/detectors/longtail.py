@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import timedelta
 
 from agent.config.policy import LongTailRule
@@ -14,7 +15,7 @@ from core.observation import LogProgress
 
 def long_tail_reason(
     window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float, min_coverage: float = 0.9,
-    cpu: bool = True, periodic: bool = True,
+    cpu: bool = True, periodic: bool = True, blip_gpu_s: float = 0.0,
 ) -> str | None:
     """Why this quiet job is probably still working, or why we cannot tell (for the explanation); None when
     nothing suggests it and the data can rule it out.
@@ -22,7 +23,8 @@ def long_tail_reason(
     Unknown is not idle: metrics read from a partial response, or a history that does not cover the lookback
     (short retention, gaps) while the job is quiet now, protect the job like evidence of work would.
     `cpu=False` for a hung job (its host threads spin); `periodic=False` where the window's own bursts are what
-    is judged (keep-alive), not a pause after them.
+    is judged (keep-alive), not a pause after them. `blip_gpu_s`: activity under it in all is a blip, not work
+    (IdleRule.blip_gpu_seconds; 0: none).
     """
     span = format_duration(window.seconds)
     if window.net_max is not None and window.net_max >= rule.io_threshold_mbps:
@@ -41,7 +43,7 @@ def long_tail_reason(
         return f"metrics incomplete ({'; '.join(window.series.degraded)}): cannot rule out a working job"
     if not periodic or never_worked(window.series, rule, quiet_pct) is not None:
         return None  # no working history to protect: a notebook opened and abandoned gets no grace
-    return _periodic(window, rule, quiet_pct, min_coverage)
+    return _periodic(window, rule, quiet_pct, min_coverage, blip_gpu_s)
 
 
 def never_worked(series: JobSeries, rule: LongTailRule, quiet_pct: float) -> float | None:
@@ -94,13 +96,49 @@ def never_worked(series: JobSeries, rule: LongTailRule, quiet_pct: float) -> flo
     return work
 
 
-def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_coverage: float) -> str | None:
+def material_slices(values: list[float | None], work: Callable[[int], float], quiet_pct: float, material_gpu_s: float,
+                    carry_gpu_s: float = 0.0) -> list[bool]:
+    """Which slices (oldest first) hold material work; the others are quiet, blips or unknown.
+
+    Runs of consecutive slices above `quiet_pct` are walked from the newest. A run is material when its work
+    (`work(k)` GPU-seconds per slice), added to the blips since the newer material run (and `carry_gpu_s`, the
+    blips of the current quiet stretch), reaches `material_gpu_s`; then the count starts again. Else it is a
+    blip, part of the pause around it. With `material_gpu_s` 0 every run is material. A pause is thus the time
+    between two material runs, and it holds less than a GPU-minute of work by the same measure the current quiet
+    stretch is judged with (JobSeries.quiet_run).
+    """
+    out = [False] * len(values)
+    spent = carry_gpu_s
+    k = len(values) - 1
+    while k >= 0:
+        value = values[k]
+        if value is None or value <= quiet_pct:
+            k -= 1
+            continue
+        end, run = k, 0.0
+        while k >= 0 and (value := values[k]) is not None and value > quiet_pct:
+            run += work(k)
+            k -= 1
+        if material_gpu_s <= 0 or spent + run >= material_gpu_s:
+            out[k + 1 : end + 1] = [True] * (end - k)
+            spent = 0.0
+        else:
+            spent += run
+    return out
+
+
+def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_coverage: float,
+              blip_gpu_s: float = 0.0) -> str | None:
     """A job with past bursts of GPU work whose current pause is not yet long for it.
 
-    Long means both: longer than quiet_factor x its longest past pause, and longer than
-    quiet_share x the span over which it worked in the lookback. A service that has served
-    all day has quiet hours longer than any pause seen so far; the longer it has worked,
-    the longer the lull it is given before it counts as idle.
+    Long means longer than quiet_factor x its longest past pause (and, when `quiet_share` is set, longer than
+    that share of the span over which it worked in the lookback). The grace comes from the job's own
+    behaviour: a job that has shown a 2-hour pause may take one again; one that never paused for more than
+    half an hour is not on a break after 45 minutes of quiet.
+
+    With a blip budget (`blip_gpu_s` > 0) blips are not work: a pause runs from one burst that reaches the
+    budget to the next (material_slices), so a stretch broken only by activity under it counts as one pause,
+    and the current quiet stretch counts its blips the same way.
 
     With a coarse history the past is read in coarse slices of r fine ones, and every count and
     length is its largest possible fine value: more bursts, a longer past pause or working span only
@@ -111,17 +149,20 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
     gaps could protect is one we cannot tell from a periodic one.
     """
     series = window.series
-    quiet = series.quiet_slices(quiet_pct)
+    quiet, blips = series.quiet_run(quiet_pct, blip_gpu_s)
     if quiet == 0:
         return None  # busy now: periodicity protects pauses, not hangs
     coarse = series.history
     r = coarse.ratio if coarse is not None else 1
     values = coarse.util_max if coarse is not None else series.util_max
+    gpus = len(series.gpus)
     lookback = window_slices(rule.lookback, series.slice_s * r)
     # A coarse slice only partly inside the quiet run holds the activity that ended it: it stays in.
+    end = len(values) - quiet // r
+    work = (lambda k: coarse.work_gpu_s(k, gpus)) if coarse is not None else series.work_gpu_s
+    material = material_slices(values[:end], work, quiet_pct, blip_gpu_s, blips)
     first = max(0, len(values) - lookback)
-    history = values[first : len(values) - quiet // r]
-    busy = [k for k, value in enumerate(history) if value is not None and value > quiet_pct]
+    busy = [k - first for k in range(first, end) if material[k]]
     # Quiet fine slices r-1 at most, each side of a busy coarse slice that is not busy throughout.
     edge = {k: r - 1 for k in busy if coarse is not None and not coarse.solid(first + k, quiet_pct)}
     bursts = 1 if busy else 0
@@ -140,30 +181,32 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
     needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
     if bursts >= 2 and quiet < needed:
         s = series.slice_s
+        share = (f" and {rule.quiet_share:.2g} x the {format_duration(worked * s)} it worked over"
+                 if rule.quiet_share > 0 else "")
         return (
-            f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * r * s)} (working over "
-            f"{format_duration(worked * s)}) with pauses up to {format_duration(longest_gap * s)}; quiet for "
-            f"{format_duration(quiet * s)} now (< {rule.quiet_factor:g} x the longest pause and "
-            f"{rule.quiet_share:.2g} x the span it worked)"
+            f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * r * s)} with pauses up to "
+            f"{format_duration(longest_gap * s)}; quiet for {format_duration(quiet * s)} now "
+            f"(< {rule.quiet_factor:g} x the longest pause{share})"
         )
     gap = series.coverage(rule.lookback).gap(min_coverage)
-    if gap is not None and _gaps_could_protect(series, rule, quiet_pct, quiet, lookback, bursts):
+    if gap is not None and _gaps_could_protect(series, rule, quiet_pct, quiet, lookback, bursts, material):
         return gap
     return None
 
 
 def _gaps_could_protect(
-    series: JobSeries, rule: LongTailRule, quiet_pct: float, quiet: int, lookback: int, bursts: int
+    series: JobSeries, rule: LongTailRule, quiet_pct: float, quiet: int, lookback: int, bursts: int,
+    material: list[bool],
 ) -> bool:
     """Whether some filling of the unknown slices in the lookback would make the job periodic and its
     current pause not yet long for it (the most protective reading of the gaps).
 
     Unknown: a slice inside the job's life (all of the lookback when its start is unknown) with no valid
     reading, or a quiet coarse slice with samples missing (a burst may hide in them). A slice before the
-    job started is not a gap. The longest possible pause runs between two slices that may have been busy
-    with no known busy slice in between; the longest possible working span from the first slice that may
-    have been busy to the last. Both are reached by one filling, so the bound is tight up to the fine
-    structure inside a coarse slice, which is read in the job's favour too.
+    job started is not a gap. A blip (`material` False) is quiet. The longest possible pause runs between two
+    slices that may have been busy with no known busy slice in between; the longest possible working span from
+    the first slice that may have been busy to the last. Both are reached by one filling, so the bound is tight
+    up to the fine structure inside a coarse slice, which is read in the job's favour too.
     """
     coarse = series.history
     r = coarse.ratio if coarse is not None else 1
@@ -179,7 +222,7 @@ def _gaps_could_protect(
         k = len(values) - lookback + p
         value = values[k] if k >= 0 else None
         alive = born is None or start + timedelta(seconds=p * step) >= born - timedelta(seconds=1e-3)
-        if value is not None and value > quiet_pct:
+        if value is not None and k < len(material) and material[k]:
             kinds.append("B" if coarse is None or coarse.solid(k, quiet_pct) else "b")
         elif not alive:
             kinds.append("X")

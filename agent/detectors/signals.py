@@ -59,19 +59,47 @@ class JobSeries:
             self._merged = True
         return self._history
 
-    def quiet_slices(self, threshold_pct: float) -> int:
-        """Newest slices in a row where every GPU stayed at or below `threshold_pct`."""
-        count = 0
-        for value in reversed(self.util_max):
-            if value is None or value > threshold_pct:
-                break
-            count += 1
-        if count == self.length and self.history is not None:
-            count += self.history.quiet_beyond(count, threshold_pct)
-        return count
+    def work_gpu_s(self, k: int) -> float:
+        """The GPU-seconds of work fine slice k holds (its average over the GPUs, for the whole slice, on each);
+        infinite when it cannot be bounded: no valid reading, or samples missing."""
+        mean = self.util_avg[k]
+        if mean is None or self.util_max[k] is None or self.samples[k] < self.expected[k]:
+            return math.inf
+        return mean / 100.0 * self.slice_s * len(self.gpus)
 
-    def quiet_since(self, threshold_pct: float) -> datetime:
-        return self.at - timedelta(seconds=self.quiet_slices(threshold_pct) * self.slice_s)
+    def quiet_run(self, threshold_pct: float, material_gpu_s: float = 0.0, limit: int | None = None) -> tuple[int, float]:
+        """The current quiet stretch: newest slices in a row where every GPU stayed at or below `threshold_pct`,
+        or whose activity (blips) adds up to less than `material_gpu_s` GPU-seconds over the stretch (0: any
+        activity ends it). A slice without a valid reading ends it, as does a blip with samples missing. Past
+        the fine slices it reads the coarse history. `limit`: stop counting there (a window's length).
+
+        Returns (slices, GPU-seconds of work inside the stretch)."""
+        count = 0
+        spent = 0.0
+        stop = self.length if limit is None else min(limit, self.length)
+        for k in range(self.length - 1, self.length - 1 - stop, -1):
+            value = self.util_max[k]
+            if value is None:
+                break
+            if value > threshold_pct:
+                work = self.work_gpu_s(k)
+                if material_gpu_s <= 0 or spent + work >= material_gpu_s:
+                    break
+                spent += work
+            count += 1
+        if count == self.length and (limit is None or limit > count) and self.history is not None:
+            more, spent = self.history.quiet_run_beyond(count, threshold_pct, material_gpu_s=material_gpu_s,
+                                                        spent_gpu_s=spent, gpus=len(self.gpus))
+            count += more
+        return count, spent
+
+    def quiet_slices(self, threshold_pct: float, material_gpu_s: float = 0.0) -> int:
+        """Newest slices in a row where every GPU stayed at or below `threshold_pct`, blips under
+        `material_gpu_s` in all aside (quiet_run)."""
+        return self.quiet_run(threshold_pct, material_gpu_s)[0]
+
+    def quiet_since(self, threshold_pct: float, material_gpu_s: float = 0.0) -> datetime:
+        return self.at - timedelta(seconds=self.quiet_slices(threshold_pct, material_gpu_s) * self.slice_s)
 
     def window(self, seconds: float, requested: int | None = None) -> JobWindow:
         return JobWindow.of(self, window_slices(seconds, self.slice_s), requested)
@@ -239,6 +267,15 @@ class JobWindow:
     def all_quiet(self, threshold_pct: float) -> bool:
         """Every GPU at or below the threshold in every slice (unknown slices are not quiet)."""
         return self.complete and self.max_util is not None and self.max_util <= threshold_pct
+
+    def quiet(self, threshold_pct: float, material_gpu_s: float) -> bool:
+        """Every slice known, and every GPU at or below the threshold but for blips that add up to less than
+        `material_gpu_s` GPU-seconds over the window (JobSeries.quiet_run)."""
+        if not self.complete:
+            return False
+        if self.max_util is not None and self.max_util <= threshold_pct:
+            return True
+        return self.series.quiet_run(threshold_pct, material_gpu_s, limit=self.slices)[0] >= self.slices
 
     def working_gpus(self, util_pct: float) -> int:
         return sum(1 for v in self.gpu_avg_util if v is not None and v >= util_pct)

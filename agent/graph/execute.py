@@ -52,7 +52,8 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
     if any(p.name == target for p in obs.pools) or any(n.name == target for n in obs.nodes):
         fresh = deps.fresh_observation(run_id)
         findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(fresh, deps.policy)
-        return Facts(now=fresh.at, job=deps.scheduler.get_job(target),
+        is_node = any(n.name == target for n in fresh.nodes) and not any(p.name == target for p in fresh.pools)
+        return Facts(now=fresh.at, job=None if is_node else deps.scheduler.get_job(target),
                      pool=next((p for p in fresh.pools if p.name == target), None),
                      findings=[f for f in findings if f.target == target], cluster_gpus=fresh.cluster_gpus())
     now = deps.clock.now()
@@ -110,7 +111,7 @@ def execute_action(
     if facts.job is not None and not uid:
         uid = facts.job.uid or None
     if history is None:
-        history = deps.audit.history(now)
+        history = deps.audit.history(now, denials_for=deps.policy.approvals.denials_lookback())
     decision = decide(p, facts, deps.policy, history, approved=approved_by is not None)
     if decision.verdict != "allow":
         return outcome("blocked", f"re-checked before acting: {decision.reason}")
@@ -157,6 +158,13 @@ def execute_action(
             status = {"resized": "executed", "unchanged": "skipped", "refused": "refused"}.get(resized.status, "failed")  # type: ignore[assignment]
             return outcome(status, p.reason, f"{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
                            gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after))
+        if p.action == "cordon":
+            cordon = getattr(deps.scheduler, "cordon_node", None)
+            if cordon is None:
+                return outcome("failed", p.reason, f"the {type(deps.scheduler).__name__} backend cannot cordon nodes")
+            done = cordon(p.target, uid=uid)
+            status = {"cordoned": "executed", "unchanged": "skipped", "refused": "refused"}.get(done.status, "failed")  # type: ignore[assignment]
+            return outcome(status, p.reason, f"{done.status}: {done.detail}".strip(": "))
     except Exception as exc:  # the backend failed: audited as failed, counts toward the circuit breaker
         return outcome("failed", f"{p.action} failed: {type(exc).__name__}: {exc}")
     return outcome("failed", f"unknown action {p.action}")
@@ -229,6 +237,8 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
                 removed * pool.gpus_per_node, removed
         now_nodes = pool.nodes if pool else "no"
         return "skipped", f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take effect", 0, 0
+    if action == "cordon":  # idempotent: redone if still proposed and approved
+        return "skipped", f"whether node {target} was cordoned is unknown; a cordon is safe to ask again", 0, 0
     job = deps.scheduler.get_job(target)
     if job is None:
         return "skipped", "the job is gone; nothing more to do", 0, 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +56,53 @@ def status_label(status: str, language: str) -> str:
     return STATUS_ZH.get(status, status) if language == "zh" else status
 
 
+# Actions as the Chinese UI, CLI and chat name them (the command names stay in English output and the audit).
+ACTION_ZH = {"notify": "警告", "terminate": "优雅停止", "force_terminate": "强制停止", "resize_pool": "缩容节点池",
+             "drain_node": "排空节点"}
+
+
+def action_label(action: str, language: str) -> str:
+    return ACTION_ZH.get(action, action) if language == "zh" else action
+
+
+# Why the guardrail decided, per rule, in Chinese; the English reason (with its numbers) stays in the audit log.
+RULE_ZH = {
+    "mode": "当前策略模式不允许执行该操作", "unknown_target": "找不到该目标（或目标信息已过期）",
+    "replaced_target": "同名作业已是另一个实例，不对其执行", "not_running": "作业已不在运行",
+    "protected": "作业受保护策略保护", "no_finding": "当前没有支持该操作的发现",
+    "level_ceiling": "操作级别超出策略允许的上限", "denial_hold": "人工已拒绝该操作，在拒绝有效期内不再执行或询问",
+    "warning_first": "停止前必须先向负责人发出注明截止时间的警告，且通知期已满",
+    "graceful_first": "必须先优雅停止（SIGTERM）并等待宽限期", "duplicate": "同一提醒在重复间隔内已发送过",
+    "already_done": "已发送停止信号，正在等待宽限期", "already_stopping": "作业正在停止中",
+    "rate_limit": "超出每小时操作次数上限", "circuit_breaker": "熔断器已触发，暂停自动操作",
+    "reserve": "需为资源池保留空闲 GPU 余量", "runbook_limit": "超出运行手册允许的自动执行级别",
+    "internal_error": "护栏无法判定，为安全起见拒绝", "allow": "所有护栏规则均通过",
+}
+
+
+def decision_reason(rule: str, reason: str, language: str) -> str:
+    """The guardrail's reason for people: as written in English, in Chinese by its rule (numbers where known)."""
+    if language != "zh":
+        return reason
+    if rule == "approval":
+        if match := re.search(r" is level (\d+), above the automatic limit (\d+)", reason):
+            return f"级别 {match[1]} 高于自动执行上限 {match[2]}，等待人工审批"
+        if match := re.search(r"requires approval for level (\d+)", reason):
+            return f"策略要求级别 {match[1]} 的操作经人工审批，等待人工审批"
+        return "该发现的停止操作需要人工批准，等待人工审批"
+    if rule == "allow" and reason.startswith("approved by a human"):
+        return "已获人工批准"
+    if rule == "allow" and reason.startswith("dry run"):
+        return "演练模式：所有护栏规则均通过，未实际执行"
+    return RULE_ZH.get(rule, "护栏规则未通过")
+
+
+def pad(text: str, width: int) -> str:
+    """`text` padded to `width` terminal columns (CJK characters take two), at least one space after it."""
+    wide = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return text + " " * max(1, width - wide)
+
+
 def _when(value: str) -> str:
     return datetime.fromisoformat(value).strftime("%H:%M")
 
@@ -63,15 +112,21 @@ def _decision_line(d: dict[str, Any], outcomes: dict[str, dict[str, Any]], lang:
     zh = lang == "zh"
     nodes = p.get("target_nodes")
     target = p["target"] + ("" if nodes is None else f" -> {nodes} 个节点" if zh else f" -> {nodes} nodes")
-    head = (f"  {p['action']:<16} {target}（级别 {dec['level']}）：" if zh
+    head = (f"  {pad(action_label(p['action'], lang), 16)} {target}（级别 {dec['level']}）：" if zh
             else f"  {p['action']:<16} {target} (level {dec['level']}): ")
     out = outcomes.get(d["id"])
+    if zh:
+        if dec["verdict"] == "needs_approval":
+            return f"{head}等待人工审批（{decision_reason(dec['rule'], dec['reason'], lang)}）"
+        if dec["verdict"] == "deny":
+            return f"{head}被护栏拒绝（{decision_reason(dec['rule'], dec['reason'], lang)}）"
+        return f"{head}{status_label(out['status'], lang) if out else '已允许'}"
     if dec["verdict"] == "needs_approval":
-        return f"{head}{'等待人工审批' if zh else 'waiting for human approval'} [{dec['rule']}] {dec['reason']}"
+        return f"{head}waiting for human approval [{dec['rule']}] {dec['reason']}"
     if dec["verdict"] == "deny":
-        return f"{head}{'被护栏拒绝' if zh else 'refused by guardrail'} [{dec['rule']}] {dec['reason']}"
+        return f"{head}refused by guardrail [{dec['rule']}] {dec['reason']}"
     if out is None:
-        return f"{head}{'已允许' if zh else 'allowed'}"
+        return f"{head}allowed"
     return f"{head}{status_label(out['status'], lang)} {out.get('detail') or out.get('reason') or ''}".rstrip()
 
 
@@ -80,8 +135,7 @@ def _finding_lines(f: dict[str, Any], at: str, words: dict[str, str], lang: str)
     money_str = money(f["waste_cost"], f["currency"]) if f["waste_cost"] else ""
     rb = f" [rb:{f['runbook']}]" if f.get("runbook") else ""
     if lang == "zh":
-        label = kind_label(f["kind"], lang)
-        label += " " * max(1, 16 - 2 * len(label))  # CJK characters are two columns wide
+        label = pad(kind_label(f["kind"], lang), 16)
         waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU 小时 {money_str}".rstrip() if f["gpus"] else ""
         return [f"  {label}{f['target']}  {f['gpus']} 块 GPU  {words['since']} {_when(f['since'])}"
                 f"（{duration_zh(seconds)}）  {waste}".rstrip(),
@@ -105,8 +159,9 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
                  else f"{words['approval']} {a.get('id', '?')}: {decision} by {by}"]
         for o in state.get("outcomes", []):
             level = f"（级别 {o['level']}）：" if zh else f" (level {o['level']}): "
-            lines.append(f"  {o['action']:<16} {o['target']}{level}"
-                         f"{status_label(o['status'], lang)} {o.get('detail') or o.get('reason') or ''}".rstrip())
+            detail = "" if zh else f" {o.get('detail') or o.get('reason') or ''}"
+            lines.append(f"  {pad(action_label(o['action'], lang), 16)} {o['target']}{level}"
+                         f"{status_label(o['status'], lang)}{detail}".rstrip())
         return "\n".join(lines)
     at = state.get("at", "")
     observed = state.get("observed", {})
@@ -121,7 +176,7 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
     lines = [header, ""]
     # Partial metric answers: no idle or zombie finding was made on them (agent/detectors/longtail.py).
     degraded = observed.get("degraded") or getattr(deps._observations.get(state.get("run_id", "")), "degraded", [])
-    lines[1:1] = [f"{'数据不完整' if zh else 'degraded'}: {degraded_text(reason, lang)}" for reason in degraded]
+    lines[1:1] = [f"数据不完整：{degraded_text(reason, lang)}" if zh else f"degraded: {reason}" for reason in degraded]
     unmeasured = _unmeasured(deps, state.get("run_id", ""))
     if unmeasured:
         names = ", ".join(unmeasured[:5]) + (f" (+{len(unmeasured) - 5})" if len(unmeasured) > 5 else "")
@@ -131,7 +186,9 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
     recovered = state.get("recovered", [])
     if recovered:
         lines.append(f"{words['recovered']}：" if zh else f"{words['recovered']}:")
-        lines.extend(f"  {o['action']:<16} {o['target']}: {status_label(o['status'], lang)} {o.get('detail', '')}"
+        lines.extend(f"  {pad(action_label(o['action'], lang), 16)} {o['target']}："
+                     f"{status_label(o['status'], lang)}" if zh else
+                     f"  {o['action']:<16} {o['target']}: {status_label(o['status'], lang)} {o.get('detail', '')}"
                      .rstrip() for o in recovered)
         lines.append("")
     findings = state.get("findings", [])
@@ -175,3 +232,48 @@ def _unmeasured(deps: StewardDeps, run_id: str) -> list[str]:
 
 def describe_grace(seconds: float) -> str:
     return format_duration(seconds)
+
+
+_ISO = re.compile(r"\b(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})(?::\d{2}(?:\.\d+)?)?(?:\+00:00|Z)?")
+
+
+def plain_times(text: str) -> str:
+    """ISO timestamps in a stored reason as people read them: 2026-11-02T20:50:00.123+00:00 -> 2026-11-02 20:50 UTC."""
+    return _ISO.sub(lambda m: f"{m[1]} {m[2]} UTC", text)
+
+
+def audit_text(kind: str, status: str | None, action: str | None, target: str | None, reason: str | None,
+               data: dict[str, Any], language: str) -> str:
+    """One audit entry's reason for people: as recorded (times made readable) in English, rebuilt in Chinese from
+    the entry's structured fields (the English original stays in the log)."""
+    reason = plain_times(reason or "")
+    if language != "zh":
+        return reason
+    act = action_label(action or "", language)
+    if kind == "decision":
+        return decision_reason(str(data.get("rule") or status or ""), reason, language)
+    if kind == "finding":
+        hours = data.get("waste_gpu_hours")
+        waste = f"，浪费 {float(hours):.1f} GPU 小时" if isinstance(hours, int | float) else ""
+        return f"发现{kind_label(str(data.get('kind') or status), language)}：{data.get('gpus', 0)} 块 GPU{waste}"
+    if kind == "proposal":
+        return f"提议{act}（{kind_label(str(data.get('finding_kind') or ''), language) or '无发现类型'}）"
+    if kind == "intent":
+        return f"即将{act}"
+    if kind == "execution":
+        return f"{act}：{status_label(status or '', language)}"
+    if kind == "stop_confirmed":
+        return "已确认作业退出"
+    if kind == "approval":
+        by = data.get("by") or ""
+        said = reason.split(": ", 1)[1] if status in ("approved", "denied") and ": " in reason else ""
+        return {"pending": "等待人工审批", "approved": f"{by} 已批准", "denied": f"{by} 已拒绝",
+                "expired": "无人答复，已过期，未执行", "reasked": "上次请求无人答复，再次请求审批",
+                "escalated": "升级给下一组审批人"}.get(status or "", status_label(status or "", language)) + (
+            f"：{said}" if said else "")
+    if kind == "exemption":
+        until = plain_times(str(data.get("until") or ""))
+        return f"豁免至 {until}" if status == "granted" else "豁免已撤销"
+    if kind == "report":
+        return "巡检报告"
+    return status_label(status or "", language)

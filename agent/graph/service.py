@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langgraph.types import Command
 
+from agent.detectors.engine import run_detectors
 from agent.graph.builder import build_graph
 from agent.graph.deps import StewardDeps
+from agent.graph.execute import execute_action, fresh_facts, remember_outcome
+from agent.guardrail.decide import decide
+from agent.guardrail.runbook_limits import limit_by_runbook
 from agent.records.approvals import Approval, ApprovalError
-from core.actions import GuardedAction
+from core.actions import ActionOutcome, Finding, GuardedAction, ProposedAction
+from core.observation import Observation
 
 log = logging.getLogger("steward.service")
 
@@ -56,6 +62,46 @@ class SweepService:
         opened = [self._open_approval(GuardedAction.model_validate(raw), run_id)
                   for raw in state.get("approval_requests", [])]
         return SweepResult(run_id=run_id, report=state.get("report", ""), state=state, approvals=opened)
+
+    def investigate(self, plan: Callable[[Observation, list[Finding]], list[ProposedAction]], runbook: str | None,
+                    proposes: frozenset[str], trigger: str = "alert",
+                    ) -> tuple[Observation, list[Finding], list[tuple[GuardedAction, str | None, ActionOutcome | None]]]:
+        """Read the cluster, detect, and put `plan`'s proposals through the guardrail like a sweep's (audited).
+
+        An action that needs a human gets an approval thread; one the policy allows is carried out at once.
+        `runbook` is the incident's: node findings without one cite it, so its max_level applies.
+        """
+        deps = self.deps
+        now = deps.clock.now()
+        run_id = f"{trigger}-{now:%Y%m%dT%H%M%S}-{next(self._seq)}"
+        obs = deps.observe()
+        deps.remember(run_id, obs)
+        findings = [f.model_copy(update={"runbook": runbook}) if runbook and not f.runbook and
+                    f.target_type == "node" else f for f in run_detectors(obs, deps.policy)]
+        history = deps.audit.history(obs.at)
+        out: list[tuple[GuardedAction, str | None, ActionOutcome | None]] = []
+        for p in plan(obs, findings):
+            deps.audit.record("proposal", at=obs.at, run_id=run_id, target=p.target, action=p.action, level=p.level,
+                              status="proposed", reason=p.reason, data={"proposed_by": p.proposed_by,
+                                                                       "finding_kind": p.finding_kind})
+            facts = fresh_facts(deps, run_id, p.target, findings, reread_job=False)
+            decision = limit_by_runbook(decide(p, facts, deps.policy, history), p, findings, deps.runbook_max_level,
+                                        proposes)
+            ga = GuardedAction(id=f"{run_id}:{p.key()}", proposal=p, decision=decision, decided_at=obs.at)
+            deps.audit.record("decision", at=obs.at, run_id=run_id, target=p.target, action=p.action,
+                              level=decision.level, status=decision.verdict, reason=decision.reason,
+                              data={"rule": decision.rule, "dry_run": decision.dry_run, "action_id": ga.id})
+            if decision.verdict == "needs_approval":
+                out.append((ga, self._open_approval(ga, run_id).id, None))
+            elif decision.verdict == "allow":
+                done = execute_action(deps, ga, run_id, run_findings=findings, history=history)
+                remember_outcome(history, done, p.finding_kind)
+                out.append((ga, None, done))
+            else:
+                out.append((ga, None, None))
+        deps.audit.record("report", at=deps.clock.now(), run_id=run_id, status=trigger,
+                          reason=f"investigation: {len(out)} proposal(s)")
+        return obs, findings, out
 
     def _open_approval(self, ga: GuardedAction, run_id: str) -> Approval:
         deps = self.deps

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.config.policy import Policy
 from agent.guardrail.protection import as_utc
-from core.actions import ACTION_LEVELS, STOP_ACTIONS, Finding, History, HistoryEntry, ProposedAction
+from core.actions import ACTION_LEVELS, NODE_ACTIONS, STOP_ACTIONS, Finding, History, HistoryEntry, ProposedAction
 from core.cluster import JobInfo, PoolInfo
 
 HOUR = timedelta(hours=1)
@@ -38,8 +38,8 @@ class Case:
 
     @property
     def job(self) -> JobInfo | None:
-        """The job the action is about; a pool resize is about no job, whatever facts came along."""
-        return None if self.action.action == "resize_pool" else self.facts.job
+        """The job the action is about; a pool resize or a node cordon is about no job, whatever facts came along."""
+        return None if self.action.action in ("resize_pool", *NODE_ACTIONS) else self.facts.job
 
     @property
     def level(self) -> int:

@@ -13,6 +13,7 @@ from agent.config.policy import Policy
 from agent.guardrail.case import Case, Denial, Facts
 from agent.guardrail.limit_rules import (
     circuit_breaker_rule,
+    denial_hold_rule,
     duplicate_rule,
     graceful_first_rule,
     rate_limit_rule,
@@ -41,6 +42,7 @@ _CHECKS: tuple[Callable[[Case], Denial], ...] = (
     protected_rule,
     no_finding_rule,
     level_ceiling_rule,
+    denial_hold_rule,
     warning_first_rule,
     graceful_first_rule,
     duplicate_rule,

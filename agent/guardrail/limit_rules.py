@@ -6,7 +6,7 @@ import math
 from datetime import datetime, timedelta
 
 from agent.guardrail.case import HOUR, Case, Denial
-from agent.guardrail.protection import as_utc, when
+from agent.guardrail.protection import as_utc, denial_in_force, when
 from core.actions import STOP_ACTIONS, HistoryEntry
 from core.cluster import PoolInfo
 from core.durations import format_duration
@@ -69,6 +69,19 @@ def graceful_first_rule(case: Case) -> Denial:
             f"({format_duration(grace.total_seconds())}) ends at {when(as_utc(first.at) + grace)}"
         )
     return None
+
+
+def denial_hold_rule(case: Case) -> Denial:
+    """A human denied this action on this target recently: it is not done, nor asked again, while the denial holds."""
+    hold = case.policy.approvals.denial_holds_for
+    denied = denial_in_force(case.history, case.action.action, case.action.target, case.uid, case.now, hold)
+    if denied is None:
+        return None
+    said = f" ({denied.reason})" if denied.reason else ""
+    return "denial_hold", (
+        f"{denied.by or 'a human'} denied {case.action.action} on {case.target} at {when(denied.at)}{said}; "
+        f"the denial holds for {format_duration(hold)}, until {when(as_utc(denied.at) + timedelta(seconds=hold))}"
+    )
 
 
 def duplicate_rule(case: Case) -> Denial:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from agent.config.policy import Policy
-from core.actions import History
+from core.actions import DeniedAnswer, History
 from core.cluster import JobInfo
 
 
@@ -87,3 +87,17 @@ def _keep_until(job: JobInfo, now: datetime) -> str | None:
         # Unreadable is not expired: protect, and say why, so the owner can fix it.
         return f"annotation {KEEP_UNTIL}={raw!r} is not an ISO 8601 time; kept until it is fixed"
     return f"annotation {KEEP_UNTIL} keeps it until {when(until)}" if until > now else None
+
+
+def denial_in_force(history: History, action: str, target: str, uid: str | None, now: datetime,
+                    hold_s: float) -> DeniedAnswer | None:
+    """The latest human denial of `action` on this target identity still holding at `now` (None: none holds).
+
+    A denial recorded without a uid holds for any job of that name; one with a uid only for that very job.
+    """
+    if hold_s <= 0:
+        return None
+    start = as_utc(now) - timedelta(seconds=hold_s)
+    held = [d for d in history.denials if d.action == action and d.target == target
+            and (d.target_uid is None or uid is None or d.target_uid == uid) and start < as_utc(d.at) <= as_utc(now)]
+    return max(held, key=lambda d: as_utc(d.at), default=None)

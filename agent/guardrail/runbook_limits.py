@@ -18,11 +18,14 @@ def runbook_for(proposal: ProposedAction, findings: list[Finding]) -> str | None
 
 
 def limit_by_runbook(decision: Decision, proposal: ProposedAction, findings: list[Finding],
-                     max_level_of: Callable[[str | None], int | None] | None) -> Decision:
+                     max_level_of: Callable[[str | None], int | None] | None,
+                     proposes: frozenset[str] = frozenset()) -> Decision:
     """Deny an allowed or approval-bound action above its runbook's max_level; anything else passes unchanged.
 
-    Pure given `max_level_of`: a deny stays a deny, an unknown runbook or a missing lookup changes nothing,
-    so a runbook can never make the guardrail more permissive.
+    `proposes`: actions the runbook proposes to a human (its front matter's `proposes`); above the ceiling such
+    an action always waits for a human, never runs on its own. Pure given `max_level_of`: a deny stays a deny,
+    an unknown runbook or a missing lookup changes nothing, so a runbook can never make the guardrail more
+    permissive.
     """
     if decision.verdict == "deny" or max_level_of is None:
         return decision
@@ -30,6 +33,11 @@ def limit_by_runbook(decision: Decision, proposal: ProposedAction, findings: lis
     ceiling = max_level_of(runbook) if runbook else None
     if ceiling is None or decision.level <= ceiling:
         return decision
+    if proposal.action in proposes:
+        return decision.model_copy(update={
+            "verdict": "needs_approval", "rule": RULE,
+            "reason": f"runbook {runbook} proposes {proposal.action} (level {decision.level}) for a human to decide; "
+                      f"the agent acts on its own up to level {ceiling}; waiting for a human"})
     return decision.model_copy(update={
         "verdict": "deny", "rule": RULE,
         "reason": f"runbook {runbook} lets the agent act up to level {ceiling} on its own; "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.guardrail.case import STOPPABLE_STATES, Case, Denial
 from agent.guardrail.protection import protection_reason
-from core.actions import STOPPABLE_KINDS, Finding
+from core.actions import NODE_ACTIONS, STOPPABLE_KINDS, Finding
 
 
 def mode_rule(case: Case) -> Denial:
@@ -25,6 +25,11 @@ def unknown_target_rule(case: Case) -> Denial:
         if facts.pool.name != action.target:
             return "unknown_target", f"the fresh facts are for pool {facts.pool.name}, not {action.target}"
         return None
+    if action.action in NODE_ACTIONS:
+        if node_findings(case):
+            return None
+        return "unknown_target", (f"the steward's own reading has no node {action.target} with a health finding; "
+                                  f"an alert alone never leads to a {action.action}")
     if facts.job is not None:
         if facts.job.id != action.target:
             return "unknown_target", f"the fresh facts are for job {facts.job.id}, not {action.target}"
@@ -69,6 +74,10 @@ def no_finding_rule(case: Case) -> Denial:
         ]
         if not oversized:
             return "no_finding", f"no current oversized finding for pool {action.target}; it is not resized"
+        return None
+    if action.action in NODE_ACTIONS:
+        if not [f for f in node_findings(case) if f.kind == "node_health"]:
+            return "no_finding", f"no current node_health finding for node {action.target}; it is not cordoned"
         return None
     target_type = "job" if case.job is not None else "node"
     current = [f for f in case.facts.findings if f.target == action.target and f.target_type == target_type]

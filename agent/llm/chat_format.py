@@ -194,7 +194,8 @@ def _call(name: str, arguments: str) -> dict[str, Any]:
 
 def parse_reply(text: str, tool_names: set[str]) -> ParsedReply:
     """The model's text as an OpenAI assistant message: content and tool calls (ids `call_…`, JSON-string
-    arguments). A tagged block that is not valid JSON stays in the content, where the caller can see it."""
+    arguments). A tagged block that is not valid JSON stays in the content, where the caller can see it; an
+    empty one (the model began a call and stopped) is dropped."""
     calls: list[dict[str, Any]] = []
     if tool_names:
         spans: list[tuple[int, int]] = []
@@ -202,6 +203,7 @@ def parse_reply(text: str, tool_names: set[str]) -> ParsedReply:
             decoded = _decode_call(m.group(1), None)
             if decoded:
                 calls += [_call(n, a) for n, a in decoded]
+            if decoded or not m.group(1).strip():  # an empty tag (a call begun, nothing written) is no text
                 spans.append(m.span())
         if not calls:
             for m in _FENCED.finditer(text):

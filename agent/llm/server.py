@@ -121,6 +121,17 @@ class Engine:
             "include_usage": bool(isinstance(options, dict) and options.get("include_usage")),
         }
 
+    def _reused(self, tokens: list[int]) -> int:
+        """Prompt tokens already evaluated, by the previous request or in a kept state (call under the lock)."""
+        seen = [self.llama.input_ids[: self.llama.n_tokens].tolist(),
+                *getattr(self.llama.cache, "cache_state", {}).keys()]
+        return max(int(self.llama.longest_token_prefix(ids, tokens)) for ids in seen)
+
+    @staticmethod
+    def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached}}
+
     def _generate(self, req: dict[str, Any], stream: bool) -> Any:
         return self.llama.create_completion(
             req["tokens"], max_tokens=req["max_tokens"], temperature=req["temperature"], top_p=req["top_p"],
@@ -140,6 +151,7 @@ class Engine:
     def complete(self, req: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.requests += 1
+            cached = self._reused(req["tokens"])
             out = self._generate(req, stream=False)
         choice = out["choices"][0]
         parsed = parse_reply(req["prefill"] + choice["text"], req["tool_names"])
@@ -150,8 +162,7 @@ class Engine:
         return {**self._head(), "object": "chat.completion",
                 "choices": [{"index": 0, "message": message, "logprobs": None,
                              "finish_reason": self._finish(parsed, choice.get("finish_reason"))}],
-                "usage": {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
-                          "total_tokens": usage["total_tokens"]}}
+                "usage": self._usage(usage["prompt_tokens"], usage["completion_tokens"], cached)}
 
     def stream(self, req: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """The chunks of a streamed reply. Content streams as it is generated until something may start a
@@ -167,6 +178,7 @@ class Engine:
         reason = None
         with self.lock:
             self.requests += 1
+            cached = self._reused(req["tokens"])
             pieces = self._generate(req, stream=True)
             try:
                 for piece in pieces:
@@ -186,11 +198,15 @@ class Engine:
         for i, call in enumerate(parsed.tool_calls):
             yield chunk({"tool_calls": [{"index": i, **call}]})
         yield chunk({}, self._finish(parsed, reason))
-        if req["include_usage"]:
-            prompt_tokens = len(req["tokens"])
-            yield {**head, "choices": [], "usage": {"prompt_tokens": prompt_tokens,
-                                                    "completion_tokens": completion_tokens,
-                                                    "total_tokens": prompt_tokens + completion_tokens}}
+        # Always last; sent only when the request asked for it (stream_options.include_usage).
+        yield {**head, "choices": [], "usage": self._usage(len(req["tokens"]), completion_tokens, cached)}
+
+
+def _log_line(usage: dict[str, Any], finish: str, started: float) -> None:
+    sys.stderr.write(f"chat.completions: {usage['prompt_tokens']} prompt tokens "
+                     f"({usage['prompt_tokens_details']['cached_tokens']} reused) + {usage['completion_tokens']} "
+                     f"generated, {finish}, {time.monotonic() - started:.1f} s\n")
+    sys.stderr.flush()
 
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
@@ -250,15 +266,14 @@ def _handler(engine: Engine, log: bool) -> type[BaseHTTPRequestHandler]:
                     self._json(200, reply)
                     if log:
                         u, choice = reply["usage"], reply["choices"][0]
-                        sys.stderr.write(f"chat.completions: {u['prompt_tokens']} prompt + {u['completion_tokens']} "
-                                         f"tokens, {choice['finish_reason']}, "
-                                         f"{time.monotonic() - started:.1f} s\n")
+                        _log_line(u, choice["finish_reason"], started)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             except Exception as exc:  # the model failed: an error body, not a dropped connection
                 self._json(500, error_body(f"{type(exc).__name__}: {exc}", kind="server_error"))
 
         def _stream(self, req: dict[str, Any]) -> None:
+            started = time.monotonic()
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -266,8 +281,13 @@ def _handler(engine: Engine, log: bool) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.close_connection = True
             chunks = engine.stream(req)
+            usage = None
             try:
                 for chunk in chunks:
+                    if "usage" in chunk:
+                        usage = chunk["usage"]
+                        if not req["include_usage"]:
+                            continue
                     self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
                     self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
@@ -279,6 +299,8 @@ def _handler(engine: Engine, log: bool) -> type[BaseHTTPRequestHandler]:
                 chunks.close()  # a client that went away releases the model at once
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            if log and usage:
+                _log_line(usage, "streamed", started)
 
     return Handler
 

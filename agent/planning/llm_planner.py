@@ -16,7 +16,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from agent.planning.plan_cache import CachedPlan, PlanCache, answers
-from agent.planning.policy_model import PlanResult, PolicyModel
+from agent.planning.policy_model import PlanResult, PolicyModel, without_held_denials
 from agent.planning.prompts import fence_untrusted, render, template_name
 from core.actions import Finding, History
 from core.durations import format_duration
@@ -55,6 +55,8 @@ def _findings_block(findings: list[Finding]) -> str:
 
 def _history_block(history: History, targets: set[str]) -> str:
     rows = [f"- {e.at:%H:%M} {e.action} {e.target}: {e.status}" for e in history.entries if e.target in targets]
+    rows += [f"- {d.at:%Y-%m-%d %H:%M} {d.action} {d.target}: denied by a human (do not propose it again)"
+             for d in history.denials if d.target in targets]
     return "\n".join(rows[-30:]) or "(none)"
 
 
@@ -164,14 +166,23 @@ class LLMPlanner:
     def plan(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
              catalog: str = "") -> PlanResult:
         """Findings whose identity and state the model already answered reuse that answer; only the rest
-        go to the model, and none at all means no model call (agent/planning/plan_cache.py)."""
+        go to the model, and none at all means no model call (agent/planning/plan_cache.py). Whatever the model
+        or its cache proposes, an action a human denied on the same target is dropped while the denial holds."""
+        result = self._plan_cached(findings, obs, history, deps, catalog)
+        result.proposals, held = without_held_denials(result.proposals, history, deps.policy, obs.at)
+        if held:
+            result.explanation = "\n".join([result.explanation, *held]).strip()
+        return result
+
+    def _plan_cached(self, findings: list[Finding], obs: Observation, history: History, deps: StewardDeps,
+                     catalog: str) -> PlanResult:
         if not findings or self.cache is None:
             return self._plan_fresh(findings, obs, history, deps, catalog)
         keys = self.cache.keys(self.name, findings, obs, history, deps)
         kept = [self.cache.get(deps, k) for k in keys]
         fresh = [f for f, c in zip(findings, kept, strict=True) if c is None]
         result = self._plan_fresh(fresh, obs, history, deps, catalog) if fresh else PlanResult(model=self.name)
-        if fresh and not result.degraded:  # what the endpoint answered; never the fallback's plan
+        if fresh and result.answered and not result.degraded:  # a finished answer; never the fallback's plan
             asked = {id(f) for f in split_for_model(fresh, self.max_findings)[0]}
             for f, k in zip(findings, keys, strict=True):
                 if id(f) in asked:
@@ -239,6 +250,7 @@ class LLMPlanner:
                                             f"{bad.get('error')}", tool_call_id=bad.get("id") or "invalid"))
             if not reply.tool_calls:
                 result.explanation = str(reply.content).strip()
+                result.answered = bool(result.explanation) and cut_off(reply) is None
                 break
             screened, notes = screen_tool_calls(reply, self.max_tool_calls_per_turn, self.max_tool_args_bytes)
             result.errors += notes

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from agent.config.policy import Policy
 from agent.detectors.evidence import describe, duration_zh
 from agent.guardrail.decide import protection_reason
+from agent.guardrail.protection import denial_in_force
 from agent.planning.prompts import render, template_name
 from agent.records.cost import money
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
@@ -31,6 +32,7 @@ KIND_WORDS = {
         "overprovisioned": "more GPUs requested than used",
         "node_health": "GPU hardware needs attention",
         "oversized": "node pool bigger than the work needs",
+        "stuck_pending": "pending job that can never be scheduled as asked",
     },
     "zh": {
         "idle": "GPU 已分配但处于空闲",
@@ -38,6 +40,7 @@ KIND_WORDS = {
         "overprovisioned": "申请的 GPU 多于实际使用",
         "node_health": "GPU 硬件需要处理",
         "oversized": "节点池规模超出实际需要",
+        "stuck_pending": "排队中的作业按当前申请永远无法调度",
     },
 }
 
@@ -55,6 +58,7 @@ class PlanResult(BaseModel):
     model_calls: int = 0  # requests sent to the model this sweep (0: nothing new to decide, or no model)
     model_latency_s: list[float] = []  # seconds per request
     cached_findings: int = 0  # findings answered by a plan the model made earlier for the same state
+    answered: bool = False  # the model ended its turn with a complete answer (only such a plan is reused)
 
 
 class Planner(Protocol):
@@ -78,8 +82,8 @@ def _last(history: History, action: str, target: str, kind: str | None = None,
 
 def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
     words = KIND_WORDS.get(language, KIND_WORDS["en"])
-    label = "运行手册" if language == "zh" else "Runbook"
-    runbook = f"{label}: {finding.runbook}" if finding.runbook else ""
+    label = "运行手册：" if language == "zh" else "Runbook: "
+    runbook = f"{label}{finding.runbook}" if finding.runbook else ""
     common = {
         "job": finding.target,
         "kind_words": words[finding.kind],
@@ -99,14 +103,31 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
         "overprovisioned": f"request {max(1, int(finding.metrics.get('gpus_working', 1)))} GPU(s) next time",
         "node_health": "drain the node and follow the runbook",
         "oversized": "let the pool shrink or approve the resize",
+        "stuck_pending": "change the request as the evidence says, or cancel the job",
     }.get(finding.kind, "take a look")
     if language == "zh":
         advice = {
             "overprovisioned": f"下次申请 {max(1, int(finding.metrics.get('gpus_working', 1)))} 块 GPU",
             "node_health": "排空该节点并按运行手册处理",
             "oversized": "缩容节点池或批准缩容操作",
+            "stuck_pending": "按上述说明修改申请，或取消该作业",
         }.get(finding.kind, "请检查")
     return render(template_name("notify_advice", language), now, advice=advice, **common)
+
+
+def without_held_denials(proposals: list[ProposedAction], history: History, policy: Policy,
+                         now: datetime) -> tuple[list[ProposedAction], list[str]]:
+    """The proposals a human's deny does not hold back (approvals.denial_holds_for), and a note per one held."""
+    kept, notes = [], []
+    for p in proposals:
+        denied = denial_in_force(history, p.action, p.target, p.target_uid, now, policy.approvals.denial_holds_for)
+        if denied is None:
+            kept.append(p)
+        else:
+            notes.append(f"- {p.target}: {p.action} not proposed: {denied.by or 'a human'} denied it at "
+                         f"{denied.at:%Y-%m-%d %H:%M} UTC; the denial holds for "
+                         f"{format_duration(policy.approvals.denial_holds_for)}")
+    return kept, notes
 
 
 def _reask(proposal: ProposedAction, deps: StewardDeps, history: History, now: datetime) -> ProposedAction | None:
@@ -170,8 +191,9 @@ class PolicyModel:
             if proposal.action == "notify":
                 proposal = proposal.model_copy(update={"message": warning_message(f, policy, now, deps.language)})
             proposals.append(proposal)
+        proposals, held = without_held_denials(proposals, history, policy, now)
         lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings]
-        explanation = "\n".join(lines + [f"- {n}" for n in notes]) or "No waste found."
+        explanation = "\n".join(lines + [f"- {n}" for n in notes] + held) or "No waste found."
         return PlanResult(proposals=proposals, explanation=explanation, model=self.name)
 
     @staticmethod

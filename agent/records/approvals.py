@@ -16,7 +16,6 @@ import json
 import logging
 import secrets
 import socket
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
@@ -26,8 +25,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agent.records import pg
 from agent.records.audit import AuditLog, iso_utc
-from agent.records.store import Problem, StoreUnavailable, classify, columns, open_store
+from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, columns, open_store
 
 log = logging.getLogger("steward.approvals")
 
@@ -53,10 +53,30 @@ CREATE TABLE IF NOT EXISTS approvals (
 );
 CREATE INDEX IF NOT EXISTS approvals_status ON approvals(status);
 """
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY,
+    proposal_key TEXT NOT NULL,
+    target TEXT NOT NULL,
+    action TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    requested_at TEXT COLLATE "C" NOT NULL,
+    expires_at TEXT COLLATE "C" NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    answered_by TEXT,
+    answered_at TEXT,
+    answer_reason TEXT,
+    payload TEXT NOT NULL,
+    completed_at TEXT,
+    claimed_by TEXT,
+    claimed_until DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS approvals_status ON approvals(status);
+"""
 CLAIM_S = 600.0  # how long one host may take to audit an answer and resume its graph before another host may
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
+def _migrate(conn: Any) -> None:
     have = columns(conn, "approvals")
     for column, kind in (("completed_at", "TEXT"), ("claimed_by", "TEXT"), ("claimed_until", "REAL")):
         if column not in have:  # an approvals.sqlite from before: its answered requests are checked once
@@ -115,8 +135,12 @@ def _utc(value: datetime) -> datetime:
 
 class ApprovalStore:
     def __init__(self, path: str | Path, audit: AuditLog) -> None:
-        self.path = str(path)
-        self._conn, self.readonly = open_store(self.path, _SCHEMA, "approvals", wal=False, migrate=_migrate)
+        location = str(path)
+        self.path = pg.redact(location)
+        # On Postgres every replica shares the table: the conditional UPDATEs below (status = 'pending', a lapsed
+        # claim) are single statements, atomic under Postgres's row locks as under SQLite's file lock.
+        self._conn, self.readonly = open_store(location, _SCHEMA, "approvals", wal=False, migrate=_migrate,
+                                               pg_schema=_PG_SCHEMA)
         self._lock = threading.Lock()
         self.audit = audit
         self.write_problem: Problem | None = None
@@ -136,7 +160,7 @@ class ApprovalStore:
         try:
             with self._lock:
                 count = self._conn.execute(sql, args).rowcount
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             self.write_problem = classify(exc, self.path)
             log.error("approval store not written: %s", self.write_problem.detail)
             raise StoreUnavailable(self.write_problem) from exc
@@ -313,7 +337,8 @@ class ApprovalStore:
             "approval", at=at, run_id=approval.id, target=approval.target, action=approval.action,
             level=approval.level, status=status,
             reason=f"{decision} by {approval.answered_by}: {approval.answer_reason or ''}".strip(": "),
-            data={"approval_id": approval.id, "proposal_key": approval.proposal_key, "by": approval.answered_by},
+            data={"approval_id": approval.id, "proposal_key": approval.proposal_key, "by": approval.answered_by,
+                  "target_uid": ((approval.payload.get("guarded_action") or {}).get("proposal") or {}).get("target_uid")},
         )
 
     def incomplete(self) -> list[Approval]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,8 +28,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.records.store import Problem, StoreUnavailable, classify, columns, open_store
-from core.actions import Exemption, History, HistoryEntry
+from agent.records import pg
+from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, columns, dialect, open_store
+from core.actions import DeniedAnswer, Exemption, History, HistoryEntry
 
 log = logging.getLogger("steward.audit")
 
@@ -57,13 +57,44 @@ BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 """
+# Postgres (STEWARD_DATABASE_URL): the same table; append-only by triggers too (UPDATE, DELETE and TRUNCATE raise),
+# so `verify` can report them missing or disabled the same way. seq is assigned under LOCK TABLE ... IN EXCLUSIVE
+# MODE (readers go on; a second writer, on this replica or another, waits), so two replicas never fork the chain.
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    seq BIGINT PRIMARY KEY,
+    at TEXT COLLATE "C" NOT NULL,
+    recorded_at TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT,
+    action TEXT,
+    level INTEGER,
+    status TEXT,
+    reason TEXT,
+    data TEXT NOT NULL DEFAULT '{}',
+    prev_hash TEXT,
+    hash TEXT
+);
+CREATE INDEX IF NOT EXISTS audit_kind_at ON audit(kind, at);
+CREATE INDEX IF NOT EXISTS audit_target ON audit(target);
+CREATE OR REPLACE FUNCTION steward_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'audit log is append-only'; END $$;
+CREATE OR REPLACE TRIGGER audit_no_update BEFORE UPDATE ON audit
+    FOR EACH ROW EXECUTE FUNCTION steward_audit_append_only();
+CREATE OR REPLACE TRIGGER audit_no_delete BEFORE DELETE ON audit
+    FOR EACH ROW EXECUTE FUNCTION steward_audit_append_only();
+CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+    FOR EACH STATEMENT EXECUTE FUNCTION steward_audit_append_only();
+"""
 TRIGGERS = ("audit_no_update", "audit_no_delete")
+PG_TRIGGERS = (*TRIGGERS, "audit_no_truncate")
 GENESIS = "0" * 64  # prev_hash of the very first entry of a log
 CONTENT = ("seq", "at", "recorded_at", "run_id", "kind", "target", "action", "level", "status", "reason", "data")
 CHAIN_BROKEN = "audit_chain_broken"
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
+def _migrate(conn: Any) -> None:
     have = columns(conn, "audit")
     for column in ("prev_hash", "hash"):
         if column not in have:  # an audit.sqlite from before the chain: its entries stay, unhashed
@@ -171,7 +202,7 @@ def _what(row: Mapping[str, Any]) -> str:
 
 
 class AuditLog:
-    """One SQLite file (or ':memory:'); safe to share between threads of one process.
+    """One SQLite file (or ':memory:'), or a Postgres URL shared by replicas; safe to share between threads.
 
     A file that cannot be written (read-only or full data dir) is opened read-only: the history stays readable
     and every `record` raises StoreUnavailable; `problems()` says why (reported by /healthz and /metrics).
@@ -179,9 +210,11 @@ class AuditLog:
 
     def __init__(self, path: str | Path = ":memory:", *, readonly: bool = False) -> None:
         """readonly: open an existing log only to read it (FileNotFoundError when there is none)."""
-        self.path = str(path)
-        self._conn, self.readonly = open_store(self.path, _SCHEMA, "audit", wal=self.path != ":memory:",
-                                               migrate=_migrate, readonly=readonly)
+        location = str(path)
+        self.path = pg.redact(location)  # named in problems and logs: a URL without its password
+        self._conn, self.readonly = open_store(location, _SCHEMA, "audit", wal=location != ":memory:",
+                                               migrate=_migrate, readonly=readonly, pg_schema=_PG_SCHEMA)
+        self._postgres = dialect(self._conn) == "postgres"
         self._hashed = "hash" in columns(self._conn, "audit")  # False only for an old file opened read-only
         self._lock = threading.Lock()
         self.write_problem: Problem | None = None  # the last write failed (locked, full, ...); cleared on success
@@ -199,7 +232,7 @@ class AuditLog:
         return [p for p in (self.readonly, self.write_problem, self.chain_problem) if p is not None]
 
     @contextmanager
-    def _cursor(self) -> Iterator[sqlite3.Cursor]:
+    def _cursor(self) -> Iterator[Any]:
         with self._lock:
             cur = self._conn.cursor()
             try:
@@ -237,6 +270,8 @@ class AuditLog:
             with self._cursor() as cur:
                 cur.execute("BEGIN IMMEDIATE")  # the chain's tail is read and extended by one writer at a time
                 try:
+                    if self._postgres:  # ... across replicas too: other writers wait, readers do not
+                        cur.execute("LOCK TABLE audit IN EXCLUSIVE MODE")
                     last = cur.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
                     if last is None:
                         prev = GENESIS
@@ -256,14 +291,14 @@ class AuditLog:
                     if self._conn.in_transaction:
                         cur.execute("ROLLBACK")
                     raise
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             self.write_problem = classify(exc, self.path)
             log.error("audit entry not written (%s %s): %s", kind, target or "", self.write_problem.detail)
             raise StoreUnavailable(self.write_problem) from exc
         self.write_problem = None
         return int(item["seq"])
 
-    def _running_hash(self, cur: sqlite3.Cursor, upto: int) -> str:
+    def _running_hash(self, cur: Any, upto: int) -> str:
         """The chain's hash after entry `upto`, computed over unhashed (older) entries from the start."""
         running = GENESIS
         rows = cur.execute(f"SELECT {', '.join(CONTENT)}, hash FROM audit WHERE seq <= ? ORDER BY seq", (upto,))
@@ -292,9 +327,13 @@ class AuditLog:
         seen_expected: str | None = None
         select = f"SELECT {', '.join(CONTENT)}, " + ("prev_hash, hash" if self._hashed else "NULL, NULL")
         with self._cursor() as cur:
-            triggers = {r[0] for r in cur.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'audit'")}
-            missing = [t for t in TRIGGERS if t not in triggers]
+            if self._postgres:  # a disabled trigger counts as missing
+                triggers = {r[0] for r in cur.execute(
+                    "SELECT tgname FROM pg_trigger WHERE tgrelid = 'audit'::regclass AND tgenabled != 'D'").fetchall()}
+            else:
+                triggers = {r[0] for r in cur.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'audit'")}
+            missing = [t for t in (PG_TRIGGERS if self._postgres else TRIGGERS) if t not in triggers]
             if missing:
                 out.notes.append(f"append-only trigger(s) missing: {', '.join(missing)} (UPDATE/DELETE were "
                                  "possible)")
@@ -439,7 +478,11 @@ class AuditLog:
 
     def exists(self, *, kind: str, status: str, **data: str) -> bool:
         """Whether an entry of this kind and status whose data holds these values was written."""
-        clauses = " AND ".join(f"json_extract(data, '$.{key}') = ?" for key in data)
+        for key in data:
+            if not key.isidentifier():
+                raise ValueError(f"audit data key {key!r} is not an identifier")
+        lookup = "(data::jsonb ->> '{}') = ?" if self._postgres else "json_extract(data, '$.{}') = ?"
+        clauses = " AND ".join(lookup.format(key) for key in data)
         sql = f"SELECT 1 FROM audit WHERE kind = ? AND status = ?{' AND ' + clauses if clauses else ''} LIMIT 1"
         with self._cursor() as cur:
             return cur.execute(sql, (kind, status, *data.values())).fetchone() is not None
@@ -460,12 +503,15 @@ class AuditLog:
         return [e for e in rows if e.status == "granted" and e.seq not in revoked
                 and datetime.fromisoformat(str(e.data["until"])) > now]
 
-    def history(self, now: datetime, lookback: timedelta = timedelta(hours=24)) -> History:
-        """What the guardrail needs to know about the past: actions, exemptions, pending approvals.
+    def history(self, now: datetime, lookback: timedelta = timedelta(hours=24),
+                denials_for: timedelta | None = None) -> History:
+        """What the guardrail needs to know about the past: actions, exemptions, pending approvals, and the
+        human denials of the last `denials_for` (default: `lookback`).
 
         Every entry read is checked against its hash: AuditTampered rather than a decision on a forged past.
         """
         since = now - lookback
+        denials_since = now - (denials_for if denials_for is not None else lookback)
         executions = self.entries(kind="execution", since=since, limit=100_000, newest_first=False, checked=True)
         entries = [
             HistoryEntry(
@@ -488,9 +534,18 @@ class AuditLog:
         ]
         pending: dict[str, str] = {}
         denied: set[str] = set()
-        for e in self.entries(kind="approval", since=since, limit=100_000, newest_first=False, checked=True):
+        denials: list[DeniedAnswer] = []
+        for e in self.entries(kind="approval", since=min(since, denials_since), limit=100_000, newest_first=False,
+                              checked=True):
             key = e.data.get("proposal_key")
             if not key or e.at > now:
+                continue
+            if e.status == "denied" and e.at >= denials_since and e.action and e.target:
+                denials.append(DeniedAnswer(action=e.action, target=e.target, at=e.at,  # type: ignore[arg-type]
+                                            target_uid=e.data.get("target_uid"), by=str(e.data.get("by") or ""),
+                                            reason=(e.reason or "").removeprefix(f"deny by {e.data.get('by')}")
+                                            .removeprefix(": ")))
+            if e.at < since:
                 continue
             if e.status == "pending":
                 pending[key] = e.data.get("approval_id", "")
@@ -503,10 +558,11 @@ class AuditLog:
             exemptions=[x for x in exemptions if x.until > now],
             pending_approvals=list(pending),
             denied_recently=sorted(denied),
+            denials=denials,
         )
 
 
-def _batches(cur: sqlite3.Cursor, size: int = 5000) -> Iterable[tuple[Any, ...]]:
+def _batches(cur: Any, size: int = 5000) -> Iterable[tuple[Any, ...]]:
     while True:
         rows = cur.fetchmany(size)
         if not rows:

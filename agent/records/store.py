@@ -13,7 +13,10 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
+
+from agent.records import pg
 
 # The reason codes (metric label values). Each names what an operator has to fix.
 READONLY = "data_dir_readonly"  # the data dir or a store file cannot be written
@@ -72,7 +75,16 @@ def _unwritable_files(file: Path) -> Problem | None:
 
 
 def classify(exc: BaseException, path: str) -> Problem:
-    """What a failed write to the store at `path` means for the operator."""
+    """What a failed write to the store at `path` (a file, or a Postgres URL) means for the operator."""
+    if pg.is_url(path):
+        where = pg.redact(path)
+        if isinstance(exc, pg.errors()) and getattr(exc, "sqlstate", None) in ("55P03", "40P01", "57014"):
+            return Problem(LOCKED, f"{where}: {exc} (lock not available)")
+        if getattr(exc, "sqlstate", None) in ("53100",):  # disk_full
+            return Problem(FULL, f"{where}: {exc}")
+        if getattr(exc, "sqlstate", None) == "25006":  # read_only_sql_transaction: a standby
+            return Problem(READONLY, f"{where}: {exc}")
+        return Problem(DB_ERROR, f"{where}: {str(exc).strip()}")
     if isinstance(exc, OSError):
         return _os_problem(exc, path)
     text = str(exc)
@@ -91,9 +103,14 @@ def classify(exc: BaseException, path: str) -> Problem:
     return Problem(DB_ERROR, f"{path}: {text}")
 
 
+def dialect(conn: Any) -> str:
+    """"sqlite" or "postgres": which SQL a store's connection speaks, where the stores' SQL must differ."""
+    return getattr(conn, "dialect", "sqlite")
+
+
 def open_store(path: str, schema: str, table: str, *, wal: bool,
-               migrate: Callable[[sqlite3.Connection], None] | None = None, timeout: float = BUSY_TIMEOUT_S,
-               autocommit: bool = True, readonly: bool = False) -> tuple[sqlite3.Connection, Problem | None]:
+               migrate: Callable[[Any], None] | None = None, timeout: float = BUSY_TIMEOUT_S,
+               autocommit: bool = True, readonly: bool = False, pg_schema: str | None = None) -> tuple[Any, Problem | None]:
     """(connection, None) for a writable store; (read-only connection, the problem) when it cannot be written.
 
     `table`: the store's main table (a readable file without it counts as no store). `autocommit`: the
@@ -104,7 +121,13 @@ def open_store(path: str, schema: str, table: str, *, wal: bool,
     opened for writing (no WAL shared memory is created or mapped for writing). Read-only falls back from
     `mode=ro` (sees the WAL) to `immutable=1` (no WAL, for a WAL database whose -shm cannot be created), and
     to an empty in-memory store when no file can be read at all (nothing was ever recorded there).
+
+    `path` may be a Postgres URL (STEWARD_DATABASE_URL): the store's tables are created there from `pg_schema`,
+    and a database that cannot be reached degrades the store the same way (an empty in-memory store, writes
+    refused, the problem reported) rather than stopping the steward.
     """
+    if pg.is_url(path):
+        return _open_postgres(path, schema, table, pg_schema, autocommit=autocommit, readonly=readonly)
     if path == ":memory:":
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None if autocommit else "DEFERRED")
         conn.execute("PRAGMA journal_mode=MEMORY")
@@ -160,5 +183,36 @@ def open_store(path: str, schema: str, table: str, *, wal: bool,
     return conn, Problem(problem.reason, f"{problem.detail} (no readable {file.name}: an empty store)")
 
 
-def columns(conn: sqlite3.Connection, table: str) -> set[str]:
+def _open_postgres(url: str, schema: str, table: str, pg_schema: str | None, *, autocommit: bool,
+                   readonly: bool) -> tuple[Any, Problem | None]:
+    if pg_schema is None:
+        raise ValueError(f"the {table} store has no Postgres schema")
+    try:
+        conn = pg.connect(url, "" if readonly else pg_schema, table)
+    except ImportError as exc:
+        raise ValueError("STEWARD_DATABASE_URL needs psycopg: pip install 'gpu-steward[postgres]'") from exc
+    except pg.errors() as exc:
+        problem = classify(exc, url)
+        problem = Problem(problem.reason, f"{problem.detail}; cannot reach the database, writes refused until it "
+                                          "is reachable and the steward restarted (an empty store meanwhile)")
+        if readonly:
+            raise FileNotFoundError(problem.detail) from exc
+        empty = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None if autocommit else "DEFERRED")
+        empty.executescript(schema)
+        return empty, problem
+    if readonly:
+        if table not in {r[0] for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()").fetchall()}:
+            conn.close()
+            raise FileNotFoundError(f"{pg.redact(url)}: no {table} table")
+        return conn, Problem(READONLY, f"{pg.redact(url)}: opened to read only")
+    return conn, None
+
+
+def columns(conn: Any, table: str) -> set[str]:
+    if dialect(conn) == "postgres":
+        return pg.columns(conn, table)
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, *pg.errors())  # what a store's failed write raises

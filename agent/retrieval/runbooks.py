@@ -45,6 +45,8 @@ class RunbookMeta(BaseModel):
     kinds: list[str] = []  # finding kinds this runbook is the primary procedure for
     alerts: list[str] = []
     max_level: int = Field(ge=0, le=4)  # the most the agent may do on its own for these findings
+    # Actions above max_level this procedure proposes to a human (an incident investigation asks for approval).
+    proposes: list[Literal["cordon"]] = []
     reviewed: date
 
     @field_validator("kinds")

@@ -74,3 +74,16 @@ export async function followSSE(path, onEvent, signal) {
   const resp = await checked(await fetch(path, { headers: headers({ Accept: "text/event-stream" }), signal }));
   await readEvents(resp, onEvent);
 }
+
+// A file download through fetch, so a bearer token goes along (a plain link would not carry it).
+export async function download(path, filename) {
+  const resp = await checked(await fetch(path, { headers: headers() }));
+  const url = URL.createObjectURL(await resp.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = filename;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}

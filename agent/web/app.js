@@ -2,8 +2,8 @@
 import { followSSE, getHealth, postJSON } from "./api.js";
 import { ask, renderSuggestions } from "./chat.js";
 import { applyLabels, t, toggleLang } from "./i18n.js";
-import { hhmm, state, when } from "./render.js";
-import { bindAudit, bindExemptForm, loadApprovals, loadAudit, loadFindings, loadSavings } from "./views.js";
+import { hhmm, state, when, zone } from "./render.js";
+import { bindAudit, bindExemptForm, bindFindings, loadApprovals, loadAudit, loadFindings, loadSavings } from "./views.js";
 
 const loaders = { chat: null, approvals: loadApprovals, findings: loadFindings, savings: loadSavings, audit: loadAudit };
 let current = "chat";
@@ -21,7 +21,8 @@ async function refresh() {
     const health = await getHealth();
     showDegraded(health.reasons || []);
     state.runbooksRoute = health.runbooks_route;
-    document.getElementById("clock").textContent = `${hhmm(health.cluster_time)} UTC`;
+    state.tz = health.display_tz || "UTC";
+    document.getElementById("clock").textContent = `${hhmm(health.cluster_time)} ${zone()}`;
     const mode = document.getElementById("mode");
     mode.textContent = t(`mode.${health.auth_mode}`);
     mode.className = `mode ${health.auth_mode}`;
@@ -57,14 +58,15 @@ function showDegraded(reasons) {
 let lastRun;
 function showStatus(s) {
   state.status = s;
+  if (s.display_tz) state.tz = s.display_tz;
   document.getElementById("ended").hidden = !s.scenario_ended;
-  document.getElementById("clock").textContent = `${hhmm(s.cluster_time)} UTC`;
+  document.getElementById("clock").textContent = `${hhmm(s.cluster_time)} ${zone()}`;
   const line = document.getElementById("sweep-state");
   if (s.running) {
-    line.textContent = `${t(s.last_run_id ? "status.running" : "status.running_first")} ${when(s.running_since)} UTC…`;
+    line.textContent = `${t(s.last_run_id ? "status.running" : "status.running_first")} ${when(s.running_since)} ${zone()}…`;
   } else if (s.last_finished_at) {
-    const next = s.next_due && !s.scenario_ended ? ` · ${t("status.next")} ${when(s.next_due)} UTC` : "";
-    line.textContent = `${t("status.last")} ${when(s.last_finished_at)} UTC${next}`;
+    const next = s.next_due && !s.scenario_ended ? ` · ${t("status.next")} ${when(s.next_due)} ${zone()}` : "";
+    line.textContent = `${t("status.last")} ${when(s.last_finished_at)} ${zone()}${next}`;
   } else {
     line.textContent = t("status.none_yet");
   }
@@ -101,7 +103,7 @@ async function sweepNow() {
   try {
     const r = await postJSON("/api/sweeps", {});
     note.className = "form-note ok";
-    note.textContent = `${t("status.done")} ${r.findings} (${when(r.at)} UTC)`;
+    note.textContent = `${t("status.done")} ${r.findings} (${when(r.at)} ${zone()})`;
   } catch (err) {
     note.className = "form-note error";
     note.textContent = err.message;
@@ -127,6 +129,7 @@ document.getElementById("sweep-now").addEventListener("click", sweepNow);
 document.getElementById("composer").addEventListener("submit", (e) => { e.preventDefault(); submit(document.getElementById("question").value); });
 bindExemptForm();
 bindAudit();
+bindFindings();
 applyLabels();
 renderSuggestions(submit);
 const start = location.hash.slice(1);

@@ -44,6 +44,12 @@ const WORDS = {
     "unit.gpu_hours": "GPU-h",
     "action.notify": "warn", "action.terminate": "stop", "action.force_terminate": "force stop", "action.resize_pool": "resize pool",
     "status.dry_run": "dry run", "kind.overprovisioned": "over-provisioned", "kind.node_health": "node health",
+    "col.gpus": "GPUs", "action.drain_node": "drain node", "tool.ok": "ok", "tool.error": "error",
+    "col.namespace": "Namespace", "col.team": "Team", "col.pool": "Pool", "filter.all": "all",
+    "export.csv": "Export CSV", "export.json": "Export JSON", "findings.shown": "shown", "approvals.metrics": "metrics",
+    "akind.finding": "finding", "akind.proposal": "proposal", "akind.decision": "decision", "akind.approval": "approval",
+    "akind.execution": "execution", "akind.stop_confirmed": "stop confirmed", "akind.exemption": "exemption",
+    "akind.report": "report",
     "suggest": ["Who is wasting A100s right now?", "What did you do today?", "How much did we save?", "Any pending approvals?"],
   },
   zh: {
@@ -88,11 +94,22 @@ const WORDS = {
     "savings.hours_over_time": "累计回收 GPU 小时", "savings.money_over_time": "累计节省金额",
     "savings.by_pool": "资源池与节点的浪费（最近一次巡检）", "savings.no_waste": "最近一次巡检未发现浪费。",
     "unit.gpu_hours": "GPU 小时",
-    "action.notify": "提醒", "action.terminate": "停止", "action.force_terminate": "强制停止", "action.resize_pool": "缩容资源池",
+    "action.notify": "警告", "action.terminate": "优雅停止", "action.force_terminate": "强制停止", "action.resize_pool": "缩容节点池",
+    "action.drain_node": "排空节点", "col.gpus": "GPU 数",
+    "col.namespace": "命名空间", "col.team": "团队", "col.pool": "资源池", "filter.all": "全部",
+    "export.csv": "导出 CSV", "export.json": "导出 JSON", "findings.shown": "条显示", "approvals.metrics": "指标",
+    "akind.finding": "发现", "akind.proposal": "提议", "akind.decision": "护栏判定", "akind.intent": "准备执行",
+    "akind.execution": "执行", "akind.approval": "审批", "akind.stop_confirmed": "确认停止", "akind.exemption": "豁免",
+    "akind.report": "报告", "akind.error": "错误", "akind.alert_incident": "告警事件",
+    "status.allow": "允许", "status.deny": "拒绝", "status.needs_approval": "需审批", "status.proposed": "已提议",
+    "status.acting": "执行中", "status.granted": "已授予", "status.revoked": "已撤销", "status.sweep": "巡检",
+    "status.pending_approval": "待审批", "status.denied_by_human": "被人工拒绝", "status.reasked": "再次请求",
+    "status.escalated": "已升级", "status.confirmed": "已确认", "status.approval": "审批", "tool.ok": "完成", "tool.error": "出错",
+    "kind.keepalive": "保活", "kind.queue": "排队",
     "status.pending": "待审批", "status.approved": "已批准", "status.denied": "已拒绝", "status.expired": "已过期",
     "status.executed": "已执行", "status.skipped": "已跳过", "status.blocked": "已拦截", "status.failed": "失败",
     "status.refused": "被拒绝", "status.dry_run": "演练",
-    "kind.idle": "空闲", "kind.zombie": "僵尸", "kind.overprovisioned": "超额申请", "kind.oversized": "资源池过大",
+    "kind.idle": "空闲", "kind.zombie": "僵尸", "kind.overprovisioned": "超配", "kind.oversized": "节点池过大",
     "kind.node_health": "节点健康",
     "suggest": ["谁在浪费 GPU？", "你今天做了什么？", "节省了多少？", "有待审批的操作吗？"],
   },
@@ -109,6 +126,11 @@ export function tv(prefix, value) {
   const key = `${prefix}.${value}`;
   const text = t(key);
   return text === key ? String(value ?? "") : text;
+}
+
+// A colon as the language writes it after a label: "Why: " / "原因：".
+export function colon() {
+  return lang === "zh" ? "：" : ": ";
 }
 
 export function applyLabels(root = document) {

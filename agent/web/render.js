@@ -1,5 +1,5 @@
 // Safe text rendering: escape first, then a little markdown (bold, code, bullets) and runbook links.
-export const state = { runbooksRoute: false };
+export const state = { runbooksRoute: false, tz: "UTC" };
 
 export function esc(text) {
   return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -30,20 +30,33 @@ export function markdown(text) {
   return out.join("");
 }
 
-export function hhmm(iso) {
-  if (!iso) return "";
-  const d = new Date(iso);
-  return `${String(d.getUTCHours()).padStart(2, "0")}:${String(d.getUTCMinutes()).padStart(2, "0")}`;
+// Times show in the configured display time zone (STEWARD_DISPLAY_TZ, default UTC), named after each time.
+const formats = new Map();
+function parts(iso) {
+  const tz = state.tz || "UTC";
+  if (!formats.has(tz)) {
+    formats.set(tz, new Intl.DateTimeFormat("en-GB", { timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit",
+      hour: "2-digit", minute: "2-digit", hourCycle: "h23" }));
+  }
+  return Object.fromEntries(formats.get(tz).formatToParts(new Date(iso)).map((p) => [p.type, p.value]));
 }
 
-// Date and time (UTC) where a day may be crossed: "11-02 18:20"; the year only when it is not this one.
+export function zone() {
+  return state.tz || "UTC";
+}
+
+export function hhmm(iso) {
+  if (!iso) return "";
+  const p = parts(iso);
+  return `${p.hour}:${p.minute}`;
+}
+
+// Date and time where a day may be crossed: "11-02 18:20"; the year only when it is not this one.
 export function when(iso) {
   if (!iso) return "";
-  const d = new Date(iso);
-  const pad = (n) => String(n).padStart(2, "0");
-  const day = `${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())}`;
-  const year = d.getUTCFullYear() === new Date().getUTCFullYear() ? "" : `${d.getUTCFullYear()}-`;
-  return `${year}${day} ${hhmm(iso)}`;
+  const p = parts(iso);
+  const year = p.year === parts(new Date().toISOString()).year ? "" : `${p.year}-`;
+  return `${year}${p.month}-${p.day} ${p.hour}:${p.minute}`;
 }
 
 export function money(amount, currency) {

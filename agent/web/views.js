@@ -1,8 +1,8 @@
 // Approvals inbox and exemptions, findings table, savings and audit views.
-import { getJSON, postJSON } from "./api.js";
+import { download, getJSON, postJSON } from "./api.js";
 import { barChart, timeChart } from "./chart.js";
-import { t, tv } from "./i18n.js";
-import { esc, inline, markdown, money, state, when } from "./render.js";
+import { colon, lang, t, tv } from "./i18n.js";
+import { esc, inline, markdown, money, state, when, zone } from "./render.js";
 
 const tbody = (id) => document.querySelector(`#${id} tbody`);
 
@@ -18,7 +18,7 @@ export function labelCells(tableId) {
 const kept = new Map();
 
 export async function loadApprovals() {
-  const data = await getJSON("/api/approvals");
+  const data = await getJSON(`/api/approvals?lang=${lang}`);
   const badge = document.getElementById("pending-badge");
   badge.hidden = data.pending.length === 0;
   badge.textContent = data.pending.length;
@@ -36,7 +36,7 @@ export async function loadApprovals() {
     <td>${esc(tv("action", a.action))}</td><td class="mono">${esc(a.target)}</td><td>L${a.level}</td>
     <td><span class="pill ${esc(a.status)}">${esc(tv("status", a.status))}</span></td><td>${esc(a.answered_by || "—")}</td>
     <td class="nowrap">${when(a.answered_at || a.expires_at)}</td><td>${esc(a.answer_reason || "—")}</td>
-    <td>${a.outcome ? `<span class="pill ${esc(a.outcome)}">${esc(tv("status", a.outcome))}</span> <span class="muted">${esc(a.outcome_detail || "")}</span>` : "—"}</td></tr>`).join("")
+    <td>${a.outcome ? `<span class="pill ${esc(a.outcome)}">${esc(tv("status", a.outcome))}</span> <span class="muted">${esc(lang === "en" ? a.outcome_detail || "" : "")}</span>` : "—"}</td></tr>`).join("")
     || `<tr><td colspan="8" class="empty">${esc(t("approvals.no_recent"))}</td></tr>`;
   labelCells("recent-table");
   await loadExemptions();
@@ -44,7 +44,7 @@ export async function loadApprovals() {
 
 function contextLine(a) {
   const parts = [];
-  if (a.owner) parts.push(`${t("col.owner")}: <strong>${esc(a.owner)}</strong>`);
+  if (a.owner) parts.push(`${t("col.owner")}${colon()}<strong>${esc(a.owner)}</strong>`);
   if (a.gpus != null) parts.push(`${a.gpus} GPU`);
   if (a.cost_per_hour != null) parts.push(`${money(a.cost_per_hour, a.currency)}${esc(t("approvals.per_hour"))}`);
   if (a.finding_kind) parts.push(`<span class="kind ${esc(a.finding_kind)}">${esc(tv("kind", a.finding_kind))}</span>`);
@@ -53,7 +53,7 @@ function contextLine(a) {
 
 function approvalCard(a) {
   const ga = a.payload.guarded_action || {};
-  const why = ga.decision?.reason || "";
+  const why = a.why || ga.decision?.reason || "";
   const proposalWhy = ga.proposal?.reason || "";
   const el = document.createElement("div");
   el.className = `card level-${a.level}`;
@@ -62,9 +62,11 @@ function approvalCard(a) {
       <span class="mono target">${esc(a.target)}</span><span class="lvl">L${a.level}</span></div>
     <div class="card-body"><p class="context">${contextLine(a)}</p>
       ${a.evidence ? `<p class="evidence">${inline(a.evidence)}</p>` : `<p>${inline(proposalWhy)}</p>`}
-      <p class="muted">${esc(t("approvals.why"))}: ${inline(why)}</p>
-      <p class="muted">${esc(t("approvals.requested"))} ${when(a.requested_at)} UTC · ${esc(t("approvals.expires"))} ${when(a.expires_at)} UTC ·
-        <a href="#findings" class="to-finding" data-target="${esc(a.target)}">${esc(t("approvals.see_finding"))}</a> · <code>${esc(a.id)}</code></p></div>
+      <p class="muted">${esc(t("approvals.why"))}${colon()}${inline(why)}</p>
+      <p class="muted">${esc(t("approvals.requested"))} ${when(a.requested_at)} ${zone()} · ${esc(t("approvals.expires"))} ${when(a.expires_at)} ${zone()} ·
+        <a href="#findings" class="to-finding" data-target="${esc(a.target)}">${esc(t("approvals.see_finding"))}</a>
+        ${a.metrics_url ? ` · <a class="metrics" href="${esc(a.metrics_url)}" target="_blank" rel="noopener">${esc(t("approvals.metrics"))}</a>` : ""}
+        · <code>${esc(a.id)}</code></p></div>
     <div class="card-actions"><input class="reason" placeholder="${esc(t("approvals.reason"))}">
       <button class="approve">${esc(t("approvals.approve"))}</button><button class="deny">${esc(t("approvals.deny"))}</button></div>
     <div class="card-result" role="status"></div>`;
@@ -74,9 +76,10 @@ function approvalCard(a) {
     try {
       const r = await postJSON(`/api/approvals/${encodeURIComponent(a.id)}`, { decision, reason: el.querySelector(".reason").value });
       const ap = r.approval;
-      const outcome = (r.outcomes || []).map((o) => `${tv("action", o.action)} ${o.target}: ${tv("status", o.status)}${o.detail ? ` (${o.detail})` : ""}`);
+      const outcome = (r.outcomes || []).map((o) => `${tv("action", o.action)} ${o.target}${lang === "zh" ? "：" : ": "}`
+        + `${tv("status", o.status)}${o.detail && lang === "en" ? ` (${o.detail})` : ""}`);
       result.className = `card-result ok ${ap.status}`;
-      result.innerHTML = `<p class="verdict"><strong>${esc(tv("status", ap.status))}</strong> · ${esc(ap.answered_by || "")} · ${when(ap.answered_at)} UTC`
+      result.innerHTML = `<p class="verdict"><strong>${esc(tv("status", ap.status))}</strong> · ${esc(ap.answered_by || "")} · ${when(ap.answered_at)} ${zone()}`
         + `${ap.answer_reason ? ` · ${esc(ap.answer_reason)}` : ""}</p>`
         + (outcome.length ? `<ul>${outcome.map((o) => `<li>${esc(o)}</li>`).join("")}</ul>` : "")
         + `<details><summary>${esc(t("approvals.report"))}</summary>${markdown(r.report || "")}</details>`;
@@ -103,7 +106,7 @@ async function loadExemptions() {
   const data = await getJSON("/api/exemptions");
   const body = tbody("exempt-table");
   body.innerHTML = data.exemptions.map((e) => `<tr data-target="${esc(e.target)}">
-    <td class="mono">${esc(e.target)}</td><td class="nowrap">${when(e.data.until)} UTC</td><td>${esc(e.data.by || "—")}</td>
+    <td class="mono">${esc(e.target)}</td><td class="nowrap">${when(e.data.until)} ${zone()}</td><td>${esc(e.data.by || "—")}</td>
     <td>${esc(e.reason || "")}</td><td class="nowrap">${when(e.at)}</td>
     <td><button type="button" class="revoke">${esc(t("exempt.revoke"))}</button></td></tr>`).join("")
     || `<tr><td colspan="6" class="empty">${esc(t("exempt.none"))}</td></tr>`;
@@ -133,7 +136,7 @@ export function bindExemptForm() {
     try {
       const r = await postJSON("/api/exemptions", body);
       note.className = "form-note ok";
-      note.textContent = `${r.job}: ${t("exempt.done")} ${when(r.until)} UTC`;
+      note.textContent = `${r.job}${colon()}${t("exempt.done")} ${when(r.until)} ${zone()}`;
       loadExemptions();
     } catch (err) {
       note.className = "form-note error";
@@ -161,24 +164,90 @@ function findingState(f) {
   return pills.map(([cls, text]) => `<span class="pill ${cls}">${esc(text)}</span>`).join(" ");
 }
 
+// The findings table: the latest sweep's rows, filtered by namespace/team/owner/pool and sorted by a column.
+const findingsView = { rows: [], sort: null, dir: 1 };  // no sort: the server's order (costliest first)
+
 export async function loadFindings() {
-  const data = await getJSON("/api/findings");
-  document.getElementById("findings-at").textContent = data.at ? `${when(data.at)} UTC` : "";
+  const data = await getJSON(`/api/findings?lang=${lang}`);
+  document.getElementById("findings-at").textContent = data.at ? `${when(data.at)} ${zone()}` : "";
   let empty = t("findings.none");
   if (!data.run_id) empty = data.sweep_running ? t("findings.first_running") : t("findings.no_sweep");
-  tbody("findings-table").innerHTML = data.findings.length ? data.findings.map((f) => `<tr data-target="${esc(f.target)}">
-    <td><span class="kind ${esc(f.kind)}">${esc(tv("kind", f.kind))}</span></td><td class="mono">${esc(f.target)}</td>
+  findingsView.rows = data.findings;
+  findingsView.empty = empty;
+  fillFilterValues();
+  renderFindings();
+}
+
+function fillFilterValues() {
+  const form = document.getElementById("findings-filter");
+  const by = form.elements.by.value;
+  const select = form.elements.value;
+  const chosen = select.value;
+  const values = [...new Set(findingsView.rows.map((f) => f[by]).filter(Boolean))].sort();
+  select.innerHTML = `<option value="">${esc(t("filter.all"))}</option>`
+    + values.map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+  select.value = values.includes(chosen) ? chosen : "";
+}
+
+function renderFindings() {
+  const form = document.getElementById("findings-filter");
+  const by = form.elements.by.value;
+  const value = form.elements.value.value;
+  const { sort, dir } = findingsView;
+  const rows = findingsView.rows.filter((f) => !value || f[by] === value).sort((a, b) => {
+    if (!sort) return 0;
+    const x = a[sort] ?? "";
+    const y = b[sort] ?? "";
+    return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir;
+  });
+  document.querySelectorAll("#findings-table thead th[data-sort]").forEach((th) => {
+    th.classList.toggle("sorted", th.dataset.sort === sort);
+    th.dataset.dir = th.dataset.sort === sort ? (dir > 0 ? "asc" : "desc") : "";
+  });
+  document.getElementById("findings-count").textContent = value ? `${rows.length}/${findingsView.rows.length} ${t("findings.shown")}` : "";
+  tbody("findings-table").innerHTML = rows.length ? rows.map((f) => `<tr data-target="${esc(f.target)}">
+    <td><span class="kind ${esc(f.kind)}">${esc(tv("kind", f.kind))}</span></td>
+    <td class="mono">${esc(f.target)}${placement(f)}</td>
     <td>${esc(f.owner || "—")}</td><td class="num">${f.gpus}</td><td class="nowrap">${when(f.since)}</td>
     <td class="num">${f.waste_gpu_hours.toFixed(1)}</td><td class="num">${money(f.waste_cost, f.currency)}</td>
     <td class="state">${findingState(f)}</td>
-    <td class="evidence">${inline(f.evidence)}${f.runbook ? ` ${inline(`[rb:${f.runbook}]`)}` : ""}</td></tr>`).join("")
-    : `<tr><td colspan="9" class="empty">${esc(empty)}</td></tr>`;
+    <td class="evidence">${inline(f.evidence)}${f.runbook ? ` ${inline(`[rb:${f.runbook}]`)}` : ""}${f.metrics_url
+      ? ` <a class="metrics" href="${esc(f.metrics_url)}" target="_blank" rel="noopener">${esc(t("approvals.metrics"))}</a>` : ""}</td></tr>`).join("")
+    : `<tr><td colspan="9" class="empty">${esc(findingsView.rows.length ? t("findings.none") : findingsView.empty)}</td></tr>`;
   labelCells("findings-table");
   if (state.focusTarget) {
     const row = [...document.querySelectorAll("#findings-table tbody tr")].find((r) => r.dataset.target === state.focusTarget);
     state.focusTarget = null;
     if (row) { row.classList.add("focus"); row.scrollIntoView({ block: "center" }); }
   }
+}
+
+function placement(f) {
+  const where = [f.team && f.team !== f.namespace ? f.team : null, f.pool].filter(Boolean);
+  return where.length ? `<div class="muted placement">${esc(where.join(" · "))}</div>` : "";
+}
+
+export function bindFindings() {
+  const form = document.getElementById("findings-filter");
+  form.elements.by.addEventListener("change", () => { fillFilterValues(); renderFindings(); });
+  form.elements.value.addEventListener("change", renderFindings);
+  document.querySelectorAll("#findings-table thead th[data-sort]").forEach((th) => th.addEventListener("click", () => {
+    findingsView.dir = findingsView.sort === th.dataset.sort ? -findingsView.dir : (th.classList.contains("num") ? -1 : 1);
+    findingsView.sort = th.dataset.sort;
+    renderFindings();
+  }));
+  document.querySelectorAll("button.export").forEach((b) => b.addEventListener("click", async () => {
+    const q = new URLSearchParams({ format: b.dataset.format, lang });
+    if (b.dataset.what === "audit") {
+      const filter = new FormData(document.getElementById("audit-filter"));
+      for (const key of ["kind", "target", "status"]) if (filter.get(key)) q.set(key, filter.get(key));
+    }
+    try {
+      await download(`/api/${b.dataset.what}/export?${q}`, `steward-${b.dataset.what}.${b.dataset.format}`);
+    } catch (err) {
+      console.warn(err);
+    }
+  }));
 }
 
 export async function loadSavings() {
@@ -204,14 +273,15 @@ const audit = { offset: 0, limit: 50, next: null };
 
 export async function loadAudit() {
   const form = new FormData(document.getElementById("audit-filter"));
-  const q = new URLSearchParams({ limit: audit.limit, offset: audit.offset });
+  const q = new URLSearchParams({ limit: audit.limit, offset: audit.offset, lang });
   for (const key of ["kind", "target", "status"]) if (form.get(key)) q.set(key, form.get(key));
   const page = await getJSON(`/api/audit?${q}`);
   audit.next = page.next_offset;
   tbody("audit-table").innerHTML = page.entries.map((e) => `<tr>
-    <td class="num muted">${e.seq}</td><td class="nowrap">${when(e.at)}</td><td><span class="kind ${esc(e.kind)}">${esc(e.kind)}</span></td>
-    <td>${esc(e.action || "")}</td><td class="mono">${esc(e.target || "")}</td><td>${esc(e.status || "")}</td>
-    <td class="evidence">${inline((e.reason || "").split("\n")[0])}</td></tr>`).join("");
+    <td class="num muted">${e.seq}</td><td class="nowrap">${when(e.at)}</td><td><span class="kind ${esc(e.kind)}">${esc(tv("akind", e.kind))}</span></td>
+    <td>${esc(e.action ? tv("action", e.action) : "")}</td><td class="mono">${esc(e.target || "")}</td>
+    <td>${esc(e.status ? tv(e.kind === "finding" ? "kind" : "status", e.status) : "")}</td>
+    <td class="evidence">${inline((e.text || e.reason || "").split("\n")[0])}</td></tr>`).join("");
   labelCells("audit-table");
 }
 

@@ -14,7 +14,7 @@ def act(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
     run_id = state["run_id"]
     outcomes = []
     # One history for the whole step, kept current, so limits hold within a sweep without re-reading the log.
-    history = deps.audit.history(deps.clock.now())
+    history = deps.audit.history(deps.clock.now(), denials_for=deps.policy.approvals.denials_lookback())
     todo: list[tuple[GuardedAction, list[Finding] | None]]
     if state.get("mode") == "approval":
         by = state.get("approval", {}).get("by") or "approver"

@@ -22,7 +22,7 @@ def guard(deps: StewardDeps, state: StewardState) -> Command[Literal["execute", 
     run_id = state["run_id"]
     findings = findings_of(state)
     now = datetime.fromisoformat(state["at"])
-    history = deps.audit.history(now)
+    history = deps.audit.history(now, denials_for=deps.policy.approvals.denials_lookback())
     decided: list[dict[str, Any]] = []
     waiting: list[dict[str, Any]] = []
     for raw in state.get("proposals", []):

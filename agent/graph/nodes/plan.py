@@ -10,7 +10,7 @@ from agent.graph.state import StewardState, findings_of
 
 def plan(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
     obs = deps.observation(state["run_id"])
-    history = deps.audit.history(obs.at)
+    history = deps.audit.history(obs.at, denials_for=deps.policy.approvals.denials_lookback())
     result = deps.planner.plan(findings_of(state), obs, history, deps)
     for p in result.proposals:
         deps.audit.record("proposal", at=obs.at, run_id=state["run_id"], target=p.target, action=p.action,

@@ -1,0 +1,48 @@
+"""Two steward runtimes (replicas) on one Postgres (STEWARD_DATABASE_URL): one sweeper lease between them, the
+audit chain, approvals and graph checkpoints shared, so an approval asked by one replica is answered and carried
+out on the other, exactly once."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.api.build import fast_forward, simulated_runtime
+from agent.config.settings import Settings
+from agent.records.approvals import ApprovalError
+from agent.records.audit import AuditLog
+from agent.scheduling.leases import SqliteLease
+
+HOUR = 3600.0
+
+
+def test_a_second_replica_answers_and_resumes_what_the_first_asked(tmp_path, postgres_url):
+    settings = Settings(data_dir=tmp_path, database_url=postgres_url, sweep_every_s=300, lease_duration_s=3600)
+    first = simulated_runtime(settings, speed=0)
+    assert isinstance(first.scheduler.lease, SqliteLease) and first.scheduler.lease.problem is None
+    assert first.scheduler.lease.acquire()
+    until = 0.0
+    while not first.deps.approvals.pending() and until < 8 * HOUR:  # the demo's forced stop of a job that
+        until += HOUR / 2  # ignored its SIGTERM comes to wait for a human within a few hours
+        fast_forward(first, until_s=until)
+    force = next(a for a in first.deps.approvals.pending() if a.action == "force_terminate")
+
+    second = simulated_runtime(settings, speed=0)  # another pod: same database, its own connections
+    assert not second.scheduler.lease.acquire()  # the first holds the sweep
+    assert [a.id for a in second.deps.approvals.pending()] == [a.id for a in first.deps.approvals.pending()]
+    second.answer(force.id, "approve", by="oncall-lead", reason="confirmed idle")
+    with pytest.raises(ApprovalError, match="already approved"):
+        first.answer(force.id, "deny", by="someone-else")
+
+    log = AuditLog(postgres_url, readonly=True)
+    assert log.verify().ok, log.verify().describe()
+    forced = log.entries(kind="execution", target="cv-team/augment-worker", limit=1000)
+    # Resumed once, on the second replica, from the first one's checkpoint: one decision on the forced stop.
+    # Each replica here simulates its own copy of the cluster, so the second's fresh re-check may refuse (its copy
+    # never saw the first's SIGTERM); what matters is that the graph went on exactly once, there.
+    decided = [e for e in forced if e.action == "force_terminate"]
+    assert len(decided) == 1 and decided[0].run_id == force.id, [(e.status, e.reason) for e in decided]
+    assert len(log.entries(kind="approval", status="approved")) == 1
+    assert first.deps.approvals.incomplete() == []
+    assert first.complete_answers() == [] and second.complete_answers() == []  # nothing left to resume twice
+    first.scheduler.lease.release()
+    assert second.scheduler.lease.acquire()

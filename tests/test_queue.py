@@ -1,0 +1,174 @@
+"""The queue view: pending reasons from Kubernetes, Slurm and the simulator; stuck-pending and blocked-queue
+findings; fragmentation."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from agent.config.policy import Policy
+from agent.detectors.engine import run_detectors
+from agent.detectors.evidence import describe
+from agent.detectors.queue import CAUSE_QUOTA, StuckPendingDetector, queue_view
+from agent.planning.policy_model import PolicyModel
+from core.cluster import JobInfo, NodeInfo, PoolInfo, gpu_model_matches
+from core.observation import Observation
+from evals.runner import run_scenario
+from evals.suite import SCENARIO_DIR
+from sim.cluster import SimCluster
+from sim.scenario import load_scenario
+from tools.k8s_pods import PodReading, pod_to_job
+from tools.slurm_parse import SEP, jobs_from_json, jobs_from_text
+
+AT = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+
+
+def _job(id_: str, gpus: int, state: str = "running", node: str | None = "n0", **kw: object) -> JobInfo:
+    ns, name = id_.split("/")
+    return JobInfo(id=id_, scheduler=kw.pop("scheduler", "kubernetes"), namespace=ns, name=name,  # type: ignore[arg-type]
+                   user=str(kw.pop("user", "u")), gpus=gpus, node=node, state=state, **kw)  # type: ignore[arg-type]
+
+
+def _obs(jobs: list[JobInfo], nodes: list[NodeInfo]) -> Observation:
+    return Observation(at=AT, slice_s=60, lookback_s=3600, jobs=jobs, nodes=nodes,
+                       pools=[PoolInfo(name="a100", gpu_model="A100-80GB", gpus_per_node=8, nodes=len(nodes))])
+
+
+def test_gpu_model_matching_is_by_whole_words() -> None:
+    assert gpu_model_matches("H100", "NVIDIA-H100-80GB-HBM3")
+    assert gpu_model_matches("a100", "A100-80GB")
+    assert gpu_model_matches(None, "A100-80GB")
+    assert not gpu_model_matches("H100", "A100-80GB")
+    assert not gpu_model_matches("A10", "A100-80GB")
+
+
+def test_kubernetes_pending_pod_reads_podscheduled_reason_and_model() -> None:
+    pod = {
+        "metadata": {"name": "big", "namespace": "vision", "uid": "u1", "creationTimestamp": "2026-11-02T10:00:00Z"},
+        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "16"}}}],
+                 "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "status": {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}]},
+    }
+    job = pod_to_job(pod, PodReading())
+    assert job.state == "pending" and job.gpus == 16
+    assert job.pending_reason == "Unschedulable"
+    assert job.pending_message == "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."
+    assert job.submitted_at == datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+    assert job.gpu_model == "NVIDIA-H100-80GB-HBM3"
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    assert pod_to_job(pod, PodReading()).pending_reason is None
+
+
+def test_slurm_reason_submit_time_and_gpu_type_from_json_and_text() -> None:
+    raw = {"jobs": [{"job_id": 42, "name": "big", "partition": "gpu", "user_name": "dave", "account": "vision",
+                     "job_state": ["PENDING"], "state_reason": "QOSMaxGRESPerUser", "submit_time": {"set": True,
+                     "number": 1_793_000_000}, "tres_per_node": "gres/gpu:a100:8", "node_count": 1}]}
+    (job,) = jobs_from_json(json.dumps(raw))
+    assert job.reason == "QOSMaxGRESPerUser" and job.gpu_type == "a100" and job.gpus == 8
+    assert job.submitted_at == datetime.fromtimestamp(1_793_000_000, UTC)
+    line = SEP.join(["43", "gpu", "erin", "vision", "normal", "PENDING", "1", "gpu:h100:2", "N/A", "", "sweep",
+                     "ReqNodeNotAvail", "2026-11-02T10:00:00"])
+    (text_job,) = jobs_from_text(line)
+    assert text_job.reason == "ReqNodeNotAvail" and text_job.gpu_type == "h100" and text_job.submitted_at is not None
+    old = SEP.join(["44", "gpu", "erin", "vision", "normal", "RUNNING", "1", "gpu:2", "N/A", "n1", "x"])
+    assert jobs_from_text(old)[0].reason is None  # the 11-field output of older formats still reads
+
+
+def test_simulator_derives_unschedulable_reason_and_holds_scripted_quota() -> None:
+    cluster = SimCluster(load_scenario(SCENARIO_DIR / "stuck-pending-too-many-gpus.yaml"))
+    cluster.advance_to(1200)
+    jobs = {j.id: j for j in cluster.list_jobs()}
+    big = jobs["vision/train-16gpu"]
+    assert big.state == "pending" and big.pending_reason == "Unschedulable"
+    assert big.pending_message == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert "didn't match Pod's node affinity/selector" in (jobs["vision/h100-sweep"].pending_message or "")
+    assert jobs["ml-team/trainer-a"].pending_reason is None
+
+
+def test_stuck_pending_scenario_advises_with_fix_and_leaves_the_waiting_job() -> None:
+    scenario = load_scenario(SCENARIO_DIR / "stuck-pending-too-many-gpus.yaml")
+    run = run_scenario(scenario, Policy(), PolicyModel())
+    assert run.score.passed, run.score
+    stuck = {f["job"]: f for f in run.findings if f["kind"] == "stuck_pending"}
+    assert set(stuck) == {"vision/train-16gpu", "vision/h100-sweep"}
+    assert "the largest node has 8" in stuck["vision/train-16gpu"]["evidence"]
+    assert "request at most 8 GPUs per pod" in stuck["vision/train-16gpu"]["evidence"]
+    assert "request one of: A100-80GB" in stuck["vision/h100-sweep"]["evidence"]
+    notified = {a["job"] for a in run.actions if a["action"] == "notify" and a["status"] == "executed"}
+    assert notified == set(stuck)
+    assert not [a for a in run.actions if a["action"] in ("terminate", "force_terminate")]
+
+
+def test_blocked_queue_names_who_waits_and_the_waiting_job_then_runs() -> None:
+    scenario = load_scenario(SCENARIO_DIR / "blocked-queue-by-idle-notebook.yaml")
+    run = run_scenario(scenario, Policy(), PolicyModel(), language="zh")
+    assert run.score.passed, run.score
+    (idle,) = [f for f in run.findings if f["kind"] == "idle"]
+    assert "blocks the queue: vision's vision/detector-train (4 GPUs, waiting" in idle["evidence"]
+    warning = next(a for a in run.actions if a["action"] == "notify" and a["status"] == "executed")
+    assert warning["job"] == "ml-team/jupyter-carol"
+    stop = next(a for a in run.actions if a["action"] == "terminate" and a["status"] == "executed")
+    cluster = SimCluster(scenario)
+    cluster.advance_to(stop["at_s"] - 60)
+    assert cluster.get_job("vision/detector-train").state == "pending"  # type: ignore[union-attr]
+
+
+def test_blocker_finding_moves_first_and_reads_in_chinese() -> None:
+    nb = _job("ml/nb", 4, user="carol")
+    waiter = _job("vision/train", 4, state="pending", node=None, project="vision", pending_reason="Unschedulable",
+                  submitted_at=AT - timedelta(minutes=40))
+    obs = _obs([_job("ml/busy", 4), nb, waiter], [NodeInfo(name="n0", pool="a100", gpus=8, gpu_model="A100-80GB")])
+    from agent.detectors.queue import mark_blockers
+    from core.actions import Finding
+    other = Finding(kind="overprovisioned", target="ml/busy", since=AT, detected_at=AT, evidence="x")
+    idle = Finding(kind="idle", target="ml/nb", since=AT - timedelta(hours=1), detected_at=AT, evidence="idle 1h",
+                   gpus=4)
+    marked = mark_blockers([other, idle], obs)
+    assert [f.target for f in marked] == ["ml/nb", "ml/busy"]
+    assert marked[0].metrics["blocked_jobs"] == 1 and marked[0].metrics["blocked_gpus"] == 4
+    assert marked[0].metrics["blocked_wait_s"] == 2400
+    assert "vision's vision/train (4 GPUs, waiting 40m, Unschedulable)" in marked[0].evidence
+    assert "阻塞队列：1 个作业在等待它占用的 GPU（共 4 块）：vision 团队的 vision/train（4 块 GPU，已等待 40 分钟" in describe(marked[0].model_copy(update={"kind": "overprovisioned", "metrics": {
+        **marked[0].metrics, "gpus_requested": 4, "gpus_working": 1, "working_util_pct": 10, "window_s": 3600,
+        "coverage": 1.0, "gpu_util_pct_0": 50, "gpu_util_pct_1": 0, "gpu_util_pct_2": 0, "gpu_util_pct_3": 0}}), "zh")
+
+
+def test_waiting_job_that_would_not_fit_even_after_the_stop_blocks_nobody() -> None:
+    nb = _job("ml/nb", 2, user="carol")
+    waiter = _job("vision/train", 8, state="pending", node=None, submitted_at=AT - timedelta(hours=1))
+    obs = _obs([_job("ml/busy", 4), nb, waiter], [NodeInfo(name="n0", pool="a100", gpus=8, gpu_model="A100-80GB")])
+    from agent.detectors.queue import mark_blockers
+    from core.actions import Finding
+    idle = Finding(kind="idle", target="ml/nb", since=AT, detected_at=AT, evidence="idle", gpus=2)
+    assert mark_blockers([idle], obs) == [idle]
+
+
+def test_slurm_user_quota_is_stuck_only_when_the_user_runs_nothing_else() -> None:
+    nodes = [NodeInfo(name=f"n{i}", pool="a100", gpus=8, gpu_model="A100-80GB") for i in range(2)]
+    waiting = _job("gpu/big", 8, state="pending", node=None, scheduler="slurm", user="dave",
+                   pending_reason="QOSMaxGRESPerUser", submitted_at=AT - timedelta(hours=2))
+    detector = StuckPendingDetector(Policy())
+    (f,) = detector.detect(_obs([waiting], nodes))
+    assert f.kind == "stuck_pending" and f.metrics["cause"] == CAUSE_QUOTA
+    assert "QOSMaxGRESPerUser" in f.evidence and "fix: request fewer GPUs" in f.evidence
+    zh = describe(f, "zh")
+    assert zh.startswith("已排队 2 小时，按当前申请永远无法调度") and "调度器原因：QOSMaxGRESPerUser" in zh
+    running = _job("gpu/other", 4, scheduler="slurm", user="dave")
+    assert detector.detect(_obs([waiting, running], nodes)) == []  # it clears when dave's other job ends
+    fresh = waiting.model_copy(update={"submitted_at": AT - timedelta(minutes=2)})
+    assert detector.detect(_obs([fresh], nodes)) == []  # too new to judge
+
+
+def test_queue_view_counts_fragmented_gpus() -> None:
+    nodes = [NodeInfo(name=f"n{i}", pool="a100", gpus=8, gpu_model="A100-80GB") for i in range(3)]
+    jobs = [_job(f"ml/busy{i}", 5, node=f"n{i}") for i in range(3)]  # 3 free on every node
+    jobs.append(_job("vision/eight", 8, state="pending", node=None, submitted_at=AT - timedelta(hours=1),
+                     project="vision", pending_reason="Unschedulable"))
+    obs = _obs(jobs, nodes)
+    view = queue_view(obs, run_detectors(obs, Policy()))
+    assert view.free_gpus == 9 and view.fragmented_gpus == 9 and view.fragmented_jobs == ["vision/eight"]
+    assert view.wait_s_by_team == {"vision": 3600.0} and view.reasons == {"Unschedulable": 1}
+    jobs[-1] = jobs[-1].model_copy(update={"gpus": 3})
+    assert queue_view(_obs(jobs, nodes)).fragmented_gpus == 0  # a 3-GPU job fits anywhere

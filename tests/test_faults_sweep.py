@@ -80,7 +80,7 @@ def test_prometheus_down_or_slow_at_the_deadline_stops_nothing_and_says_so(world
     assert error.status == "observe_failed" and error.reason == degraded[0]
     service.deps.language = "zh"
     zh = render_report(result.state, service.deps)
-    assert "数据不完整: 未能读取集群：指标不可用：PrometheusError" in zh and "无发现：数据不完整" in zh
+    assert "数据不完整：未能读取集群：指标不可用：PrometheusError" in zh and "无发现：数据不完整" in zh
     world.metrics_answer.wake()
     world.metrics_answer.delay_s = 0.0
     stopped_once(world, 112)

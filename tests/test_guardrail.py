@@ -240,7 +240,7 @@ def test_stop_before_notice_ends_names_the_due_time():
 
 
 def test_failed_warning_does_not_count():
-    history = History(entries=[entry("notify", 120, status="failed", detail="email to alice: error (connection refused)")])
+    history = History(entries=[entry("notify", 80, status="failed", detail="email to alice: error (connection refused)")])
     check(decide(act(), facts(), Policy(), history), "deny", "warning_first", "not delivered", "connection refused")
 
 
@@ -450,6 +450,26 @@ def test_a_stale_warning_does_not_announce_a_stop():
     stale = (policy.warning.repeat_every + policy.warning.min_notice) / 60 + 10
     check(decide(act(), facts(), policy, warned(stale)), "deny", "warning_first", "has not been warned")
     assert decide(act(), facts(), policy, warned(60)).verdict == "allow"
+
+
+def test_a_warning_about_an_earlier_lull_does_not_announce_a_stop_in_this_one():
+    """Warned in a lull at minute -200, the job worked again; its new quiet stretch began 90 minutes ago. The old
+    warning announced the old lull: the stop needs a warning sent in this stretch, and that one is no repeat."""
+    policy = Policy()
+    history = warned(200)
+    check(decide(act(), facts(), policy, history), "deny", "warning_first", "has not been warned")
+    assert decide(act("notify", finding_kind="idle"), facts(), policy, history).verdict == "allow"
+    # Warned within this stretch (90 minutes ago it began; warned 70 minutes ago): the stop stands.
+    assert decide(act(), facts(), policy, warned(70)).verdict == "allow"
+
+
+def test_the_planner_warns_again_when_its_warning_was_about_an_earlier_lull():
+    from agent.planning.policy_model import PolicyModel
+
+    step = PolicyModel._next_step(finding(), "running", warned(200), Policy(), NOW)
+    assert step is not None and step.action == "notify"
+    step = PolicyModel._next_step(finding(), "running", warned(70), Policy(), NOW)
+    assert step is not None and step.action == "terminate"
 
 
 def test_a_refused_stop_does_not_trip_the_circuit_breaker():

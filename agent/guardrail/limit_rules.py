@@ -7,9 +7,23 @@ from datetime import datetime, timedelta
 
 from agent.guardrail.case import HOUR, Case, Denial
 from agent.guardrail.protection import as_utc, denial_in_force, when
-from core.actions import STOP_ACTIONS, HistoryEntry
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, HistoryEntry
 from core.cluster import PoolInfo
 from core.durations import format_duration
+
+
+def stretch_began(case: Case) -> datetime | None:
+    """When the current waste the stop is about began (its finding's `since`), less one detector slice for
+    rounding; None when no current finding of that kind is at hand (other rules refuse the stop then), or for
+    kinds whose `since` is only the window's start (not a stretch of waste a warning can announce)."""
+    kind = case.action.finding_kind
+    if kind is not None and kind not in STOPPABLE_KINDS:
+        return None
+    current = [f.since for f in case.facts.findings if f.target == case.action.target and f.target_type == "job"
+               and f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
+    if not current:
+        return None
+    return as_utc(min(current)) - timedelta(seconds=case.policy.detectors.slice)
 
 
 def warning_first_rule(case: Case) -> Denial:
@@ -19,6 +33,11 @@ def warning_first_rule(case: Case) -> Denial:
     # A warning goes stale: one older than a repeat period plus the notice no longer announces this stop.
     oldest = case.now - notice - timedelta(seconds=case.policy.warning.repeat_every)
     kind = case.action.finding_kind
+    # A warning announces the waste it was sent about: one sent before the current stretch of waste began
+    # (a lull the job then worked out of) announces nothing now.
+    began = stretch_began(case)
+    if began is not None:
+        oldest = max(oldest, began)
 
     def announces_this_stop(e: HistoryEntry) -> bool:
         # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job.
@@ -88,9 +107,10 @@ def duplicate_rule(case: Case) -> Denial:
     action, job = case.action, case.job
     if action.action == "notify":
         every = timedelta(seconds=case.policy.warning.repeat_every)
-        recent = [
-            e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > case.now - every
-        ]
+        # A new stretch of waste (the job worked in between) is a new violation: its warning is not a repeat.
+        began = stretch_began(case)
+        after = case.now - every if began is None else max(case.now - every, began)
+        recent = [e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > after]
         if recent:
             last = recent[-1]
             about = f" about {action.finding_kind}" if action.finding_kind else ""

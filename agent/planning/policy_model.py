@@ -220,7 +220,10 @@ class PolicyModel:
             if now - stopped >= timedelta(seconds=policy.stop.grace_period):
                 return ProposedAction(action="force_terminate", reason=f"ignored SIGTERM; {f.evidence}", **base)
             return None
-        if warned is None or now - warned >= repeat:
+        # A warning about an earlier stretch of waste (a lull the job worked out of) announces nothing now: warn
+        # again, as the guardrail only counts warnings sent since this stretch began (warning_first_rule).
+        stale = warned is not None and warned < f.since - timedelta(seconds=policy.detectors.slice)
+        if warned is None or now - warned >= repeat or stale:
             return ProposedAction(action="notify", reason=f.evidence, **base)
         if now - warned >= timedelta(seconds=policy.warning.min_notice) and stopped is None:
             return ProposedAction(action="terminate", reason=f.evidence, **base)

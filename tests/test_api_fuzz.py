@@ -44,7 +44,8 @@ def api_schema(tmp_path_factory):
                       dingtalk_app_secret=SecretStr(secrets.token_urlsafe(24)),
                       wecom_token=SecretStr("fuzz-token"), wecom_aes_key=SecretStr("a" * 43), wecom_corp_id="wwfuzz",
                       chatops_link_secret=SecretStr(secrets.token_urlsafe(24)),
-                      chatops_public_url="http://testserver")
+                      chatops_public_url="http://testserver",
+                      alert_webhook_token=SecretStr(secrets.token_urlsafe(24)))  # /api/alerts: 401 without it
     routers, listeners = chatops_wiring(config)
     app = create_app(config, speed=0, start_s=START, run_scheduler=False, extra_routers=routers, listeners=listeners)
     return schemathesis.openapi.from_asgi("/openapi.json", app)

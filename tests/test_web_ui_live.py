@@ -142,7 +142,7 @@ def test_first_sweep_running_then_findings_and_sweep_now(tmp_path):
         assert rows.count() == len(runtime.findings()) > 0
         warned = page.locator("#findings-table tbody tr", has_text="gpu-long/resnet-ablation")
         expect(warned.locator(".pill.warned")).to_have_text("warned 11-02 17:55")
-        expect(warned.locator(".pill.due")).to_have_text("stop due 11-02 18:25")
+        expect(warned.locator(".pill.due")).to_have_text("stop due 11-02 18:55")
 
         sweeps = runtime.sweeps_total
         page.click("#sweep-now")

@@ -202,29 +202,6 @@ def test_a_demo_sweep_planned_by_the_local_model(llm):
     assert _unsafe(deps, cluster) == []  # no warning was delivered before this first sweep: no stop may run
 
 
-def test_the_chat_answers_with_a_tool_call_shown(llm):
-    deps, cluster, service = _demo(PolicyModel())
-    findings = findings_of(service.sweep(trigger="test").state)
-    obs = deps.observe()
-    tool_ctx = ToolContext(observation=obs, findings=findings, scheduler=deps.scheduler, logs=deps.logs,
-                           redactor=deps.policy.redaction.redactor(), runbook_search=None, proposed_by="chat")
-    tools = {t.name: t for t in make_tools(tool_ctx) if not is_mutating(t)}  # as the web chat binds them
-    ctx = ChatContext(findings=findings, observation=obs, tools=tools, audit=deps.audit, pending=[], now=obs.at,
-                      currency=deps.currency)
-    model = make_chat_model(_settings(llm))
-    model.streaming = True  # as the web chat streams
-    before = llm.requests()
-    events = list(answer_with_model(model, ctx, "Which GPU jobs look idle right now? Use list_jobs to check.",
-                                    "en", max_rounds=ROUNDS))
-    kinds = [e["type"] for e in events]
-    assert kinds[0] == "start" and kinds[-1] == "done" and findings
-    shown = [e for e in events if e["type"] == "tool_call"]
-    assert shown and all(e["name"] in tools for e in shown), events
-    assert len([e for e in events if e["type"] == "tool_result"]) >= len(shown)
-    assert 1 <= llm.requests() - before <= ROUNDS
-    assert deps.audit.entries(kind="proposal", run_id="chat", limit=10) == []
-
-
 def test_a_model_that_repeats_calls_or_says_nothing_ends_its_turn_bounded(llm):
     # tool_choice "required" on every request: the model can only ever call another tool, never answer.
     repeating = LLMPlanner(_chat(llm, model_kwargs={"tool_choice": "required"}), name="repeating", max_rounds=2)
@@ -278,3 +255,27 @@ def test_the_endpoint_stopped_mid_sweep_falls_back_to_the_policy_model(llm):
     wanted = {p.target for p in floor_deps.audit.entries(kind="proposal", run_id=floor_run, limit=1000)}
     assert wanted <= {p.target for p in proposed}  # nothing the rules would act on is left unplanned
     assert _unsafe(deps, cluster) == []
+
+
+# Last: its prompt shares no prefix with the planner's, which the tests above reuse.
+def test_the_chat_answers_with_a_tool_call_shown(llm):
+    deps, cluster, service = _demo(PolicyModel())
+    findings = findings_of(service.sweep(trigger="test").state)
+    obs = deps.observe()
+    tool_ctx = ToolContext(observation=obs, findings=findings, scheduler=deps.scheduler, logs=deps.logs,
+                           redactor=deps.policy.redaction.redactor(), runbook_search=None, proposed_by="chat")
+    tools = {t.name: t for t in make_tools(tool_ctx) if not is_mutating(t)}  # as the web chat binds them
+    ctx = ChatContext(findings=findings, observation=obs, tools=tools, audit=deps.audit, pending=[], now=obs.at,
+                      currency=deps.currency)
+    model = make_chat_model(_settings(llm))
+    model.streaming = True  # as the web chat streams
+    before = llm.requests()
+    events = list(answer_with_model(model, ctx, "Which GPU jobs look idle right now? Use list_jobs to check.",
+                                    "en", max_rounds=ROUNDS))
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "done" and findings
+    shown = [e for e in events if e["type"] == "tool_call"]
+    assert shown and all(e["name"] in tools for e in shown), events
+    assert len([e for e in events if e["type"] == "tool_result"]) >= len(shown)
+    assert 1 <= llm.requests() - before <= ROUNDS
+    assert deps.audit.entries(kind="proposal", run_id="chat", limit=10) == []

@@ -155,3 +155,16 @@ def test_a_turn_that_ended_without_an_answer_is_asked_again():
         tool_call("list_jobs", f"l{i}")])), name="looping", max_rounds=2)
     assert _plan_once(looping, deps, obs, finding).model_calls == 2
     assert _plan_once(looping, deps, obs, finding).model_calls == 2  # never finished: never reused
+
+
+def test_a_turn_that_used_tools_and_then_fell_silent_is_finished():
+    def look_then_silence(messages, index):
+        if isinstance(messages[-1], HumanMessage):
+            return AIMessage(content="", tool_calls=[tool_call("list_jobs", f"l{index}")])
+        return AIMessage(content="")  # small models often end a turn with an empty message
+
+    deps, obs, finding = _setup()
+    planner = LLMPlanner(ScriptedChatModel(script=look_then_silence), name="quiet")
+    first = _plan_once(planner, deps, obs, finding)
+    assert first.answered and first.model_calls == 2
+    assert _plan_once(planner, deps, obs, finding).model_calls == 0

@@ -25,7 +25,7 @@ def cmd_llm_local(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         engine = Engine(path, model.name, aliases=(model.key,), n_ctx=args.ctx, threads=args.threads,
-                        max_tokens=args.max_tokens, cache_mb=args.cache_mb)
+                        max_tokens=args.max_tokens)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -58,7 +58,5 @@ def register_cli(sub: Any) -> None:
     local.add_argument("--ctx", type=int, default=8192, help="context length in tokens (default 8192)")
     local.add_argument("--max-tokens", type=int, default=512,
                        help="reply length when a request sets none (default 512)")
-    local.add_argument("--cache-mb", type=int, default=256,
-                       help="RAM for evaluated prompts kept for reuse (default 256; 0: only the last one)")
     local.add_argument("--quiet", action="store_true", help="no log line per request")
     local.set_defaults(handler=cmd_llm_local)

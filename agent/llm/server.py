@@ -15,7 +15,8 @@ Protocol: the subset of the OpenAI HTTP API an agent needs, over HTTP/1.1 on loo
 The prompt is the model's own chat template (agent/llm/chat_format.py), so a Qwen model gets its tools in
 its system turn and answers in `<tool_call>` blocks, which become OpenAI tool calls. One request runs at a
 time (one model, one context); others wait their turn. A prompt that shares a prefix with the previous one
-(the same system prompt and tools) reuses its evaluated tokens. No authentication: it binds to 127.0.0.1.
+(the same system prompt and tools) reuses its evaluated tokens; `usage.prompt_tokens_details.cached_tokens`
+says how many. No authentication: it binds to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -57,18 +58,16 @@ class Engine:
     """One llama.cpp model behind a lock: requests in OpenAI's shape, replies in OpenAI's shape."""
 
     def __init__(self, model_path: Path, model_id: str, *, aliases: tuple[str, ...] = (), n_ctx: int = 8192,
-                 threads: int | None = None, max_tokens: int = 512, cache_mb: int = 256) -> None:
+                 threads: int | None = None, max_tokens: int = 512) -> None:
         try:
-            from llama_cpp import Llama, LlamaRAMCache
+            from llama_cpp import Llama
         except ImportError as exc:
             raise RuntimeError("llama-cpp-python is not installed: install the local-llm extra "
                                "(pip install 'gpu-steward[local-llm]'; docs/evals.md says how to build it)") from exc
         self.model_id, self.aliases = model_id, {model_id, *aliases}
         self.max_tokens = max_tokens
         self.llama = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                           n_batch=512, verbose=False)
-        if cache_mb > 0:  # evaluated prompts kept by prefix: a planner and a chat alternating both reuse theirs
-            self.llama.set_cache(LlamaRAMCache(capacity_bytes=cache_mb << 20))
+                           n_batch=256, verbose=False)
         source = self.llama.metadata.get("tokenizer.chat_template")
         if not source:
             raise RuntimeError(f"{model_path} carries no chat template (tokenizer.chat_template)")
@@ -122,10 +121,10 @@ class Engine:
         }
 
     def _reused(self, tokens: list[int]) -> int:
-        """Prompt tokens already evaluated, by the previous request or in a kept state (call under the lock)."""
-        seen = [self.llama.input_ids[: self.llama.n_tokens].tolist(),
-                *getattr(self.llama.cache, "cache_state", {}).keys()]
-        return max(int(self.llama.longest_token_prefix(ids, tokens)) for ids in seen)
+        """Prompt tokens the previous request already evaluated (call under the lock): a shared prefix is not
+        evaluated again. Only the last prompt is kept (llama-cpp's state cache copies ~0.3 GB of logits per
+        entry), so a chat between two planner calls costs the planner its prefix."""
+        return int(self.llama.longest_token_prefix(self.llama.input_ids[: self.llama.n_tokens].tolist(), tokens))
 
     @staticmethod
     def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:

@@ -250,7 +250,8 @@ class LLMPlanner:
                                             f"{bad.get('error')}", tool_call_id=bad.get("id") or "invalid"))
             if not reply.tool_calls:
                 result.explanation = str(reply.content).strip()
-                result.answered = bool(result.explanation) and cut_off(reply) is None
+                # A finished turn: it stopped calling tools after using some, or it said something.
+                result.answered = cut_off(reply) is None and bool(result.explanation or result.tool_calls)
                 break
             screened, notes = screen_tool_calls(reply, self.max_tool_calls_per_turn, self.max_tool_args_bytes)
             result.errors += notes

@@ -6,8 +6,8 @@ Identity: the target, its kind of waste and the job's immutable uid. State: what
 policy model would do now, which moves when a notice period, a grace period or a back-off runs out.
 Growing numbers (more idle minutes, more wasted GPU-hours) are not new: the model already answered that
 finding. The model's name, the language and the policy are part of every key. Only a finished answer is
-kept: a plan made while the endpoint failed, or a turn that ended empty, cut off or still calling tools
-when its rounds ran out, is asked again at the next sweep. Each cluster (each audit log) has its own cache, so two scenarios or two
+kept: a plan made while the endpoint failed, or a turn that said nothing and called nothing, was cut off,
+or was still calling tools when its rounds ran out, is asked again at the next sweep. Each cluster (each audit log) has its own cache, so two scenarios or two
 clusters that reuse a job name never share a plan.
 """
 

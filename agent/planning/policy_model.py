@@ -58,7 +58,7 @@ class PlanResult(BaseModel):
     model_calls: int = 0  # requests sent to the model this sweep (0: nothing new to decide, or no model)
     model_latency_s: list[float] = []  # seconds per request
     cached_findings: int = 0  # findings answered by a plan the model made earlier for the same state
-    answered: bool = False  # the model ended its turn with a complete answer (only such a plan is reused)
+    answered: bool = False  # the model finished its turn: used tools or said something, then stopped (reused)
 
 
 class Planner(Protocol):

@@ -69,13 +69,20 @@ def data_dir_now(data_dir: Path, settings: Settings) -> datetime:
     return datetime.now(UTC)
 
 
+def _existing_store(data_dir: Path, w: dict[str, str]) -> Any:
+    """The steward's approval store in `data_dir`; None (said on stderr) when there is none: never create one."""
+    if not (data_dir / "approvals.sqlite").is_file():
+        print(w["no_store"].format(dir=data_dir), file=sys.stderr)
+        return None
+    return _open(data_dir)
+
+
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     w = _words(args, settings)
     data_dir = args.data_dir or settings.data_dir
-    if not (data_dir / "approvals.sqlite").is_file():
-        print(w["no_store"].format(dir=data_dir), file=sys.stderr)
+    store = _existing_store(data_dir, w)
+    if store is None:
         return 2
-    store = _open(data_dir)
     pending = store.pending()
     recent = [a for a in store.all(limit=args.limit) if a.status != "pending"][-args.limit:]
     if args.json:
@@ -105,10 +112,9 @@ def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
 
     w = _words(args, settings)
     data_dir = args.data_dir or settings.data_dir
-    if not (data_dir / "approvals.sqlite").is_file():
-        print(w["no_store"].format(dir=data_dir), file=sys.stderr)
+    store = _existing_store(data_dir, w)
+    if store is None:
         return 2
-    store = _open(data_dir)
     by = args.by or f"cli:{getpass.getuser()}"
     decision = "approve" if args.approvals_command == "approve" else "deny"
     try:

@@ -124,7 +124,7 @@ def chatops_wiring(settings: Settings) -> tuple[list[APIRouter], list[Callable[[
         from agent.chatops.directory import UserDirectory
 
         listeners.append(approval_card_listener(default_route, router.links, settings.language,  # type: ignore[attr-defined]
-                                                directory=UserDirectory.from_settings(settings)))
+                                                directory=UserDirectory.from_settings(settings), zone=settings.zone()))
     return [router], listeners
 
 

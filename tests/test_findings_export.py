@@ -97,6 +97,8 @@ def test_sweep_prints_times_in_the_display_zone_with_dates(capsys, monkeypatch, 
     # The demo runs 14:00-17:00 UTC: 22:00 on 11-02 to 01:00 on 11-03 in Shanghai; past midnight the date shows.
     assert "from 2026-11-02 22:00 to 11-03 01:00 Asia/Shanghai" in out
     assert "  11-03 00:" in out or "  11-03 01:" in out
+    # The report's body too (its audited copy stays in UTC).
+    assert "GPU Steward sweep at 2026-11-03 01:00 Asia/Shanghai:" in out and "sweep at 2026-11-02 17:00 UTC" not in out
 
 
 @pytest.mark.integration

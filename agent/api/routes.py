@@ -39,8 +39,9 @@ from agent.api.schemas import (
     SweepRun,
     SweepStatus,
 )
+from agent.api.sparkline import finding_sparks
 from agent.detectors.evidence import describe
-from agent.graph.report import audit_text, decision_reason
+from agent.graph.report import audit_text, decision_reason, outcome_text, report_for_people
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.audit import AuditEntry
 from agent.records.savings import compute_savings
@@ -105,8 +106,9 @@ def finding_views(rt: StewardRuntime, lang: str = "en", template: str | None = N
     found = rt.findings()
     states = rt.finding_states(found)
     obs = rt.newest_observation()
+    sparks = finding_sparks(found, rt.sweep_observation())
     return [FindingView(**{**f.model_dump(), "evidence": describe(f, lang)}, **states.get(f.target, {}),
-                        **_placement(f, obs, template)) for f in found]
+                        **_placement(f, obs, template), util=sparks.get(f.target)) for f in found]
 
 
 def _template(request: Request) -> str | None:
@@ -137,14 +139,48 @@ def approval_view(rt: StewardRuntime, a: Approval, lang: str = "en", template: s
                                        "currency": finding.currency, "finding_kind": finding.kind,
                                        "metrics_url": _placement(finding, rt.newest_observation(),
                                                                  template).get("metrics_url")})
+    view = _resize_sizes(view, a, finding, lang)
     if a.status == "approved":
         action_id = (a.payload.get("guarded_action") or {}).get("id")
         done = next((e for e in rt.deps.audit.entries(kind="execution", target=a.target, limit=200)
                      if action_id and e.data.get("action_id") == action_id), None)
         if done is not None:
-            view = view.model_copy(update={"outcome": done.status, "outcome_detail": str(done.data.get("detail")
-                                                                                         or done.reason or "")})
+            view = view.model_copy(update={"outcome": done.status, "outcome_detail": outcome_text(
+                done.action or a.action, done.status or "", str(done.data.get("detail") or ""), done.reason or "",
+                lang)})
     return view
+
+
+def _resize_sizes(view: ApprovalView, a: Approval, finding: Finding | None, lang: str) -> ApprovalView:
+    """A resize request names the node count it was asked for, which approving carries out (the guardrail
+    re-checks it on fresh state first). A pending request is not re-asked while it waits, so a later sweep may
+    suggest another size, or none: the card then says so rather than showing the newer finding as its own."""
+    proposal = (a.payload.get("guarded_action") or {}).get("proposal") or {}
+    nodes = proposal.get("target_nodes")
+    if a.action != "resize_pool" or nodes is None:
+        return view
+    nodes = int(nodes)
+    suggested: int | None = None
+    if finding is not None and finding.kind == "oversized":
+        value = int(finding.metrics.get("suggested_nodes", -1))
+        suggested = value if value >= 0 else None
+    note = None
+    if a.status == "pending" and suggested != nodes:
+        note = resize_note(a.target, nodes, suggested, lang)
+    return view.model_copy(update={"target_nodes": nodes, "suggested_nodes": suggested, "size_note": note})
+
+
+def resize_note(pool: str, nodes: int, suggested: int | None, lang: str) -> str:
+    """Why a pending resize's size differs from the latest sweep's, and what approving does (en / zh)."""
+    if lang == "zh":
+        latest = (f"最近一次巡检建议缩容到 {suggested} 个节点" if suggested is not None
+                  else f"最近一次巡检已不再认为 {pool} 过大")
+        return (f"本请求是将 {pool} 缩容到 {nodes} 个节点；{latest}。批准将按本请求缩容到 {nodes} 个节点"
+                f"（执行前护栏会按最新状态复核）。")
+    latest = (f"the latest sweep suggests {suggested} nodes" if suggested is not None
+              else f"the latest sweep no longer finds {pool} oversized")
+    return (f"This request is to resize {pool} to {nodes} nodes; {latest}. Approving resizes to {nodes} nodes "
+            f"(the guardrail re-checks it on fresh state first).")
 
 
 @router.get("/api/approvals", response_model=ApprovalsPage, tags=["approvals"])
@@ -165,7 +201,7 @@ def approvals(request: Request, who: Viewer, recent: Annotated[int, Query(ge=0, 
                         404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "already answered or expired"},
                         503: {"model": ErrorBody, "description": "not taken: the approval store cannot be written"}})
 def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who: Approver,
-           response: Response) -> ApprovalResult:
+           response: Response, lang: UiLang = "en") -> ApprovalResult:
     rt = runtime_of(request)
     try:
         result = rt.answer(approval_id, body.decision, by=who.name, reason=body.reason)
@@ -179,7 +215,11 @@ def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who:
         response.status_code = 202
     approval = rt.deps.approvals.get(approval_id)
     assert approval is not None
-    return ApprovalResult(approval=approval, report=result.report, outcomes=result.state.get("outcomes", []))
+    # Each outcome with `text`: what came of it (detail, else reason) in the reader's language.
+    outcomes = [{**o, "text": outcome_text(str(o.get("action") or ""), str(o.get("status") or ""),
+                                           str(o.get("detail") or ""), str(o.get("reason") or ""), lang)}
+                for o in result.state.get("outcomes", [])]
+    return ApprovalResult(approval=approval, report=result.report, outcomes=outcomes)
 
 
 @router.post("/api/exemptions", response_model=ExemptionResult, status_code=201, tags=["approvals"],
@@ -286,12 +326,14 @@ def savings(request: Request, who: Viewer, points: Annotated[int, Query(ge=2, le
 
 @router.post("/api/sweeps", response_model=SweepRun, tags=["sweeps"], responses={409: {"model": ErrorBody}})
 def sweep_now(request: Request, who: Approver) -> SweepRun:
+    rt = runtime_of(request)
     try:
-        result = runtime_of(request).sweep_now(trigger=f"api:{who.name}")
+        result = rt.sweep_now(trigger=f"api:{who.name}")
     except SweepBusy as exc:
         raise HTTPException(409, str(exc)) from None
+    report = report_for_people(result.report, result.state, rt.deps, request.app.state.settings.zone())
     return SweepRun(run_id=result.run_id, at=result.state["at"], findings=len(result.state.get("findings", [])),
-                    approvals_opened=[a.id for a in result.approvals], report=result.report)
+                    approvals_opened=[a.id for a in result.approvals], report=report)
 
 
 @router.get("/api/status", response_model=SweepStatus, tags=["sweeps"])

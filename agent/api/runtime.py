@@ -266,6 +266,21 @@ class StewardRuntime:
         taken = list(self.deps._observations.values())  # one C-level copy: safe while a sweep adds to it
         return taken[-1] if taken else None
 
+    def sweep_observation(self) -> Observation | None:
+        """The reading the latest sweep's findings were made on (held in memory, never re-read): by its run,
+        else one taken at the sweep's cluster time, else the newest held."""
+        taken = dict(self.deps._observations)  # one C-level copy: safe while a sweep adds to it
+        latest = self.latest
+        if latest is None:
+            return None
+        if (obs := taken.get(latest.run_id)) is not None:
+            return obs
+        at = latest.state.get("at")
+        for obs in reversed(taken.values()):
+            if at is not None and str(obs.at.isoformat()) == str(at if isinstance(at, str) else at.isoformat()):
+                return obs
+        return next(reversed(taken.values()), None)
+
     def read_cluster(self, run_id: str) -> tuple[Observation | None, bool]:
         """(reading, fresh): a fresh one when the graph lock frees within read_wait_s, else the newest held."""
         if self.graph_lock.acquire(timeout=self.read_wait_s):

@@ -33,6 +33,15 @@ class Health(BaseModel):
     reasons: list[HealthReason] = Field(default_factory=list, description="Why it is degraded (empty when ok).")
 
 
+class UtilSpark(BaseModel):
+    """A target's GPU utilisation (percent) over the detection window, oldest point first (agent/api/sparkline.py)."""
+
+    step_s: float = Field(description="Seconds each point covers.")
+    end: datetime = Field(description="Where the newest point ends: the sweep's cluster time.")
+    max: list[float | None] = Field(description="Per point, the highest utilisation of any GPU; null: no reading.")
+    avg: list[float | None] = Field(description="Per point, the mean utilisation over the GPUs; null: no reading.")
+
+
 class FindingView(Finding):
     """A finding with what has happened to its target since (from the audit log and the inbox)."""
 
@@ -47,6 +56,8 @@ class FindingView(Finding):
     node: str | None = None
     pool: str | None = Field(None, description="The node pool the job, node or pool finding is on.")
     metrics_url: str | None = Field(None, description="STEWARD_METRICS_URL_TEMPLATE filled in for this target.")
+    util: UtilSpark | None = Field(None, description="GPU utilisation over the detection window (job and node "
+                                                     "findings, at most 48 points), from the sweep's own reading.")
 
 
 class FindingsPage(BaseModel):
@@ -68,7 +79,13 @@ class ApprovalView(Approval):
     why: str = Field("", description="Why the guardrail asks a human, in the language asked for (`lang`).")
     metrics_url: str | None = Field(None, description="The target's metrics (STEWARD_METRICS_URL_TEMPLATE).")
     outcome: str | None = Field(None, description="Audit status of the approved action (executed, skipped, ...).")
-    outcome_detail: str | None = None
+    outcome_detail: str | None = Field(None, description="What the execution recorded, in the language asked for.")
+    target_nodes: int | None = Field(None, description="resize_pool: the node count this request is for (what "
+                                                       "approving carries out).")
+    suggested_nodes: int | None = Field(None, description="resize_pool: the node count the latest oversized finding "
+                                                          "on the pool suggests (may differ from target_nodes).")
+    size_note: str | None = Field(None, description="Pending resize whose size the latest sweep no longer suggests: "
+                                                    "what approving does, in the language asked for.")
 
 
 class ApprovalsPage(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, tzinfo
 from typing import Any
 
 import httpx
@@ -13,27 +14,40 @@ from agent.chatops import dingtalk, wecom
 from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks
 from agent.chatops.notifier import Route
+from agent.detectors.evidence import describe
+from agent.graph.report import action_label, decision_reason, zone_name
 from agent.records.approvals import Approval
+from core.actions import Finding
 
 log = logging.getLogger("steward.chatops")
 
 
-def card_text(approval: Approval, language: str) -> tuple[str, str]:
-    """(title, markdown) for one approval request."""
-    proposal = approval.payload.get("guarded_action", {}).get("proposal", {})
+def card_text(approval: Approval, language: str, finding: Finding | None = None,
+              zone: tzinfo = UTC) -> tuple[str, str]:
+    """(title, markdown) for one approval request. `finding`: the sweep's finding on the target, whose evidence
+    the Chinese card shows in Chinese (the proposal keeps the detector's English); `zone`: the display time zone."""
+    ga = approval.payload.get("guarded_action", {})
+    proposal, decision = ga.get("proposal", {}), ga.get("decision", {})
     reason = proposal.get("reason", "")
-    expires = approval.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+    nodes = proposal.get("target_nodes")
+    expires = f"{approval.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {zone_name(zone)}"
     whom = ", ".join(approval.approvers)
     if language == "zh":
-        title = f"待审批：{approval.action} {approval.target}"
-        text = (f"### {title}\n\n级别 {approval.level}。原因：{reason}\n\n截止：{expires}（逾期视为拒绝）\n\n"
+        size = f" → {nodes} 个节点" if nodes is not None else ""
+        title = f"待审批：{action_label(approval.action, language)} {approval.target}{size}"
+        why = decision_reason(str(decision.get("rule") or "approval"), str(decision.get("reason") or ""), language)
+        evidence = describe(finding, language) if finding is not None else ""
+        text = (f"### {title}\n\n级别 {approval.level}。原因：{why}\n\n"
+                + (f"依据：{evidence}\n\n" if evidence else "")
+                + f"截止：{expires}（逾期视为拒绝）\n\n"
                 f"也可回复 `approve {approval.id}` 或 `deny {approval.id}`。")
         if approval.round > 1:
             text += f"\n\n第 {approval.round} 次询问：之前的请求无人答复，浪费仍在。"
         if whom:
-            text += f"\n\n请以下审批人处理：{whom}"
+            text += f"\n\n请以下审批人处理：{'、'.join(approval.approvers)}"
     else:
-        title = f"Approval needed: {approval.action} {approval.target}"
+        size = f" -> {nodes} nodes" if nodes is not None else ""
+        title = f"Approval needed: {approval.action} {approval.target}{size}"
         text = (f"### {title}\n\nLevel {approval.level}. Why: {reason}\n\nAnswer by {expires} (silence is a no).\n\n"
                 f"Or reply `approve {approval.id}` / `deny {approval.id}`.")
         if approval.round > 1:
@@ -44,13 +58,17 @@ def card_text(approval: Approval, language: str) -> tuple[str, str]:
     return title, text
 
 
+def _proposal(approval: Approval) -> dict[str, Any]:
+    return dict(approval.payload.get("guarded_action", {}).get("proposal", {}))
+
+
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "en",
                            now_s: Callable[[], float] = time.time,
-                           directory: UserDirectory | None = None) -> Callable[[Any], None]:
+                           directory: UserDirectory | None = None, zone: tzinfo = UTC) -> Callable[[Any], None]:
     """A StewardRuntime listener: posts a card on each approval_requested event.
 
     A request addressed to an escalation group (policy approvals.escalation) is followed by a message that
@@ -64,7 +82,10 @@ def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "
         if getattr(event, "kind", None) != "approval_requested" or event.approval is None:
             return
         approval: Approval = event.approval
-        title, text = card_text(approval, language)
+        state = getattr(getattr(event, "result", None), "state", None) or {}
+        found = next((f for f in state.get("findings", []) if f.get("target") == approval.target
+                      and f.get("kind") == _proposal(approval).get("finding_kind")), None)
+        title, text = card_text(approval, language, Finding.model_validate(found) if found else None, zone)
         labels = ("批准", "拒绝") if language == "zh" else ("Approve", "Deny")
         buttons = [(labels[0], links.url(approval.id, "approve", now_s())),
                    (labels[1], links.url(approval.id, "deny", now_s()))]

@@ -195,7 +195,10 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                                     reason=form.get("reason", "") or "via chat link")
         except (ApprovalError, LookupError) as exc:
             return _page("Not taken / 未受理", f"<p>{html.escape(str(exc))}</p>", 409)
-        return _page("Done / 已完成", f"<p>{html.escape(claim.a)}: {claim.d} by {html.escape(by)}</p>")
+        zh = "批准" if claim.d == "approve" else "拒绝"
+        done = "approved" if claim.d == "approve" else "denied"
+        return _page("Done / 已完成", f"<p>{html.escape(claim.a)}: {done} by {html.escape(by)} / "
+                                      f"{html.escape(by)} 已{zh}</p>")
 
     router.links = links  # type: ignore[attr-defined]  # the card listener signs with the same secret
     return router

@@ -15,7 +15,7 @@ from agent.config.policy import load_policy
 from agent.config.settings import Settings
 from agent.detectors.evidence import kind_label
 from agent.graph.deps import StewardDeps
-from agent.graph.report import action_label, pad, status_label
+from agent.graph.report import action_label, pad, report_for_people, status_label
 from core.durations import format_duration
 from core.text import plural
 from sim.scenario import demo_scenario_path, load_scenario
@@ -90,7 +90,7 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(result.state, default=str, ensure_ascii=False, indent=2))
     else:
-        print(result.report)
+        print(report_for_people(result.report, result.state, deps, settings.zone()))
         print("\n" + _words(deps.language)["audit"].format(path=deps.audit.path, count=deps.audit.count()))
     return 0
 
@@ -187,7 +187,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     if timeline and not args.once:
         print(w["timeline"])
         print("\n".join(timeline) + "\n")
-    print(result.report)
+    print(report_for_people(result.report, result.state, deps, zone))
     pending = deps.approvals.pending()
     if pending:
         print("\n" + w["waiting"])

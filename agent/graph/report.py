@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from agent.detectors.evidence import describe_record, duration_zh, kind_label
@@ -71,6 +71,7 @@ RULE_ZH = {
     "replaced_target": "同名作业已是另一个实例，不对其执行", "not_running": "作业已不在运行",
     "protected": "作业受保护策略保护", "no_finding": "当前没有支持该操作的发现",
     "level_ceiling": "操作级别超出策略允许的上限", "denial_hold": "人工已拒绝该操作，在拒绝有效期内不再执行或询问",
+    "long_tail_grace": "按该作业自身的工作节奏，空闲时间尚不算长（长尾宽限期内），暂不停止",
     "warning_first": "停止前必须先向负责人发出注明截止时间的警告，且通知期已满",
     "graceful_first": "必须先优雅停止（SIGTERM）并等待宽限期", "duplicate": "同一提醒在重复间隔内已发送过",
     "already_done": "已发送停止信号，正在等待宽限期", "already_stopping": "作业正在停止中",
@@ -97,14 +98,129 @@ def decision_reason(rule: str, reason: str, language: str) -> str:
     return RULE_ZH.get(rule, "护栏规则未通过")
 
 
+# The guardrail's rule, read back from its English reason where only the text was kept (an execution blocked when
+# re-checked records "re-checked before acting: <reason>"); first match wins, most specific first.
+RULE_OF_REASON = (
+    (re.compile(r"^policy mode is "), "mode"),
+    (re.compile(r" is now a different job \(uid "), "replaced_target"),
+    (re.compile(r"is not known \(no fresh pool facts\)|^the fresh facts are for |^the scheduler does not know job |"
+                r"has no node \S+ with a health finding"), "unknown_target"),
+    (re.compile(r"; only running or stopping jobs are stopped"), "not_running"),
+    (re.compile(r" is protected: "), "protected"),
+    (re.compile(r"^no current "), "no_finding"),
+    (re.compile(r", above the ceiling \d+ for "), "level_ceiling"),
+    (re.compile(r"; the denial holds for "), "denial_hold"),
+    (re.compile(r"long-tail grace"), "long_tail_grace"),
+    (re.compile(r"a stop needs a delivered|^the owner of job \S+ was warned at "), "warning_first"),
+    (re.compile(r"has not been asked to stop gracefully|was sent a graceful stop at "), "graceful_first"),
+    (re.compile(r"was already notified|is already awaiting approval"), "duplicate"),
+    (re.compile(r" and is stopping; waiting for the "), "already_done"),
+    (re.compile(r" is already stopping"), "already_stopping"),
+    (re.compile(r"actions failed in the last hour|GPUs reclaimed in the last hour"), "circuit_breaker"),
+    (re.compile(r"stops_per_hour|stops in the last hour reach the limit"), "rate_limit"),
+    (re.compile(r"names no target node count|does not shrink it|is below the minimum|is above the maximum|"
+                r"would remove a busy node|; the reserve is "), "reserve"),
+    (re.compile(r"runbook"), "runbook_limit"),
+)
+
+# What a backend answered to a stop, a resize or a warning (the word before the colon in an outcome's detail).
+RESULT_ZH = {
+    "stopped": "已停止", "stopping": "已发送 SIGTERM，作业尚未退出", "already_gone": "作业已不存在", "refused": "被拒绝",
+    "error": "出错", "resized": "已缩容", "unchanged": "未改变", "cordoned": "已封锁", "sent": "已发送",
+    "suppressed": "重复，未再发送", "deferred": "非工作时间，推迟发送", "failed": "发送失败",
+}
+# The simulator's and adapters' own short answers; anything else a backend says stays verbatim.
+BACKEND_ZH = {
+    "killed": "已强制结束", "exited on SIGTERM": "收到 SIGTERM 后退出", "SIGTERM sent; the job has not exited": "",
+    "pending job removed from the queue": "排队中的作业已移出队列", "no such job": "没有该作业",
+    "job already ended": "作业已结束", "delivery failed": "投递失败",
+    "already told about this job and violation in this period": "本周期内已就该作业的该问题通知过",
+    "outside working hours; sent at the next sweep within them": "将在工作时间内的下一次巡检时发送",
+    "no DingTalk or WeCom webhook configured": "未配置钉钉或企业微信 webhook",
+}
+
+
+# How an owner warning went out (Delivery.channel); a channel not listed keeps its name.
+CHANNEL_ZH = {"inbox": "站内信", "email": "邮件", "chatops": "群聊机器人", "dingtalk": "钉钉", "wecom": "企业微信",
+              "log": "日志", "none": "无渠道"}
+
+
+def rule_of_reason(reason: str) -> str | None:
+    """The guardrail rule an English reason was written by, or None when it is not one of the guardrail's."""
+    return next((rule for pattern, rule in RULE_OF_REASON if pattern.search(reason)), None)
+
+
+def outcome_text(action: str, status: str, detail: str, reason: str, language: str) -> str:
+    """What came of an executed, refused, blocked or failed action, for people: the recorded detail (else its
+    reason) as written in English; in Chinese rebuilt from its parts: product words translated, identifiers,
+    numbers, a person's words and a backend's own error text kept. A reason that is only the proposal's evidence
+    (English detector text, shown translated with the finding) is left out in Chinese."""
+    if not detail and reason == status:  # a denial or expiry without words: its status says it all
+        return ""
+    text = plain_times(detail or reason or "")
+    if language != "zh" or not text:
+        return text
+    if not detail:
+        if status in ("denied_by_human", "expired"):
+            return text  # a person's own words (or none)
+        return _reason_zh(action, reason)
+    if action == "notify" and (m := re.match(r"^(\S+) to (\S+): (\w+)(?: \((.*)\))?$", detail)):
+        said = BACKEND_ZH.get(m[4] or "", m[4] or "")
+        via = "、".join(CHANNEL_ZH.get(c, c) for c in m[1].split("+"))
+        via = via if all(c in CHANNEL_ZH for c in m[1].split("+")) else f" {via} "
+        return f"通过{via}发给 {m[2]}：{RESULT_ZH.get(m[3], m[3])}" + (
+            f"（{said}）" if said else "")
+    if action == "resize_pool" and (m := re.match(r"^(\d+)->(\d+)\s*(.*)$", detail)):
+        rest = BACKEND_ZH.get(m[3], m[3])
+        return f"{m[1]} → {m[2]} 个节点" + (f"（{rest}）" if rest else "")
+    word, _, rest = detail.partition(": ")
+    if word in RESULT_ZH:
+        said = BACKEND_ZH.get(rest, rest)
+        return RESULT_ZH[word] + (f"（{said}）" if said else "")
+    return BACKEND_ZH.get(detail, detail)
+
+
+def _reason_zh(action: str, reason: str) -> str:
+    """An outcome's reason (it had no detail) in Chinese."""
+    act = action_label(action, "zh")
+    if reason.startswith("re-checked before acting: "):
+        rule = rule_of_reason(reason.removeprefix("re-checked before acting: "))
+        return "执行前复核未通过：" + RULE_ZH.get(rule or "", "护栏规则未通过")
+    if reason.startswith("dry run: would "):
+        return f"演练：未实际{act}"
+    if reason.startswith("could not re-read fresh state: "):
+        return "无法重新读取最新状态，未执行：" + reason.removeprefix("could not re-read fresh state: ")
+    if reason == "already executed (idempotent)":
+        return "已执行过，不重复执行"
+    if m := re.match(r"^interrupted at (\d{2}:\d{2}) before its outcome was recorded: (.*)$", reason):
+        return f"{m[1]} 中断，结果未及记录：{outcome_text(action, '', m[2], '', 'zh')}"
+    if m := re.match(r"^\w+ failed: (.*)$", reason):
+        return f"{act}失败：{m[1]}"
+    if rule := rule_of_reason(reason):
+        return RULE_ZH.get(rule, "护栏规则未通过")
+    return ""  # the proposal's own reason (a detector's English evidence): the finding shows it translated
+
+
 def pad(text: str, width: int) -> str:
     """`text` padded to `width` terminal columns (CJK characters take two), at least one space after it."""
     wide = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
     return text + " " * max(1, width - wide)
 
 
-def _when(value: str) -> str:
-    return datetime.fromisoformat(value).strftime("%H:%M")
+def _local(value: str, zone: tzinfo) -> datetime:
+    moment = datetime.fromisoformat(value)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(zone)
+
+
+def zone_name(zone: tzinfo) -> str:
+    """The name people see after a time: the IANA key (Asia/Shanghai), UTC for UTC."""
+    return "UTC" if zone is UTC else str(getattr(zone, "key", None) or zone.tzname(None) or "UTC")
+
+
+def _when(value: str, at: str, zone: tzinfo = UTC) -> str:
+    """HH:MM in the display zone; with the date when it is another day than the sweep's."""
+    local = _local(value, zone)
+    return f"{local:%H:%M}" if not at or local.date() == _local(at, zone).date() else f"{local:%m-%d %H:%M}"
 
 
 def _decision_line(d: dict[str, Any], outcomes: dict[str, dict[str, Any]], lang: str = "en") -> str:
@@ -130,23 +246,25 @@ def _decision_line(d: dict[str, Any], outcomes: dict[str, dict[str, Any]], lang:
     return f"{head}{status_label(out['status'], lang)} {out.get('detail') or out.get('reason') or ''}".rstrip()
 
 
-def _finding_lines(f: dict[str, Any], at: str, words: dict[str, str], lang: str) -> list[str]:
+def _finding_lines(f: dict[str, Any], at: str, words: dict[str, str], lang: str, zone: tzinfo = UTC) -> list[str]:
     seconds = (datetime.fromisoformat(at) - datetime.fromisoformat(f["since"])).total_seconds()
     money_str = money(f["waste_cost"], f["currency"]) if f["waste_cost"] else ""
     rb = f" [rb:{f['runbook']}]" if f.get("runbook") else ""
     if lang == "zh":
         label = pad(kind_label(f["kind"], lang), 16)
         waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU 小时 {money_str}".rstrip() if f["gpus"] else ""
-        return [f"  {label}{f['target']}  {f['gpus']} 块 GPU  {words['since']} {_when(f['since'])}"
+        return [f"  {label}{f['target']}  {f['gpus']} 块 GPU  {words['since']} {_when(f['since'], at, zone)}"
                 f"（{duration_zh(seconds)}）  {waste}".rstrip(),
                 f"  {'':<15} {describe_record(f, lang)}{rb}"]
     waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU-h {money_str}".rstrip() if f["gpus"] else ""
     return [f"  {f['kind'].upper():<15} {f['target']}  {f['gpus']} GPUs  {words['since']} "
-            f"{_when(f['since'])} ({format_duration(seconds)})  {waste}".rstrip(),
+            f"{_when(f['since'], at, zone)} ({format_duration(seconds)})  {waste}".rstrip(),
             f"  {'':<15} {f['evidence']}{rb}"]
 
 
-def render_report(state: StewardState, deps: StewardDeps) -> str:
+def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) -> str:
+    """The report in the deps' language. Times are in `zone`: UTC for the audit log (the graph's own copy),
+    the display time zone (STEWARD_DISPLAY_TZ) when it is shown to people (report_for_people)."""
     lang = deps.language
     words = LABELS.get(lang, LABELS["en"])
     zh = lang == "zh"
@@ -159,18 +277,20 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
                  else f"{words['approval']} {a.get('id', '?')}: {decision} by {by}"]
         for o in state.get("outcomes", []):
             level = f"（级别 {o['level']}）：" if zh else f" (level {o['level']}): "
-            detail = "" if zh else f" {o.get('detail') or o.get('reason') or ''}"
+            said = outcome_text(o["action"], o["status"], o.get("detail") or "", o.get("reason") or "", lang)
+            detail = (f"（{said}）" if said else "") if zh else f" {o.get('detail') or o.get('reason') or ''}"
             lines.append(f"  {pad(action_label(o['action'], lang), 16)} {o['target']}{level}"
                          f"{status_label(o['status'], lang)}{detail}".rstrip())
         return "\n".join(lines)
     at = state.get("at", "")
     observed = state.get("observed", {})
+    stamp = f"{_local(at, zone):%Y-%m-%d %H:%M} {zone_name(zone)}" if at else "?"
     if zh:
-        header = (f"{words['sweep']} {at[:16].replace('T', ' ')} UTC：{observed.get('jobs', 0)} 个作业，"
+        header = (f"{words['sweep']} {stamp}：{observed.get('jobs', 0)} 个作业，"
                   f"{observed.get('gpus', 0)} 块 GPU，{observed.get('nodes', 0)} 个节点"
                   f"（{observed.get('backend_calls', 0)} 次后端调用）")
     else:
-        header = (f"{words['sweep']} {at[:16].replace('T', ' ')} UTC: {observed.get('jobs', 0)} jobs, "
+        header = (f"{words['sweep']} {stamp}: {observed.get('jobs', 0)} jobs, "
                   f"{observed.get('gpus', 0)} GPUs, {observed.get('nodes', 0)} nodes "
                   f"({observed.get('backend_calls', 0)} backend calls)")
     lines = [header, ""]
@@ -196,7 +316,7 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
         lines.append(f"{words['findings']}（{len(findings)}）：" if zh else f"{words['findings']} ({len(findings)}):")
         total_cost, total_hours, currency = 0.0, 0.0, deps.currency
         for f in findings:
-            lines.extend(_finding_lines(f, at, words, lang))
+            lines.extend(_finding_lines(f, at, words, lang, zone))
             total_cost += f["waste_cost"]
             total_hours += f["waste_gpu_hours"]
             currency = f["currency"]
@@ -219,6 +339,14 @@ def render_report(state: StewardState, deps: StewardDeps) -> str:
         for err in plan.get("errors", []):
             lines.append(f"  ! {err}")
     return "\n".join(lines)
+
+
+def report_for_people(report: str, state: StewardState | dict[str, Any], deps: StewardDeps, zone: tzinfo) -> str:
+    """A sweep's report as people read it: re-rendered with times in the display zone (the audited copy, `report`,
+    stays in UTC). An approval's report names no times and is returned as it is."""
+    if zone_name(zone) == "UTC" or not state.get("at") or state.get("mode") == "approval":
+        return report
+    return render_report(state, deps, zone)  # type: ignore[arg-type]
 
 
 def _unmeasured(deps: StewardDeps, run_id: str) -> list[str]:
@@ -261,7 +389,8 @@ def audit_text(kind: str, status: str | None, action: str | None, target: str | 
     if kind == "intent":
         return f"即将{act}"
     if kind == "execution":
-        return f"{act}：{status_label(status or '', language)}"
+        said = outcome_text(action or "", status or "", str(data.get("detail") or ""), reason, language)
+        return f"{act}：{status_label(status or '', language)}" + (f"（{said}）" if said else "")
     if kind == "stop_confirmed":
         return "已确认作业退出"
     if kind == "approval":

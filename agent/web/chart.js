@@ -46,3 +46,30 @@ export function barChart(el, rows, currency, labels) {
   }).join("");
   el.innerHTML = `<svg xmlns="${NS}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(labels.title)}">${bars}</svg>`;
 }
+
+// A finding's GPU utilisation over the detection window (0-100 %): the mean over its GPUs as a filled area, the
+// busiest GPU as a line. A point without a reading (null) is a gap, never drawn as quiet. util: {step_s, end, max, avg}.
+export function sparkline(util, title) {
+  if (!util || !util.max || !util.max.length) return "";
+  const W = 96, H = 24, n = util.max.length;
+  const x = (i) => (n === 1 ? W / 2 : (i / (n - 1)) * W);
+  const y = (v) => H - 1 - (Math.min(100, Math.max(0, v)) / 100) * (H - 2);
+  const runs = (values) => {
+    const out = [];
+    let run = [];
+    values.forEach((v, i) => {
+      if (v === null || v === undefined) { if (run.length) out.push(run); run = []; } else run.push([x(i), y(v)]);
+    });
+    if (run.length) out.push(run);
+    return out;
+  };
+  const pts = (run) => run.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`).join(" ");
+  const area = runs(util.avg).map((run) => `<polygon class="spark-avg" points="${run[0][0].toFixed(1)},${H} ${pts(run)} `
+    + `${run[run.length - 1][0].toFixed(1)},${H}"/>`).join("");
+  const line = runs(util.max).map((run) => (run.length === 1
+    ? `<circle class="spark-max" cx="${run[0][0].toFixed(1)}" cy="${run[0][1].toFixed(1)}" r="1.2"/>`
+    : `<polyline class="spark-max" points="${pts(run)}"/>`)).join("");
+  return `<svg class="sparkline" xmlns="${NS}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img"
+    aria-label="${esc(title)}" data-points="${n}"><title>${esc(title)}</title>
+    <line class="spark-base" x1="0" x2="${W}" y1="${H - 0.5}" y2="${H - 0.5}"/>${area}${line}</svg>`;
+}

@@ -1,6 +1,6 @@
 // Approvals inbox and exemptions, findings table, savings and audit views.
 import { download, getJSON, postJSON } from "./api.js";
-import { barChart, timeChart } from "./chart.js";
+import { barChart, sparkline, timeChart } from "./chart.js";
 import { colon, lang, t, tv } from "./i18n.js";
 import { esc, inline, markdown, money, state, when, zone } from "./render.js";
 
@@ -36,7 +36,7 @@ export async function loadApprovals() {
     <td>${esc(tv("action", a.action))}</td><td class="mono">${esc(a.target)}</td><td>L${a.level}</td>
     <td><span class="pill ${esc(a.status)}">${esc(tv("status", a.status))}</span></td><td>${esc(a.answered_by || "—")}</td>
     <td class="nowrap">${when(a.answered_at || a.expires_at)}</td><td>${esc(a.answer_reason || "—")}</td>
-    <td>${a.outcome ? `<span class="pill ${esc(a.outcome)}">${esc(tv("status", a.outcome))}</span> <span class="muted">${esc(lang === "en" ? a.outcome_detail || "" : "")}</span>` : "—"}</td></tr>`).join("")
+    <td>${a.outcome ? `<span class="pill ${esc(a.outcome)}">${esc(tv("status", a.outcome))}</span> <span class="muted outcome-detail">${esc(a.outcome_detail || "")}</span>` : "—"}</td></tr>`).join("")
     || `<tr><td colspan="8" class="empty">${esc(t("approvals.no_recent"))}</td></tr>`;
   labelCells("recent-table");
   await loadExemptions();
@@ -51,6 +51,13 @@ function contextLine(a) {
   return parts.join(" · ");
 }
 
+// A resize names the node count it is for; when the latest sweep suggests another (or none), the server says so.
+function sizeLines(a) {
+  if (a.target_nodes == null) return "";
+  const size = `<p class="size">${esc(t("approvals.resize_to"))}${colon()}<strong>${a.target_nodes}</strong> ${esc(t("approvals.nodes"))}</p>`;
+  return size + (a.size_note ? `<p class="size-note warn" role="note">${esc(a.size_note)}</p>` : "");
+}
+
 function approvalCard(a) {
   const ga = a.payload.guarded_action || {};
   const why = a.why || ga.decision?.reason || "";
@@ -60,7 +67,7 @@ function approvalCard(a) {
   el.dataset.id = a.id;
   el.innerHTML = `<div class="card-head"><span class="action">${esc(tv("action", a.action))}</span>
       <span class="mono target">${esc(a.target)}</span><span class="lvl">L${a.level}</span></div>
-    <div class="card-body"><p class="context">${contextLine(a)}</p>
+    <div class="card-body"><p class="context">${contextLine(a)}</p>${sizeLines(a)}
       ${a.evidence ? `<p class="evidence">${inline(a.evidence)}</p>` : `<p>${inline(proposalWhy)}</p>`}
       <p class="muted">${esc(t("approvals.why"))}${colon()}${inline(why)}</p>
       <p class="muted">${esc(t("approvals.requested"))} ${when(a.requested_at)} ${zone()} · ${esc(t("approvals.expires"))} ${when(a.expires_at)} ${zone()} ·
@@ -74,10 +81,11 @@ function approvalCard(a) {
   const send = async (decision) => {
     el.querySelectorAll(".card-actions button").forEach((b) => { b.disabled = true; });
     try {
-      const r = await postJSON(`/api/approvals/${encodeURIComponent(a.id)}`, { decision, reason: el.querySelector(".reason").value });
+      const r = await postJSON(`/api/approvals/${encodeURIComponent(a.id)}?lang=${lang}`, { decision, reason: el.querySelector(".reason").value });
       const ap = r.approval;
-      const outcome = (r.outcomes || []).map((o) => `${tv("action", o.action)} ${o.target}${lang === "zh" ? "：" : ": "}`
-        + `${tv("status", o.status)}${o.detail && lang === "en" ? ` (${o.detail})` : ""}`);
+      const said = (o) => o.text ?? (lang === "en" ? o.detail || "" : "");
+      const outcome = (r.outcomes || []).map((o) => `${tv("action", o.action)} ${o.target}${colon()}`
+        + `${tv("status", o.status)}${said(o) ? (lang === "zh" ? `（${said(o)}）` : ` (${said(o)})`) : ""}`);
       result.className = `card-result ok ${ap.status}`;
       result.innerHTML = `<p class="verdict"><strong>${esc(tv("status", ap.status))}</strong> · ${esc(ap.answered_by || "")} · ${when(ap.answered_at)} ${zone()}`
         + `${ap.answer_reason ? ` · ${esc(ap.answer_reason)}` : ""}</p>`
@@ -209,17 +217,40 @@ function renderFindings() {
     <td><span class="kind ${esc(f.kind)}">${esc(tv("kind", f.kind))}</span></td>
     <td class="mono">${esc(f.target)}${placement(f)}</td>
     <td>${esc(f.owner || "—")}</td><td class="num">${f.gpus}</td><td class="nowrap">${when(f.since)}</td>
+    <td class="spark-cell">${utilCell(f.util)}</td>
     <td class="num">${f.waste_gpu_hours.toFixed(1)}</td><td class="num">${money(f.waste_cost, f.currency)}</td>
     <td class="state">${findingState(f)}</td>
     <td class="evidence">${inline(f.evidence)}${f.runbook ? ` ${inline(`[rb:${f.runbook}]`)}` : ""}${f.metrics_url
       ? ` <a class="metrics" href="${esc(f.metrics_url)}" target="_blank" rel="noopener">${esc(t("approvals.metrics"))}</a>` : ""}</td></tr>`).join("")
-    : `<tr><td colspan="9" class="empty">${esc(findingsView.rows.length ? t("findings.none") : findingsView.empty)}</td></tr>`;
+    : `<tr><td colspan="10" class="empty">${esc(findingsView.rows.length ? t("findings.none") : findingsView.empty)}</td></tr>`;
   labelCells("findings-table");
   if (state.focusTarget) {
     const row = [...document.querySelectorAll("#findings-table tbody tr")].find((r) => r.dataset.target === state.focusTarget);
     state.focusTarget = null;
     if (row) { row.classList.add("focus"); row.scrollIntoView({ block: "center" }); }
   }
+}
+
+// The sparkline of a finding's GPU utilisation over the detection window, with its peak and mean in words.
+function utilCell(util) {
+  if (!util || !util.max?.length) return `<span class="muted">—</span>`;
+  const known = (xs) => xs.filter((v) => v !== null && v !== undefined);
+  const peak = Math.max(...known(util.max), 0);
+  const avgs = known(util.avg);
+  const mean = avgs.length ? avgs.reduce((a, b) => a + b, 0) / avgs.length : 0;
+  const pct = (v) => `${Math.round(v)}%`;
+  const span = duration(util.step_s * util.max.length);
+  const title = lang === "zh"
+    ? `近 ${span} GPU 利用率：最高 ${pct(peak)}，平均 ${pct(mean)}`
+    : `GPU utilisation over the last ${span}: max ${pct(peak)}, mean ${pct(mean)}`;
+  const note = lang === "zh" ? `最高 ${pct(peak)} · 平均 ${pct(mean)}` : `max ${pct(peak)} · mean ${pct(mean)}`;
+  return `<div>${sparkline(util, title)}<div class="muted spark-note">${esc(note)}</div></div>`;
+}
+
+function duration(seconds) {
+  const h = Math.floor(seconds / 3600), m = Math.round((seconds % 3600) / 60);
+  if (lang === "zh") return h ? `${h} 小时${m ? ` ${m} 分钟` : ""}` : `${m} 分钟`;
+  return h ? `${h}h${m ? ` ${m}m` : ""}` : `${m}m`;
 }
 
 function placement(f) {

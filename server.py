@@ -91,6 +91,9 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     from agent.alerts.route import alerts_router
 
     app.include_router(alerts_router(settings))
+    from agent.api.changes import router as changes_router
+
+    app.include_router(changes_router)
     app.state.runbooks_route = True  # the UI turns [rb:<id>] into links only when this is served
     for router in extra_routers:
         app.include_router(router)

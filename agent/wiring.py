@@ -11,6 +11,7 @@ from agent.graph.deps import StewardDeps
 from agent.planning.policy_model import Planner, PolicyModel
 from agent.records.approvals import ApprovalStore
 from agent.records.audit import AuditLog
+from agent.records.changes import ChangeStore
 from core.cluster import PoolInfo, ResizeResult
 from sim.cluster import SimCluster
 from sim.scenario import Scenario
@@ -48,6 +49,7 @@ def simulated_deps(
         metrics=cluster, scheduler=cluster, logs=cluster, pools=cluster,
         notifier=RecordingNotifier(cluster), clock=cluster, policy=policy, audit=audit,
         approvals=approvals, planner=planner, currency=scenario.currency, language=language,
+        changes=ChangeStore(database_url or (data_dir / "changes.sqlite" if data_dir else ":memory:")),
     )
     return deps, cluster
 
@@ -115,5 +117,5 @@ def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> Stewar
         metrics=metrics, scheduler=scheduler, logs=logs, pools=pools,
         notifier=_chatops_or(settings, notifier, clock, policy, scheduler), clock=clock, policy=policy,
         audit=audit, approvals=ApprovalStore(settings.store("approvals"), audit), planner=planner,
-        language=settings.language,
+        language=settings.language, changes=ChangeStore(settings.store("changes")),
     )

@@ -24,6 +24,8 @@ class SimNode:
     # per GPU index: [(at, value)] sorted by time
     temp_events: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     xid_events: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # at the start
+    label_events: list[tuple[float, dict[str, str]]] = field(default_factory=list)  # (at, labels set), by time
 
     def uuid(self, gpu: int) -> str:
         digest = hashlib.sha1(f"{self.name}/{gpu}".encode()).hexdigest()
@@ -51,19 +53,29 @@ class SimNode:
                 last = (value, at)
         return last
 
+    def labels_at(self, t: float) -> dict[str, str]:
+        """The node's labels at time t: its own, with every label event up to t applied in order."""
+        out = dict(self.labels)
+        for at, labels in self.label_events:
+            if at <= t:
+                out.update(labels)
+        return out
+
 
 def _node(uid: int, name: str, pool: Pool | None, spec: Node | None) -> SimNode:
     gpus = (spec.gpus if spec and spec.gpus else None) or (pool.gpus_per_node if pool else 1)
     model = (spec.gpu_model if spec else None) or (pool.gpu_model if pool else "")
     profiling = spec.profiling if spec and spec.profiling is not None else (pool.profiling if pool else True)
     node = SimNode(uid=uid, name=name, pool=pool.name if pool else None, gpus=gpus, gpu_model=model,
-                   profiling=profiling)
+                   profiling=profiling, labels=dict(spec.labels) if spec else {})
     for event in sorted(spec.events if spec else [], key=lambda e: e.at):
         gpu = event.gpu or 0
         if event.gpu_temp_c is not None:
             node.temp_events.setdefault(gpu, []).append((event.at, event.gpu_temp_c))
         if event.xid is not None:
             node.xid_events.setdefault(gpu, []).append((event.at, event.xid))
+        if event.labels:
+            node.label_events.append((event.at, dict(event.labels)))
     return node
 
 

@@ -23,6 +23,7 @@ class StewardState(TypedDict, total=False):
     outcomes: Annotated[list[dict[str, Any]], operator.add]  # ActionOutcome dumps
     recovered: list[dict[str, Any]]  # ActionOutcome dumps: actions an earlier, interrupted process left unsettled
     report: str
+    changes: dict[str, Any]  # change governance this sweep: ids recorded, detected and flagged (docs/changes.md)
 
 
 def findings_of(state: StewardState) -> list[Finding]:

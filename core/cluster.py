@@ -49,6 +49,27 @@ class JobInfo(_Record):
     pending_reason: str | None = None
     pending_message: str | None = None
     gpu_model: str | None = None  # the GPU model the job asks for (node selector, typed GRES); None = any
+    image: str | None = None  # the main container's image (Kubernetes); None = not reported (docs/changes.md)
+    ended_at: datetime | None = None  # when a finished job ended (`failed_jobs`); None while it runs
+    # What the job runs (docs/doomed-jobs.md): with user, image and GPUs, what makes two runs "the same job".
+    command: str | None = None
+
+
+class FinishedJob(_Record):
+    """A job that ended, as the scheduler's history reports it (docs/doomed-jobs.md): what it ran and how it ended."""
+
+    id: str
+    uid: str = ""
+    user: str
+    project: str | None = None
+    gpus: int = 0
+    node: str | None = None
+    image: str | None = None
+    command: str | None = None
+    started_at: datetime
+    ended_at: datetime  # when the outcome became known
+    state: Literal["completed", "failed", "cancelled"]
+    reason: str = ""  # the exit reason or code where the scheduler gives one (CUDA OOM, OOMKilled, exit 1); "" = unknown
 
 
 def gpu_model_matches(wanted: str | None, model: str) -> bool:

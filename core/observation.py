@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from core.cluster import FinishedJob, GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
 
 
 class LogProgress(BaseModel):
@@ -42,6 +42,8 @@ class Observation(BaseModel):
     history: list[GpuHistory] = []
     history_slice_s: float = 0.0
     logs: dict[str, LogProgress] = {}
+    # Jobs that ended recently (the doomed-job detector's history); empty when the scheduler reports none.
+    finished: list[FinishedJob] = []
     backend_calls: int = 0  # requests this observation cost (for the benchmarks)
     # Why the metrics may be incomplete (e.g. a partial Thanos response, Prometheus warnings); empty = complete.
     # The idle and zombie detectors make no job finding on degraded data (agent/detectors/longtail.py).

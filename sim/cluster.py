@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from core.cluster import (
+    FinishedJob,
     GpuHistory,
     GpuSeries,
     JobInfo,
@@ -129,7 +130,8 @@ class SimCluster:
             started_at=at + timedelta(seconds=run.start) if run.start is not None else None,
             stop_requested_at=at + timedelta(seconds=run.stop_requested) if run.stop_requested is not None else None,
             submitted_at=at + timedelta(seconds=job.submit), gpu_model=job.gpu_model,
-            pending_reason=reason, pending_message=message,
+            pending_reason=reason, pending_message=message, image=job.image, command=job.command,
+            ended_at=at + timedelta(seconds=run.end) if run.end is not None and not run.active else None,
         )
 
     def list_jobs(self) -> list[JobInfo]:
@@ -145,7 +147,42 @@ class SimCluster:
     def list_nodes(self) -> list[NodeInfo]:
         self.backend_calls += 1
         return [NodeInfo(name=n.name, pool=n.pool, gpus=n.gpus, gpu_model=n.gpu_model,
-                         jobs=[r.job.id for r in self._lifecycle.jobs_on(n)]) for n in self._lifecycle.nodes]
+                         jobs=[r.job.id for r in self._lifecycle.jobs_on(n)], labels=n.labels_at(self.offset_s))
+                for n in self._lifecycle.nodes]
+
+    def failed_jobs(self, since: datetime) -> list[JobInfo]:
+        """Jobs that ended failed at or after `since` (a scenario job with `exit: failed`): one call, like listing
+        Kubernetes pods in phase Failed or `sacct --state=FAILED` (docs/changes.md)."""
+        self.backend_calls += 1
+        start = self.offset_of(since)
+        return [self._info(r) for r in self._lifecycle.runs
+                if r.state == "failed" and r.end is not None and start <= r.end <= self.offset_s]
+
+    def list_finished(self, since: datetime) -> list[FinishedJob]:
+        """Runs that ended (completed, failed or stopped) at or after `since`, oldest end first, with what they ran
+        and the failure reason (docs/doomed-jobs.md): one call, like `sacct` or a Job's pod history."""
+        self.backend_calls += 1
+        at, start, out = self.scenario.start, self.offset_of(since), []
+        for run in self._lifecycle.runs:
+            if (run.end is None or run.start is None or run.state not in ("completed", "failed", "cancelled")
+                    or not start <= run.end <= self.offset_s):
+                continue
+            job = run.job
+            out.append(FinishedJob(
+                id=job.id, uid=f"sim:{job.id}@{job.submit:g}", user=job.user, project=job.project or job.namespace,
+                gpus=job.gpus, node=run.node.name if run.node else None, image=job.image, command=job.command,
+                started_at=at + timedelta(seconds=run.start), ended_at=at + timedelta(seconds=run.end),
+                state=cast(Any, run.state), reason=(job.exit_reason or "") if run.state == "failed" else ""))
+        return sorted(out, key=lambda f: f.ended_at)
+
+    def scripted_changes(self, since: datetime) -> list[dict[str, object]]:
+        """The scenario's `changes:` due after `since` and by now, as a person would record them (no backend call)."""
+        start, out = self.offset_of(since), []
+        for c in self.scenario.changes:
+            if start < c.at <= self.offset_s:
+                out.append({"kind": c.kind, "target": c.target, "description": c.description, "by": c.by,
+                            "at": self.scenario.start + timedelta(seconds=c.at)})
+        return out
 
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
                  uid: str | None = None) -> StopResult:
@@ -155,7 +192,7 @@ class SimCluster:
         status: StopStatus
         if uid and run is not None and self._info(run).uid != uid:
             status, detail = "refused", f"{job_id} is another job now (uid {self._info(run).uid}, not {uid})"
-        elif run is None or not self._visible(run) or run.state in ("completed", "cancelled"):
+        elif run is None or not self._visible(run) or run.state in ("completed", "failed", "cancelled"):
             status, detail = "already_gone", "no such job" if run is None else "job already ended"
         elif run.state == "waiting":
             run.state = "cancelled"  # it never held GPUs, so stop_offset stays None

@@ -17,7 +17,7 @@ ACTIVE = ("running", "stopping")
 class Run:
     """One scenario job and what has happened to it so far.
 
-    state: waiting (not yet started, or no node has room) | running | stopping | completed | cancelled.
+    state: waiting (not yet started, or no node has room) | running | stopping | completed | failed | cancelled.
     `end` is when the job released its GPUs; None while it holds them (or never got any).
     """
 
@@ -88,7 +88,7 @@ class Lifecycle:
             for run in self.runs:
                 end = run.job.end
                 if run.active and end is not None and end <= t:
-                    self.release(run, end, "completed")
+                    self.release(run, end, "failed" if run.job.exit == "failed" else "completed")
                 elif run.state == "waiting" and end is not None and end <= t:
                     run.state = "cancelled"  # never got GPUs before its end
             self.settled_to = t

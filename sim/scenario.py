@@ -31,6 +31,9 @@ class NodeEvent(_Strict):
     xid: int | None = None
     gpu_temp_c: float | None = None
     gpu: int | None = None  # extension: which GPU index (default 0)
+    # extension (docs/changes.md): node labels set from this time on (merged over the node's `labels`), e.g. a
+    # driver upgrade's nvidia.com/cuda.driver-version.full as GPU feature discovery reports it
+    labels: dict[str, str] | None = None
 
 
 class Pool(_Strict):
@@ -61,6 +64,7 @@ class Node(_Strict):
     gpu_model: str | None = None
     events: list[NodeEvent] = []
     profiling: bool | None = None  # extension: override the pool's `profiling` (a node outside a pool: true)
+    labels: dict[str, str] = {}  # extension: the node's labels at the start (docs/changes.md)
 
 
 class Phase(_Strict):
@@ -137,6 +141,14 @@ class Job(_Strict):
     gpu_model: str | None = None
     pending_reason: str | None = None
     pending_message: str | None = None
+    # Extensions for change governance (docs/changes.md): the job's container image, and how it ends at `end`
+    # (`failed`: the scheduler reports it failed, as a crashed pod or a Slurm job with a non-zero exit).
+    image: str | None = None
+    exit: Literal["succeeded", "failed"] = "succeeded"
+    # Extensions for doomed jobs (docs/doomed-jobs.md): the job's command (with user, image and GPUs, what makes
+    # two runs "the same job") and, for `exit: failed`, the reason the scheduler reports (CUDA out of memory, exit 1).
+    command: str | None = None
+    exit_reason: str | None = None
 
     @field_validator("id")
     @classmethod
@@ -165,10 +177,21 @@ class ScriptedApproval(_Strict):
     by: str = "scripted"
 
 
+class ScriptedChange(_Strict):
+    """Extension (docs/changes.md): a change a person records at `at`, as `steward change record` would."""
+
+    at: Duration
+    kind: Literal["driver", "image", "cuda", "policy", "scheduler", "other"]
+    target: str
+    description: str = ""
+    by: str = "scripted"
+
+
 class Truth(_Strict):
     job: str | None = None
     pool: str | None = None  # extension: a pool-level answer (waste: oversized)
-    waste: Literal["idle", "zombie", "overprovisioned", "none", "oversized", "node_health", "stuck_pending"]
+    waste: Literal["idle", "zombie", "overprovisioned", "none", "oversized", "node_health", "stuck_pending", "doomed",
+                   "crash_loop"]
     since: Duration | None = None
     must_not_kill: bool = False
 
@@ -191,6 +214,7 @@ class Scenario(_Strict):
     nodes: list[Node] = []
     jobs: list[Job] = []
     approvals: list[ScriptedApproval] = []
+    changes: list[ScriptedChange] = []  # extension: changes recorded by people (docs/changes.md)
     truth: list[Truth] = []
 
     @field_validator("name")
@@ -235,6 +259,8 @@ class Scenario(_Strict):
                 raise ValueError(f"jobs[{i}].node: unknown node {job.node!r}")
             if job.end is not None and job.end < job.start_s:
                 raise ValueError(f"jobs[{i}].end is before its start")
+            if job.exit_reason is not None and job.exit != "failed":
+                raise ValueError(f"jobs[{i}].exit_reason: only a job with `exit: failed` has one")
         for i, approval in enumerate(self.approvals):
             if approval.job not in job_ids and approval.job not in pool_names:
                 raise ValueError(f"approvals[{i}].job: unknown job {approval.job!r}")

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from core.cluster import (
+    FinishedJob,
     GpuHistory,
     GpuSeries,
     JobInfo,
@@ -60,6 +61,15 @@ class JobScheduler(Protocol):
         """Graceful stop (SIGTERM, then wait grace_s) or forced reclaim; idempotent.
 
         With `uid`, only the job with that immutable identity is stopped: a namesake is `refused`."""
+        ...
+
+
+@runtime_checkable
+class FinishedJobSource(Protocol):
+    """Optional on a JobScheduler: jobs that ended since a moment, with how they ended (docs/doomed-jobs.md).
+    A scheduler without it reports no history, and no job is judged doomed."""
+
+    def list_finished(self, since: datetime) -> list[FinishedJob]:
         ...
 
 

@@ -187,8 +187,8 @@ def _extensions() -> list[Callable[[Any], None]]:
     """Subcommands that live with their feature (serve, replay, runbooks, sim exporter)."""
     found = []
     for module_name in ("server", "evals.replay_cli", "agent.cli.approvals", "agent.cli.runbooks", "agent.cli.llm",
-                        "agent.cli.audit",
-                        "agent.cli.doomed", "agent.cli.forecast", "sim.cli"):
+                        "agent.cli.audit", "agent.cli.changes",
+                        "agent.cli.doomed", "agent.cli.forecast", "agent.cli.report", "sim.cli"):
         try:
             module = __import__(module_name, fromlist=["register_cli"])
         except ModuleNotFoundError as exc:

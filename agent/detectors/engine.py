@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from agent.config.policy import Policy
+from agent.detectors.doomed import DoomedJobDetector
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.keepalive import KeepAliveDetector
 from agent.detectors.node_health import NodeHealthDetector
@@ -30,6 +31,7 @@ def all_detectors(policy: Policy) -> list[Detector]:
         NodeHealthDetector(policy),
         OversizedPoolDetector(policy),
         StuckPendingDetector(policy),
+        DoomedJobDetector(policy),
     ]
 
 

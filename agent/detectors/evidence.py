@@ -23,6 +23,8 @@ KIND_ZH: dict[str, str] = {
     "node_health": "节点健康",
     "oversized": "节点池过大",
     "stuck_pending": "排队无法调度",
+    "doomed": "注定失败",
+    "crash_loop": "崩溃循环",
 }
 
 XID_MEANINGS_ZH: dict[int, str] = {
@@ -202,6 +204,12 @@ def _stuck_pending(f: Finding, m: Metrics) -> str:
     return stuck_pending_zh(f)
 
 
+def _doomed(f: Finding, m: Metrics) -> str:
+    from agent.detectors.doomed import doomed_zh
+
+    return doomed_zh(f)
+
+
 def _blocked(f: Finding) -> str:
     from agent.detectors.queue import blocked_zh
 
@@ -215,6 +223,8 @@ def describe(finding: Finding, language: str) -> str:
         render = _keepalive
     if language == "zh" and finding.kind == "stuck_pending":
         render = _stuck_pending
+    if language == "zh" and finding.kind in ("doomed", "crash_loop"):
+        render = _doomed
     if render is None:
         return finding.evidence
     try:

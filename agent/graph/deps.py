@@ -14,7 +14,7 @@ from agent.detectors.engine import log_candidates
 from agent.detectors.signals import window_slices
 from agent.records.approvals import ApprovalStore
 from agent.records.audit import AuditLog
-from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from core.cluster import FinishedJob, GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
 from core.observation import Observation
 from tools.history import gpu_history
 from tools.log_progress import analyse_log
@@ -109,6 +109,7 @@ class StewardDeps:
     runbook_search: Any = None  # callable(query, kind, k) -> list[dict], when an index is configured
     runbook_catalog: Any = None  # callable(language) -> str: the runbook list the planning prompt shows
     runbook_max_level: Any = None  # callable(runbook_id) -> int | None: agent/guardrail/runbook_limits.py applies it
+    changes: Any = None  # agent.records.changes.ChangeStore: change governance at each sweep (docs/changes.md)
     # Raw samples are large and can be re-read from the cluster, so they stay out of checkpoints.
     _observations: OrderedDict[str, Observation] = field(default_factory=OrderedDict)
 
@@ -175,7 +176,21 @@ class StewardDeps:
             logs[job_id] = analyse_log(job_id, lines, at, redactor)
             obs.backend_calls += 1
         obs.logs = logs
+        obs.finished = self._finished(at, jobs)
         return obs
+
+    def _finished(self, at: datetime, jobs: list[JobInfo]) -> list[FinishedJob]:
+        """Jobs that ended over the doomed-job history (docs/doomed-jobs.md), of the users of `jobs`. A scheduler
+        that reports none, or fails to, gives no history: no job is judged doomed, nothing else changes."""
+        rule = self.policy.detectors.doomed
+        read = getattr(self.scheduler, "list_finished", None)
+        if not rule.enabled or not callable(read) or not jobs:
+            return []
+        users = {j.user for j in jobs}
+        try:
+            return [f for f in read(at - timedelta(seconds=rule.history)) if f.user in users and f.ended_at <= at]
+        except Exception:  # noqa: BLE001 - history is advice only; a sweep never fails for it
+            return []
 
     def remember(self, run_id: str, obs: Observation) -> None:
         self._observations[run_id] = obs

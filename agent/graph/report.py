@@ -377,6 +377,8 @@ def audit_text(kind: str, status: str | None, action: str | None, target: str | 
     reason = plain_times(reason or "")
     if language != "zh":
         return reason
+    if isinstance(data.get("reason_zh"), str):  # an entry that carries its own Chinese (changes, change impact)
+        return str(data["reason_zh"])
     act = action_label(action or "", language)
     if kind == "decision":
         return decision_reason(str(data.get("rule") or status or ""), reason, language)

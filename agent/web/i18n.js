@@ -50,7 +50,8 @@ const WORDS = {
     "export.csv": "Export CSV", "export.json": "Export JSON", "findings.shown": "shown", "approvals.metrics": "metrics",
     "akind.finding": "finding", "akind.proposal": "proposal", "akind.decision": "decision", "akind.approval": "approval",
     "akind.execution": "execution", "akind.stop_confirmed": "stop confirmed", "akind.exemption": "exemption",
-    "akind.report": "report",
+    "akind.report": "report", "akind.change": "change", "akind.change_impact": "change impact",
+    "akind.usage": "usage sample",
     "suggest": ["Who is wasting A100s right now?", "What did you do today?", "How much did we save?", "Any pending approvals?"],
   },
   zh: {
@@ -103,6 +104,8 @@ const WORDS = {
     "akind.finding": "发现", "akind.proposal": "提议", "akind.decision": "护栏判定", "akind.intent": "准备执行",
     "akind.execution": "执行", "akind.approval": "审批", "akind.stop_confirmed": "确认停止", "akind.exemption": "豁免",
     "akind.report": "报告", "akind.error": "错误", "akind.alert_incident": "告警事件",
+    "akind.change": "变更", "akind.change_impact": "变更影响", "akind.usage": "用量记录", "status.detected": "自动发现", "status.recorded": "已记录",
+    "status.flagged": "已标记上升",
     "status.allow": "允许", "status.deny": "拒绝", "status.needs_approval": "需审批", "status.proposed": "已提议",
     "status.acting": "执行中", "status.granted": "已授予", "status.revoked": "已撤销", "status.sweep": "巡检",
     "status.pending_approval": "待审批", "status.denied_by_human": "被人工拒绝", "status.reasked": "再次请求",

@@ -1,0 +1,82 @@
+"""`steward report`: cost per team/user/job/pool from the sweeps' usage samples, waste, savings, suggestions;
+a self-contained HTML page and a markdown digest, in English and Chinese."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from agent.cli.main import main
+from agent.config.policy import Policy
+from agent.graph.cost_report import render_html, render_markdown
+from agent.planning.policy_model import PolicyModel
+from agent.records.savings import compute_savings
+from agent.records.usage import build_report
+from agent.wiring import simulated_deps
+from evals.suite import SCENARIO_DIR
+from sim.scenario import load_scenario
+
+
+def _run(tmp_path: Path, name: str = "overprovisioned.yaml") -> object:
+    from agent.graph.service import SweepService
+
+    scenario = load_scenario(SCENARIO_DIR / name)
+    deps, cluster = simulated_deps(scenario, Policy(), PolicyModel(), data_dir=tmp_path)
+    service = SweepService(deps, run_prefix=scenario.name)
+    t = 300.0
+    while t <= scenario.duration:
+        cluster.advance_to(t)
+        service.sweep(trigger="test")
+        t += 300.0
+    return deps
+
+
+def test_cost_is_gpu_hours_times_price_and_suggests_the_right_request(tmp_path: Path) -> None:
+    deps = _run(tmp_path)
+    audit = deps.audit  # type: ignore[attr-defined]
+    until = audit.entries(kind="usage", limit=1)[0].at
+    report = build_report(audit, until - timedelta(days=7), until)
+    assert report.sweeps == audit.count("usage") > 0
+    assert report.cost == pytest.approx(sum(t.cost for t in report.by_team), abs=0.05)
+    assert report.cost == pytest.approx(report.on_demand + report.reserved, abs=0.05)
+    assert report.cost == pytest.approx(sum(p.cost for p in report.by_pool), abs=0.05)
+    for job in report.by_job:
+        assert job.cost == pytest.approx(job.gpu_hours * (job.cost / job.gpu_hours), abs=0.01)
+    over = [s for s in report.suggestions if s.kind == "overprovisioned"]
+    assert over and over[0].used < over[0].gpus
+    text = render_markdown(report, "en")
+    assert f"used {over[0].used} of {over[0].gpus} GPUs for" in text and f"request {over[0].used}" in text
+    # Savings are the savings API's own numbers when the period covers every action.
+    api = compute_savings(audit, [], until, report.currency)
+    assert report.saved_gpu_hours == pytest.approx(api.reclaimed_gpu_hours, abs=0.05)
+
+
+def test_html_is_self_contained_with_charts_in_both_languages(tmp_path: Path) -> None:
+    deps = _run(tmp_path, "idle-notebook.yaml")
+    audit = deps.audit  # type: ignore[attr-defined]
+    until = audit.entries(kind="usage", limit=1)[0].at
+    report = build_report(audit, until - timedelta(days=7), until)
+    for lang, word in (("en", "Cost per team"), ("zh", "各团队成本")):
+        page = render_html(report, lang)
+        assert word in page and "<svg" in page
+        assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+        assert "https://" not in page
+    assert "GPU 周报" in render_markdown(report, "zh")
+
+
+def test_steward_sweep_then_report_on_a_fresh_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("STEWARD_RUNBOOKS_ENABLED", "false")
+    monkeypatch.setenv("STEWARD_BACKEND", "sim")
+    assert main(["report", "--out", str(tmp_path / "none")]) == 2  # nothing swept yet: says what to do
+    assert "run `steward sweep`" in capsys.readouterr().err
+    assert main(["sweep", "--at", "1h"]) == 0
+    capsys.readouterr()
+    assert main(["report", "--since", "7d", "--out", str(tmp_path / "out"), "--lang", "zh"]) == 0
+    printed = capsys.readouterr().out
+    assert "GPU 周报" in printed and "GPU 成本" in printed
+    assert (tmp_path / "out" / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert (tmp_path / "out" / "digest.md").exists()

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized", "stuck_pending"]
+FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized", "stuck_pending", "doomed",
+                      "crash_loop"]
 ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool", "cordon"]
 Verdict = Literal["allow", "deny", "needs_approval"]
 ActionStatus = Literal[
@@ -19,7 +20,8 @@ ActionStatus = Literal[
 ACTION_LEVELS: dict[str, int] = {"notify": 1, "terminate": 2, "force_terminate": 3, "resize_pool": 4, "cordon": 4}
 NODE_ACTIONS = frozenset({"cordon"})  # the target is a node (its uid in target_uid); no job is stopped
 STOP_ACTIONS = frozenset({"terminate", "force_terminate"})
-STOPPABLE_KINDS = frozenset({"idle", "zombie"})
+# crash_loop: a running repeat offender, raised only when the policy turns it on (detectors.doomed.stop_repeat_offenders).
+STOPPABLE_KINDS = frozenset({"idle", "zombie", "crash_loop"})
 
 
 class _Record(BaseModel):
@@ -45,6 +47,9 @@ class Finding(_Record):
     # Why a stop on this finding alone needs a human (e.g. a keep-alive pattern, which real work can resemble);
     # None = the policy's levels decide. The guardrail asks for approval whatever the automatic level.
     stop_needs_approval: str | None = None
+    # The earliest a stop on this finding may land (idle/zombie): the job's own long-tail grace runs until then.
+    # A warning may go out before, stating this as its deadline; the guardrail refuses a stop until it passes.
+    stop_after: datetime | None = None
 
 
 class ProposedAction(_Record):

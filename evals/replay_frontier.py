@@ -36,6 +36,7 @@ AGENT_KNOBS: tuple[dict[str, Any], ...] = (
     {"detectors.idle.blip_gpu_seconds": 60},  # blips under a GPU-minute do not end a quiet stretch
     {"detectors.longtail.lookback": "6h"},
     {"warning.min_notice": "30m"},
+    {"warning.during_grace": False},  # the warning waits for the long-tail grace (before issue 12's fourth round)
 )
 
 FAMILIES = ("agent", "naive", "zero", "jds")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -62,12 +63,19 @@ def _offset(scenario: Scenario, at: Any) -> int:
 
 
 def collect_findings(scenario: Scenario, audit: AuditLog) -> list[dict[str, Any]]:
+    """One row per (job, kind): when first found, the evidence then, and `in_grace`: whether every time it was
+    found the job was still in its long-tail grace (a warning may go out, no stop yet: Finding.stop_after)."""
     first: dict[tuple[str, str], dict[str, Any]] = {}
     for e in audit.entries(kind="finding", limit=1_000_000, newest_first=False):
         key = (e.target or "", e.status or "")
+        stop_after = e.data.get("stop_after")
+        at = e.at if e.at.tzinfo else e.at.replace(tzinfo=UTC)
+        in_grace = bool(stop_after) and datetime.fromisoformat(str(stop_after)).astimezone(UTC) > at
         if key not in first:
             first[key] = {"job": key[0], "kind": key[1], "first_at_s": _offset(scenario, e.at),
-                          "evidence": e.reason or ""}
+                          "evidence": e.reason or "", "in_grace": in_grace}
+        elif not in_grace:
+            first[key]["in_grace"] = False
     return list(first.values())
 
 

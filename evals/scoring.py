@@ -22,6 +22,10 @@ class Score(BaseModel):
     false_positive_targets: list[str] = []
     false_kill_targets: list[str] = []
     stops_before_waste: int = 0  # of the false kills: stops before the key's `since` (the waste had not begun)
+    # Jobs the key says are not waste that were found idle only while their own long-tail grace ran: their owner
+    # may have been warned (a needless message), but no stop was ever licensed. Reported, not a false positive.
+    grace_warnings: int = 0
+    grace_warning_targets: list[str] = []
 
     @property
     def passed(self) -> bool:
@@ -41,6 +45,7 @@ def score_run(
     was still working when it was stopped.
     """
     found = {(f["job"], f["kind"]) for f in findings}
+    grace_only = {(f["job"], f["kind"]) for f in findings if f.get("in_grace")}
     score = Score(reclaimed_gpu_hours=round(reclaimed_gpu_hours, 2))
     truth_by_target: dict[str, Any] = {}
     for t in scenario.truth:
@@ -59,6 +64,10 @@ def score_run(
         if truth is not None and kind in WASTE_KINDS and (truth.waste == "none" or truth.waste != kind):
             if kind == "overprovisioned" and truth.waste in ("idle", "zombie"):
                 continue  # a job can be both; the key names its main waste
+            if (target, kind) in grace_only:
+                score.grace_warnings += 1
+                score.grace_warning_targets.append(f"{target} ({kind})")
+                continue
             score.false_positives += 1
             score.false_positive_targets.append(f"{target} ({kind})")
     stops = [a for a in actions if a["action"] in ("terminate", "force_terminate") and a["status"] == "executed"]

@@ -12,7 +12,8 @@ def print_eval_tables(documents: dict[str, list[dict[str, Any]]]) -> None:
                   f"{'refused':>7} {'tools':>5} {'tokens':>7} {'GPU-h':>7} {'wall s':>7}")
         print(header)
         print("-" * len(header))
-        totals = {"passed": 0, "false_kills": 0, "refusals": 0, "tool_calls": 0, "tokens": 0, "wall": 0.0}
+        totals = {"passed": 0, "false_kills": 0, "refusals": 0, "tool_calls": 0, "tokens": 0, "wall": 0.0,
+                  "grace": 0}
         for d in docs:
             s, st = d["score"], d["stats"]
             tokens = st["prompt_tokens"] + st["completion_tokens"]
@@ -21,15 +22,18 @@ def print_eval_tables(documents: dict[str, list[dict[str, Any]]]) -> None:
                   f"{st['tool_calls']:>5} {tokens:>7} {s['reclaimed_gpu_hours']:>7.1f} {st['wall_s']:>7.2f}")
             totals["passed"] += int(d["passed"])
             totals["false_kills"] += s["false_kills"]
+            totals["grace"] += s.get("grace_warnings", 0)
             totals["refusals"] += st["guardrail_refusals"]
             totals["tool_calls"] += st["tool_calls"]
             totals["tokens"] += tokens
             totals["wall"] += st["wall_s"]
             for label, key in (("missed", "missed_targets"), ("false positive", "false_positive_targets"),
+                               ("warned in its grace, not waste", "grace_warning_targets"),
                                ("FALSE KILL", "false_kill_targets")):
                 for target in s.get(key, []):
                     print(f"    {label}: {target}")
         n = max(1, len(docs))
         print(f"pass rate {totals['passed']}/{len(docs)}, false kills {totals['false_kills']}, "
+              f"warned in their grace but not waste {totals['grace']}, "
               f"guardrail refusals {totals['refusals']}, tool calls/scenario {totals['tool_calls'] / n:.1f}, "
               f"tokens/scenario {totals['tokens'] / n:.0f}, wall {totals['wall']:.1f}s")

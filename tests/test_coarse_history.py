@@ -69,8 +69,8 @@ def test_a_busy_slice_that_dipped_may_hide_a_pause_and_a_second_burst():
     # pauses of up to 2 x 5 fine slices (the end of one coarse slice and the start of the next: 50 minutes),
     # so the job keeps 1.5 x 50 = 75 minutes of grace; 1 hour of quiet is within it, 2 hours are not.
     busy = [80.0] * 40
-    _, found = quiet_job([hist("ml/train", busy + [0.0] * 2, mins=[0.0] * 42)])
-    assert found == []
+    _, [held] = quiet_job([hist("ml/train", busy + [0.0] * 2, mins=[0.0] * 42)])
+    assert held.stop_after == AT + timedelta(minutes=15)  # longer than a pause could have been: warned, not stoppable
     _, [f] = quiet_job([hist("ml/train", busy + [0.0] * 4, mins=[0.0] * 44)])
     assert f.since == AT - timedelta(hours=2)
     _, [f] = quiet_job([hist("ml/train", busy + [0.0] * 2)])  # busy throughout: it simply stopped
@@ -78,7 +78,8 @@ def test_a_busy_slice_that_dipped_may_hide_a_pause_and_a_second_burst():
     # quiet_share (opt-in) also waits a share of the span it worked: a third of 20 hours.
     share = parse_policy({"detectors": {"longtail": {"quiet_share": 1 / 3}}}, "test")
     obs, _ = quiet_job([hist("ml/train", busy + [0.0] * 4, mins=[0.0] * 44)])
-    assert IdleGpuDetector(share).detect(obs) == []
+    [held] = IdleGpuDetector(share).detect(obs)
+    assert held.stop_after == AT + timedelta(hours=4, minutes=40)  # warned, no stop before 1/3 x 20 h of quiet
 
 
 def test_empty_node_since_reaches_into_the_coarse_history():

@@ -156,7 +156,19 @@ def test_periodic_job_in_a_quiet_phase_is_protected():
     cycle = [80.0] * 2 + [0.0] * 18
     utils = cycle * 3 + [80.0] * 2 + [0.0] * 14
     obs = observe([job()], job_gpus("ml/train", utils), [io("ml/train", len(utils))])
+    # A pause no longer than the ones it takes (90 minutes) is its rhythm: no finding, no warning.
     assert IdleGpuDetector(POLICY).detect(obs) == []
+    # 100 minutes: longer than any pause it took, so the owner may be warned now; a stop waits until the pause is
+    # long for this job: 1.5 x 90 = 135 minutes of quiet, 35 minutes from now.
+    longer = cycle * 3 + [80.0] * 2 + [0.0] * 20
+    obs_longer = observe([job()], job_gpus("ml/train", longer), [io("ml/train", len(longer))])
+    [finding] = IdleGpuDetector(POLICY).detect(obs_longer)
+    assert finding.stop_after == AT + timedelta(minutes=35)
+    assert "periodic GPU work" in finding.evidence and "no stop before" in finding.evidence
+    assert finding.metrics["grace_left_s"] == 35 * 60
+    # Warnings off during the grace: no finding at all until it runs out.
+    no_early_warning = parse_policy({"warning": {"during_grace": False}})
+    assert IdleGpuDetector(no_early_warning).detect(obs_longer) == []
     window = group_signals(obs).jobs["ml/train"].window(3600, 4)
     six_hours = parse_policy({"detectors": {"longtail": {"lookback": "6h"}}}).detectors.longtail
     reason = long_tail_reason(window, None, six_hours, quiet_pct=2.0)

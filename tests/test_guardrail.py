@@ -486,3 +486,32 @@ def test_keep_until_annotation_protects_until_its_time():
     assert decide(act(), facts(past), Policy(), warned()).verdict == "allow"
     garbled = job(annotations={"steward.io/keep-until": "next tuesday"})
     check(decide(act(), facts(garbled), Policy(), warned()), "deny", "protected", "not an ISO 8601 time")
+
+
+def test_a_warning_may_go_out_in_the_long_tail_grace_but_the_stop_waits_for_it():
+    """A job idle for the window but quiet for less than its own rhythm allows (stop_after 40 minutes away): its
+    owner may be warned now, stating that time as the deadline; a stop is refused until it passes, even when
+    warned long enough ago, and even when a human approves."""
+    from agent.planning.policy_model import PolicyModel, stop_deadline
+
+    in_grace = finding().model_copy(update={"stop_after": NOW + timedelta(minutes=40)})
+    policy = Policy()
+    assert decide(act("notify", finding_kind="idle"), facts(findings=[in_grace]), policy, History()).verdict == "allow"
+    assert stop_deadline(in_grace, policy, NOW) == NOW + timedelta(minutes=60)  # the notice is later: it decides
+    late = in_grace.model_copy(update={"stop_after": NOW + timedelta(hours=3)})
+    assert stop_deadline(late, policy, NOW) == NOW + timedelta(hours=3)  # the grace is later: the deadline says so
+    for action, history in (("terminate", warned(70)), ("force_terminate", warned(70, entry("terminate", 20)))):
+        check(decide(act(action, finding_kind="idle"), facts(findings=[in_grace]), policy, history), "deny",
+              "long_tail_grace", "no stop before 2025-03-01 12:40 UTC")
+        check(decide(act(action, finding_kind="idle"), facts(findings=[in_grace]), policy, history, approved=True),
+              "deny", "long_tail_grace")
+    # Once the grace has passed, the warning sent in it licenses the stop.
+    over = in_grace.model_copy(update={"stop_after": NOW - timedelta(minutes=1)})
+    assert decide(act(), facts(findings=[over]), policy, warned(70)).verdict == "allow"
+    # The planner: a warning now; no stop while the grace runs; a stop once it has run out.
+    assert PolicyModel._next_step(in_grace, "running", History(), policy, NOW).action == "notify"
+    assert PolicyModel._next_step(in_grace, "running", warned(70), policy, NOW) is None
+    assert PolicyModel._next_step(over, "running", warned(70), policy, NOW).action == "terminate"
+    # A grace that ends more than a repeat period away: one warning per stop, so none yet.
+    far = in_grace.model_copy(update={"stop_after": NOW + timedelta(seconds=policy.warning.repeat_every + 60)})
+    assert PolicyModel._next_step(far, "running", History(), policy, NOW) is None

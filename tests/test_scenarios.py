@@ -25,6 +25,8 @@ DIFFICULTY: dict[str, str] = {
     "protected-prod-inference": "easy",
     "protected-annotations": "easy",
     "node-xid-errors": "easy",
+    "driver-upgrade-failures": "medium",
+    "crash-loop-cuda-oom": "medium",
     "cny-notebook-overnight": "easy",
     "observe-mode": "easy",
     "zombie-pinned-gpu": "medium",
@@ -161,9 +163,16 @@ def test_zombie_is_found_only_after_the_zombie_window() -> None:
 
 
 @pytest.mark.medium
-def test_periodic_job_is_never_touched() -> None:
+def test_periodic_job_is_never_stopped_and_warned_only_when_a_pause_outgrows_its_rhythm() -> None:
     r = run("longtail-periodic")
-    assert r.findings == [] and r.actions == []
+    # Found only while its grace ran (a pause longer than any before it, not yet 1.5 x that): never stoppable.
+    assert r.findings and all(f["in_grace"] for f in r.findings)
+    assert not [a for a in r.actions if a["action"] in ("terminate", "force_terminate")]
+    assert r.score.grace_warnings == 1 and r.score.false_positives == 0
+    # One warning: the first 80-minute pause outgrows the 60-minute one before it; after that 80 minutes is its
+    # rhythm and nothing is said.
+    warned = [a for a in r.actions if a["action"] == "notify" and a["status"] == "executed"]
+    assert len(warned) == 1
 
 
 @pytest.mark.easy

@@ -165,6 +165,21 @@ class PoolRule(_Section):
         return self
 
 
+class DoomedRule(_Section):
+    """Doomed jobs (docs/doomed-jobs.md): a job whose identical recent runs all failed fast, the same way. The streak
+    rule itself (3 runs, each within 10 minutes, the latest in 24 h, one reason) is the one measured on the held-out
+    trace (agent/history/doomed.py DEFAULT_RULE); these keys say how the sweep uses it."""
+
+    enabled: bool = True
+    history: PositiveDuration = 7 * 86400.0  # finished jobs read back per sweep
+    # A repeat offender (at least `repeat_offender_runs` identical fast failures in a row) that is running again is
+    # a level-2 candidate: warned with a deadline, stopped after the notice like an idle job. Off by default: a
+    # stop of a job that may have been fixed under the same image and command loses its work, and the advice
+    # (level 1) already reaches the owner; an operator whose users loop on broken jobs turns it on.
+    stop_repeat_offenders: bool = False
+    repeat_offender_runs: int = Field(5, ge=3)
+
+
 class Detectors(_Section):
     slice: PositiveDuration = 300.0
     idle: IdleRule = IdleRule()
@@ -175,6 +190,7 @@ class Detectors(_Section):
     keepalive: KeepAliveRule = KeepAliveRule()
     node_health: NodeHealthRule = NodeHealthRule()
     pools: PoolRule = PoolRule()
+    doomed: DoomedRule = DoomedRule()
 
     @model_validator(mode="after")
     def _readable(self) -> Detectors:
@@ -344,6 +360,10 @@ class Warning(_Section):
     # Between the warning and the earliest stop: an hour, time for an owner to come back from lunch or a meeting.
     min_notice: Duration = 3600.0
     repeat_every: PositiveDuration = 4 * 3600.0  # at most one message per job and violation per period
+    # A job idle for the idle window is warned even while its own long-tail grace (a pause not yet long for it)
+    # runs; the stop waits for both the notice and the grace, so the owner's notice overlaps the grace instead of
+    # following it. False: no warning until the grace has run out.
+    during_grace: bool = True
 
 
 class Stop(_Section):

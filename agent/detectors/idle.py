@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from agent.config.policy import Policy
 from agent.detectors.evidence import io_metrics, log_metrics
-from agent.detectors.longtail import long_tail_reason
+from agent.detectors.longtail import LongTail, long_tail
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
@@ -28,6 +28,24 @@ def log_summary(logs: LogProgress | None) -> str:
     return "log empty"
 
 
+def in_grace(tail: LongTail | None, at: datetime, warn_in_grace: bool) -> datetime | None:
+    """When a job held back only by its own rhythm's grace may be stopped (a warning may go out now); None when
+    nothing holds it back, or when what does (evidence of work, unknown data, or warnings off in grace) allows
+    no finding at all."""
+    if tail is None or tail.grace_left_s is None or not warn_in_grace:
+        return None
+    return at + timedelta(seconds=tail.grace_left_s)
+
+
+def with_grace(finding: Finding, reason: str, stop_after: datetime) -> Finding:
+    """The finding of a job in its long-tail grace: a warning now, no stop before `stop_after`."""
+    return finding.model_copy(update={
+        "stop_after": stop_after,
+        "evidence": f"{finding.evidence}; {reason}: no stop before {stop_after:%Y-%m-%d %H:%M} UTC",
+        "metrics": finding.metrics | {"grace_left_s": round((stop_after - finding.detected_at).total_seconds())},
+    })
+
+
 class IdleGpuDetector:
     """All of a job's GPUs at or below the idle threshold in every slice of the window, with full data, but for
     blips: activity that adds up to less than `idle.blip_gpu_seconds` (0 by default: none) is not work."""
@@ -35,6 +53,7 @@ class IdleGpuDetector:
     def __init__(self, policy: Policy) -> None:
         self.rule = policy.detectors.idle
         self.longtail = policy.detectors.longtail
+        self.warn_in_grace = policy.warning.during_grace
 
     def quiet_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
         """The job's window when its GPUs look idle (before logs and long-tail checks), else None."""
@@ -61,12 +80,17 @@ class IdleGpuDetector:
             if window is None:
                 continue
             logs = obs.logs.get(job.id)
-            if long_tail_reason(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
-                                min_coverage=self.rule.min_coverage, blip_gpu_s=self.rule.blip_gpu_seconds):
+            tail = long_tail(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
+                             min_coverage=self.rule.min_coverage, blip_gpu_s=self.rule.blip_gpu_seconds)
+            stop_after = in_grace(tail, obs.at, self.warn_in_grace)
+            if tail is not None and stop_after is None:
                 continue
             quiet, blips = window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)
             since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
-            findings.append(self._finding(job, window, logs, since, obs.at, blips))
+            finding = self._finding(job, window, logs, since, obs.at, blips)
+            if tail is not None and stop_after is not None:
+                finding = with_grace(finding, tail.reason, stop_after)
+            findings.append(finding)
         return findings
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from agent.config.policy import LongTailRule
@@ -11,6 +12,32 @@ from agent.detectors.history import align_end
 from agent.detectors.signals import JobSeries, JobWindow, window_slices
 from core.durations import format_duration
 from core.observation import LogProgress
+
+
+@dataclass(frozen=True)
+class LongTail:
+    """Why a quiet job may still be live work. `grace_left_s` is set when the only reason is the job's own
+    rhythm and the pause is already longer than any it has taken (but not yet by the quiet_factor margin): then a
+    warning may go out now and the stop waits that long. None: evidence of work now, unknown data, or a pause
+    within its rhythm: no warning either."""
+
+    reason: str
+    grace_left_s: float | None = None
+
+
+def long_tail(
+    window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float, min_coverage: float = 0.9,
+    cpu: bool = True, periodic: bool = True, blip_gpu_s: float = 0.0,
+) -> LongTail | None:
+    """long_tail_reason with its kind: hard evidence or unknown data (grace_left_s None), or only the grace of
+    the job's rhythm (how long is left of it)."""
+    hard = long_tail_reason(window, logs, rule, quiet_pct=quiet_pct, min_coverage=min_coverage, cpu=cpu,
+                            periodic=False)
+    if hard is not None:
+        return LongTail(hard)
+    if not periodic or never_worked(window.series, rule, quiet_pct) is not None:
+        return None
+    return _periodic(window, rule, quiet_pct, min_coverage, blip_gpu_s)
 
 
 def long_tail_reason(
@@ -43,7 +70,8 @@ def long_tail_reason(
         return f"metrics incomplete ({'; '.join(window.series.degraded)}): cannot rule out a working job"
     if not periodic or never_worked(window.series, rule, quiet_pct) is not None:
         return None  # no working history to protect: a notebook opened and abandoned gets no grace
-    return _periodic(window, rule, quiet_pct, min_coverage, blip_gpu_s)
+    verdict = _periodic(window, rule, quiet_pct, min_coverage, blip_gpu_s)
+    return verdict.reason if verdict is not None else None
 
 
 def never_worked(series: JobSeries, rule: LongTailRule, quiet_pct: float) -> float | None:
@@ -128,8 +156,9 @@ def material_slices(values: list[float | None], work: Callable[[int], float], qu
 
 
 def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_coverage: float,
-              blip_gpu_s: float = 0.0) -> str | None:
-    """A job with past bursts of GPU work whose current pause is not yet long for it.
+              blip_gpu_s: float = 0.0) -> LongTail | None:
+    """A job with past bursts of GPU work whose current pause is not yet long for it, with how long is left
+    of its grace (a pause the gaps in the data could hide has no known end: grace_left_s None).
 
     Long means longer than quiet_factor x its longest past pause (and, when `quiet_share` is set, longer than
     that share of the span over which it worked in the lookback). The grace comes from the job's own
@@ -183,14 +212,18 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
         s = series.slice_s
         share = (f" and {rule.quiet_share:.2g} x the {format_duration(worked * s)} it worked over"
                  if rule.quiet_share > 0 else "")
-        return (
+        # A pause no longer than one the job has taken is its rhythm: nothing to say. Once it is longer than any
+        # (the margin quiet_factor gives), the owner may be told; the stop still waits for the margin to run out.
+        unprecedented = quiet > longest_gap
+        return LongTail(
             f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * r * s)} with pauses up to "
             f"{format_duration(longest_gap * s)}; quiet for {format_duration(quiet * s)} now "
-            f"(< {rule.quiet_factor:g} x the longest pause{share})"
+            f"(< {rule.quiet_factor:g} x the longest pause{share})",
+            grace_left_s=(needed - quiet) * s if unprecedented else None,
         )
     gap = series.coverage(rule.lookback).gap(min_coverage)
     if gap is not None and _gaps_could_protect(series, rule, quiet_pct, quiet, lookback, bursts, material):
-        return gap
+        return LongTail(gap)
     return None
 
 

@@ -7,8 +7,8 @@ from datetime import datetime
 from agent.config.policy import Policy
 from agent.detectors.activity import GpuActivity
 from agent.detectors.evidence import io_metrics, log_metrics
-from agent.detectors.idle import ACTIVE_STATES, log_summary
-from agent.detectors.longtail import long_tail_reason
+from agent.detectors.idle import ACTIVE_STATES, in_grace, log_summary, with_grace
+from agent.detectors.longtail import long_tail
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
@@ -31,6 +31,7 @@ class ZombieDetector:
         self.idle = policy.detectors.idle
         self.longtail = policy.detectors.longtail
         self.activity = policy.detectors.activity
+        self.warn_in_grace = policy.warning.during_grace
 
     def pinned_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
         """The job's window when the GPU side looks hung (pinned, network and disk frozen), before logs."""
@@ -74,13 +75,18 @@ class ZombieDetector:
             w = self.pinned_window(job, signals)
             if w is None:
                 continue
-            if long_tail_reason(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct,
-                                min_coverage=self.idle.min_coverage, cpu=False):
+            tail = long_tail(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct,
+                             min_coverage=self.idle.min_coverage, cpu=False)
+            stop_after = in_grace(tail, obs.at, self.warn_in_grace)
+            if tail is not None and stop_after is None:
                 continue
             activity = GpuActivity.of(w, self.idle.min_coverage)
             if activity.real_work(self.activity):
                 continue  # the GPU computes, draws power or talks to its peers: slow or quiet, not hung
-            findings.append(self._finding(job, w, logs, activity, last, silent, obs.at))
+            finding = self._finding(job, w, logs, activity, last, silent, obs.at)
+            if tail is not None and stop_after is not None:
+                finding = with_grace(finding, tail.reason, stop_after)
+            findings.append(finding)
         return findings
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress, activity: GpuActivity, last: datetime,

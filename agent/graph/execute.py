@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.detectors.engine import run_detectors
 from agent.guardrail.decide import Facts, decide
-from agent.planning.policy_model import warning_message
+from agent.planning.policy_model import stop_deadline, warning_message
 from core.actions import (
     STOP_ACTIONS,
     STOPPABLE_KINDS,
@@ -81,9 +81,6 @@ def execute_action(
     p = ga.proposal
     now = deps.clock.now()
     uid = p.target_uid
-    # A warning (it announces a stop) states its deadline; advice (over-provisioned, node health) has none.
-    warning_deadline = (now + timedelta(seconds=deps.policy.warning.min_notice)
-                        if p.action == "notify" and p.finding_kind in STOPPABLE_KINDS else None)
 
     def outcome(status: ActionStatus, reason: str, detail: str = "", gpus: int = 0,
                 deadline: datetime | None = None, removed_nodes: int = 0) -> ActionOutcome:
@@ -113,6 +110,11 @@ def execute_action(
     if history is None:
         history = deps.audit.history(now, denials_for=deps.policy.approvals.denials_lookback())
     decision = decide(p, facts, deps.policy, history, approved=approved_by is not None)
+    # A warning (it announces a stop) states its deadline, the one its text gives (the notice, or the end of the
+    # job's long-tail grace when later); advice (over-provisioned, node health) has none.
+    warned_about = next((f for f in facts.findings if f.kind == p.finding_kind), None)
+    warning_deadline = (stop_deadline(warned_about, deps.policy, now)
+                        if p.action == "notify" and p.finding_kind in STOPPABLE_KINDS else None)
     if decision.verdict != "allow":
         return outcome("blocked", f"re-checked before acting: {decision.reason}")
     if decision.dry_run:

@@ -24,6 +24,7 @@ from agent.guardrail.limit_rules import (
 from agent.guardrail.protection import as_utc, protection_reason
 from agent.guardrail.target_rules import (
     finding_approval_reason,
+    grace_rule,
     level_ceiling_rule,
     mode_rule,
     no_finding_rule,
@@ -41,6 +42,7 @@ _CHECKS: tuple[Callable[[Case], Denial], ...] = (
     not_running_rule,
     protected_rule,
     no_finding_rule,
+    grace_rule,
     level_ceiling_rule,
     denial_hold_rule,
     warning_first_rule,

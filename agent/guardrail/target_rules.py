@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.guardrail.case import STOPPABLE_STATES, Case, Denial
-from agent.guardrail.protection import protection_reason
+from agent.guardrail.protection import as_utc, protection_reason, when
 from core.actions import NODE_ACTIONS, STOPPABLE_KINDS, Finding
 
 
@@ -120,4 +120,21 @@ def finding_approval_reason(case: Case) -> str | None:
                and f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
     if backing and all(f.stop_needs_approval for f in backing):
         return f"a stop on this finding needs a human: {backing[0].stop_needs_approval}"
+    return None
+
+
+def grace_rule(case: Case) -> Denial:
+    """A stop while the job's own long-tail grace still runs (every current idle/zombie finding says stop_after is
+    later): refused; its warning may have gone out, the stop waits for the grace."""
+    if not case.is_stop or case.job is None:
+        return None
+    kind = case.action.finding_kind
+    backing = [f for f in case.facts.findings if f.target == case.action.target and f.target_type == "job"
+               and f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
+    held = [as_utc(f.stop_after) for f in backing if f.stop_after is not None and as_utc(f.stop_after) > case.now]
+    if backing and len(held) == len(backing):
+        return "long_tail_grace", (
+            f"job {case.action.target} is quiet, but not yet for long by its own rhythm (long-tail grace); "
+            f"no stop before {when(min(held))}"
+        )
     return None

@@ -33,6 +33,8 @@ KIND_WORDS = {
         "node_health": "GPU hardware needs attention",
         "oversized": "node pool bigger than the work needs",
         "stuck_pending": "pending job that can never be scheduled as asked",
+        "doomed": "job likely to fail again: its identical recent runs all failed fast",
+        "crash_loop": "crash loop: a job that failed the same way many times in a row is running again",
     },
     "zh": {
         "idle": "GPU 已分配但处于空闲",
@@ -41,6 +43,8 @@ KIND_WORDS = {
         "node_health": "GPU 硬件需要处理",
         "oversized": "节点池规模超出实际需要",
         "stuck_pending": "排队中的作业按当前申请永远无法调度",
+        "doomed": "作业很可能再次失败：最近相同的运行都很快失败",
+        "crash_loop": "崩溃循环：连续多次以同样方式失败的作业又在运行",
     },
 }
 
@@ -80,6 +84,15 @@ def _last(history: History, action: str, target: str, kind: str | None = None,
     return max(times) if times else None
 
 
+def stop_deadline(finding: Finding | None, policy: Policy, now: datetime) -> datetime:
+    """The deadline a warning sent now states: the notice period, or the end of the job's long-tail grace when
+    that is later (Finding.stop_after)."""
+    deadline = now + timedelta(seconds=policy.warning.min_notice)
+    if finding is not None and finding.stop_after is not None:
+        deadline = max(deadline, finding.stop_after)
+    return deadline
+
+
 def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
     words = KIND_WORDS.get(language, KIND_WORDS["en"])
     label = "运行手册：" if language == "zh" else "Runbook: "
@@ -91,7 +104,7 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
         "runbook_line": runbook,
     }
     if finding.kind in STOPPABLE_KINDS:
-        deadline = now + timedelta(seconds=policy.warning.min_notice)
+        deadline = stop_deadline(finding, policy, now)
         grace = policy.stop.grace_period
         grace_words = duration_zh(grace) if language == "zh" else format_duration(grace)
         return render(
@@ -104,6 +117,7 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
         "node_health": "drain the node and follow the runbook",
         "oversized": "let the pool shrink or approve the resize",
         "stuck_pending": "change the request as the evidence says, or cancel the job",
+        "doomed": "fix the cause the evidence names before running it again, or cancel it",
     }.get(finding.kind, "take a look")
     if language == "zh":
         advice = {
@@ -111,6 +125,7 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
             "node_health": "排空该节点并按运行手册处理",
             "oversized": "缩容节点池或批准缩容操作",
             "stuck_pending": "按上述说明修改申请，或取消该作业",
+            "doomed": "先修复上述失败原因再重新运行，或取消该作业",
         }.get(finding.kind, "请检查")
     return render(template_name("notify_advice", language), now, advice=advice, **common)
 
@@ -223,8 +238,13 @@ class PolicyModel:
         # A warning about an earlier stretch of waste (a lull the job worked out of) announces nothing now: warn
         # again, as the guardrail only counts warnings sent since this stretch began (warning_first_rule).
         stale = warned is not None and warned < f.since - timedelta(seconds=policy.detectors.slice)
+        # In the job's long-tail grace (f.stop_after): one warning per stop, sent no earlier than a repeat period
+        # before the stop can land, and no stop before the grace ends (the guardrail's grace_rule too).
+        grace_left = (f.stop_after - now) if f.stop_after is not None else timedelta(0)
         if warned is None or now - warned >= repeat or stale:
+            if grace_left > repeat:
+                return None
             return ProposedAction(action="notify", reason=f.evidence, **base)
-        if now - warned >= timedelta(seconds=policy.warning.min_notice) and stopped is None:
+        if now - warned >= timedelta(seconds=policy.warning.min_notice) and stopped is None and grace_left <= timedelta(0):
             return ProposedAction(action="terminate", reason=f.evidence, **base)
         return None

@@ -8,7 +8,9 @@ from typing import Any
 from agent.detectors.engine import run_detectors
 from agent.graph.deps import StewardDeps
 from agent.graph.state import StewardState
+from agent.records.usage import usage_sample
 from core.actions import Finding
+from core.observation import Observation
 
 _NUMBERS = re.compile(r"\d+(?:[.:]\d+)*")
 
@@ -24,8 +26,18 @@ def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
                           status=f.kind, reason=f.evidence,
                           data={"kind": f.kind, "since": f.since.isoformat(), "gpus": f.gpus,
                                 "waste_gpu_hours": f.waste_gpu_hours, "waste_cost": f.waste_cost,
-                                "runbook": f.runbook})
+                                "runbook": f.runbook,
+                                "stop_after": f.stop_after.isoformat() if f.stop_after else None})
+    if obs.jobs or obs.pools:
+        record_usage(deps, obs, state["run_id"])
     return {"findings": [f.model_dump(mode="json") for f in findings]}
+
+
+def record_usage(deps: StewardDeps, obs: Observation, run_id: str) -> None:
+    """One `usage` audit entry per sweep: the GPU jobs and pools as seen, the cost report's samples
+    (agent/records/usage.py integrates them over time)."""
+    pool_of = {n.name: n.pool for n in obs.nodes}
+    deps.audit.record("usage", at=obs.at, run_id=run_id, data=usage_sample(obs, pool_of))
 
 
 def _with_runbook(deps: StewardDeps, f: Finding, searched: dict[str, str | None]) -> Finding:

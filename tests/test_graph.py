@@ -58,20 +58,35 @@ def _hostile_script():
     )
 
 
+def _executed(deps) -> list[tuple[str, str, str]]:
+    return sorted((e.action or "", e.target or "", e.at.isoformat())
+                  for e in deps.audit.entries(kind="execution", limit=1000) if e.status == "executed")
+
+
 def test_hostile_model_cannot_reach_a_mutating_call():
+    """Whatever a hostile model proposes, the agent does exactly what the rules alone do (the floor: the policy
+    model's steps), and every one of the model's own mutating proposals is refused."""
     model = ScriptedChatModel(script=_hostile_script())
     deps, cluster, service = _service(_scenario(), LLMPlanner(model, name="hostile"))
+    rules_deps, rules_cluster, rules_service = _service(_scenario(), PolicyModel())
     for minute in (30, 65, 70, 100, 130):
         model.calls = []
         model.script = _hostile_script()
         cluster.advance_to(minute * 60)
         service.sweep()
-    assert cluster.stops == [] if hasattr(cluster, "stops") else True
-    assert {j.id for j in cluster.list_jobs()} >= {"prod/llm-serving", "ml-team/notebook"}
-    executions = deps.audit.entries(kind="execution", limit=1000)
-    assert [e for e in executions if e.status == "executed"] == []
-    decisions = deps.audit.entries(kind="decision", limit=1000)
-    assert decisions and all(d.status == "deny" for d in decisions)
+        rules_cluster.advance_to(minute * 60)
+        rules_service.sweep()
+    assert _executed(deps) == _executed(rules_deps)
+    assert "prod/llm-serving" in {j.id for j in cluster.list_jobs()}
+    assert not [e for e in deps.audit.entries(kind="execution", limit=1000)
+                if e.target == "prod/llm-serving" and e.status == "executed"]
+    decisions = [d for d in deps.audit.entries(kind="decision", limit=1000)
+                 if d.data.get("proposed_by", "hostile") != "policy-model"]
+    # The model's own proposals are refused, but for a step the rules take at that very sweep too (the idle
+    # notebook's stop, once the floor's warning has had its notice).
+    rules_did = {(a, t, at) for a, t, at in _executed(rules_deps)}
+    assert decisions and all(d.status == "deny" or (d.action, d.target, d.at.isoformat()) in rules_did
+                             for d in decisions)
     rules = {(d.target, d.action): d.data["rule"] for d in decisions}
     assert rules[("prod/llm-serving", "force_terminate")] == "protected"
     assert rules[("prod/llm-serving", "notify")] == "protected"

@@ -42,6 +42,9 @@ def test_overflow_is_planned_by_the_policy_model_and_the_prompt_stays_small():
     result = LLMPlanner(model, max_findings=2).plan(findings, obs, History(), deps)
     prompt = str(model.calls[0][1].content)
     assert "ml/job-5" in prompt and "ml/job-4" in prompt and "ml/job-0" not in prompt
-    assert {p.target for p in result.proposals} == {"ml/job-0", "ml/job-1", "ml/job-2", "ml/job-3"}
+    # The 4 smaller ones are planned by the policy model; the model proposed nothing for the 2 it was asked
+    # about, so the rules' step (the floor) is proposed for them too.
+    assert {p.target for p in result.proposals} == {f"ml/job-{i}" for i in range(6)}
     assert all(p.action == "notify" and p.proposed_by == "policy-model" for p in result.proposals)
-    assert "4 smaller findings" in result.explanation
+    assert "4 smaller findings" in result.explanation and "as the floor: notify ml/job-4, notify ml/job-5" in \
+        result.explanation

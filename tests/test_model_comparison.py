@@ -6,6 +6,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from agent.config.policy import Policy
 from agent.planning.llm_planner import LLMPlanner
+from agent.planning.policy_model import PolicyModel
 from evals.runner import run_scenario
 from evals.table import print_eval_tables
 from sim.scenario import parse_scenario
@@ -75,6 +76,11 @@ def test_a_model_proposing_nonsense_mutates_nothing():
     run = run_scenario(_scenario(), Policy(), LLMPlanner(nonsense, name="nonsense"))
     doc = run.document()
     mutations = [a for a in doc["actions"] if a["action"] != "notify" and a["status"] == "executed"]
-    assert mutations == []
+    # Nothing beyond the floor: exactly what the built-in rules do on their own.
+    rules = run_scenario(_scenario(), Policy(), PolicyModel()).document()
+    def steps(actions: list[dict]) -> list[tuple]:
+        return [(a["job"], a["action"], a["at_s"]) for a in actions if a["action"] != "notify" and a["status"] == "executed"]
+
+    assert steps(mutations) == steps(rules["actions"])
     assert doc["score"]["false_kills"] == 0
     assert doc["stats"]["guardrail_refusals"] > 0

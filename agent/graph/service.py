@@ -90,7 +90,8 @@ class SweepService:
             ga = GuardedAction(id=f"{run_id}:{p.key()}", proposal=p, decision=decision, decided_at=obs.at)
             deps.audit.record("decision", at=obs.at, run_id=run_id, target=p.target, action=p.action,
                               level=decision.level, status=decision.verdict, reason=decision.reason,
-                              data={"rule": decision.rule, "dry_run": decision.dry_run, "action_id": ga.id})
+                              data={"rule": decision.rule, "dry_run": decision.dry_run, "action_id": ga.id,
+                                "proposed_by": p.proposed_by})
             if decision.verdict == "needs_approval":
                 out.append((ga, self._open_approval(ga, run_id).id, None))
             elif decision.verdict == "allow":

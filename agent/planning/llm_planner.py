@@ -128,6 +128,26 @@ def refusal_message(call: dict[str, Any], why: str) -> str:
     return f"error: {call.get('name')} was not run: {why}."
 
 
+def with_floor(result: PlanResult, findings: list[Finding], obs: Observation, history: History,
+               deps: StewardDeps) -> PlanResult:
+    """The rules are the floor: the built-in policy model's next step for each finding is proposed too, unless
+    the model (or its cached plan) already proposes that action on that target, which then stands as the model
+    wrote it. The model can add a step or word one; it cannot make the agent do less than the rules would. Every
+    proposal still goes through the guardrail."""
+    if not findings:
+        return result
+    floor = PolicyModel().plan(findings, obs, history, deps).proposals
+    have = {(p.action, p.target) for p in result.proposals}
+    added = [p for p in floor if (p.action, p.target) not in have]
+    if added:
+        result.proposals = [*result.proposals, *added]
+        steps = ", ".join(f"{p.action} {p.target}" for p in added)
+        result.explanation = "\n".join(
+            line for line in (result.explanation, f"(The built-in policy's next step, which the model did not "
+                                                  f"propose, is proposed as the floor: {steps}.)") if line)
+    return result
+
+
 class LLMPlanner:
     def __init__(self, model: BaseChatModel, *, name: str | None = None, max_rounds: int = 6,
                  max_findings: int = 40, max_tool_calls_per_turn: int = 20, max_tool_args_bytes: int = 8192,
@@ -169,6 +189,7 @@ class LLMPlanner:
         go to the model, and none at all means no model call (agent/planning/plan_cache.py). Whatever the model
         or its cache proposes, an action a human denied on the same target is dropped while the denial holds."""
         result = self._plan_cached(findings, obs, history, deps, catalog)
+        result = with_floor(result, findings, obs, history, deps)
         result.proposals, held = without_held_denials(result.proposals, history, deps.policy, obs.at)
         if held:
             result.explanation = "\n".join([result.explanation, *held]).strip()

@@ -33,7 +33,8 @@ def guard(deps: StewardDeps, state: StewardState) -> Command[Literal["execute", 
         ga = GuardedAction(id=f"{run_id}:{proposal.key()}", proposal=proposal, decision=decision, decided_at=now)
         deps.audit.record("decision", at=now, run_id=run_id, target=proposal.target, action=proposal.action,
                           level=decision.level, status=decision.verdict, reason=decision.reason,
-                          data={"rule": decision.rule, "dry_run": decision.dry_run, "action_id": ga.id})
+                          data={"rule": decision.rule, "dry_run": decision.dry_run, "action_id": ga.id,
+                                "proposed_by": proposal.proposed_by})
         (waiting if decision.verdict == "needs_approval" else decided).append(ga.model_dump(mode="json"))
     goto: Literal["execute", "report"] = (
         "execute" if any(d["decision"]["verdict"] == "allow" for d in decided) else "report"

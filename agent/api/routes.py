@@ -116,12 +116,21 @@ def _template(request: Request) -> str | None:
 
 
 @router.get("/api/findings", response_model=FindingsPage, tags=["findings"])
-def findings(request: Request, who: Viewer, lang: UiLang = "en") -> FindingsPage:
+def findings(request: Request, who: Viewer, lang: UiLang = "en") -> Response:
     rt = runtime_of(request)
-    latest = rt.latest
-    at = latest.state.get("at") if latest else None
-    return FindingsPage(at=at, run_id=latest.run_id if latest else None, sweep_running=rt.scheduler.busy,
-                        findings=finding_views(rt, lang, _template(request)))
+    template = _template(request)
+
+    def build() -> bytes:
+        latest = rt.latest
+        return FindingsPage(at=latest.state.get("at") if latest else None, run_id=latest.run_id if latest else None,
+                            sweep_running=False, findings=finding_views(rt, lang, template)).model_dump_json().encode()
+
+    # The page is the latest sweep's (a snapshot); only whether a sweep runs now is read per request. The key can
+    # only be the top-level one: inside strings JSON escapes every quote.
+    body = rt.snapshots.body("findings", (lang, template), build)
+    if rt.scheduler.busy:
+        body = body.replace(b'"sweep_running":false', b'"sweep_running":true', 1)
+    return Response(content=body, media_type="application/json")
 
 
 def approval_view(rt: StewardRuntime, a: Approval, lang: str = "en", template: str | None = None) -> ApprovalView:
@@ -185,14 +194,19 @@ def resize_note(pool: str, nodes: int, suggested: int | None, lang: str) -> str:
 
 @router.get("/api/approvals", response_model=ApprovalsPage, tags=["approvals"])
 def approvals(request: Request, who: Viewer, recent: Annotated[int, Query(ge=0, le=500)] = 50,
-              lang: UiLang = "en") -> ApprovalsPage:
+              lang: UiLang = "en") -> Response:
     rt = runtime_of(request)
     store = rt.deps.approvals
-    answered = [a for a in store.all(limit=100_000) if a.status != "pending"]
-    answered.sort(key=lambda a: a.answered_at or a.requested_at, reverse=True)
     template = _template(request)
-    return ApprovalsPage(pending=[approval_view(rt, a, lang, template) for a in store.pending()],
-                         recent=[approval_view(rt, a, lang, template) for a in answered[:recent]])
+
+    def build() -> bytes:
+        answered = [a for a in store.all(limit=100_000) if a.status != "pending"]
+        answered.sort(key=lambda a: a.answered_at or a.requested_at, reverse=True)
+        return ApprovalsPage(pending=[approval_view(rt, a, lang, template) for a in store.pending()],
+                             recent=[approval_view(rt, a, lang, template) for a in answered[:recent]]
+                             ).model_dump_json().encode()
+
+    return rt.snapshots.response("approvals", (recent, lang, template), build)
 
 
 @router.post("/api/approvals/{approval_id}", response_model=ApprovalResult, tags=["approvals"],
@@ -319,9 +333,16 @@ def export_audit(request: Request, who: Viewer, format: ExportFormat = "csv", ki
 
 
 @router.get("/api/savings", response_model=Savings, tags=["findings"])
-def savings(request: Request, who: Viewer, points: Annotated[int, Query(ge=2, le=500)] = 24) -> Savings:
+def savings(request: Request, who: Viewer, points: Annotated[int, Query(ge=2, le=500)] = 24) -> Response:
     rt = runtime_of(request)
-    return compute_savings(rt.deps.audit, rt.findings(), rt.deps.clock.now(), rt.deps.currency, points=points)
+
+    def build() -> bytes:
+        return compute_savings(rt.deps.audit, rt.findings(), rt.deps.clock.now(), rt.deps.currency,
+                               points=points).model_dump_json().encode()
+
+    # Savings grow with time for every stopped job: the snapshot is also keyed by the cluster clock's minute.
+    minute = int(rt.deps.clock.now().timestamp() // 60)
+    return rt.snapshots.response("savings", (points, minute), build)
 
 
 @router.post("/api/sweeps", response_model=SweepRun, tags=["sweeps"], responses={409: {"model": ErrorBody}})

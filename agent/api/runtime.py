@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from agent.api.snapshot import Snapshots
 from agent.graph.service import SweepResult, SweepService
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.audit import AuditEntry
@@ -87,6 +88,7 @@ class StewardRuntime:
                  lease: LeaderLease | None = None, chat_model: Any = None, tick_s: float = 0.25) -> None:
         self.service, self.deps, self.sim_clock, self.chat_model = service, service.deps, sim_clock, chat_model
         self.graph_lock = threading.RLock()  # graph runs and clock moves never interleave
+        self.snapshots = Snapshots(self)  # read views built once per sweep and audit state (agent/api/snapshot.py)
         self.scheduler = SweepScheduler(self._sweep, self.deps.clock.now, schedule, lease)
         self.latest: SweepResult | None = None
         self.listeners: list[Callable[[StewardEvent], None]] = []

@@ -307,6 +307,12 @@ class AuditLog:
             running = item["hash"] or entry_hash(running, item)
         return running
 
+    def last_seq(self) -> int | None:
+        """The newest entry's sequence number (None for an empty log): one indexed read, for cache keys."""
+        with self._cursor() as cur:
+            row = cur.execute("SELECT max(seq) FROM audit").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def head(self) -> Head | None:
         """The newest entry's seq and hash (None for an empty log)."""
         with self._cursor() as cur:

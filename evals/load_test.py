@@ -122,13 +122,13 @@ async def run_level(base: str, clients: int, seconds: float, warmup: float = 1.0
         ends = measuring_from + seconds
 
         async def client(c: int) -> None:
-            k = c
+            k = c  # each client walks the whole mix, starting at its own place in it
             while True:
                 now = time.perf_counter()
                 if now >= ends:
                     return
                 await one(session, base, k, level if now >= measuring_from else None)
-                k += clients
+                k += 1
 
         await asyncio.gather(*(client(c) for c in range(clients)))
     return level
@@ -140,13 +140,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(data_dir: Path, port: int, speed: float | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "STEWARD_DATA_DIR": str(data_dir), "STEWARD_ALERT_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
            "PYTHONUNBUFFERED": "1"}
     for key in ("STEWARD_API_TOKENS", "STEWARD_LLM_BASE_URL", "STEWARD_BACKEND"):
         env.pop(key, None)
     log = open(data_dir / "serve.log", "wb")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([sys.executable, "-m", "agent.cli.main", "serve", "--port", str(port)],
+    extra = ["--speed", f"{speed:g}"] if speed is not None else []
+    return subprocess.Popen([sys.executable, "-m", "agent.cli.main", "serve", "--port", str(port), *extra],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -192,7 +193,7 @@ async def main_async(args: argparse.Namespace) -> int:
     if base is None:
         tmp = tempfile.TemporaryDirectory(prefix="steward-load-")
         port = free_port()
-        proc = start_server(Path(tmp.name), port)
+        proc = start_server(Path(tmp.name), port, args.speed)
         base = f"http://127.0.0.1:{port}"
     try:
         began = time.perf_counter()
@@ -235,6 +236,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="concurrency levels, comma-separated (default 1,20,200)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per level (default 10)")
     parser.add_argument("--url", help="drive this running server instead of starting the demo")
+    parser.add_argument("--speed", type=float, help="the demo's simulated seconds per wall second (default: serve's 60, "
+                                                    "a sweep every 5 wall seconds; 0 stops the clock: no sweeps)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if not args.clients or min(args.clients) < 1:

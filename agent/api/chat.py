@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from datetime import datetime
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from agent.api.answerer import ChatContext, ChatEvent, KeepFn, Lang, answer, chat_tools, classify, reply_language
@@ -114,7 +114,10 @@ def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = N
              responses={200: {"content": {"text/event-stream": {}},
                               "description": "Server-sent events: start, tool_call, tool_result, token, done, error. "
                                              "Each data line is a JSON object with a 'type' field."}})
-def chat(request: Request, body: ChatRequest, who: Viewer) -> StreamingResponse:
+def chat(request: Request, body: ChatRequest, who: Viewer) -> Response:
     rt: StewardRuntime = request.app.state.runtime
-    return StreamingResponse(chat_events(rt, body, who), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if rt.chat_model is None or classify(body.message) == "keep":
+        # The built-in answerer has every event at once: one write, not a thread hop per event.
+        return Response("".join(chat_events(rt, body, who)), media_type="text/event-stream", headers=headers)
+    return StreamingResponse(chat_events(rt, body, who), media_type="text/event-stream", headers=headers)

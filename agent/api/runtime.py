@@ -99,6 +99,9 @@ class StewardRuntime:
         # Readers outside a sweep (chat, exemptions) wait this long for a running sweep, then use the newest
         # reading this process holds: a first sweep that builds the runbook index must not block them.
         self.read_wait_s = 2.0
+        # A cluster reading this young (cluster time) answers a question as well as a new one: metrics are scraped
+        # every 15-60 s, and a sweep's own reading is reused until then.
+        self.fresh_for_s = 60.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.sweep_error: Problem | None = None  # the last scheduled tick failed (agent/api/health.py reports it)
@@ -284,7 +287,12 @@ class StewardRuntime:
         return next(reversed(taken.values()), None)
 
     def read_cluster(self, run_id: str) -> tuple[Observation | None, bool]:
-        """(reading, fresh): a fresh one when the graph lock frees within read_wait_s, else the newest held."""
+        """(reading, fresh): a reading at most `fresh_for_s` of cluster time old is fresh and is shared (every chat
+        in that span reads the cluster once, without the graph lock); else a new one when the graph lock frees
+        within read_wait_s, else the newest held (not fresh)."""
+        newest = self.newest_observation()
+        if newest is not None and 0 <= (self.deps.clock.now() - newest.at).total_seconds() <= self.fresh_for_s:
+            return newest, True
         if self.graph_lock.acquire(timeout=self.read_wait_s):
             try:
                 return self.deps.fresh_observation(run_id), True

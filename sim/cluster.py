@@ -66,6 +66,11 @@ class SimCluster:
             raise ValueError(f"the simulated clock only moves forward ({offset_s} < {self.offset_s})")
         self._lifecycle.settle(offset_s)
         self.offset_s = float(offset_s)
+        self._metrics.prune(self.offset_s)
+
+    def keep_metrics_for(self, seconds: float | None) -> None:
+        """Metrics retention, like Prometheus' --storage.tsdb.retention.time (None: keep the whole scenario)."""
+        self._metrics.retention_s = seconds
 
     def advance(self, seconds: float) -> None:
         self.advance_to(self.offset_s + seconds)

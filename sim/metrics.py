@@ -100,7 +100,12 @@ class MetricSlices:
         self.origin = origin
         self.step = step
         self._samples: dict[tuple, list] = {}
+        self._base: dict[tuple, int] = {}  # index of each series' first kept sample (older ones dropped)
         self._slices: dict[tuple, tuple] = {}
+        # Like a Prometheus --storage.tsdb.retention.time: samples older than this are dropped and read as absent.
+        # None (the default): keep everything the scenario produced.
+        self.retention_s: float | None = None
+        self._pruned_at = 0.0
 
     def slices(self, end: float, lookback_s: float, slice_s: float) -> list[tuple[int, int]]:
         """Sample index ranges [k_lo, k_hi] of slices (end - slice_s, end], oldest first, none before 0.
@@ -125,13 +130,30 @@ class MetricSlices:
         on_boundary = abs(k_now * self.step - now) < _EPS
         k_cache = k_now - 1 if on_boundary else k_now
         arr = self._samples.setdefault(key, [])
+        base = self._base.get(key, 0)
         top = min(k_hi, k_cache)
-        for k in range(len(arr), top + 1):
+        for k in range(base + len(arr), top + 1):
             arr.append(make(k * self.step, k))
-        out = arr[k_lo:top + 1] if top >= k_lo else []
+        lo = max(k_lo, base)
+        out = arr[lo - base:top + 1 - base] if top >= lo else []
         if on_boundary and k_lo <= k_now <= k_hi:
             out.append(make(k_now * self.step, k_now))
         return out
+
+    def prune(self, now: float) -> None:
+        """Drop samples and cached slices older than `retention_s` (at most once per simulated hour)."""
+        if self.retention_s is None or now - self._pruned_at < 3600.0:
+            return
+        self._pruned_at = now
+        keep_from = math.floor((now - self.retention_s) / self.step)
+        for key, arr in self._samples.items():
+            base = self._base.get(key, 0)
+            drop = min(len(arr), keep_from - base)
+            if drop > 0:
+                del arr[:drop]
+                self._base[key] = base + drop
+        for ck in [ck for ck in self._slices if ck[3] < keep_from]:
+            del self._slices[ck]
 
     def _slice(self, kind: str, key: tuple, make, agg, k_lo: int, k_hi: int, now: float) -> tuple:
         ck = (kind, key, k_lo, k_hi)

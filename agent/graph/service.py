@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,6 +29,7 @@ from core.actions import ActionOutcome, Finding, GuardedAction, ProposedAction
 from core.observation import Observation
 
 log = logging.getLogger("steward.service")
+KEEP_SWEEP_THREADS = 12  # finished sweeps whose checkpoints are kept (an hour at the default 5-minute interval)
 
 
 @dataclass
@@ -45,9 +47,11 @@ class SweepService:
 
             checkpointer = InMemorySaver()
         self.deps = deps
+        self.checkpointer = checkpointer
         self.graph = build_graph(deps, checkpointer=checkpointer)
         self.run_prefix = run_prefix
         self._seq = itertools.count(1)
+        self._recent_sweeps: deque[str] = deque()
 
     def _config(self, thread_id: str) -> dict[str, Any]:
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": 50}
@@ -61,7 +65,20 @@ class SweepService:
         state = self.graph.invoke({"mode": "sweep", "run_id": run_id, "trigger": trigger}, self._config(run_id))
         opened = [self._open_approval(GuardedAction.model_validate(raw), run_id)
                   for raw in state.get("approval_requests", [])]
+        self._forget_old_sweeps(run_id)
         return SweepResult(run_id=run_id, report=state.get("report", ""), state=state, approvals=opened)
+
+    def _forget_old_sweeps(self, run_id: str) -> None:
+        """A sweep's own thread is finished when it returns (approvals wait in threads of their own) and is never
+        read again: keep the newest KEEP_SWEEP_THREADS for inspection (LangGraph Studio), delete older ones, so
+        the checkpoint store grows with approvals, not with every sweep. The audit log keeps the record."""
+        self._recent_sweeps.append(run_id)
+        while len(self._recent_sweeps) > KEEP_SWEEP_THREADS:
+            old = self._recent_sweeps.popleft()
+            try:
+                self.checkpointer.delete_thread(old)
+            except Exception as exc:  # a store that cannot delete keeps the thread: space, never correctness
+                log.warning("could not delete the checkpoints of finished sweep %s: %s", old, exc)
 
     def investigate(self, plan: Callable[[Observation, list[Finding]], list[ProposedAction]], runbook: str | None,
                     proposes: frozenset[str], trigger: str = "alert",

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized", "stuck_pending", "doomed",
-                      "crash_loop"]
+                      "crash_loop", "idle_serving"]
 ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool", "cordon"]
 Verdict = Literal["allow", "deny", "needs_approval"]
 ActionStatus = Literal[

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from sim.scenario import Scenario
 
-WASTE_KINDS = {"idle", "zombie", "overprovisioned", "oversized", "node_health", "stuck_pending"}
+WASTE_KINDS = {"idle", "zombie", "overprovisioned", "oversized", "node_health", "stuck_pending", "idle_serving"}
 
 
 class Score(BaseModel):

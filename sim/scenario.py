@@ -191,7 +191,7 @@ class Truth(_Strict):
     job: str | None = None
     pool: str | None = None  # extension: a pool-level answer (waste: oversized)
     waste: Literal["idle", "zombie", "overprovisioned", "none", "oversized", "node_health", "stuck_pending", "doomed",
-                   "crash_loop"]
+                   "crash_loop", "idle_serving"]
     since: Duration | None = None
     must_not_kill: bool = False
 

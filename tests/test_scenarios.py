@@ -27,6 +27,7 @@ DIFFICULTY: dict[str, str] = {
     "node-xid-errors": "easy",
     "driver-upgrade-failures": "medium",
     "crash-loop-cuda-oom": "medium",
+    "idle-inference-service": "medium",
     "cny-notebook-overnight": "easy",
     "observe-mode": "easy",
     "zombie-pinned-gpu": "medium",

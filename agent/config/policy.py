@@ -118,6 +118,16 @@ class OverprovisionedRule(_Section):
     min_gpus: int = Field(2, ge=2)
 
 
+class ServingRule(_Section):
+    """Inference services (agent/detectors/serving.py): an idle one gets advice (scale to zero, share the GPU),
+    never a stop. A selector is "label=value" or "label" (present with any value)."""
+
+    enabled: bool = True
+    selectors: list[str] = ["app.kubernetes.io/component=inference", "app.kubernetes.io/component=serving",
+                            "app.kubernetes.io/component=predictor", "serving.kserve.io/inferenceservice",
+                            "steward.io/workload=serving"]
+
+
 class LongTailRule(_Section):
     lookback: PositiveDuration = 24 * 3600.0  # a whole day, so a service's quiet hours are part of its history
     # Beyond the detectors' windows the day is read in coarse slices (max and sample count only): a fraction
@@ -191,6 +201,7 @@ class Detectors(_Section):
     node_health: NodeHealthRule = NodeHealthRule()
     pools: PoolRule = PoolRule()
     doomed: DoomedRule = DoomedRule()
+    serving: ServingRule = ServingRule()
 
     @model_validator(mode="after")
     def _readable(self) -> Detectors:

@@ -12,6 +12,7 @@ from agent.detectors.node_health import NodeHealthDetector
 from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector
 from agent.detectors.queue import StuckPendingDetector, mark_blockers
+from agent.detectors.serving import as_serving_advice
 from agent.detectors.signals import ClusterSignals, group_signals
 from agent.detectors.zombie import ZombieDetector
 from core.actions import Finding
@@ -41,7 +42,8 @@ def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | No
     `signals` may be reused from log_candidates on the same metrics; logs are read from `obs`.
     """
     signals = signals or group_signals(obs)
-    findings = mark_blockers([f for d in all_detectors(policy) for f in d.detect(obs, signals)], obs)
+    found = [f for d in all_detectors(policy) for f in d.detect(obs, signals)]
+    findings = mark_blockers(as_serving_advice(found, obs, policy.detectors.serving), obs)
     jobs = obs.jobs_by_id()
     pool_of = {n.name: n.pool for n in obs.nodes}
     prices = {p.name: p.price_per_gpu_hour for p in obs.pools}

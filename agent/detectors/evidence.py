@@ -25,6 +25,7 @@ KIND_ZH: dict[str, str] = {
     "stuck_pending": "排队无法调度",
     "doomed": "注定失败",
     "crash_loop": "崩溃循环",
+    "idle_serving": "推理服务空闲",
 }
 
 XID_MEANINGS_ZH: dict[int, str] = {
@@ -102,9 +103,11 @@ def _io(m: Metrics) -> str:
 
 def _idle(f: Finding, m: Metrics) -> str:
     blip = f"，其间仅有零星活动（共 {m['blip_gpu_s']:.0f} GPU·秒）" if m.get("blip_gpu_s") else ""
+    grace = (f"；按该作业自身的工作节奏仍在宽限期内，{f.stop_after:%Y-%m-%d %H:%M} UTC 前不会停止"
+             if f.stop_after is not None and "grace_left_s" in m else "")
     return (
         f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续 {duration_zh(m['quiet_s'])}{blip}"
-        f"（样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}"
+        f"（样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}{grace}"
     )
 
 
@@ -204,6 +207,12 @@ def _stuck_pending(f: Finding, m: Metrics) -> str:
     return stuck_pending_zh(f)
 
 
+def _idle_serving(f: Finding, m: Metrics) -> str:
+    from agent.detectors.serving import serving_zh
+
+    return serving_zh(f, _idle(f, m))
+
+
 def _doomed(f: Finding, m: Metrics) -> str:
     from agent.detectors.doomed import doomed_zh
 
@@ -225,6 +234,8 @@ def describe(finding: Finding, language: str) -> str:
         render = _stuck_pending
     if language == "zh" and finding.kind in ("doomed", "crash_loop"):
         render = _doomed
+    if language == "zh" and finding.kind == "idle_serving":
+        render = _idle_serving
     if render is None:
         return finding.evidence
     try:

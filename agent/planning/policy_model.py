@@ -35,6 +35,7 @@ KIND_WORDS = {
         "stuck_pending": "pending job that can never be scheduled as asked",
         "doomed": "job likely to fail again: its identical recent runs all failed fast",
         "crash_loop": "crash loop: a job that failed the same way many times in a row is running again",
+        "idle_serving": "inference service idle: advice, it is not stopped",
     },
     "zh": {
         "idle": "GPU 已分配但处于空闲",
@@ -45,6 +46,7 @@ KIND_WORDS = {
         "stuck_pending": "排队中的作业按当前申请永远无法调度",
         "doomed": "作业很可能再次失败：最近相同的运行都很快失败",
         "crash_loop": "崩溃循环：连续多次以同样方式失败的作业又在运行",
+        "idle_serving": "推理服务空闲：仅提供建议，不会停止",
     },
 }
 
@@ -118,6 +120,7 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
         "oversized": "let the pool shrink or approve the resize",
         "stuck_pending": "change the request as the evidence says, or cancel the job",
         "doomed": "fix the cause the evidence names before running it again, or cancel it",
+        "idle_serving": "scale it to zero between uses, or share the GPU (MIG or time-slicing)",
     }.get(finding.kind, "take a look")
     if language == "zh":
         advice = {
@@ -126,6 +129,7 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
             "oversized": "缩容节点池或批准缩容操作",
             "stuck_pending": "按上述说明修改申请，或取消该作业",
             "doomed": "先修复上述失败原因再重新运行，或取消该作业",
+            "idle_serving": "空闲时缩容到零，或与其他服务共享 GPU（MIG 或时间片共享）",
         }.get(finding.kind, "请检查")
     return render(template_name("notify_advice", language), now, advice=advice, **common)
 

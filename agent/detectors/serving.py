@@ -1,0 +1,73 @@
+"""Inference services that sit idle: advice (scale to zero, share the GPU), never a stop.
+
+A model server idle for hours is still a promise to its callers: stopping it turns the next request into an
+outage or a cold start. Its idle (or keep-alive) finding becomes `idle_serving`, a level-1 finding that no stop
+can cite (only idle, zombie and crash_loop justify one: the guardrail's no_finding rule), with the advice that
+fits: scale to zero between uses, with the warm-up each cold start costs (the job's `steward.io/warmup`
+annotation when set, else unknown), or share the GPU (a MIG slice or time-slicing) when it must stay up.
+Which jobs are services is the policy's `detectors.serving.selectors` (labels the common serving stacks set).
+"""
+
+from __future__ import annotations
+
+from agent.config.policy import ServingRule
+from core.actions import Finding
+from core.cluster import JobInfo
+from core.durations import format_duration, parse_duration
+from core.observation import Observation
+
+WARMUP_ANNOTATION = "steward.io/warmup"
+
+
+def serving_reason(job: JobInfo, rule: ServingRule) -> str | None:
+    """Which selector marks `job` as an inference service ("key=value" or "key" present), or None."""
+    for selector in rule.selectors:
+        key, _, value = selector.partition("=")
+        have = job.labels.get(key)
+        if have is not None and (not value or have == value):
+            return selector
+    return None
+
+
+def warmup_s(job: JobInfo) -> float | None:
+    raw = job.annotations.get(WARMUP_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return parse_duration(raw)
+    except ValueError:
+        return None
+
+
+def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRule) -> list[Finding]:
+    """Idle findings on inference services, turned into `idle_serving` advice; every other finding as it was."""
+    if not rule.enabled:
+        return findings
+    jobs = obs.jobs_by_id()
+    out = []
+    for f in findings:
+        job = jobs.get(f.target) if f.target_type == "job" and f.kind == "idle" else None
+        why = serving_reason(job, rule) if job is not None else None
+        if job is None or why is None:
+            out.append(f)
+            continue
+        warm = warmup_s(job)
+        warm_text = (f"each cold start costs about {format_duration(warm)} of warm-up" if warm is not None
+                     else f"warm-up per cold start unknown (set the {WARMUP_ANNOTATION} annotation)")
+        advice = (f"an inference service ({why}): its callers expect it to answer, so it is not stopped. "
+                  f"Scale it to zero between uses ({warm_text}), or share the GPU (a MIG slice or time-slicing) "
+                  f"if it must stay up")
+        metrics = f.metrics | {"serving": 1.0} | ({"warmup_s": warm} if warm is not None else {})
+        out.append(f.model_copy(update={"kind": "idle_serving", "evidence": f"{f.evidence}; {advice}",
+                                        "metrics": metrics, "stop_after": None, "stop_needs_approval": None}))
+    return out
+
+
+def serving_zh(f: Finding, idle_zh: str) -> str:
+    warm = f.metrics.get("warmup_s")
+    from agent.detectors.evidence import duration_zh
+
+    warm_text = (f"每次冷启动约需 {duration_zh(warm)} 预热" if warm is not None
+                 else f"冷启动预热时间未知（可设置 {WARMUP_ANNOTATION} 注解）")
+    return (f"{idle_zh}；这是推理服务，调用方依赖其随时响应，因此不会停止。建议在空闲时缩容到零（{warm_text}），"
+            f"若必须常驻，可与其他服务共享 GPU（MIG 切片或时间片共享）")

@@ -1,0 +1,73 @@
+"""Idle inference services: advice (scale to zero with its warm-up, or share the GPU), never a stop."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from agent.config.policy import Policy, parse_policy
+from agent.detectors.engine import run_detectors
+from agent.detectors.evidence import describe
+from agent.detectors.serving import serving_reason
+from agent.guardrail.decide import Facts, decide
+from agent.planning.policy_model import PolicyModel
+from agent.wiring import simulated_deps
+from core.actions import Finding, History, HistoryEntry, ProposedAction
+from core.cluster import JobInfo
+from evals.runner import run_scenario
+from sim.scenario import load_scenario
+
+NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+
+
+def job(**labels: str) -> JobInfo:
+    return JobInfo(id="nlp/vllm-chat", scheduler="kubernetes", namespace="nlp", name="vllm-chat", user="erin",
+                   gpus=2, labels=labels)
+
+
+def test_which_jobs_are_services_is_the_policys_selectors():
+    rule = Policy().detectors.serving
+    assert serving_reason(job(**{"app.kubernetes.io/component": "inference"}), rule) == \
+        "app.kubernetes.io/component=inference"
+    assert serving_reason(job(**{"serving.kserve.io/inferenceservice": "chat"}), rule) == \
+        "serving.kserve.io/inferenceservice"
+    assert serving_reason(job(**{"app.kubernetes.io/component": "trainer"}), rule) is None
+    assert serving_reason(job(app="jupyter"), rule) is None
+    custom = parse_policy({"detectors": {"serving": {"selectors": ["team=inference"]}}}).detectors.serving
+    assert serving_reason(job(team="inference"), custom) == "team=inference"
+
+
+def test_an_idle_service_gets_advice_and_is_never_stopped_while_an_idle_notebook_is():
+    run = run_scenario(load_scenario("evals/scenarios/idle-inference-service.yaml"), Policy(), PolicyModel())
+    assert run.score.passed and run.score.false_kills == 0
+    service = [a for a in run.actions if a["job"] == "nlp/vllm-chat"]
+    assert [a["action"] for a in service if a["status"] == "executed"] == ["notify"]
+    [finding] = [f for f in run.findings if f["job"] == "nlp/vllm-chat"]
+    assert finding["kind"] == "idle_serving"
+    assert "Scale it to zero between uses (each cold start costs about 4m of warm-up)" in finding["evidence"]
+    notebook = [a["action"] for a in run.actions if a["job"] == "research/notebook-frank" and a["status"] == "executed"]
+    assert notebook == ["notify", "terminate"]
+
+
+def test_no_stop_can_cite_an_idle_service_finding_even_warned_and_approved():
+    advice = Finding(kind="idle_serving", target="nlp/vllm-chat", since=NOW, detected_at=NOW, gpus=2,
+                     evidence="2 GPUs at max 0.0% util for 3h; an inference service")
+    facts = Facts(now=NOW, job=job(**{"app.kubernetes.io/component": "inference"}), findings=[advice])
+    warned = History(entries=[HistoryEntry(action="notify", target="nlp/vllm-chat", status="executed",
+                                           at=datetime(2026, 11, 2, 10, 0, tzinfo=UTC), finding_kind="idle_serving",
+                                           deadline=datetime(2026, 11, 2, 11, 0, tzinfo=UTC))])
+    for action in ("terminate", "force_terminate"):
+        decision = decide(ProposedAction(action=action, target="nlp/vllm-chat"), facts, Policy(), warned,
+                          approved=True)
+        assert decision.verdict == "deny" and decision.rule == "no_finding", decision
+    notify = decide(ProposedAction(action="notify", target="nlp/vllm-chat", finding_kind="idle_serving"), facts,
+                    Policy(), History())
+    assert notify.verdict == "allow"
+
+
+def test_the_advice_reads_in_chinese():
+    deps, cluster = simulated_deps(load_scenario("evals/scenarios/idle-inference-service.yaml"), Policy(), PolicyModel())
+    cluster.advance_to(3 * 3600)
+    [f] = [f for f in run_detectors(deps.observe(), Policy()) if f.target == "nlp/vllm-chat"]
+    assert f.kind == "idle_serving" and f.metrics["warmup_s"] == 240
+    zh = describe(f, "zh")
+    assert "推理服务" in zh and "缩容到零" in zh and "4 分钟" in zh and "GPU" in zh, zh

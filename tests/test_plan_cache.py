@@ -168,3 +168,16 @@ def test_a_turn_that_used_tools_and_then_fell_silent_is_finished():
     first = _plan_once(planner, deps, obs, finding)
     assert first.answered and first.model_calls == 2
     assert _plan_once(planner, deps, obs, finding).model_calls == 0
+
+
+def test_a_kept_proposal_the_guardrail_refused_is_not_replayed_at_every_sweep():
+    """The eager model proposes the stop with the warning; the guardrail refuses it (no notice yet). Its kept
+    plan is not replayed sweep after sweep, each one refused and audited again: the refusal stands until the
+    state changes (the notice runs out) and the model is asked again."""
+    model = ScriptedChatModel(script=_eager)
+    run = run_scenario(_scenario(), Policy(), LLMPlanner(model, name="eager"))
+    refusals = [a for a in run.document()["actions"] if a["job"] == "ml/notebook" and a["action"] == "terminate"
+                and a["status"] == "blocked"]
+    # One per time the model was asked while the stop was not yet due (at the finding, after the warning), not one
+    # per sweep of the hour's notice (12).
+    assert 1 <= len(refusals) <= 2, [a["at_s"] for a in refusals]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
@@ -128,6 +129,14 @@ def refusal_message(call: dict[str, Any], why: str) -> str:
     return f"error: {call.get('name')} was not run: {why}."
 
 
+def refused_since(deps: StewardDeps, target: str, since: datetime) -> set[tuple[str, str]]:
+    """(action, target) the guardrail refused on `target` since `since`: a kept plan's proposal it refused is not
+    replayed at every sweep (refused and audited again each time); the refusal is the answer until the state
+    changes and the model is asked again."""
+    return {(e.action or "", e.target or "") for e in deps.audit.entries(kind="decision", target=target,
+                                                                          status="deny", since=since, limit=500)}
+
+
 def with_floor(result: PlanResult, findings: list[Finding], obs: Observation, history: History,
                deps: StewardDeps) -> PlanResult:
     """The rules are the floor: the built-in policy model's next step for each finding is proposed too, unless
@@ -214,7 +223,8 @@ class LLMPlanner:
             if c is None:
                 continue
             result.cached_findings += 1
-            result.proposals += [p for p in c.proposals if p.key() not in seen]
+            refused = refused_since(deps, f.target, c.planned_at)
+            result.proposals += [p for p in c.proposals if p.key() not in seen and (p.action, p.target) not in refused]
             seen |= {p.key() for p in c.proposals}
             lines.append(f"- {f.target}: {f.kind}. {f.evidence} (nothing new since the model's plan of "
                          f"{c.planned_at:%H:%M}; that plan stands)")

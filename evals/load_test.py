@@ -246,6 +246,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A SIGTERM (timeout, Ctrl-C in a wrapper) unwinds through main_async's finally: the server it started stops.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     return asyncio.run(main_async(parse_args(argv)))
 
 

@@ -37,7 +37,7 @@ def test_approve_from_the_shell_is_carried_out_by_the_server_once(tmp_path, caps
         nodes_before = {p.name: p.nodes for p in c.app.state.runtime.deps.pools.list_pools()}["a100-ondemand"]
     assert main(["approvals", "list"]) == 0
     out = capsys.readouterr().out
-    assert f"{approval_id}  resize_pool a100-ondemand (level 4)" in out and "steward approvals approve" in out
+    assert f"{approval_id}  resize_pool a100-ondemand -> 3 nodes (level 4)" in out and "steward approvals approve" in out
 
     assert main(["approvals", "approve", approval_id, "--reason", "night, pool unused"]) == 0
     assert f"{approval_id}: approved by cli:{getpass.getuser()}" in capsys.readouterr().out

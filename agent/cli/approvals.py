@@ -18,20 +18,23 @@ import socket
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config.settings import Settings
 
+if TYPE_CHECKING:
+    from agent.records.approvals import Approval
+
 WORDS = {
     "en": {"none": "No approval requests in {dir}.", "pending": "Waiting for a human ({n}):",
-           "recent": "Answered recently:", "expires": "expires", "level": "level",
+           "recent": "Answered recently:", "expires": "expires", "level": "level", "nodes": "{n} nodes",
            "no_store": "error: no approval store in {dir} (run `steward serve` or a sweep there first, or pass "
                        "--data-dir DIR)",
            "taken": "{id}: {status} by {by}. Recorded and audited; the steward carries it out before its next sweep "
                     "(a running `steward serve`, or the next `steward sweep`), after re-checking the target.",
            "refused": "error: not taken: {why}", "answer_with": "Answer: steward approvals approve|deny ID --reason TEXT"},
     "zh": {"none": "{dir} 中没有审批请求。", "pending": "等待人工审批（{n} 项）：", "recent": "最近的处理：",
-           "expires": "过期时间", "level": "级别",
+           "expires": "过期时间", "level": "级别", "nodes": "{n} 个节点",
            "no_store": "错误：{dir} 中没有审批库（请先在此运行 `steward serve` 或巡检，或用 --data-dir 指定目录）",
            "taken": "{id}：已由 {by} {status_zh}。已记录并写入审计；巡检服务会在下一次巡检前（运行中的 `steward serve`，"
                     "或下一次 `steward sweep`）重新检查目标后执行。",
@@ -77,6 +80,12 @@ def _existing_store(data_dir: Path, w: dict[str, str]) -> Any:
     return _open(data_dir)
 
 
+def _size(a: Approval, w: dict[str, str]) -> str:
+    """A resize names the node count approving carries out."""
+    nodes = ((a.payload.get("guarded_action") or {}).get("proposal") or {}).get("target_nodes")
+    return f" -> {w['nodes'].format(n=nodes)}" if a.action == "resize_pool" and nodes is not None else ""
+
+
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     w = _words(args, settings)
     data_dir = args.data_dir or settings.data_dir
@@ -95,7 +104,7 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if pending:
         print(w["pending"].format(n=len(pending)))
         for a in pending:
-            print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} "
+            print(f"  {a.id}  {a.action} {a.target}{_size(a, w)} ({w['level']} {a.level}), {w['expires']} "
                   f"{a.expires_at:%Y-%m-%d %H:%M} UTC")
         print(w["answer_with"])
     if recent:

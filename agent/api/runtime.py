@@ -291,7 +291,9 @@ class StewardRuntime:
         in that span reads the cluster once, without the graph lock); else a new one when the graph lock frees
         within read_wait_s, else the newest held (not fresh)."""
         newest = self.newest_observation()
-        if newest is not None and 0 <= (self.deps.clock.now() - newest.at).total_seconds() <= self.fresh_for_s:
+        # Not while a sweep runs (or before the first has finished): the answer must then say what it is based on.
+        quiet = self.latest is not None and not self.scheduler.busy
+        if quiet and newest is not None and 0 <= (self.deps.clock.now() - newest.at).total_seconds() <= self.fresh_for_s:
             return newest, True
         if self.graph_lock.acquire(timeout=self.read_wait_s):
             try:

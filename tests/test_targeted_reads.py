@@ -52,8 +52,9 @@ def test_acting_rereads_the_target_only_after_the_clock_moved():
     assert counting.calls in (["get_job"], ["get_job", "list_finished"])
     assert facts.job is not None and facts.job.id == target and facts.now == cluster.now()
     assert any(f.kind == "idle" for f in facts.findings)  # re-detected on the job's own fresh window
-    # get_job + gpu series + io + coarse history + at most its own log: bounded, whatever the cluster size.
-    assert cluster.backend_calls - before <= 5
+    # get_job + gpu series + io + coarse history + at most its own log + the finished-job history: bounded,
+    # whatever the cluster size.
+    assert cluster.backend_calls - before <= 5 + counting.calls.count("list_finished")
 
 
 def test_deciding_uses_the_sweeps_own_reading_on_a_moving_clock():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -36,15 +37,15 @@ class StewardCollector:
 
         actions = CounterMetricFamily("steward_actions", "Actions carried out or attempted, from the audit log.",
                                       labels=["action", "level", "status"])
-        seen = Counter((e.action or "", str(e.level if e.level is not None else ""), e.status or "")
-                       for e in deps.audit.entries(kind="execution", limit=1_000_000))
-        for (action, level, status), n in sorted(seen.items()):
+        # The audit figures are read once per audit state and cluster minute (agent/api/snapshot.py), not per scrape.
+        figures = json.loads(rt.snapshots.body("metrics-audit", (int(deps.clock.now().timestamp() // 60),),
+                                               lambda: _audit_figures(rt)))
+        for action, level, status, n in figures["actions"]:
             actions.add_metric([action, level, status], n)
         yield actions
 
-        savings = compute_savings(deps.audit, rt.findings(), deps.clock.now(), deps.currency, points=2)
         reclaimed = CounterMetricFamily("steward_reclaimed_gpu_hours", "GPU-hours freed by executed actions.")
-        reclaimed.add_metric([], savings.reclaimed_gpu_hours)
+        reclaimed.add_metric([], figures["reclaimed_gpu_hours"])
         yield reclaimed
 
         pending = GaugeMetricFamily("steward_approvals_pending", "Approval requests waiting for a human.")
@@ -67,6 +68,16 @@ class StewardCollector:
                                      "goes down (a drop means entries were deleted).")
         head_seq.add_metric([], head.seq if head else 0)
         yield head_seq
+
+
+def _audit_figures(rt: StewardRuntime) -> bytes:
+    """Executed and attempted actions by (action, level, status), and GPU-hours reclaimed: the scrape's audit reads."""
+    deps = rt.deps
+    seen = Counter((e.action or "", str(e.level if e.level is not None else ""), e.status or "")
+                   for e in deps.audit.entries(kind="execution", limit=1_000_000))
+    savings = compute_savings(deps.audit, rt.findings(), deps.clock.now(), deps.currency, points=2)
+    return json.dumps({"actions": [[*key, n] for key, n in sorted(seen.items())],
+                       "reclaimed_gpu_hours": savings.reclaimed_gpu_hours}).encode()
 
 
 def render_metrics(runtime: StewardRuntime) -> bytes:

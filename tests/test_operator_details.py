@@ -17,6 +17,7 @@ from agent.chatops.notifier import Route
 from agent.graph.report import audit_text, outcome_text, render_report, report_for_people, rule_of_reason
 from agent.records.approvals import Approval
 from core.actions import Finding
+from tests.test_approval_expiry import _Robot
 from tests.test_chinese_surfaces import PEOPLE
 from tests.test_server_api import START, advance, client_for, settings_for, sweep_with_approval
 from tests.zh_text import leftovers
@@ -206,15 +207,6 @@ def test_answered_approvals_show_their_outcome_in_chinese(client):
 
 
 # --- 5. ChatOps cards in Chinese -------------------------------------------------------------------------------
-
-
-class _Robot:
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-
-    def send(self, message: dict) -> dict:
-        self.messages.append(message)
-        return {"errcode": 0}
 
 
 def _stop_request(finding: Finding) -> Approval:

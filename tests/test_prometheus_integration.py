@@ -7,9 +7,11 @@ import json
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agent.config.policy import parse_policy
 from agent.graph.service import SweepService
@@ -50,14 +52,16 @@ def _wait(what: str, check, timeout: float) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def prometheus(tmp_path):
+def _start_prometheus(tmp_path: Path, rule_files: tuple[Path, ...] = ()) -> Iterator[tuple[str, int]]:
+    """A real Prometheus scraping a simulated exporter on a free port every second (yields url, exporter port)."""
     binary = require_binary("prometheus")
     exporter_port, prom_port = free_port(), free_port()
     config = tmp_path / "prometheus.yml"
+    rules = "".join(f"  - {path}\n" for path in rule_files)
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
-        f"scrape_configs:\n  - job_name: sim\n    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n"
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n"
+        + (f"rule_files:\n{rules}" if rules else "")
+        + f"scrape_configs:\n  - job_name: sim\n    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n"
     )
     log = (tmp_path / "prometheus.log").open("w")
     proc = subprocess.Popen(
@@ -76,6 +80,11 @@ def prometheus(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    yield from _start_prometheus(tmp_path)
 
 
 def _findings(deps) -> set[tuple[str, str]]:
@@ -124,3 +133,61 @@ def test_sweep_through_prometheus_matches_in_process(prometheus):
     assert hung.util_avg[-1] >= 99 and hung.sm_active_avg[-1] < 0.15 and hung.tensor_active_avg[-1] == 0.0
     assert hung.power_w_slices[-1] < 110 and hung.nvlink_bytes_avg[-1] == 0.0 and hung.pcie_bytes_avg[-1] == 0.0
     assert busy.sm_active_avg[-1] > 0.5 and busy.power_w_slices[-1] > 300 and busy.nvlink_bytes_avg[-1] > 1e10
+
+
+RULES = Path(__file__).parents[1] / "deploy" / "prometheus" / "steward-rules.yaml"
+XID_SCENARIO = Path(__file__).parents[1] / "evals" / "scenarios" / "node-xid-errors.yaml"
+
+
+def _rules_without_hold(tmp_path: Path) -> Path:
+    """The shipped rules with every `for:` removed, so an alert fires at its first true evaluation: the rules
+    hold for minutes of wall time, and this test runs the scenario at 60x. Expressions, labels and annotations
+    are the shipped ones, unchanged."""
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        group["interval"] = "1s"
+        for rule in group["rules"]:
+            rule.pop("for", None)
+    out = tmp_path / "steward-rules.nohold.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def test_shipped_rules_evaluate_against_the_simulated_exporter(tmp_path):
+    """Issue 17: the alerting rules run in the real Prometheus on the simulator's DCGM series. Every rule
+    evaluates without error; the XID 79 node raises GpuXidError and GpuFallenOffBus for that GPU only, the hot
+    GPU raises GpuHighTemperature, and the healthy node raises nothing."""
+    rules = _rules_without_hold(tmp_path)
+    gen = _start_prometheus(tmp_path, (rules,))
+    url, exporter_port = next(gen)
+    # 60x from 85 min: the XID 79 (at 1 h) is already there, the 93 C GPU (90 min) comes 5 s later and the
+    # XID 13 (100 min) 15 s later.
+    exporter = SimExporter(load_scenario(XID_SCENARIO), speed=60.0, start_at=85 * 60.0)
+    server = ExporterServer(exporter, port=exporter_port).start()
+
+    def alerts() -> list[dict]:
+        return json.loads(_get(f"{url}/api/v1/alerts"))["data"]["alerts"]
+
+    def firing(name: str) -> set[tuple[str, str]]:
+        return {(a["labels"].get("Hostname", ""), a["labels"].get("gpu", "")) for a in alerts()
+                if a["labels"]["alertname"] == name and a["state"] == "firing"}
+
+    try:
+        _wait("the XID 13 on gpu-a-2 GPU 0 to fire", lambda: ("gpu-a-2", "0") in firing("GpuXidError"), 60)
+        assert firing("GpuFallenOffBus") == {("gpu-a-1", "3")}
+        assert firing("GpuXidError") == {("gpu-a-1", "3"), ("gpu-a-2", "0")}
+        _wait("the 93 C GPU to fire", lambda: firing("GpuHighTemperature") == {("gpu-a-2", "5")}, 30)
+        assert not [a for a in alerts() if a["labels"].get("Hostname") == "gpu-a-3"]
+        fired = {a["labels"]["alertname"] for a in alerts()}
+        assert all(a["annotations"].get("runbook") for a in alerts())
+        groups = json.loads(_get(f"{url}/api/v1/rules"))["data"]["groups"]
+        loaded = [r for g in groups for r in g["rules"]]
+        shipped = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+        assert len(loaded) == len(shipped)
+        broken = [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok" or r.get("lastError")]
+        assert not broken, broken
+        # Nothing else this scenario does not have: no queue, serving or steward alerts from DCGM series alone.
+        assert fired <= {"GpuXidError", "GpuFallenOffBus", "GpuHighTemperature"}, fired
+    finally:
+        server.stop()
+        gen.close()

@@ -154,7 +154,18 @@ def test_a_turn_that_ended_without_an_answer_is_asked_again():
     looping = LLMPlanner(ScriptedChatModel(script=lambda m, i: AIMessage(content="", tool_calls=[
         tool_call("list_jobs", f"l{i}")])), name="looping", max_rounds=2)
     assert _plan_once(looping, deps, obs, finding).model_calls == 2
-    assert _plan_once(looping, deps, obs, finding).model_calls == 2  # never finished: never reused
+    assert _plan_once(looping, deps, obs, finding).model_calls == 2  # not finished: asked once more
+    again = _plan_once(looping, deps, obs, finding)  # then the same state is not asked a third time
+    assert again.model_calls == 0 and "did not finish its turn on this state 2 times" in again.explanation
+    assert again.proposals  # the rules' floor still plans the finding
+
+
+def test_a_turn_that_never_finishes_is_asked_again_when_the_state_changes():
+    deps, obs, finding = _setup()
+    silent = LLMPlanner(ScriptedChatModel(script=lambda m, i: AIMessage(content="")), name="silent")
+    assert [_plan_once(silent, deps, obs, finding).model_calls for _ in range(3)] == [1, 1, 0]
+    other = finding.model_copy(update={"kind": "zombie"})
+    assert _plan_once(silent, deps, obs, other).model_calls == 1  # another state: asked
 
 
 def test_a_turn_that_used_tools_and_then_fell_silent_is_finished():

@@ -209,14 +209,17 @@ class LLMPlanner:
         if not findings or self.cache is None:
             return self._plan_fresh(findings, obs, history, deps, catalog)
         keys = self.cache.keys(self.name, findings, obs, history, deps)
-        kept = [self.cache.get(deps, k) for k in keys]
+        tried = [self.cache.get(deps, k) for k in keys]
+        kept = [c if c is not None and c.stands else None for c in tried]
         fresh = [f for f, c in zip(findings, kept, strict=True) if c is None]
         result = self._plan_fresh(fresh, obs, history, deps, catalog) if fresh else PlanResult(model=self.name)
-        if fresh and result.answered and not result.degraded:  # a finished answer; never the fallback's plan
+        if fresh and not result.degraded:  # never the fallback's plan
             asked = {id(f) for f in split_for_model(fresh, self.max_findings)[0]}
-            for f, k in zip(findings, keys, strict=True):
+            for f, k, before in zip(findings, keys, tried, strict=True):
                 if id(f) in asked:
-                    self.cache.put(deps, k, CachedPlan(answers(f, result.proposals), obs.at))
+                    tries = before.tries + 1 if before is not None and not before.finished else 1
+                    self.cache.put(deps, k, CachedPlan(answers(f, result.proposals), obs.at,
+                                                       finished=result.answered, tries=tries))
         seen = {p.key() for p in result.proposals}
         lines = [result.explanation] if fresh else []
         for f, c in zip(findings, kept, strict=True):
@@ -226,8 +229,10 @@ class LLMPlanner:
             refused = refused_since(deps, f.target, c.planned_at)
             result.proposals += [p for p in c.proposals if p.key() not in seen and (p.action, p.target) not in refused]
             seen |= {p.key() for p in c.proposals}
-            lines.append(f"- {f.target}: {f.kind}. {f.evidence} (nothing new since the model's plan of "
-                         f"{c.planned_at:%H:%M}; that plan stands)")
+            since = (f"nothing new since the model's plan of {c.planned_at:%H:%M}; that plan stands" if c.finished
+                     else f"the model did not finish its turn on this state {c.tries} times, last at "
+                          f"{c.planned_at:%H:%M}; not asked again until it changes")
+            lines.append(f"- {f.target}: {f.kind}. {f.evidence} ({since})")
         result.explanation = "\n".join(line for line in lines if line)
         return result
 

@@ -5,10 +5,12 @@ Identity: the target, its kind of waste and the job's immutable uid. State: what
 (its audit history, pending approvals, exemptions), its scheduler state, and what the deterministic
 policy model would do now, which moves when a notice period, a grace period or a back-off runs out.
 Growing numbers (more idle minutes, more wasted GPU-hours) are not new: the model already answered that
-finding. The model's name, the language and the policy are part of every key. Only a finished answer is
-kept: a plan made while the endpoint failed, or a turn that said nothing and called nothing, was cut off,
-or was still calling tools when its rounds ran out, is asked again at the next sweep. Each cluster (each audit log) has its own cache, so two scenarios or two
-clusters that reuse a job name never share a plan.
+finding. The model's name, the language and the policy are part of every key. A plan made while the
+endpoint failed is never kept. A turn the model did not finish (it said nothing and called nothing, was cut
+off, or was still calling tools when its rounds ran out) is asked again once, at the next sweep, and then kept
+like an answer until the state changes: at temperature 0 the same question gets the same non-answer, and each
+costs a call (the rules' floor still plans that finding). Each cluster (each audit log) has its own cache, so
+two scenarios or two clusters that reuse a job name never share a plan.
 """
 
 from __future__ import annotations
@@ -29,10 +31,21 @@ if TYPE_CHECKING:
     from agent.graph.deps import StewardDeps
 
 
+# Times one state is put to the model before an unfinished turn is kept as its answer.
+UNFINISHED_TRIES = 2
+
+
 @dataclass(frozen=True)
 class CachedPlan:
     proposals: tuple[ProposedAction, ...]
     planned_at: datetime
+    finished: bool = True  # the model finished its turn; False: kept after UNFINISHED_TRIES unfinished ones
+    tries: int = 1
+
+    @property
+    def stands(self) -> bool:
+        """Reused instead of asking the model again."""
+        return self.finished or self.tries >= UNFINISHED_TRIES
 
 
 def _digest(value: Any) -> str:

@@ -218,14 +218,14 @@ def test_regular_bursts_shapes():
 
 # --- idle from the start: no long-tail grace without a working history --------------------------------------
 
-def two_blips(avg: float, *, started=timedelta(hours=2), gap_at: int | None = None) -> Observation:
+def two_blips(avg: float, *, started=timedelta(hours=2), gap_at: tuple[int, ...] = ()) -> Observation:
     """Two bursts (slices 0 and 10) long enough apart that their spacing would protect the pause since (13 slices):
-    1.5 x a 9-slice gap = 13.5 > 13."""
+    1.5 x a 9-slice gap = 13.5 > 13. `gap_at`: slices with no reading."""
     maxes: list[float | None] = [0.0] * N
     maxes[0] = maxes[10] = 5.0
     avgs = [avg if m else 0.0 for m in maxes]
-    if gap_at is not None:
-        maxes[gap_at] = avgs[gap_at] = None
+    for k in gap_at:
+        maxes[k] = avgs[k] = None
     series = [gpu("ml/nb", maxes, i, avg=avgs) for i in range(4)]
     started_at = None if started is None else AT - started
     return observe([job("ml/nb", started_at=started_at)], series, [io("ml/nb", N)],
@@ -255,7 +255,10 @@ def test_never_seen_working_means_its_whole_life_was_seen():
     detect = IdleGpuDetector(POLICY).detect
     assert stoppable(detect(two_blips(0.5, started=None))) == []  # start unknown
     assert stoppable(detect(two_blips(0.5, started=timedelta(hours=3)))) == []  # older than the data
-    assert stoppable(detect(two_blips(0.5, gap_at=5))) == []  # a gap in its life may hide work
+    # Most of its life unknown (slices 0-10): bursts of work 9 slices apart could hide there, protecting 13.5.
+    assert stoppable(detect(two_blips(0.5, gap_at=tuple(range(11))))) == []
+    # One gap can hide one burst at most, and blips set no rhythm: nothing to protect.
+    assert len(stoppable(detect(two_blips(0.5, gap_at=(5,))))) == 1
 
 
 def coarse_blips(avg: list[float | None]) -> Observation:

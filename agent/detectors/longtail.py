@@ -155,6 +155,27 @@ def material_slices(values: list[float | None], work: Callable[[int], float], qu
     return out
 
 
+def working_runs(values: list[float | None], work: Callable[[int], float], quiet_pct: float,
+                 material_gpu_s: float) -> list[bool]:
+    """Which slices (oldest first) belong to a burst of work: a run of consecutive slices above `quiet_pct`
+    that on its own did at least `material_gpu_s` GPU-seconds (`work(k)` per slice). Shorter runs are blips:
+    they end a quiet stretch, but set no rhythm. With `material_gpu_s` 0 every run is a burst."""
+    out = [False] * len(values)
+    k = 0
+    while k < len(values):
+        value = values[k]
+        if value is None or value <= quiet_pct:
+            k += 1
+            continue
+        start, run = k, 0.0
+        while k < len(values) and (value := values[k]) is not None and value > quiet_pct:
+            run += work(k)
+            k += 1
+        if run >= material_gpu_s:
+            out[start:k] = [True] * (k - start)
+    return out
+
+
 def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_coverage: float,
               blip_gpu_s: float = 0.0) -> LongTail | None:
     """A job with past bursts of GPU work whose current pause is not yet long for it, with how long is left
@@ -189,7 +210,10 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
     # A coarse slice only partly inside the quiet run holds the activity that ended it: it stays in.
     end = len(values) - quiet // r
     work = (lambda k: coarse.work_gpu_s(k, gpus)) if coarse is not None else series.work_gpu_s
-    material = material_slices(values[:end], work, quiet_pct, blip_gpu_s, blips)
+    # The rhythm is one of work: pauses run between bursts that each did a GPU-minute (rule.material_gpu_seconds);
+    # with a blip budget, between runs that reach it with the blips before them (material_slices).
+    material = (material_slices(values[:end], work, quiet_pct, blip_gpu_s, blips) if blip_gpu_s > 0
+                else working_runs(values[:end], work, quiet_pct, rule.material_gpu_seconds))
     first = max(0, len(values) - lookback)
     busy = [k - first for k in range(first, end) if material[k]]
     # Quiet fine slices r-1 at most, each side of a busy coarse slice that is not busy throughout.

@@ -40,7 +40,7 @@ def alerts_router(settings: Settings) -> APIRouter:
                 with runtime.graph_lock:  # never interleaved with a sweep or an approval
                     return runtime.service.investigate(plan, runbook, proposes)
 
-            held["intake"] = AlertIntake(IncidentStore(settings.data_dir / "alerts.sqlite"),
+            held["intake"] = AlertIntake(IncidentStore(settings.store("alerts")),
                                          notifier=lambda: runtime.deps.notifier, audit=lambda: runtime.deps.audit,
                                          observation=runtime.newest_observation, language=settings.language,
                                          investigator=investigator)

@@ -1,31 +1,45 @@
-"""Incidents and the alerts in them, in SQLite under the data dir, so a restart neither forgets nor repeats them.
+"""Incidents and the alerts in them, in SQLite under the data dir or in Postgres (STEWARD_DATABASE_URL, shared by
+every replica), so neither a restart nor a webhook delivered to another replica forgets or repeats them.
 
 Alerts are kept by Alertmanager's fingerprint (one row per alert, however often it is sent); an incident is
-claimed for its message with one conditional UPDATE, so two deliveries of the same webhook send one message.
+claimed for its message with one conditional UPDATE, so two deliveries of the same webhook send one message; a
+unique index on the open incident's key means two replicas receiving the same alert at once open one incident.
 A store that cannot be written takes no alert: StoreUnavailable (the app answers 503 and Alertmanager retries).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from agent.alerts.incidents import Alert, subject_of
-from agent.records.store import StoreUnavailable, classify, open_store
+from agent.records import pg
+from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, open_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, alertname TEXT NOT NULL, subject TEXT NOT NULL,
     severity TEXT NOT NULL, layer TEXT NOT NULL, runbook TEXT, summary TEXT NOT NULL, opened_at TEXT NOT NULL,
     closed_at TEXT, outcome TEXT, notified_at TEXT, messages INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS incidents_open ON incidents (key) WHERE closed_at IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS incidents_open_key ON incidents (key) WHERE closed_at IS NULL;
 CREATE TABLE IF NOT EXISTS incident_alerts (
     fingerprint TEXT PRIMARY KEY, incident_id INTEGER NOT NULL, status TEXT NOT NULL, starts_at TEXT NOT NULL,
     ends_at TEXT, labels TEXT NOT NULL, annotations TEXT NOT NULL);
+"""
+# Times are fixed-format ISO text compared as text: byte order ("C") on Postgres, as in SQLite.
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS incidents (
+    id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, alertname TEXT NOT NULL, subject TEXT NOT NULL,
+    severity TEXT NOT NULL, layer TEXT NOT NULL, runbook TEXT, summary TEXT NOT NULL, opened_at TEXT COLLATE "C" NOT NULL,
+    closed_at TEXT COLLATE "C", outcome TEXT, notified_at TEXT COLLATE "C", messages INTEGER NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX IF NOT EXISTS incidents_open_key ON incidents (key) WHERE closed_at IS NULL;
+CREATE TABLE IF NOT EXISTS incident_alerts (
+    fingerprint TEXT PRIMARY KEY, incident_id BIGINT NOT NULL, status TEXT NOT NULL, starts_at TEXT COLLATE "C" NOT NULL,
+    ends_at TEXT COLLATE "C", labels TEXT NOT NULL, annotations TEXT NOT NULL);
 """
 
 
@@ -62,16 +76,17 @@ def _t(value: str | None) -> datetime | None:
 
 class IncidentStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self.path = str(path)
-        self._conn, self.problem = open_store(self.path, _SCHEMA, "incidents", wal=True)
+        location = str(path)
+        self.path = pg.redact(location)  # for messages: a Postgres URL without its password
+        self._conn, self.problem = open_store(location, _SCHEMA, "incidents", wal=True, pg_schema=_PG_SCHEMA)
         self._lock = threading.RLock()
 
-    def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    def _run(self, sql: str, args: tuple = ()) -> Any:
         if self.problem is not None:
             raise StoreUnavailable(self.problem)
         try:
             return self._conn.execute(sql, args)
-        except sqlite3.Error as exc:
+        except DB_ERRORS as exc:
             raise StoreUnavailable(classify(exc, self.path)) from exc
 
     @staticmethod
@@ -99,14 +114,16 @@ class IncidentStore:
             found = self.open_incident(key)
             if found is None:
                 labels, notes = alert.labels, alert.annotations
-                cur = self._run(
+                self._run(  # another replica may open it at the same instant: one open incident per key
                     "INSERT INTO incidents (key, alertname, subject, severity, layer, runbook, summary, opened_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     (key, labels.get("alertname", "?"), subject_of(labels), labels.get("severity", "warning"),
                      labels.get("layer", "unknown"), notes.get("runbook"),
                      notes.get("summary") or notes.get("description") or labels.get("alertname", "?"),
                      alert.startsAt.isoformat()))
-                found = self.get(int(cur.lastrowid or 0))
+                found = self.open_incident(key)
+                if found is None:  # closed between the insert and the read: a later alert opens a new one
+                    raise StoreUnavailable(Problem("db_error", f"incident {key} closed while it was being opened"))
             ends = alert.endsAt.isoformat() if alert.status == "resolved" and alert.endsAt else None
             self._run("INSERT INTO incident_alerts VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO UPDATE "
                       "SET incident_id = excluded.incident_id, status = excluded.status, starts_at = excluded.starts_at, "

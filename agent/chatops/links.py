@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import sqlite3
 import threading
 import urllib.parse
 from pathlib import Path
@@ -20,10 +19,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from agent.records.store import StoreUnavailable, classify, open_store
+from agent.records import pg
+from agent.records.store import DB_ERRORS, StoreUnavailable, classify, open_store
 
 MAX_TOKEN_CHARS = 1024  # a real token is about 200 characters
 _SCHEMA = "CREATE TABLE IF NOT EXISTS used_links (nonce TEXT PRIMARY KEY, expires INTEGER, by TEXT);"
+_PG_SCHEMA = "CREATE TABLE IF NOT EXISTS used_links (nonce TEXT PRIMARY KEY, expires BIGINT, by_whom TEXT);"
 
 
 class LinkRefused(ValueError):
@@ -87,14 +88,16 @@ class ApprovalLinks:
 
 
 class UsedNonces:
-    """Spent link nonces in SQLite (data dir, or memory), so single use survives a restart.
+    """Spent link nonces in SQLite (data dir, or memory) or Postgres (STEWARD_DATABASE_URL, shared by every
+    replica), so single use survives a restart and holds across replicas.
 
     A store that cannot be written spends nothing and acts on nothing: StoreUnavailable.
     """
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self.path = str(path)
-        self._conn, self.problem = open_store(self.path, _SCHEMA, "used_links", wal=False)
+        location = str(path)
+        self.path = pg.redact(location)  # for messages: a Postgres URL without its password
+        self._conn, self.problem = open_store(location, _SCHEMA, "used_links", wal=False, pg_schema=_PG_SCHEMA)
         self._lock = threading.Lock()
 
     def is_used(self, nonce: str) -> bool:
@@ -108,8 +111,9 @@ class UsedNonces:
         with self._lock:
             try:
                 self._conn.execute("DELETE FROM used_links WHERE expires < ?", (int(now_s) - 86400,))
-                self._conn.execute("INSERT INTO used_links VALUES (?,?,?)", (claim.n, claim.e, by))
-            except sqlite3.IntegrityError:
-                raise LinkRefused("link already used") from None
-            except sqlite3.Error as exc:
+                cur = self._conn.execute("INSERT INTO used_links VALUES (?,?,?) ON CONFLICT DO NOTHING",
+                                         (claim.n, claim.e, by))
+            except DB_ERRORS as exc:
                 raise StoreUnavailable(classify(exc, self.path)) from exc
+            if cur.rowcount != 1:
+                raise LinkRefused("link already used")

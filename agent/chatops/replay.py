@@ -7,21 +7,24 @@ that cannot be written (read-only or full data dir, a held lock) takes no callba
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
-from agent.records.store import Problem, StoreUnavailable, classify, open_store
+from agent.records import pg
+from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, open_store
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS seen_callbacks (key TEXT PRIMARY KEY, seen_at REAL NOT NULL);"
+_PG_SCHEMA = _SCHEMA.replace("REAL", "DOUBLE PRECISION")
 
 
 class SeenCallbacks:
-    """Callback keys (platform, timestamp, signature or nonce) in SQLite: the data dir, or memory in tests."""
+    """Callback keys (platform, timestamp, signature or nonce) in SQLite (the data dir, or memory in tests) or in
+    Postgres (STEWARD_DATABASE_URL), where every replica sees what the others took."""
 
     def __init__(self, path: str | Path = ":memory:", *, keep_s: float) -> None:
-        self.path, self.keep_s = str(path), keep_s
-        self._conn, self.problem = open_store(self.path, _SCHEMA, "seen_callbacks", wal=False)
+        location, self.keep_s = str(path), keep_s
+        self.path = pg.redact(location)  # for messages: a Postgres URL without its password
+        self._conn, self.problem = open_store(location, _SCHEMA, "seen_callbacks", wal=False, pg_schema=_PG_SCHEMA)
         self._lock = threading.Lock()
 
     def first_use(self, key: str, now_s: float) -> bool:
@@ -31,8 +34,9 @@ class SeenCallbacks:
         with self._lock:
             try:
                 self._conn.execute("DELETE FROM seen_callbacks WHERE seen_at < ?", (now_s - self.keep_s,))
-                cur = self._conn.execute("INSERT OR IGNORE INTO seen_callbacks VALUES (?, ?)", (key, now_s))
-            except sqlite3.Error as exc:
+                cur = self._conn.execute("INSERT INTO seen_callbacks VALUES (?, ?) ON CONFLICT DO NOTHING",
+                                         (key, now_s))
+            except DB_ERRORS as exc:
                 raise StoreUnavailable(classify(exc, self.path)) from exc
             return cur.rowcount == 1
 

@@ -55,8 +55,8 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
     link_secret = _secret(settings.chatops_link_secret)
     public_url = (settings.chatops_public_url or "").rstrip("/")
     links = ApprovalLinks(link_secret, public_url, settings.chatops_link_ttl_s) if link_secret else None
-    spent = used_nonces or UsedNonces(settings.data_dir / "chatops-links.sqlite")
-    seen = seen_callbacks or SeenCallbacks(settings.data_dir / "chatops-callbacks.sqlite",
+    spent = used_nonces or UsedNonces(settings.store("chatops-links"))
+    seen = seen_callbacks or SeenCallbacks(settings.store("chatops-callbacks"),
                                            keep_s=max(dingtalk.REPLAY_KEEP_S, WECOM_REPLAY_KEEP_S))
 
     def first_use(key: str) -> None:

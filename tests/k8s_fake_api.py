@@ -72,11 +72,13 @@ class Fault:
 
 
 class FakeKubernetesApi:
-    """Serves a FakeStore on 127.0.0.1; `requests` records (method, path, query) of every call."""
+    """Serves a FakeStore on 127.0.0.1; `requests` records (method, path, query) of every call, `callers` its
+    (method, path, Authorization header): which client (kubeconfig token) sent it, when several share the API."""
 
     def __init__(self, store: FakeStore | None = None) -> None:
         self.store = store or FakeStore()
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
+        self.callers: list[tuple[str, str, str]] = []
         self.faults: list[Fault] = []
         self._faults_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -124,11 +126,11 @@ class FakeKubernetesApi:
     def calls(self, method: str, path_part: str = "") -> list[tuple[str, str, dict]]:
         return [r for r in self.requests if r[0] == method and path_part in r[1]]
 
-    def write_kubeconfig(self, path: Path) -> Path:
+    def write_kubeconfig(self, path: Path, token: str = "fake-token") -> Path:
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "fake",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "steward", "user": {"token": "fake-token"}}],
+            "users": [{"name": "steward", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "steward", "namespace": "default"}}],
         }))
         return path
@@ -162,6 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         self.owner.requests.append((method, url.path, query))
+        self.owner.callers.append((method, url.path, self.headers.get("Authorization", "")))
         fault = self.owner._take_fault(method, url.path)
         if fault is not None:
             return self._fail(method, url.path, query, fault)

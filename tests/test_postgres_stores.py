@@ -243,3 +243,27 @@ def test_graph_checkpoints_in_postgres_are_shared_by_replicas(postgres_url):
     second = build(postgres_checkpointer(postgres_url))  # another replica resumes the waiting graph
     assert second.invoke(Command(resume="approved"), config) == {"answer": "approved"}
     assert first.get_state(config).next == ()
+
+
+def test_replicas_starting_together_set_up_the_checkpoints_without_waiting_on_each_other(postgres_url):
+    # The checkpoint migrations CREATE INDEX CONCURRENTLY, which waits for every older snapshot: a replica blocked
+    # in pg_advisory_lock holds one, so a blocking lock wait there hung both replicas for ever.
+    from agent.api.build import postgres_checkpointer
+
+    done: list[Any] = []
+    starters = [threading.Thread(target=lambda: done.append(postgres_checkpointer(postgres_url)), daemon=True)
+                for _ in range(3)]
+    for t in starters:
+        t.start()
+    for t in starters:
+        t.join(60)
+    assert len(done) == 3
+
+
+def test_the_change_store_marks_when_sweeps_began_on_either_store(where):
+    from agent.records.changes import ChangeStore
+
+    store = ChangeStore(where("changes"))
+    store.mark_observing(T0)
+    store.mark_observing(T0 + timedelta(hours=1))  # kept from the first call
+    assert store.observing_since() == T0 and store.problems() == []

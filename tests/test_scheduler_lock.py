@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -200,3 +201,29 @@ def test_kubernetes_lease_loses_a_write_race(lease_api):
     finally:
         lease_api.read_namespaced_lease = original
     assert _LeaseApi.leases["sweeper"]["spec"]["holderIdentity"] == "pod-b"
+
+
+def test_the_lease_is_renewed_while_a_sweep_outlasts_it(tmp_path):
+    clock, started, release = FakeClock(), threading.Event(), threading.Event()
+
+    def slow_sweep(trigger: str) -> str:
+        started.set()
+        assert release.wait(timeout=30)
+        return "done"
+
+    def lease(holder: str) -> SqliteLease:  # on the wall clock: it lapses on its own unless renewed
+        return SqliteLease(tmp_path / "l.sqlite", "sweeper", holder, duration_s=0.6)
+
+    leader = SweepScheduler(slow_sweep, clock.now, SweepSchedule(every_s=60), lease("leader"))
+    other = SweepScheduler(lambda trigger: "second", clock.now, SweepSchedule(every_s=60), lease("other"))
+    leader.tick(), other.tick()
+    clock.at += timedelta(seconds=60)
+    first = threading.Thread(target=leader.tick)
+    first.start()
+    try:
+        assert started.wait(timeout=30)
+        time.sleep(2.0)  # more than three lease durations into the sweep
+        assert other.tick() == "not_leader"
+    finally:
+        release.set()
+        first.join(timeout=30)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.records import pg
-from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, open_store
+from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, dialect, open_store
 
 log = logging.getLogger("steward.changes")
 
@@ -27,7 +27,10 @@ KINDS: tuple[str, ...] = ("driver", "image", "cuda", "policy", "scheduler", "oth
 SignalKind = Literal["job_failed", "xid", "queue_wait"]
 MAX_TARGET = 300
 MAX_DESCRIPTION = 2000
-OBSERVING = "\x00observing-since"  # change_seen row: when the first sweep fed this store
+# change_seen row: when the first sweep fed this store (no other key lacks an '@' but "policy"). The old key began
+# with NUL, which Postgres refuses in text: it is still read from SQLite stores that have it.
+OBSERVING = "steward:observing-since"
+_OLD_OBSERVING = "\x00observing-since"
 
 _COLUMNS = ("id", "key", "kind", "target", "description", "at", "recorded_at", "source", "by_whom", "detail",
             "flagged_at", "impact")
@@ -218,8 +221,9 @@ class ChangeStore:
                     (OBSERVING, "", stamp(at)))
 
     def observing_since(self) -> datetime | None:
-        rows = self._read("SELECT first_seen FROM change_seen WHERE key = ?", (OBSERVING,))
-        return datetime.fromisoformat(rows[0][0]) if rows else None
+        keys = (OBSERVING,) if dialect(self._conn) == "postgres" else (OBSERVING, _OLD_OBSERVING)
+        rows = self._read(f"SELECT first_seen FROM change_seen WHERE key IN ({', '.join('?' * len(keys))})", keys)
+        return min((datetime.fromisoformat(r[0]) for r in rows), default=None)
 
     # -- signals ------------------------------------------------------------------------------------
     def add_signal(self, key: str, kind: str, at: datetime, subject: str, value: float = 1.0) -> bool:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from agent.scheduling.leases import AlwaysLeader, LeaderLease
 
 TickResult = Literal["ran", "not_due", "not_leader", "busy"]
+log = logging.getLogger("steward.scheduler")
+RENEW_WHILE_SWEEPING = 10  # lease durations a running sweep keeps the lease for (a longer one is taken to hang)
 
 
 class ScheduleError(ValueError):
@@ -79,7 +83,8 @@ class SweepScheduler:
             self.next_due = self.schedule.next_after(now)
             return "not_leader"
         try:
-            outcome, _ = self.run_now("schedule")
+            with self._lease_renewed():
+                outcome, _ = self.run_now("schedule")
         except BaseException:
             # A failed sweep is tried again at the next due time, not at every tick.
             self.next_due = self.schedule.next_after(self._now())
@@ -88,3 +93,36 @@ class SweepScheduler:
             # From the time the sweep finished: a slow sweep is followed by a full interval, not a burst.
             self.next_due = self.schedule.next_after(self._now())
         return outcome
+
+    @contextmanager
+    def _lease_renewed(self) -> Iterator[None]:
+        """Renew the lease every third of its duration while a scheduled sweep runs: a sweep longer than the lease
+        (a first one building the runbook index, a slow API) must not let another replica start one alongside.
+        For at most RENEW_WHILE_SWEEPING lease durations: a sweep that runs longer is taken to hang, and the lease
+        lapses so that another replica sweeps."""
+        duration = getattr(self.lease, "duration_s", None)
+        if not duration:
+            yield
+            return
+        done = threading.Event()
+
+        def renew() -> None:
+            for _ in range(3 * RENEW_WHILE_SWEEPING):
+                if done.wait(duration / 3):
+                    return
+                try:
+                    if not self.lease.acquire():
+                        log.warning("lost the sweeper lease during a sweep; the next one runs where it is held")
+                        return
+                except Exception:  # e.g. the database is briefly unreachable: tried again at the next third
+                    log.exception("could not renew the sweeper lease during a sweep")
+            log.warning("a sweep has run for %d lease durations: the lease is no longer renewed and another replica "
+                        "may take over", RENEW_WHILE_SWEEPING)
+
+        renewing = threading.Thread(target=renew, name="steward-lease-renewal", daemon=True)
+        renewing.start()
+        try:
+            yield
+        finally:
+            done.set()
+            renewing.join(timeout=5)  # a renewal in flight ends before the lease can be released (stop())

@@ -111,6 +111,11 @@ def test_configuration_mistakes_are_one_paragraph(tmp_path, capsys, monkeypatch)
     assert "STEWARD_LANGUAGE='fr' is not a language" in err and "en (English) or zh" in err
     monkeypatch.delenv("STEWARD_LANGUAGE")
 
+    monkeypatch.setenv("STEWARD_DIGEST_CRON", "mondays at 9")
+    err = one_paragraph_error(capsys, "serve")
+    assert "STEWARD_DIGEST_CRON='mondays at 9' is not a cron expression" in err and "'0 9 * * 1'" in err
+    monkeypatch.delenv("STEWARD_DIGEST_CRON")
+
     err = one_paragraph_error(capsys, "sweep", "--at", "99h")
     assert "--at 99h is past the end of scenario 'demo-cluster', which lasts 6h (14:00 to 20:00 UTC)" in err
 

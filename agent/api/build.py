@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 import uuid
 from typing import Any
 
 from agent.api.runtime import SimClock, StewardRuntime
 from agent.config.settings import Settings
+from agent.graph.digest import DigestSchedule
 from agent.graph.service import SweepService
 from agent.scheduling.leases import AlwaysLeader, LeaderLease, SqliteLease
 from agent.scheduling.scheduler import SweepSchedule
@@ -55,7 +57,10 @@ def checkpointer(settings: Settings) -> Any:
 def postgres_checkpointer(url: str) -> Any:
     """A PostgresSaver on a small connection pool (reconnects after a database restart); its tables created once.
 
-    Replicas starting together run the saver's migrations one at a time, under a session advisory lock.
+    Replicas starting together run the saver's migrations one at a time, under a session advisory lock. It is
+    waited for with pg_try_advisory_lock, never a blocking pg_advisory_lock: the migrations CREATE INDEX
+    CONCURRENTLY, which waits for every statement with an older snapshot, a blocked lock wait included, so two
+    replicas starting together would wait on each other for ever (tests/test_failover.py starts two).
     """
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
@@ -70,7 +75,9 @@ def postgres_checkpointer(url: str) -> Any:
                           kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
     saver = PostgresSaver(pool)  # type: ignore[arg-type]
     with connect(url, autocommit=True) as guard:
-        guard.execute("SELECT pg_advisory_lock(%s)", (lock_key("steward-checkpoint-setup"),))
+        key = lock_key("steward-checkpoint-setup")
+        while not guard.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:  # type: ignore[index]
+            time.sleep(0.2)
         saver.setup()  # the lock is released when `guard` closes
     return saver
 
@@ -108,6 +115,7 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     rt = StewardRuntime(service, schedule_of(settings), sim_clock=clock, lease=make_lease(settings),
                         chat_model=chat_model)
     rt.chat_bounds = _chat_bounds(settings)
+    rt.digest = digest_of(settings)
     return rt
 
 
@@ -126,7 +134,15 @@ def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRun
         chat_model = make_chat_model(settings)
     rt = StewardRuntime(service, schedule_of(settings), lease=make_lease(settings), chat_model=chat_model)
     rt.chat_bounds = _chat_bounds(settings)
+    rt.digest = digest_of(settings)
     return rt
+
+
+def digest_of(settings: Settings) -> DigestSchedule | None:
+    """The scheduled cost digest (STEWARD_DIGEST_CRON), or None when it is not set."""
+    if not settings.digest_cron:
+        return None
+    return DigestSchedule(settings.digest_cron, language=settings.language)
 
 
 def _chat_bounds(settings: Settings) -> dict[str, int]:

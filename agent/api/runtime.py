@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent.api.snapshot import Snapshots
+from agent.graph.digest import DigestSchedule
 from agent.graph.service import SweepResult, SweepService
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.audit import AuditEntry
@@ -109,6 +110,7 @@ class StewardRuntime:
         # start and of the last finished one.
         self.sweep_started_at: datetime | None = None
         self.last_finished_at: datetime | None = None
+        self.digest: DigestSchedule | None = None  # the scheduled cost digest (STEWARD_DIGEST_CRON), leader only
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -170,7 +172,14 @@ class StewardRuntime:
             expired = self.service.expire_due()
         if expired:
             self._emit(StewardEvent("approvals_expired", self.deps.clock.now()))
-        return self.scheduler.tick()
+        result = self.scheduler.tick()
+        if self.digest is not None:
+            try:  # a digest that cannot be built or posted never stops the sweeps; it is retried and audited
+                with self.graph_lock:
+                    self.digest.tick(self.deps, self.deps.clock.now(), self.scheduler.lease.acquire)
+            except Exception:
+                log.exception("scheduled digest failed")
+        return result
 
     # --- operations --------------------------------------------------------------------------------
     def _sweep(self, trigger: str) -> SweepResult:

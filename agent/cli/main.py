@@ -30,6 +30,13 @@ def configuration_problems(settings: Settings, *, backend_used: bool) -> list[st
                         "en (English) or zh (中文).")
     if not backend_used:
         return problems
+    from croniter import croniter
+
+    for name, cron, example in (("STEWARD_SWEEP_CRON", settings.sweep_cron, "*/5 * * * *"),
+                                ("STEWARD_DIGEST_CRON", settings.digest_cron, "0 9 * * 1")):
+        if cron and not croniter.is_valid(cron):
+            problems.append(f"{name}={cron!r} is not a cron expression: five fields in cluster time (UTC), "
+                            f"e.g. {example!r}.")
     if settings.backend not in BACKENDS:
         problems.append(f"STEWARD_BACKEND={settings.backend!r} is not a backend: use sim (the built-in demo), "
                         "kubernetes or slurm.")

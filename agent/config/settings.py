@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     scenario: Path | None = None  # simulated cluster to run against; None = the built-in demo
     sweep_every_s: float = 300.0
     sweep_cron: str | None = None  # e.g. "*/5 * * * *" in cluster time; overrides sweep_every_s when set
+    # The weekly cost digest posted to the on-call ChatOps route (agent/graph/digest.py), e.g. "0 9 * * 1"
+    # (Mondays 09:00, cluster time UTC); unset: no scheduled digest (`steward report` still writes one).
+    digest_cron: str | None = None
     sim_speed: float = 60.0  # `steward serve` on the simulator: simulated seconds per wall second
 
     # API access (docs/access-control.md). No tokens and no proxy: local development mode on 127.0.0.1 only.

@@ -105,6 +105,10 @@ class PoolInfo(_Record):
     busy_nodes: int = 0  # nodes that run at least one job now
     used_gpus: int | None = None  # GPUs jobs hold now; None = unknown (then busy nodes count as full)
     currency: str = "USD"
+    # Allocated GPUs per past hour, oldest first, the last hour ending at load_history_end: what the pool's load
+    # forecast is made from (docs/forecast.md). Empty when the backend keeps none.
+    load_history: list[float] = []
+    load_history_end: datetime | None = None
 
 
 class GpuSeries(_Record):
@@ -167,6 +171,8 @@ class JobIoSeries(_Record):
     cpu_pct: list[float | None]
     net_rx_mbps: list[float | None]  # network receive + transmit (tools/promql.py), MB/s
     disk_read_mbps: list[float | None]
+    # An inference service's requests/s per slice (vLLM's request counter; docs/alerts.md); empty = not known
+    requests_per_s: list[float | None] = []
 
 
 class LogLine(_Record):

@@ -8,22 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from agent.history.forecast import (
     DAY_H,
     HORIZON_H,
     INTERVAL,
-    MIN_DAILY_H,
-    MIN_WEEKLY_H,
-    MODELS,
-    SEASONAL_NAIVE_WEEK,
     BacktestScore,
-    ForecastError,
-    forecast,
-    low_threshold,
+    backtest_models,
     pick_default,
-    predicted_low,
+    rolling_backtest,
 )
 from evals.series import HourlySeries
 
@@ -39,44 +31,12 @@ class BacktestResult:
 
 def models_for(hours: int) -> tuple[list[str], int]:
     """The models the series is long enough for, and the first origin (hours of history before it)."""
-    if hours >= MIN_WEEKLY_H + HORIZON_H:
-        return list(MODELS), MIN_WEEKLY_H
-    if hours >= MIN_DAILY_H + HORIZON_H:
-        return [m for m in MODELS if m != SEASONAL_NAIVE_WEEK], MIN_DAILY_H
-    raise ForecastError(f"the series covers {hours} hours; a backtest needs at least {MIN_DAILY_H + HORIZON_H} "
-                        f"({MIN_DAILY_H // DAY_H} days of history and one day to score; "
-                        f"{(MIN_WEEKLY_H + HORIZON_H) // DAY_H} days for the weekly models)")
+    return backtest_models(hours)
 
 
 def backtest(series: HourlySeries, models: list[str] | None = None) -> BacktestResult:
-    y = series.values
-    usable, first = models_for(len(y))
-    names = [m for m in (models or usable) if m in usable]
-    origins = list(range(first, len(y) - HORIZON_H + 1, DAY_H))
-    abs_err: dict[str, list[float]] = {m: [] for m in names}
-    inside = {m: 0 for m in names}
-    predicted = {m: 0 for m in names}
-    right = {m: 0 for m in names}
-    low_hours = 0
-    for o in origins:
-        history, actual = y[:o], y[o:o + HORIZON_H]
-        capacity = float(series.capacity[o - 1]) if series.capacity is not None else None
-        threshold = low_threshold(history)
-        low = actual <= threshold
-        low_hours += int(low.sum())
-        for m in names:
-            f = forecast(m, history, HORIZON_H, capacity)
-            abs_err[m].extend(np.abs(f.mean - actual).tolist())
-            inside[m] += int(((actual >= f.lower) & (actual <= f.upper)).sum())
-            flagged = predicted_low(f, threshold)
-            predicted[m] += int(flagged.sum())
-            right[m] += int((flagged & low).sum())
-    hours = len(origins) * HORIZON_H
-    scores = [BacktestScore(name=m, mae=float(np.mean(abs_err[m])), coverage=inside[m] / hours,
-                            window_precision=right[m] / predicted[m] if predicted[m] else None,
-                            predicted_low_hours=predicted[m], low_hours=low_hours, origins=len(origins))
-              for m in names]
-    return BacktestResult(series=series, first_origin_h=first, origins=len(origins), scores=scores,
+    first, origins, scores = rolling_backtest(series.values, series.capacity, models)
+    return BacktestResult(series=series, first_origin_h=first, origins=origins, scores=scores,
                           default=pick_default(scores))
 
 

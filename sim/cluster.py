@@ -52,6 +52,7 @@ class SimCluster:
         self.stops: list[StopRecord] = []
         nodes, self._next_index = build_nodes(scenario)
         self._pools = {p.name: p.model_copy() for p in scenario.pools}
+        self._history_cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._lifecycle = Lifecycle(scenario.jobs, nodes)
         self._metrics = MetricSlices(self._lifecycle, scenario.start, scenario.step)
         self._lifecycle.settle(0.0)
@@ -240,8 +241,18 @@ class SimCluster:
                                 gpus_per_node=pool.gpus_per_node, nodes=len(nodes), min_nodes=pool.min_nodes,
                                 max_nodes=pool.max_nodes, price_per_gpu_hour=pool.price_per_gpu_hour,
                                 billing=pool.billing, busy_nodes=busy, used_gpus=used,
-                                currency=self.scenario.currency))
+                                currency=self.scenario.currency, **self._load_history(pool)))
         return out
+
+    def _load_history(self, pool: Any) -> dict[str, Any]:
+        """The pool's past load from the scenario's `history` extension: it ends at the scenario's start."""
+        if pool.history is None:
+            return {}
+        key = ("history", pool.name)
+        if key not in self._history_cache:
+            end, values = pool.history.hourly(self.scenario.start, float(pool.nodes * pool.gpus_per_node))
+            self._history_cache[key] = {"load_history": values, "load_history_end": end}
+        return self._history_cache[key]
 
     def resize_pool(self, pool: str, target_nodes: int, *, reason: str = "") -> ResizeResult:
         """Grow with new `<pool>-<i>` nodes or shrink by removing empty nodes, newest first."""

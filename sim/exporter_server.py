@@ -1,4 +1,5 @@
-"""Serves a simulated cluster's /metrics over HTTP the way dcgm-exporter (and cAdvisor) would, on a running clock."""
+"""Serves a simulated cluster's /metrics over HTTP the way dcgm-exporter (and cAdvisor, and vLLM) would, on a running
+clock."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from sim.cadvisor import ProcessCounters
 from sim.cluster import SimCluster
 from sim.scenario import Scenario
+from sim.vllm import ServingCounters
 
 
 class SimExporter:
@@ -35,6 +37,7 @@ class SimExporter:
         self.cluster = SimCluster(scenario)
         self.cluster.advance_to(start_at)
         self.counters = ProcessCounters(self.cluster.lifecycle, scenario.step)
+        self.serving = ServingCounters(self.cluster.lifecycle, scenario.step)  # vLLM metrics of serving jobs
         self.wall0 = wall_clock()
         self._lock = threading.Lock()
 
@@ -55,7 +58,7 @@ class SimExporter:
         with self._lock:
             offset = max(self.offset_at(self.wall_clock()), self.cluster.offset_s)
             self.cluster.advance_to(offset)
-            return self.cluster.exporter_text() + self.counters.render(offset)
+            return self.cluster.exporter_text() + self.counters.render(offset) + self.serving.render(offset)
 
     def status(self) -> dict[str, Any]:
         offset = self.cluster.offset_s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import cast
 
 from core.cluster import GpuHistory, GpuSeries, JobIoSeries
 from sim.lifecycle import Lifecycle, Run
@@ -80,6 +81,19 @@ def _aggregate(samples: list) -> tuple:
             xid, xid_at = s[4], s[5]
     profile = tuple(v / nprof for v in prof) if nprof else None
     return umax, usum, nvalid, nraw, tmax, psum, mem, xid, xid_at, umin, profile
+
+
+def serving_sample(run: Run, t: float, k: int) -> tuple[float, float] | None:
+    """(requests/s, mean latency s) of a serving job at time t (sample k); None: not serving or no metrics."""
+    if not run.running_at(t):
+        return None
+    phase = run.signals.phase_at(t - run.started)
+    return None if phase.metrics == "missing" else run.signals.serving(phase, k)
+
+
+def _mean(samples: list) -> float | None:
+    got = [s for s in samples if s is not None]
+    return sum(got) / len(got) if got else None
 
 
 def _io_aggregate(samples: list) -> tuple[float | None, float | None, float | None]:
@@ -246,6 +260,15 @@ class MetricSlices:
             def make(t: float, k: int, run=run) -> tuple[float, float, float, float] | None:
                 return io_sample(run, t, k)
             aggs = [self._slice("io", (run.index,), make, _io_aggregate, lo, hi, now) for lo, hi in bounds]
+            rps: list[float | None] = []
+            if any(p.requests_per_s is not None for p in run.signals.phases):
+
+                def make_rps(t: float, k: int, run=run) -> float | None:
+                    sample = serving_sample(run, t, k)
+                    return sample[0] if sample is not None else None
+                rps = [cast("float | None", self._slice("rps", (run.index,), make_rps, _mean, lo, hi, now))
+                       for lo, hi in bounds]
             out.append(JobIoSeries(job=run.job.id, slice_s=slice_s, cpu_pct=[a[0] for a in aggs],
-                                   net_rx_mbps=[a[1] for a in aggs], disk_read_mbps=[a[2] for a in aggs]))
+                                   net_rx_mbps=[a[1] for a in aggs], disk_read_mbps=[a[2] for a in aggs],
+                                   requests_per_s=rps))
         return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +36,40 @@ class NodeEvent(_Strict):
     labels: dict[str, str] | None = None
 
 
+class PoolHistory(_Strict):
+    """Extension (docs/forecast.md): the pool's allocated GPUs hour by hour over `days` days before the scenario's
+    `start`, for its load forecast. `daily` is 24 values (hours 0-23 UTC); `weekend`, when given, replaces it on
+    Saturdays and Sundays; each hour gets uniform noise of up to +-`noise` GPUs drawn from `seed` (deterministic),
+    and is clipped to [0, the pool's GPUs]."""
+
+    days: int = Field(ge=1, le=90)
+    daily: list[float]
+    weekend: list[float] | None = None
+    noise: float = Field(0.0, ge=0)
+    seed: int = 0
+
+    @field_validator("daily", "weekend")
+    @classmethod
+    def _profile(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (len(value) != 24 or any(v < 0 for v in value)):
+            raise ValueError("a profile is 24 allocated-GPU values, one per hour 0-23 UTC, none negative")
+        return value
+
+    def hourly(self, start: datetime, capacity: float) -> tuple[datetime, list[float]]:
+        """The past hours' values, oldest first, and the hour the history ends at (`start`, rounded down)."""
+        import random
+
+        end = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        rng = random.Random(self.seed)
+        out = []
+        for k in range(self.days * 24, 0, -1):
+            at = end - timedelta(hours=k)
+            profile = self.weekend if self.weekend is not None and at.weekday() >= 5 else self.daily
+            noise = rng.uniform(-self.noise, self.noise) if self.noise else 0.0
+            out.append(round(min(capacity, max(0.0, profile[at.hour] + noise)), 3))
+        return end, out
+
+
 class Pool(_Strict):
     name: str
     provider: Literal["sim", "aws", "capi"] = "sim"
@@ -47,6 +81,7 @@ class Pool(_Strict):
     price_per_gpu_hour: float = Field(0.0, ge=0)
     billing: Literal["on-demand", "reserved", "spot"] = "on-demand"
     profiling: bool = True  # extension: the nodes' exporter reports the DCGM profiling fields (SM, tensor, NVLink...)
+    history: PoolHistory | None = None  # extension: the pool's load before `start`, for its forecast (docs/forecast.md)
 
     @model_validator(mode="after")
     def _sizes(self) -> Pool:
@@ -89,9 +124,14 @@ class Phase(_Strict):
     power_w: Range | None = None  # board power per active GPU, W
     nvlink_mbps: Range | None = None  # NVLink MB/s per active GPU, transmit and receive together
     pcie_mbps: Range | None = None  # PCIe MB/s per active GPU, transmit and receive together
+    # Extension (docs/alerts.md, service layer): a serving job's request rate (requests/s) and mean end-to-end
+    # latency (s); the simulated exporter serves them as vLLM's metrics. Left out: the job serves no vLLM metrics.
+    requests_per_s: Range | None = None
+    latency_s: Range | None = None
 
     @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "net_tx_mbps", "disk_read_mbps", "sm_active",
-                     "tensor_active", "dram_active", "power_w", "nvlink_mbps", "pcie_mbps", mode="before")
+                     "tensor_active", "dram_active", "power_w", "nvlink_mbps", "pcie_mbps", "requests_per_s",
+                     "latency_s", mode="before")
     @classmethod
     def _range(cls, value: Any) -> Any:
         if isinstance(value, list):
@@ -111,7 +151,7 @@ class Phase(_Strict):
             raise ValueError("an activity is a ratio from 0 to 1, as DCGM reports it (0.85, not 85)")
         return value
 
-    @field_validator("power_w", "nvlink_mbps", "pcie_mbps")
+    @field_validator("power_w", "nvlink_mbps", "pcie_mbps", "requests_per_s", "latency_s")
     @classmethod
     def _not_negative(cls, value: Range | None) -> Range | None:
         values = value if isinstance(value, tuple) else (value,) if value is not None else ()
@@ -149,6 +189,8 @@ class Job(_Strict):
     # two runs "the same job") and, for `exit: failed`, the reason the scheduler reports (CUDA out of memory, exit 1).
     command: str | None = None
     exit_reason: str | None = None
+    # Extension (docs/alerts.md): the `model_name` label of the job's vLLM metrics (default: the job's name).
+    model_name: str | None = None
 
     @field_validator("id")
     @classmethod

@@ -85,6 +85,9 @@ class PhaseSpan:
     # Given activity (None: derived from gpu_util and gpu_work): SM, tensor, DRAM, power, NVLink, PCIe
     activity: tuple[Range | None, ...] = (None,) * 6
     net_tx_mbps: Range = 0.0
+    # Serving (extension): requests/s and mean end-to-end latency (s); None = the job serves no vLLM metrics
+    requests_per_s: Range | None = None
+    latency_s: Range | None = None
 
 
 def resolve_phases(job: Job) -> list[PhaseSpan]:
@@ -92,7 +95,7 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
     cur: dict = {
         "gpu_util": 0.0, "active_gpus": job.gpus, "gpu_mem_gb": 0.0, "cpu_pct": 0.0, "net_rx_mbps": 0.0, "net_tx_mbps": 0.0,
         "disk_read_mbps": 0.0, "log": "silent", "log_every": None, "lines": (), "metrics": "ok",
-        "gpu_work": None, **{key: None for key in ACTIVITY_KEYS},
+        "gpu_work": None, **{key: None for key in ACTIVITY_KEYS}, "requests_per_s": None, "latency_s": None,
     }
     spans: list[PhaseSpan] = []
     at = 0.0
@@ -111,7 +114,8 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
                                disk_read_mbps=cur["disk_read_mbps"], log=cur["log"], log_every=max(every, 1.0),
                                lines=cur["lines"], metrics=cur["metrics"], gpu_work=_work(cur),
                                activity=tuple(cur[key] for key in ACTIVITY_KEYS),
-                               net_tx_mbps=cur["net_tx_mbps"]))
+                               net_tx_mbps=cur["net_tx_mbps"], requests_per_s=cur["requests_per_s"],
+                               latency_s=cur["latency_s"]))
         if last:
             break
         at = end
@@ -139,6 +143,7 @@ class JobSignals:
         self._mem_seed = base ^ 0x2222
         self._io_seed = base ^ 0x3333
         self._activity_seed = base ^ 0x4444
+        self._serving_seed = base ^ 0x5555
 
     def phase_at(self, rel: float) -> PhaseSpan:
         return self.phases[max(bisect.bisect_right(self._starts, rel) - 1, 0)]
@@ -164,3 +169,12 @@ class JobSignals:
         seed = self._io_seed
         return (pick(phase.cpu_pct, seed, 1, k), pick(phase.net_rx_mbps, seed, 2, k),
                 pick(phase.disk_read_mbps, seed, 3, k), pick(phase.net_tx_mbps, seed, 4, k))
+
+    def serving(self, phase: PhaseSpan, k: int) -> tuple[float, float] | None:
+        """(requests/s, mean end-to-end latency s) at sample k; None when the phase serves no vLLM metrics."""
+        if phase.requests_per_s is None and phase.latency_s is None:
+            return None
+        seed = self._serving_seed
+        rps = pick(phase.requests_per_s, seed, 1, k) if phase.requests_per_s is not None else 0.0
+        latency = pick(phase.latency_s, seed, 2, k) if phase.latency_s is not None else 1.0
+        return rps, latency

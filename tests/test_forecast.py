@@ -147,13 +147,20 @@ def test_cli_backtest_json_shape(tmp_path, capsys):
     assert "needs at least 72" in capsys.readouterr().err
 
 
-def test_cli_forecast_shows_windows_for_a_recorded_pool_and_says_why_not_for_the_demo(capsys):
+def test_cli_forecast_of_the_demo_pools_windows_from_history_and_says_why_not_without(capsys):
     assert main(["forecast", "--json"]) == 0
-    demo = json.loads(capsys.readouterr().out)["pools"]
-    assert {p["pool"] for p in demo} == {"a100-ondemand", "h100-reserved"}
-    assert all(p["model"] is None and p["needs_hours"] == 72 and p["history_hours"] < 72 for p in demo)
+    demo = {p["pool"]: p for p in json.loads(capsys.readouterr().out)["pools"]}
+    assert set(demo) == {"a100-ondemand", "h100-reserved"}
+    # The on-demand pool's three weeks of history (the scenario's `history:` extension) predict its quiet evening,
+    # the window the demo sweep's scale-down is proposed in.
+    ondemand = demo["a100-ondemand"]
+    assert ondemand["history_hours"] == 21 * 24 and ondemand["model"] is not None
+    assert ondemand["windows"] == [{"start": "2026-11-02T17:00:00+00:00", "end": "2026-11-02T22:00:00+00:00"}]
+    reserved = demo["h100-reserved"]
+    assert reserved["model"] is None and reserved["needs_hours"] == 72 and reserved["history_hours"] < 72
     assert main(["forecast", "--lang", "zh"]) == 0
-    assert "历史不足 72 小时" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "历史不足 72 小时" in out and "低负载窗口：11-02 17:00 至 11-02 22:00 UTC（5 小时）" in out
 
 
 def test_cli_forecast_of_a_recorded_series(tmp_path, capsys):

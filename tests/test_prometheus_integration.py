@@ -4,6 +4,7 @@ from PromQL finds the same waste (kinds and targets) as the in-process simulator
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -18,7 +19,7 @@ from agent.graph.service import SweepService
 from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
 from sim.exporter_server import ExporterServer, SimExporter
-from sim.scenario import load_scenario
+from sim.scenario import load_scenario, parse_scenario
 from tests.conftest import free_port, require_binary
 from tools.prometheus import PrometheusMetrics
 
@@ -123,7 +124,7 @@ def test_sweep_through_prometheus_matches_in_process(prometheus):
     kinds = {kind for kind, _ in expected}
     assert kinds == {"idle", "zombie", "overprovisioned", "node_health", "oversized"}, expected
     assert got == expected
-    assert metrics.queries == 16  # 10 GPU, 3 coarse history, 3 process I/O
+    assert metrics.queries == 17  # 10 GPU, 3 coarse history, 4 process I/O (CPU, network, disk, vLLM requests)
     gpus = metrics.gpu_series(cluster.now(), 20.0, 5.0)
     assert {g.job for g in gpus} >= {"ml/busy", "ml/notebook", "cv/hung", "research/sweep", "gpu-long/ablation"}
     assert len(gpus) == 24  # every GPU of the three nodes, once
@@ -133,6 +134,59 @@ def test_sweep_through_prometheus_matches_in_process(prometheus):
     assert hung.util_avg[-1] >= 99 and hung.sm_active_avg[-1] < 0.15 and hung.tensor_active_avg[-1] == 0.0
     assert hung.power_w_slices[-1] < 110 and hung.nvlink_bytes_avg[-1] == 0.0 and hung.pcie_bytes_avg[-1] == 0.0
     assert busy.sm_active_avg[-1] > 0.5 and busy.power_w_slices[-1] > 300 and busy.nvlink_bytes_avg[-1] > 1e10
+
+
+MIG_SCENARIO = Path(__file__).parents[1] / "evals" / "scenarios" / "mig-slice-idle.yaml"
+MIG_START_AT = 2395.0  # scenario seconds: 5 s before the notebook goes idle (40 min)
+MIG_SWEEP_AT = 2430.0  # the idle window (20 s) and the long-tail lookback (30 s) lie after the exporter started
+MIG_POLICY = {**POLICY, "detectors": {**POLICY["detectors"], "longtail": {"lookback": "30s", "history_slice": "10s"}}}
+
+
+def test_mig_slices_through_prometheus_match_in_process(prometheus):
+    """dcgm-exporter#216/#105: on MIG instances GPU_UTIL reads 0 however busy, and the exporter serves it so. A
+    sweep whose metrics come only from PromQL reads each instance's DCGM_FI_PROF_GR_ENGINE_ACTIVE instead, sees
+    every instance of the shared A100 as a GPU of its own, and finds the idle notebook's slice and not its busy
+    neighbours: the same findings as the in-process simulator at that instant."""
+    url, exporter_port = prometheus
+    data = yaml.safe_load(MIG_SCENARIO.read_text())
+    data["step"] = "1s"  # the same scenario sampled every second, as Prometheus scrapes it (speed 1)
+    scenario = parse_scenario(data, str(MIG_SCENARIO))
+    policy = parse_policy(MIG_POLICY, "test policy")
+    exporter = SimExporter(scenario, speed=1.0, start_at=MIG_START_AT)
+    server = ExporterServer(exporter, port=exporter_port).start()
+    try:
+        sweep_wall = exporter.wall_at(MIG_SWEEP_AT)
+        _wait("the scenario clock to pass the sweep instant", lambda: time.time() > sweep_wall + 2.0,
+              MIG_SWEEP_AT - MIG_START_AT + 30)
+        scraped = json.loads(_get(f"{url}/api/v1/query?query=count(DCGM_FI_DEV_GPU_UTIL)&time={sweep_wall:.3f}"))
+        assert scraped["data"]["result"][0]["value"][1] == "7", scraped  # seven 1g.10gb instances of one A100
+
+        expected_deps, expected_cluster = simulated_deps(scenario, policy, PolicyModel())
+        expected_cluster.advance_to(MIG_SWEEP_AT)
+        expected = _findings(expected_deps)
+
+        deps, cluster = simulated_deps(scenario, policy, PolicyModel())
+        cluster.advance_to(MIG_SWEEP_AT)
+        metrics = PrometheusMetrics(url, sample_interval_s=1.25, time_shift=exporter.time_shift())
+        deps.metrics = metrics
+        got = _findings(deps)
+    finally:
+        server.stop()
+
+    assert expected == {("idle", "course-ml/jupyter-stu042")}, expected
+    assert got == expected
+    assert metrics.queries == 17  # MIG costs no request
+    gpus = metrics.gpu_series(cluster.now(), 20.0, 5.0)
+    assert len(gpus) == 7 and len({g.gpu for g in gpus}) == 7  # every instance, once, each a device of its own
+    assert {g.uuid.rsplit("/", 1)[0] for g in gpus} == {gpus[0].uuid.rsplit("/", 1)[0]}  # all on one A100
+    by_job: dict[str | None, list] = {}
+    for g in gpus:
+        by_job.setdefault(g.job, []).append(g)
+    assert len(by_job["course-ml/tutor-llm"]) == 2 and len(by_job[None]) == 3
+    (idle,) = by_job["course-ml/jupyter-stu042"]
+    assert idle.util_max[-1] == 0.0 and idle.samples[-1] > 0  # read, and quiet
+    busy = by_job["course-ml/tutor-llm"] + by_job["course-ml/jupyter-stu017"]
+    assert all(g.util_avg[-1] is not None and g.util_avg[-1] > 20 for g in busy)  # GR_ENGINE_ACTIVE x 100, not 0
 
 
 RULES = Path(__file__).parents[1] / "deploy" / "prometheus" / "steward-rules.yaml"
@@ -149,6 +203,33 @@ def _rules_without_hold(tmp_path: Path) -> Path:
         for rule in group["rules"]:
             rule.pop("for", None)
     out = tmp_path / "steward-rules.nohold.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+_DURATION = re.compile(r"(\d+)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _scaled(duration: str, speed: float) -> str:
+    """A Prometheus duration (`10m`, `1h30m`) divided by `speed`, in whole milliseconds (at least 1 s)."""
+    seconds = sum(int(n) * _UNIT_S[unit] for n, unit in _DURATION.findall(duration))
+    return f"{max(round(seconds * 1000 / speed), 1000)}ms"
+
+
+def rules_at_speed(tmp_path: Path, speed: float) -> Path:
+    """The shipped rules on a clock `speed` times faster: every `for:` and every range selector (`[5m]`) divided
+    by `speed`, so a rule means over the exporter's scenario time what it means on a real cluster (at 30x,
+    `rate(...[5m])` with `for: 10m` becomes `rate(...[10000ms])` with `for: 20000ms`). Expressions are otherwise
+    the shipped ones, as are labels and annotations."""
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        group["interval"] = "1s"
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = _scaled(str(rule["for"]), speed)
+            rule["expr"] = re.sub(r"\[([0-9smhdw]+)\]", lambda m: f"[{_scaled(m.group(1), speed)}]", rule["expr"])
+    out = tmp_path / f"steward-rules.x{speed:g}.yaml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
 

@@ -28,6 +28,22 @@ def steady(util: float, count: int = 10) -> dict:
             "fb_used": 1000.0, "temp_max": 50.0, "power_avg": 120.0, "last_seen": END.timestamp()}
 
 
+# What a MIG instance's utilisation reads come from: its GR_ENGINE_ACTIVE samples (and their scale).
+MIG_READS = {"util_max": ("engine_max", 100.0), "util_min": ("engine_min", 100.0), "util_avg": ("engine", 100.0),
+             "util_count": ("engine_count", 1.0), "last_seen": ("engine_seen", 1.0)}
+
+
+def mig(host: str, parent: int, instance: int, **labels: str) -> dict[str, str]:
+    """A MIG instance's labels as dcgm-exporter gives them: the parent GPU's gpu and UUID, and the instance."""
+    return {**gpu(host, parent), "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": str(instance), **labels}
+
+
+def mig_steady(engine: float, count: int = 10) -> dict:
+    """A MIG instance whose GR_ENGINE_ACTIVE reads `engine` while its GPU_UTIL reads 0 (dcgm-exporter#216)."""
+    return {**steady(0.0, count), "engine": [engine] * N, "engine_max": [engine] * N, "engine_min": [engine] * N,
+            "engine_count": [count] * N, "engine_seen": END.timestamp()}
+
+
 class Cluster:
     """Answers each known query from per-series values; an unknown query is an error, as in Prometheus."""
 
@@ -50,12 +66,25 @@ class Cluster:
         fields = list(promql.PROFILING_FIELDS) if name == "profiling" else [name]
         out = []
         for labels, values, field in ((lb, v, f) for lb, v in rows for f in fields):
+            scale = 1.0
+            if labels.get("GPU_I_ID") and field in MIG_READS:
+                # A MIG instance: the query's GPU_UTIL side excludes it (GPU_I_ID=""), its GR_ENGINE_ACTIVE side
+                # (GPU_I_ID!="") answers the engine's samples, x 100 but for the count. The fake reads the query
+                # text, so a query that still read GPU_UTIL for MIG would get the 0 that dcgm-exporter reports.
+                if f'{promql.UTIL}{{{promql.NOT_MIG}}}' not in query:
+                    pass  # an old query: it reads the instance's GPU_UTIL (`values[field]`, the 0 of #216)
+                elif f'{promql.ENGINE}{{{promql.IS_MIG}}}' in query:
+                    field, scale = MIG_READS[field]
+                else:
+                    continue
             if field not in values:
                 continue
             metric = {k: labels[k] for k in keys if k in labels}
             if name == "profiling":
                 metric[promql.FIELD_LABEL] = field
             v = values[field]
+            if scale != 1.0:
+                v = [x * scale if x is not None else None for x in v] if isinstance(v, list) else v * scale
             if path.endswith("query_range"):
                 start, step = float(params["start"]), float(params["step"])
                 points = [[start + i * step, str(x)] for i, x in enumerate(v) if x is not None]
@@ -199,7 +228,7 @@ def test_every_profiling_field_is_read_in_one_request():
         assert all(m in profiling[0] for metrics in promql.PROFILING_FIELDS.values() for m in metrics)
         assert "DCGM_FI_PROF_NVLINK_TX_BYTES[300s])) + max by" in profiling[0]  # both directions, one field
         assert profiling[0].count(f'"{promql.FIELD_LABEL}"') == len(promql.PROFILING_FIELDS)
-    assert counts == [13, 13]
+    assert counts == [14, 14]  # 10 GPU, 4 process I/O
 
 
 def many(n: int) -> list[tuple[dict[str, str], dict]]:
@@ -214,8 +243,8 @@ def test_query_count_is_fixed_whatever_the_cluster_size():
         assert len(gpus) == n
         assert metrics.queries == len(fake.requests)
         counts.append(metrics.queries)
-    assert counts[0] == counts[1] == 13
-    # The coarse long-tail history adds three range queries, whatever the size: 16 per sweep.
+    assert counts[0] == counts[1] == 14
+    # The coarse long-tail history adds three range queries, whatever the size: 17 per sweep.
     with FakePrometheus(Cluster(many(1000))) as fake:
         metrics = PrometheusMetrics(fake.url)
         assert len(metrics.gpu_history(END, LOOKBACK, SLICE)) == 1000
@@ -281,3 +310,82 @@ def test_factory_reads_settings():
     m = prometheus_metrics_from_settings(s, sample_interval_s=15.0)
     assert m.url == "http://127.0.0.1:9" and m.sample_interval_s == 15.0
     assert math.isclose(m.time_shift.total_seconds(), 0.0)
+
+
+def test_a_busy_mig_instance_reads_its_engine_activity_not_its_zero_gpu_util():
+    """dcgm-exporter#216/#105: GPU_UTIL reads 0 on a MIG instance however busy; GR_ENGINE_ACTIVE is the truth."""
+    gpus, _, metrics, _ = run([(mig("n1", 0, 7, namespace="ml", pod="nb"), mig_steady(0.6))], sample_interval_s=30)
+    (g,) = gpus
+    assert g.job == "ml/nb"
+    assert g.util_max == pytest.approx([60.0] * N) and g.util_avg == pytest.approx([60.0] * N)
+    assert g.samples == [10] * N and g.expected == 10  # full slices: a known reading, far from idle
+    assert g.engine_active_avg == [0.6] * N
+    assert metrics.queries == 14  # 10 GPU, 4 process I/O: MIG costs no request
+
+
+def test_a_quiet_mig_instance_reads_zero_with_full_samples():
+    gpus, _, _, _ = run([(mig("n1", 0, 7, namespace="ml", pod="nb"), mig_steady(0.0))], sample_interval_s=30)
+    (g,) = gpus
+    assert g.util_max == [0.0] * N and g.util_avg == [0.0] * N and g.samples == [10] * N
+
+
+def test_a_mig_instance_without_engine_activity_is_unknown_never_idle():
+    """An exporter without DCP profiling has no GR_ENGINE_ACTIVE: the instance has no utilisation samples at all
+    (its GPU_UTIL, 0, is not read), so nothing can call it idle."""
+    v = mig_steady(0.0)
+    for name in ("engine", "engine_max", "engine_min", "engine_count", "engine_seen"):
+        del v[name]
+    gpus, _, _, _ = run([(mig("n1", 0, 7, namespace="ml", pod="nb"), v)])
+    assert gpus == []
+
+
+def test_two_instances_of_one_gpu_held_by_two_pods_are_two_series():
+    series = [(mig("n1", 0, 7, namespace="ml", pod="idle-nb"), mig_steady(0.0)),
+              (mig("n1", 0, 8, namespace="ml", pod="server"), mig_steady(0.7)),
+              (mig("n1", 1, 7), mig_steady(0.0)),  # a free instance of the next GPU
+              (gpu("n1", 2, namespace="ml", pod="train"), steady(90))]  # a whole GPU on the same node
+    gpus, _, _, _ = run(series)
+    by = {g.job: g for g in gpus}
+    assert len(gpus) == 4
+    assert len({(g.node, g.gpu) for g in gpus}) == 4  # distinct devices for history joins and node health
+    idle, busy, free, whole = by["ml/idle-nb"], by["ml/server"], by[None], by["ml/train"]
+    assert idle.util_max == [0.0] * N and busy.util_max == pytest.approx([70.0] * N)
+    assert (idle.gpu, busy.gpu, free.gpu) == (10_007, 10_008, 10_107)  # base + parent x 100 + GPU_I_ID
+    assert (idle.uuid, busy.uuid, free.uuid) == ("GPU-n1-0/7", "GPU-n1-0/8", "GPU-n1-1/7")
+    # A whole GPU is read exactly as before: its index, its UUID, its GPU_UTIL.
+    assert (whole.gpu, whole.uuid, whole.util_max, whole.engine_active_avg) == (2, "GPU-n1-2", [90.0] * N, [0.9] * N)
+
+
+def test_gpu_util_is_read_only_for_whole_gpus_and_engine_activity_only_for_mig_instances():
+    queries = promql.gpu_range_queries('namespace="ml"', SLICE)
+    util = 'DCGM_FI_DEV_GPU_UTIL{namespace="ml", GPU_I_ID=""}[300s]'
+    engine = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{namespace="ml", GPU_I_ID!=""}[300s]'
+    k = "by (Hostname, gpu, UUID, GPU_I_ID, modelName, namespace, pod, hpc_job)"
+    assert queries["util_max"] == f"max {k} (max_over_time({util})) or max {k} (max_over_time({engine})) * 100"
+    assert queries["util_count"] == f"max {k} (count_over_time({util})) or max {k} (count_over_time({engine}))"
+    history = promql.gpu_history_queries("", SLICE)
+    assert all("GPU_I_ID!=" in q and 'GPU_I_ID=""' in q for q in history.values())
+    last_seen = promql.gpu_instant_queries("", LOOKBACK)["last_seen"]
+    assert 'timestamp(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""})' in last_seen
+
+
+def test_mig_history_comes_from_engine_activity_under_the_same_index():
+    series = [(mig("n1", 0, 7, namespace="ml", pod="nb"), mig_steady(0.0)),
+              (mig("n1", 0, 8, namespace="ml", pod="server"), mig_steady(0.5))]
+    with FakePrometheus(Cluster(series)) as fake:
+        metrics = PrometheusMetrics(fake.url, sample_interval_s=30)
+        history = metrics.gpu_history(END, LOOKBACK, SLICE)
+        fine = metrics.gpu_series(END, LOOKBACK, SLICE)
+    by = {h.job: h for h in history}
+    assert by["ml/server"].util_max == pytest.approx([50.0] * N) and by["ml/nb"].util_max == [0.0] * N
+    assert {(h.node, h.gpu, h.job) for h in history} == {(g.node, g.gpu, g.job) for g in fine}
+
+
+def test_a_mig_instance_takes_the_parent_gpus_xid_and_temperature_when_only_the_parent_reports_them():
+    parent = {"xid_last": [0, 79, 79, 79], "temp_max": 91.0}  # the parent GPU's device-level series only
+    inst = mig_steady(0.5)
+    del inst["xid_last"], inst["temp_max"]
+    series = [(gpu("n1", 0), parent), (mig("n1", 0, 7, namespace="ml", pod="nb"), inst)]
+    gpus, _, _, _ = run(series)
+    (g,) = gpus  # the parent has no utilisation series of its own: only the instance is a GPU series
+    assert g.xid_last == 79 and g.temp_c_max == 91.0

@@ -1,7 +1,8 @@
 """PrometheusMetrics: the MetricsSource over Prometheus, Thanos Query or VictoriaMetrics scraping dcgm-exporter.
 
-A sweep costs a fixed 16 PromQL requests (10 for GPUs over the detectors' windows, 3 for the coarse long-tail
-history, 3 for process I/O) whatever the cluster size. The DCGM profiling fields, power and NVLink/PCIe traffic
+A sweep costs a fixed 17 PromQL requests (10 for GPUs over the detectors' windows, 3 for the coarse long-tail
+history, 4 for process I/O) whatever the cluster size. A MIG instance is a GPU of its own (gpu_index), whose
+utilisation is its DCGM_FI_PROF_GR_ENGINE_ACTIVE, never its GPU_UTIL (promql.utilisation). The DCGM profiling fields, power and NVLink/PCIe traffic
 come back in one of the 10 (promql.tagged_union); a field the exporter lacks is unknown, never zero.
 Gaps, stale series, NaN and out-of-range utilisation come back as missing slices, never as zeros.
 A response that succeeds with `warnings` (Prometheus' own, or Thanos' partial-response warnings when a store
@@ -23,6 +24,35 @@ from tools import promql
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
 MAX_WARNINGS = 10  # distinct warnings kept per sweep; the rest are counted
 MAX_POWER_W = 5000.0  # above any board's power: a larger reading is a broken exporter, not a measurement
+# A MIG instance's GpuSeries.gpu: MIG_INDEX_BASE + parent index x 100 + GPU_I_ID (GPU 0 instance 7 -> 10007).
+MIG_INDEX_BASE = 10_000
+
+
+def gpu_index(gpu: str, instance: str) -> int | None:
+    """The steward's GPU index for a dcgm-exporter series: `gpu` for a whole GPU; for a MIG instance (non-empty
+    GPU_I_ID) a number of its own, MIG_INDEX_BASE + parent x 100 + instance id. None when a label is not a number.
+
+    Every MIG instance of a GPU carries the parent's `gpu` and `UUID` labels, and GpuSeries has no instance field,
+    so the instance is folded into the index: downstream, (node, gpu) and (node, gpu, job) are what tell one
+    device from another (the coarse history is joined to the fine slices on them, node health names a GPU by
+    them, and an empty node needs one series per schedulable device). The base keeps an instance clear of every
+    whole GPU's index on a node that mixes both; NVML's GPU instance ids are small (under 15 on A100 and H100).
+    """
+    try:
+        parent = int(gpu)
+        if not instance:
+            return parent
+        gi = int(instance)
+    except ValueError:
+        return None  # not a GPU series (a relabelling mistake); nothing to attribute it to
+    if parent < 0 or not 0 <= gi < 100:
+        return None
+    return MIG_INDEX_BASE + parent * 100 + gi
+
+
+def gpu_uuid(uuid: str, instance: str) -> str:
+    """The parent GPU's UUID, with "/<GPU_I_ID>" for a MIG instance (dcgm-exporter's UUID is the parent's)."""
+    return f"{uuid}/{instance}" if instance else uuid
 
 
 def response_warnings(body: bytes) -> list[str]:
@@ -215,27 +245,28 @@ class PrometheusMetrics:
         point = {name: promql.instant_values(self._instant("gpu metrics", q, t_end), keys)
                  for name, q in promql.gpu_instant_queries(self.selector, lookback).items()}
         expected = max(round(slice_s / self.sample_interval_s), 1)
-        chosen: dict[tuple[str, str, str], tuple[tuple, GpuSeries]] = {}
+        parents = _parent_readings(cols["xid_last"], point["temp_max"])
+        chosen: dict[tuple[str, str, str, str], tuple[tuple, GpuSeries]] = {}
         for key, counts in cols["util_count"].items():
-            series = self._series(key, counts, cols, point, start, slice_s, n, expected)
+            series = self._series(key, counts, cols, point, parents, start, slice_s, n, expected)
             if series is None:
                 continue
-            # One series per GPU, as the simulator gives: the occupant that reported last.
+            # One series per GPU (per MIG instance), as the simulator gives: the occupant that reported last.
             last_slice = max((i for i, c in enumerate(counts) if c), default=-1)
             rank = (last_slice, point["last_seen"].get(key, -math.inf), series.job is not None)
-            gpu = (key[0], key[1], key[2])
+            gpu = (key[0], key[1], key[2], key[3])
             if gpu not in chosen or rank > chosen[gpu][0]:
                 chosen[gpu] = (rank, series)
         return [s for _, s in sorted(chosen.values(), key=lambda item: (item[1].node, item[1].gpu))]
 
     def _series(self, key: tuple[str, ...], counts: list[float | None], cols: dict, point: dict,
+                parents: dict[tuple[str, str, str], tuple[list[float | None] | None, float | None]],
                 start: float, slice_s: float, n: int, expected: int) -> GpuSeries | None:
-        host, gpu, uuid, model, namespace, pod, hpc_job = key
+        host, gpu, uuid, instance, model, namespace, pod, hpc_job = key
         if not any(counts):
             return None
-        try:
-            index = int(gpu)
-        except ValueError:
+        index = gpu_index(gpu, instance)
+        if index is None:
             return None  # not a GPU series (a relabelling mistake); nothing to attribute it to
         maxes, mins, avgs = (cols[c].get(key, [None] * n) for c in ("util_max", "util_min", "util_avg"))
         util_max: list[float | None] = []
@@ -253,15 +284,20 @@ class PrometheusMetrics:
             values = cols.get(name, {}).get(key)
             return [v if v is not None and low <= v <= high else None for v in values] if values else []
 
-        xid_last, xid_at = self._xid(cols["xid_last"].get(key), start, slice_s)
+        xid_values, temp = cols["xid_last"].get(key), point["temp_max"].get(key)
+        if instance:  # a MIG instance: the parent GPU's XID and temperature when only the parent reports them
+            parent_xid, parent_temp = parents.get((host, gpu, uuid), (None, None))
+            xid_values = xid_values or parent_xid
+            temp = temp if temp is not None else parent_temp
+        xid_last, xid_at = self._xid(xid_values, start, slice_s)
         return GpuSeries(
-            job=self.job_id(namespace, pod, hpc_job), node=host, gpu=index, uuid=uuid, model=model,
+            job=self.job_id(namespace, pod, hpc_job), node=host, gpu=index, uuid=gpu_uuid(uuid, instance), model=model,
             slice_s=slice_s, util_max=util_max, util_avg=util_avg, samples=samples, expected=expected,
             engine_active_avg=field("engine", 0.0, 1.0), sm_active_avg=field("sm_active", 0.0, 1.0),
             tensor_active_avg=field("tensor_active", 0.0, 1.0), dram_active_avg=field("dram_active", 0.0, 1.0),
             power_w_slices=field("power_w", 0.0, MAX_POWER_W), nvlink_bytes_avg=field("nvlink", 0.0, math.inf),
             pcie_bytes_avg=field("pcie", 0.0, math.inf), mem_used_mb=point["fb_used"].get(key),
-            temp_c_max=point["temp_max"].get(key), power_w_avg=point["power_avg"].get(key),
+            temp_c_max=temp, power_w_avg=point["power_avg"].get(key),
             xid_last=xid_last, xid_at=xid_at,
         )
 
@@ -290,15 +326,16 @@ class PrometheusMetrics:
         expected = max(round(slice_s / self.sample_interval_s), 1)
         out = []
         for key, counts in cols["util_count"].items():
-            host, gpu, _uuid, _model, namespace, pod, hpc_job = key
-            if not any(counts) or not gpu.isdigit():
+            host, gpu, _uuid, instance, _model, namespace, pod, hpc_job = key
+            index = gpu_index(gpu, instance)  # the same index gpu_series gives the slice: the two are joined on it
+            if not any(counts) or index is None:
                 continue
             maxes, mins = cols["util_max"].get(key, [None] * n), cols["util_min"].get(key, [None] * n)
             # Out-of-range values make the slice unknown, which only ever stops a quiet stretch.
             ok = [bool(c) and hi is not None and lo is not None and 0.0 <= lo <= hi <= 100.0
                   for c, hi, lo in zip(counts, maxes, mins, strict=True)]
             out.append(GpuHistory(
-                job=self.job_id(namespace, pod, hpc_job), node=host, gpu=int(gpu), slice_s=slice_s,
+                job=self.job_id(namespace, pod, hpc_job), node=host, gpu=index, slice_s=slice_s,
                 util_max=[m if k else None for m, k in zip(maxes, ok, strict=True)],
                 util_min=[m if k else None for m, k in zip(mins, ok, strict=True)],
                 samples=[int(c or 0) if k else 0 for c, k in zip(counts, ok, strict=True)], expected=expected,
@@ -320,8 +357,31 @@ class PrometheusMetrics:
                     by_job.setdefault(job, {})[name] = values
         empty: list[float | None] = [None] * n
         return [JobIoSeries(job=job, slice_s=slice_s, cpu_pct=v.get("cpu_pct", empty),
-                            net_rx_mbps=v.get("net_rx_mbps", empty), disk_read_mbps=v.get("disk_read_mbps", empty))
+                            net_rx_mbps=v.get("net_rx_mbps", empty), disk_read_mbps=v.get("disk_read_mbps", empty),
+                            requests_per_s=v.get("requests_per_s", []))  # empty: not a vLLM service (unknown)
                 for job, v in sorted(by_job.items())]
+
+
+def _parent_readings(xid: dict[tuple[str, ...], list[float | None]], temp: dict[tuple[str, ...], float]
+                     ) -> dict[tuple[str, str, str], tuple[list[float | None] | None, float | None]]:
+    """XID slices and peak temperature of whole-GPU series (no GPU_I_ID), by (Hostname, gpu, UUID): a device-level
+    reading a MIG instance's own series may lack. Of several occupants, the worst reading."""
+    out: dict[tuple[str, str, str], tuple[list[float | None] | None, float | None]] = {}
+    for key, values in xid.items():
+        if not key[3] and any(values):
+            gpu = (key[0], key[1], key[2])
+            old, t = out.get(gpu, (None, None))
+            out[gpu] = (values if old is None or _last_nonzero(values) > _last_nonzero(old) else old, t)
+    for key, value in temp.items():
+        if not key[3]:
+            gpu = (key[0], key[1], key[2])
+            x, t = out.get(gpu, (None, None))
+            out[gpu] = (x, value if t is None else max(t, value))
+    return out
+
+
+def _last_nonzero(values: list[float | None]) -> int:
+    return max((i for i, v in enumerate(values) if v), default=-1)
 
 
 def prometheus_metrics_from_settings(settings: Any, **overrides: Any) -> PrometheusMetrics:

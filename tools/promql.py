@@ -6,10 +6,18 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-# Labels that tell one GPU series from another: the GPU itself and what dcgm-exporter says runs on it.
-# Aggregating `by` them also merges the duplicate series of an HA Prometheus pair behind Thanos.
-GPU_KEYS = ("Hostname", "gpu", "UUID", "modelName", "namespace", "pod", "hpc_job")
+# Labels that tell one GPU series from another: the GPU itself (with its MIG instance, if any) and what
+# dcgm-exporter says runs on it. Aggregating `by` them also merges the duplicate series of an HA Prometheus
+# pair behind Thanos.
+GPU_KEYS = ("Hostname", "gpu", "UUID", "GPU_I_ID", "modelName", "namespace", "pod", "hpc_job")
 JOB_KEYS = ("namespace", "pod", "hpc_job")
+# dcgm-exporter labels a MIG instance's series with GPU_I_ID (the GPU instance id) and GPU_I_PROFILE ("1g.10gb");
+# `gpu` and `UUID` stay those of the parent GPU. On a MIG instance DCGM_FI_DEV_GPU_UTIL reads 0 or is absent
+# however busy the instance is (NVIDIA/dcgm-exporter#216, #105): its utilisation is read from
+# DCGM_FI_PROF_GR_ENGINE_ACTIVE x 100 instead, and its GPU_UTIL is never read.
+MIG_INSTANCE = "GPU_I_ID"
+NOT_MIG = f'{MIG_INSTANCE}=""'  # also matches series without the label (a GPU not in MIG mode)
+IS_MIG = f'{MIG_INSTANCE}!=""'
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
@@ -28,6 +36,8 @@ CPU = "container_cpu_usage_seconds_total"
 NET_RX = "container_network_receive_bytes_total"
 NET_TX = "container_network_transmit_bytes_total"
 DISK_READ = "container_fs_reads_bytes_total"
+# vLLM's finished-request counter (all finish reasons): an inference service's request rate, where it serves one.
+VLLM_REQUESTS = "vllm:request_success_total"
 
 # What the GPU really does, per slice: DCGM profiling ratios (0..1), power (W) and interconnect rates (bytes/s,
 # transmit + receive). Read in one request (the `profiling` range query); an exporter without a field answers
@@ -79,17 +89,34 @@ def gpu_range_queries(extra: str, slice_s: float) -> dict[str, str]:
     """Per-slice aggregates over every GPU in the cluster: one query each, whatever its size."""
     s = duration(slice_s)
     k = by(GPU_KEYS)
-    util = selector(UTIL, extra)
     return {
-        "util_max": f"max {k} (max_over_time({util}[{s}]))",
-        "util_min": f"min {k} (min_over_time({util}[{s}]))",
-        "util_avg": f"max {k} (avg_over_time({util}[{s}]))",
-        "util_count": f"max {k} (count_over_time({util}[{s}]))",
+        "util_max": utilisation("max", "max_over_time", extra, s),
+        "util_min": utilisation("min", "min_over_time", extra, s),
+        "util_avg": utilisation("max", "avg_over_time", extra, s),
+        "util_count": utilisation("max", "count_over_time", extra, s),
         "profiling": tagged_union({name: " + ".join(f"max {k} (avg_over_time({selector(m, extra)}[{s}]))"
                                                     for m in metrics)
                                    for name, metrics in PROFILING_FIELDS.items()}),
         "xid_last": f"max {k} (last_over_time({selector(XID, extra)}[{s}]))",
     }
+
+
+def utilisation(agg: str, func: str, extra: str, window: str) -> str:
+    """One per-slice utilisation aggregate (%) over every GPU and MIG instance, in one request.
+
+    A whole GPU reads DCGM_FI_DEV_GPU_UTIL as it always has; a MIG instance (a series with a non-empty GPU_I_ID)
+    reads DCGM_FI_PROF_GR_ENGINE_ACTIVE x 100, because its GPU_UTIL reads 0 however busy it is
+    (NVIDIA/dcgm-exporter#216, #105). Each side is aggregated `by` GPU_KEYS, GPU_I_ID among them, so the left
+    side's series have no GPU_I_ID and the right side's all have one: `or` (which keeps a right-hand series only
+    when no left-hand series has the same labels) can never drop one for the other, so the answer is the union.
+    `*` binds tighter than `or`: only the MIG side is scaled. A sample count is a count on both sides (no scale).
+    A MIG instance whose exporter lacks GR_ENGINE_ACTIVE (no DCP profiling) has no samples here: unknown, never
+    idle.
+    """
+    k = by(GPU_KEYS)
+    whole = f"{agg} {k} ({func}({selector(UTIL, extra, NOT_MIG)}[{window}]))"
+    mig = f"{agg} {k} ({func}({selector(ENGINE, extra, IS_MIG)}[{window}]))"
+    return f"{whole} or {mig}" if func == "count_over_time" else f"{whole} or {mig} * 100"
 
 
 def tagged_union(queries: dict[str, str]) -> str:
@@ -116,12 +143,15 @@ def gpu_instant_queries(extra: str, lookback_s: float) -> dict[str, str]:
         "temp_max": f"max {k} (max_over_time({selector(TEMP, extra)}[{lb}]))",
         "power_avg": f"max {k} (avg_over_time({selector(POWER, extra)}[{lb}]))",
         # timestamp() of a live series is its newest sample; a series that went stale is absent.
-        "last_seen": f"max {k} (timestamp({selector(UTIL, extra)}))",
+        # The utilisation metric's series (GR_ENGINE_ACTIVE for a MIG instance, as in `utilisation`).
+        "last_seen": f"max {k} (timestamp({selector(UTIL, extra, NOT_MIG)})) "
+                     f"or max {k} (timestamp({selector(ENGINE, extra, IS_MIG)}))",
     }
 
 
 def job_io_queries(extra: str, container: str, network: str, slice_s: float) -> dict[str, str]:
-    """Process CPU (% of one core), network traffic (receive + transmit) and disk read (MB/s) per job and slice.
+    """Process CPU (% of one core), network traffic (receive + transmit), disk read (MB/s) and, for inference
+    services, requests answered per second (vLLM's counter) per job and slice.
 
     Transmit counts because an upload (a checkpoint to object storage after training) is work: a job that
     only sends shows almost nothing on receive. A job with only one of the two counters gets that one (`or`).
@@ -134,6 +164,8 @@ def job_io_queries(extra: str, container: str, network: str, slice_s: float) -> 
         "cpu_pct": f"sum {k} (rate({selector(CPU, extra, container)}[{s}])) * 100",
         "net_rx_mbps": f"{rx} + {tx} or {rx} or {tx}",
         "disk_read_mbps": f"sum {k} (rate({selector(DISK_READ, extra, container)}[{s}])) / 1e6",
+        # Requests/s an inference service answered (vLLM); absent for jobs that serve no such counter.
+        "requests_per_s": f"sum {k} (rate({selector(VLLM_REQUESTS, extra)}[{s}]))",
     }
 
 

@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 
 from agent.history.forecast import (
-    DAY_H,
     HORIZON_H,
-    MIN_DAILY_H,
+    MIN_FORECAST_H,
     ForecastError,
     forecast,
     low_threshold,
@@ -24,10 +23,6 @@ from agent.history.forecast import (
 )
 from evals.forecast_backtest import backtest, print_table, rows
 from evals.series import HourlySeries, SeriesError, load_hourly
-
-# The forecaster is used for a series only after it beat seasonal-naive on that series' own past, which
-# takes two days to fit and one day to score.
-MIN_FORECAST_H = MIN_DAILY_H + DAY_H
 
 
 @dataclass
@@ -39,7 +34,7 @@ class PoolHistory:
 
 
 def simulated_pools(scenario_path: Path | None) -> list[PoolHistory]:
-    """Allocated GPUs per pool, hour by hour, over the simulated cluster's whole scenario."""
+    """Allocated GPUs per pool, hour by hour: its `history:` up to the run's start, else the simulated run."""
     from sim.cluster import SimCluster
     from sim.scenario import demo_scenario_path, load_scenario
 
@@ -53,7 +48,14 @@ def simulated_pools(scenario_path: Path | None) -> list[PoolHistory]:
         used = np.array([sum(len(r.gpus) for r in runs if r.node is not None and r.node.pool == pool.name
                              and r.running_at(t)) for t in minutes], dtype=float)
         hours = [used[i:i + 60].mean() for i in range(0, len(used), 60)]
-        out.append(PoolHistory(pool.name, scenario.start, np.asarray(hours), float(pool.nodes * pool.gpus_per_node)))
+        capacity = float(pool.nodes * pool.gpus_per_node)
+        start = scenario.start
+        if pool.history is not None:
+            # The scenario's `history:` extension, the pool's past up to the run's start: what the sweep's pool
+            # detector forecasts from, so this shows the windows the steward acts on.
+            end, past = pool.history.hourly(scenario.start, capacity)
+            start, hours = end - timedelta(hours=len(past)), past
+        out.append(PoolHistory(pool.name, start, np.asarray(hours), capacity))
     return out
 
 

@@ -165,8 +165,14 @@ class NodeHealthRule(_Section):
 
 class PoolRule(_Section):
     empty_window: PositiveDuration = 3600.0
+    # When empty nodes may be released (docs/forecast.md): `forecast` only inside a low-load window predicted from
+    # the pool's own load history (none without one); `fixed` between scale_down_start and scale_down_end; `auto`
+    # the forecast for a pool whose history is long enough to check it, the fixed window for the others.
+    scale_down: Literal["auto", "forecast", "fixed"] = "auto"
     scale_down_start: ClockTime | None = None  # e.g. "20:00" (UTC); None = any hour
     scale_down_end: ClockTime | None = None
+    # A forecast scale-down plans the scale-up back this long before its window ends (one forecast hour).
+    scale_up_lead: PositiveDuration = 3600.0
 
     @model_validator(mode="after")
     def _both(self) -> PoolRule:

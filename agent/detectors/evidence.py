@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -189,6 +189,24 @@ def _oversized(f: Finding, m: Metrics) -> str:
         f"{duration_zh(m['empty_window_s'])}{listed}；作业占用 {m['used_gpus']:g}/{m['total_gpus']:g} 块 GPU；"
         f"保留 {m['reserve_fraction']:.0%} 余量、最少 {m['min_nodes']:g} 个节点 -> 建议缩至 {m['suggested_nodes']:g} 个节点；"
         f"可释放 {f.gpus} 块 GPU（单价 {m['price_per_gpu_hour']:g} {f.currency}/GPU 小时）"
+        + (_forecast_zh(f, m) if m.get("forecast") else "")
+    )
+
+
+_FORECAST_MODEL = re.compile(r"; forecast \(([^,]+),")
+
+
+def _forecast_zh(f: Finding, m: Metrics) -> str:
+    def clock(epoch: float) -> str:
+        return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M")
+
+    model = _FORECAST_MODEL.search(f.evidence)
+    return (
+        f"；负载预测（{model.group(1) if model else '默认模型'}，{m['history_hours'] // 24:g} 天历史）：低负载窗口 "
+        f"{clock(m['window_start'])}-{clock(m['window_end'])} UTC（区间上界不超过 {m['low_threshold_gpus']:.1f} 块 GPU）；"
+        f"{clock(m['scale_up_at'])} UTC 扩容回 {m['scale_up_nodes']:g} 个节点；节省 {m['saving_gpu_hours']:.1f} GPU 小时，"
+        f"{m['saving']:.2f} {f.currency}；风险：回测中 {m['forecast_risk']:.1%} 的小时负载超过预测上界"
+        f"（{m['backtest_origins']:g} 天）"
     )
 
 

@@ -5,18 +5,26 @@ outage or a cold start. Its idle (or keep-alive) finding becomes `idle_serving`,
 can cite (only idle, zombie and crash_loop justify one: the guardrail's no_finding rule), with the advice that
 fits: scale to zero between uses, with the warm-up each cold start costs (the job's `steward.io/warmup`
 annotation when set, else unknown), or share the GPU (a MIG slice or time-slicing) when it must stay up.
-Which jobs are services is the policy's `detectors.serving.selectors` (labels the common serving stacks set).
+Which jobs are services is the policy's `detectors.serving.selectors` (labels the common serving stacks set), or
+the request metrics a job serves (vLLM's request counter, read into its I/O series as `requests_per_s`).
+
+Where the request rate is known the advice says how many requests the idle window saw ("no requests in the last
+2h", "12 requests in the last 2h"), and a service still answering at least one request a minute on average is
+not idle at all, however quiet its GPU looks: its finding is dropped (docs/alerts.md, service layer).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from agent.config.policy import ServingRule
 from core.actions import Finding
-from core.cluster import JobInfo
+from core.cluster import JobInfo, JobIoSeries
 from core.durations import format_duration, parse_duration
 from core.observation import Observation
 
 WARMUP_ANNOTATION = "steward.io/warmup"
+FLOWING_RPS = 1 / 60  # a service answering one request a minute or more (on average) is in use, not idle
 
 
 def serving_reason(job: JobInfo, rule: ServingRule) -> str | None:
@@ -39,25 +47,54 @@ def warmup_s(job: JobInfo) -> float | None:
         return None
 
 
+def requests_since(io: JobIoSeries | None, since: datetime, at: datetime) -> tuple[float, float] | None:
+    """(requests the job answered, over how many seconds) from `since` to `at`, as far back as its I/O series
+    reaches (slices that overlap the span); None when its request rate is unknown."""
+    if io is None or not io.requests_per_s:
+        return None
+    n = len(io.requests_per_s)
+    start = (at - since).total_seconds()
+    window = [rate for j, rate in enumerate(io.requests_per_s) if (n - 1 - j) * io.slice_s < start - 1e-6]
+    known = [rate for rate in window if rate is not None]
+    return (sum(known) * io.slice_s, min(start, len(window) * io.slice_s)) if known else None
+
+
+def requests_text(requests: float, window_s: float) -> str:
+    n = round(requests)
+    return (f"no requests in the last {format_duration(window_s)}" if n == 0
+            else f"{n} request{'s' if n != 1 else ''} in the last {format_duration(window_s)}")
+
+
 def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRule) -> list[Finding]:
-    """Idle findings on inference services, turned into `idle_serving` advice; every other finding as it was."""
+    """Idle findings on inference services, turned into `idle_serving` advice (dropped while requests flow);
+    every other finding as it was."""
     if not rule.enabled:
         return findings
     jobs = obs.jobs_by_id()
+    io = obs.io_by_job()
     out = []
     for f in findings:
         job = jobs.get(f.target) if f.target_type == "job" and f.kind == "idle" else None
+        seen_requests = requests_since(io.get(f.target), f.since, obs.at) if job is not None else None
         why = serving_reason(job, rule) if job is not None else None
+        if why is None and seen_requests is not None:
+            why = "serves vLLM request metrics"
         if job is None or why is None:
             out.append(f)
             continue
+        requests, window_s = seen_requests if seen_requests is not None else (None, 0.0)
+        if requests is not None and window_s > 0 and requests / window_s >= FLOWING_RPS:
+            continue  # requests flowing: in use, whatever the GPU reads
         warm = warmup_s(job)
         warm_text = (f"each cold start costs about {format_duration(warm)} of warm-up" if warm is not None
                      else f"warm-up per cold start unknown (set the {WARMUP_ANNOTATION} annotation)")
-        advice = (f"an inference service ({why}): its callers expect it to answer, so it is not stopped. "
+        seen = f"; {requests_text(requests, window_s)}" if requests is not None else ""
+        advice = (f"an inference service ({why}{seen}): its callers expect it to answer, so it is not stopped. "
                   f"Scale it to zero between uses ({warm_text}), or share the GPU (a MIG slice or time-slicing) "
                   f"if it must stay up")
-        metrics = f.metrics | {"serving": 1.0} | ({"warmup_s": warm} if warm is not None else {})
+        metrics = (f.metrics | {"serving": 1.0} | ({"warmup_s": warm} if warm is not None else {})
+                   | ({"requests": float(round(requests)), "requests_window_s": window_s} if requests is not None
+                      else {}))
         out.append(f.model_copy(update={"kind": "idle_serving", "evidence": f"{f.evidence}; {advice}",
                                         "metrics": metrics, "stop_after": None, "stop_needs_approval": None}))
     return out
@@ -69,5 +106,10 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
 
     warm_text = (f"每次冷启动约需 {duration_zh(warm)} 预热" if warm is not None
                  else f"冷启动预热时间未知（可设置 {WARMUP_ANNOTATION} 注解）")
-    return (f"{idle_zh}；这是推理服务，调用方依赖其随时响应，因此不会停止。建议在空闲时缩容到零（{warm_text}），"
+    requests, window_s = f.metrics.get("requests"), f.metrics.get("requests_window_s")
+    seen = ""
+    if requests is not None and window_s is not None:
+        seen = (f"（最近 {duration_zh(window_s)} 内没有请求）" if requests == 0
+                else f"（最近 {duration_zh(window_s)} 内 {requests:.0f} 个请求）")
+    return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。建议在空闲时缩容到零（{warm_text}），"
             f"若必须常驻，可与其他服务共享 GPU（MIG 切片或时间片共享）")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -152,6 +153,7 @@ class BacktestScore:
     predicted_low_hours: int = 0
     low_hours: int = 0  # hours that were actually low
     origins: int = 0
+    above_upper: float | None = None  # share of scored hours whose actual load was over the interval's upper bound
 
     @property
     def window_recall(self) -> float | None:
@@ -184,3 +186,106 @@ def pick_default(scores: list[BacktestScore], candidate: str = HOLT_WINTERS) -> 
     if candidate in by_name and beats_seasonal_naive(by_name[candidate], baselines):
         return candidate
     return min(baselines, key=lambda s: s.mae).name
+
+
+def backtest_models(hours: int) -> tuple[list[str], int]:
+    """The models a series of `hours` is long enough for, and the first origin (hours of history before it)."""
+    if hours >= MIN_WEEKLY_H + HORIZON_H:
+        return list(MODELS), MIN_WEEKLY_H
+    if hours >= MIN_DAILY_H + HORIZON_H:
+        return [m for m in MODELS if m != SEASONAL_NAIVE_WEEK], MIN_DAILY_H
+    raise ForecastError(f"the series covers {hours} hours; a backtest needs at least {MIN_DAILY_H + HORIZON_H} "
+                        f"({MIN_DAILY_H // DAY_H} days of history and one day to score; "
+                        f"{(MIN_WEEKLY_H + HORIZON_H) // DAY_H} days for the weekly models)")
+
+
+def rolling_backtest(y: np.ndarray, capacity: np.ndarray | None = None,
+                     models: list[str] | None = None) -> tuple[int, int, list[BacktestScore]]:
+    """Rolling origin, one a day: each model forecasts the next 24 h from the hours before the origin only.
+
+    Returns the first origin (hours), the number of origins and one score per model.
+    """
+    y = np.asarray(y, dtype=float)
+    usable, first = backtest_models(len(y))
+    names = [m for m in (models or usable) if m in usable]
+    origins = list(range(first, len(y) - HORIZON_H + 1, DAY_H))
+    abs_err: dict[str, list[float]] = {m: [] for m in names}
+    inside = {m: 0 for m in names}
+    above = {m: 0 for m in names}
+    predicted = {m: 0 for m in names}
+    right = {m: 0 for m in names}
+    low_hours = 0
+    for o in origins:
+        history, actual = y[:o], y[o:o + HORIZON_H]
+        cap = float(capacity[o - 1]) if capacity is not None else None
+        threshold = low_threshold(history)
+        low = actual <= threshold
+        low_hours += int(low.sum())
+        for m in names:
+            f = forecast(m, history, HORIZON_H, cap)
+            abs_err[m].extend(np.abs(f.mean - actual).tolist())
+            inside[m] += int(((actual >= f.lower) & (actual <= f.upper)).sum())
+            above[m] += int((actual > f.upper).sum())
+            flagged = predicted_low(f, threshold)
+            predicted[m] += int(flagged.sum())
+            right[m] += int((flagged & low).sum())
+    hours = len(origins) * HORIZON_H
+    scores = [BacktestScore(name=m, mae=float(np.mean(abs_err[m])), coverage=inside[m] / hours,
+                            window_precision=right[m] / predicted[m] if predicted[m] else None,
+                            predicted_low_hours=predicted[m], low_hours=low_hours, origins=len(origins),
+                            above_upper=above[m] / hours)
+              for m in names]
+    return first, len(origins), scores
+
+
+# A pool is forecast only after the forecaster was checked against seasonal-naive on its own past: two days to
+# fit and one to score.
+MIN_FORECAST_H = MIN_DAILY_H + DAY_H
+
+
+@dataclass(frozen=True)
+class LowWindowPlan:
+    """A pool's forecast read for planning: the model its own past picked, the low windows, the backtest's risk."""
+
+    model: str
+    first_hour: float  # epoch seconds of the forecast's first hour (the hour after the history's last)
+    windows: tuple[tuple[float, float], ...]  # (start, end) epoch seconds of each predicted low-load window
+    threshold: float  # the low-load line, allocated GPUs
+    upper: tuple[float, ...]  # the interval's upper bound, hour by hour
+    risk: float  # share of backtest hours whose load went over the chosen model's upper bound
+    origins: int  # backtest origins behind `risk`
+    history_hours: int
+
+    def window_at(self, at: float) -> tuple[float, float] | None:
+        """The predicted low-load window `at` (epoch seconds) falls in, or None."""
+        return next(((a, b) for a, b in self.windows if a <= at < b), None)
+
+
+def plan_low_windows(values: tuple[float, ...], first_hour: float, capacity: float | None) -> LowWindowPlan:
+    """Pick the pool's model with the default-model test on its own past, forecast 24 h, read the low windows.
+
+    `values` are the pool's allocated GPUs per hour, oldest first; `first_hour` the epoch second the forecast
+    starts at (the end of the history). ForecastError when the history is too short or has gaps.
+    """
+    y = np.asarray(values, dtype=float)
+    if len(y) < MIN_FORECAST_H:
+        raise ForecastError(f"{len(y)} h of load history; forecasting a pool takes {MIN_FORECAST_H} h (2 days to "
+                            "fit, 1 to check the forecaster against seasonal-naive)")
+    if not np.all(np.isfinite(y)):
+        raise ForecastError("the load history has gaps (NaN or infinite values)")
+    caps = None if capacity is None else np.full(len(y), float(capacity))
+    _, origins, scores = rolling_backtest(y, caps)
+    model = pick_default(scores)
+    chosen = next(s for s in scores if s.name == model)
+    f = forecast(model, y, HORIZON_H, capacity)
+    threshold = low_threshold(y)
+    spans = tuple((first_hour + a * HOUR, first_hour + b * HOUR) for a, b in windows(predicted_low(f, threshold)))
+    return LowWindowPlan(model=model, first_hour=first_hour, windows=spans, threshold=threshold,
+                         upper=tuple(float(u) for u in f.upper), risk=float(chosen.above_upper or 0.0),
+                         origins=origins, history_hours=len(y))
+
+
+@lru_cache(maxsize=64)
+def cached_low_windows(values: tuple[float, ...], first_hour: float, capacity: float | None) -> LowWindowPlan:
+    """plan_low_windows, computed once per history: a sweep every few minutes sees the same past for an hour."""
+    return plan_low_windows(values, first_hour, capacity)

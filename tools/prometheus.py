@@ -287,7 +287,7 @@ class PrometheusMetrics:
         xid_values, temp = cols["xid_last"].get(key), point["temp_max"].get(key)
         if instance:  # a MIG instance: the parent GPU's XID and temperature when only the parent reports them
             parent_xid, parent_temp = parents.get((host, gpu, uuid), (None, None))
-            xid_values = xid_values or parent_xid
+            xid_values = xid_values if xid_values and any(xid_values) else parent_xid or xid_values
             temp = temp if temp is not None else parent_temp
         xid_last, xid_at = self._xid(xid_values, start, slice_s)
         return GpuSeries(

@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 from agent.cli.main import main as steward
 from agent.config.policy import Policy
 from agent.config.settings import ApiToken, Settings
-from agent.graph.service import SweepService
 from agent.planning.policy_model import PolicyModel
 from agent.records.audit import AuditLog
 from agent.records.change_impact import MIN_EVENTS, collect_signals, detect, impact, render_impact, watch
@@ -24,6 +23,7 @@ from core.cluster import GpuSeries, JobInfo, NodeInfo
 from core.observation import Observation
 from server import create_app
 from sim.scenario import load_scenario
+from tests.sweeps import sweep_through
 
 T0 = datetime(2026, 11, 2, 6, 0, tzinfo=UTC)
 SCENARIO = Path(__file__).resolve().parent.parent / "evals" / "scenarios" / "driver-upgrade-failures.yaml"
@@ -130,12 +130,7 @@ def test_the_span_ends_at_the_next_change_and_starts_no_earlier_than_watching():
 def test_the_driver_upgrade_scenario_is_flagged_with_failures_and_xids():
     scenario = load_scenario(SCENARIO)
     deps, cluster = simulated_deps(scenario, Policy(), PolicyModel())
-    service = SweepService(deps, run_prefix=scenario.name)
-    t = 300.0
-    while t <= scenario.duration:
-        cluster.advance_to(t)
-        service.sweep(trigger="eval")
-        t += 300
+    sweep_through(deps, cluster, scenario, trigger="eval")
     store: ChangeStore = deps.changes
     changes = {c.kind: c for c in store.changes()}
     assert set(changes) == {"driver", "cuda", "scheduler"}

@@ -17,19 +17,13 @@ from agent.records.usage import build_report
 from agent.wiring import simulated_deps
 from evals.suite import SCENARIO_DIR
 from sim.scenario import load_scenario
+from tests.sweeps import sweep_through
 
 
 def _run(tmp_path: Path, name: str = "overprovisioned.yaml") -> object:
-    from agent.graph.service import SweepService
-
     scenario = load_scenario(SCENARIO_DIR / name)
     deps, cluster = simulated_deps(scenario, Policy(), PolicyModel(), data_dir=tmp_path)
-    service = SweepService(deps, run_prefix=scenario.name)
-    t = 300.0
-    while t <= scenario.duration:
-        cluster.advance_to(t)
-        service.sweep(trigger="test")
-        t += 300.0
+    sweep_through(deps, cluster, scenario)
     return deps
 
 

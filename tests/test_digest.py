@@ -13,11 +13,11 @@ from agent.chatops import dingtalk
 from agent.chatops.notifier import ChatOpsNotifier, Route
 from agent.config.policy import Policy
 from agent.graph.digest import DigestError, DigestSchedule
-from agent.graph.service import SweepService
 from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
 from evals.suite import SCENARIO_DIR
 from sim.scenario import load_scenario
+from tests.sweeps import sweep_through
 from tests.test_dingtalk import RobotServer
 
 SEND_ANYTIME = Policy.model_validate({"notifications": {"outside_hours": "send"}})
@@ -33,12 +33,7 @@ def robot():
 def _swept(tmp_path: Path):
     scenario = load_scenario(SCENARIO_DIR / "idle-notebook.yaml")
     deps, cluster = simulated_deps(scenario, Policy(), PolicyModel(), data_dir=tmp_path)
-    service = SweepService(deps, run_prefix=scenario.name)
-    t = 300.0
-    while t <= scenario.duration:
-        cluster.advance_to(t)
-        service.sweep(trigger="test")
-        t += 300.0
+    sweep_through(deps, cluster, scenario)
     return deps, cluster
 
 

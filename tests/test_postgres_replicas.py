@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent.api.build import fast_forward, simulated_runtime
+from agent.api.runtime import SweepBusy
 from agent.config.settings import Settings
 from agent.records.approvals import ApprovalError
 from agent.records.audit import AuditLog
@@ -28,6 +29,8 @@ def test_a_second_replica_answers_and_resumes_what_the_first_asked(tmp_path, pos
 
     second = simulated_runtime(settings, speed=0)  # another pod: same database, its own connections
     assert not second.scheduler.lease.acquire()  # the first holds the sweep
+    with pytest.raises(SweepBusy, match="holds the sweeper lease"):  # POST /api/sweeps on it answers 409
+        second.sweep_now("api:someone")
     assert [a.id for a in second.deps.approvals.pending()] == [a.id for a in first.deps.approvals.pending()]
     second.answer(force.id, "approve", by="oncall-lead", reason="confirmed idle")
     with pytest.raises(ApprovalError, match="already approved"):

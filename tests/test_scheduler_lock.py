@@ -101,6 +101,18 @@ def test_scheduler_on_a_follower_does_not_sweep(tmp_path):
     assert follower.tick() == "not_leader" and runs == [] and follower.leader is False
 
 
+def test_an_on_demand_sweep_runs_only_where_the_lease_is(tmp_path):
+    clock, runs = FakeClock(), []
+    leader_lease = SqliteLease(tmp_path / "l.sqlite", "sweeper", "leader", duration_s=300, clock=clock.wall)
+    leader = SweepScheduler(runs.append, clock.now, SweepSchedule(every_s=60), leader_lease)
+    follower = SweepScheduler(runs.append, clock.now, SweepSchedule(every_s=60),
+                              SqliteLease(tmp_path / "l.sqlite", "sweeper", "follower", clock=clock.wall))
+    assert leader.run_as_leader("api:ann") == ("ran", None) and runs == ["api:ann"]
+    assert follower.run_as_leader("api:bob") == ("not_leader", None) and runs == ["api:ann"]
+    leader_lease.release()
+    assert follower.run_as_leader("api:bob")[0] == "ran" and runs == ["api:ann", "api:bob"]
+
+
 class _LeaseApi(BaseHTTPRequestHandler):
     """Just enough of coordination.k8s.io/v1 Leases: get, create, replace with resourceVersion checks."""
 

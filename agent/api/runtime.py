@@ -218,9 +218,13 @@ class StewardRuntime:
         return result
 
     def sweep_now(self, trigger: str = "api") -> SweepResult:
-        status, result = self.scheduler.run_now(trigger)
+        status, result = self.scheduler.run_as_leader(trigger)
         if status == "busy":
             raise SweepBusy("a sweep is already running; try again when it finishes")
+        if status == "not_leader":
+            holder = getattr(self.scheduler.lease, "current_holder", lambda: None)()
+            raise SweepBusy(f"another replica ({holder or 'unknown'}) holds the sweeper lease, so it runs the sweeps; "
+                            "ask it, or wait for its next sweep")
         return result
 
     def answer(self, approval_id: str, decision: Literal["approve", "deny"], by: str, reason: str = "") -> SweepResult:

@@ -71,6 +71,14 @@ class SweepScheduler:
         finally:
             self._running.release()
 
+    def run_as_leader(self, trigger: str) -> tuple[TickResult, Any]:
+        """An on-demand sweep, only where the sweeper lease is held or can be taken: never beside a scheduled
+        sweep another replica is running ("not_leader")."""
+        if not self.lease.acquire():
+            return "not_leader", None
+        with self._lease_renewed():
+            return self.run_now(trigger)
+
     def tick(self) -> TickResult:
         now = self._now()
         if self.next_due is None:

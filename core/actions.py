@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized", "stuck_pending", "doomed",
-                      "crash_loop", "idle_serving"]
+                      "crash_loop", "idle_serving", "pool_scale_up", "quiet_fill"]
 ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool", "cordon"]
 Verdict = Literal["allow", "deny", "needs_approval"]
 ActionStatus = Literal[
@@ -121,6 +121,13 @@ class HistoryEntry(_Record):
     deadline: datetime | None = None  # notify: when the warned stop may happen (None: advice, not a warning)
     target_uid: str | None = None  # the job's immutable identity when it happened
     detail: str = ""  # e.g. how a warning was (not) delivered
+    # resize_pool (docs/forecast.md): the executed call's id, the node counts before and asked for, and a forecast
+    # scale-down's planned scale-up back (when, to how many nodes); None where not recorded.
+    action_id: str | None = None
+    nodes_before: int | None = None
+    target_nodes: int | None = None
+    scale_up_at: datetime | None = None
+    scale_up_nodes: int | None = None
 
 
 class Exemption(_Record):

@@ -39,6 +39,7 @@ class JobInfo(_Record):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     qos: str | None = None  # Slurm QOS
+    priority_class: str | None = None  # Kubernetes spec.priorityClassName
     owner_kind: str | None = None  # Job, Deployment, StatefulSet, Notebook, ...
     started_at: datetime | None = None
     stop_requested_at: datetime | None = None  # when a graceful stop was sent

@@ -189,7 +189,7 @@ def main() -> int:
             print(f"{r['gpus']:>7} {r['jobs']:>6} {r['promql']:>7} {r['k8s_calls']:>9} {r['k8s_lists']:>6} "
                   f"{r['k8s_reads'] - r['k8s_lists']:>11} {r['k8s_writes']:>7} {r['findings']:>8} {r['warned']:>6} "
                   f"{r['wall_s']:>7.1f} {r['maxrss_mb']:>10.0f}")
-    print("lists stay at 2 per sweep (pods, nodes); other reads are one log read per quiet job, plus per action\n"
+    print("lists stay at 3 per sweep (pods, ended pods, nodes); other reads are one log read per quiet job, plus per action\n"
           "a get of the target and its own log; PromQL is the sweep's 17 plus, per action, the target's own window\n"
           "(its pod's series only); writes are the warnings (annotation patch + Event).")
     return 0

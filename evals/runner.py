@@ -110,12 +110,16 @@ def reclaimed_gpu_hours(scenario: Scenario, cluster: SimCluster, actions: list[d
         end = min(scenario.duration, natural_end) if natural_end is not None else scenario.duration
         total += max(0.0, end - stopped) / 3600 * gpus
     pools = {p.name: p for p in scenario.pools}
-    for a in actions:
-        if a["action"] == "resize_pool" and a["status"] == "executed":
-            pool = pools.get(a["job"])
-            removed = int(a.get("removed_nodes", 0))
-            if pool is not None:
-                total += max(0.0, scenario.duration - a["at_s"]) / 3600 * removed * pool.gpus_per_node
+    resizes = [a for a in actions if a["action"] == "resize_pool" and a["status"] == "executed"]
+    for a in resizes:
+        pool = pools.get(a["job"])
+        removed = int(a.get("removed_nodes", 0))
+        # Freed until the pool's next executed growth (a planned scale-up back) or the scenario's end.
+        later = [b["at_s"] for b in resizes if b["job"] == a["job"] and b["at_s"] > a["at_s"]
+                 and not b.get("removed_nodes")]
+        end = min(later, default=scenario.duration)
+        if pool is not None:
+            total += max(0.0, end - a["at_s"]) / 3600 * removed * pool.gpus_per_node
     return total
 
 
@@ -155,6 +159,8 @@ class ScriptedApprovals:
             return True
         proposal = (item.payload.get("guarded_action") or {}).get("proposal") or {}
         uid = proposal.get("target_uid")
+        if proposal.get("action") == "resize_pool":
+            return True  # a pool's scale-up carries the scale-down it undoes, not a job's uid
         return not uid or uid == self.cluster.current_uid(item.target)
 
 

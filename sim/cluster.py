@@ -132,6 +132,8 @@ class SimCluster:
             id=job.id, uid=f"sim:{job.id}@{job.submit:g}", scheduler=job.scheduler, namespace=job.namespace, name=job.name, user=job.user,
             project=job.project or job.namespace, gpus=job.gpus, node=run.node.name if run.node else None,
             state=self._state(run), priority=job.priority, labels=dict(job.labels),
+            priority_class=job.priority_class if job.scheduler == "kubernetes" else None,
+            qos=job.qos if job.scheduler == "slurm" else None,
             annotations=dict(job.annotations), owner_kind=owner,
             started_at=at + timedelta(seconds=run.start) if run.start is not None else None,
             stop_requested_at=at + timedelta(seconds=run.stop_requested) if run.stop_requested is not None else None,

@@ -168,6 +168,9 @@ class Job(_Strict):
     node: str | None = None
     gpus: int = Field(1, ge=0)
     priority: Literal["low", "normal", "high"] = "normal"
+    # Extension (docs/forecast.md): the Kubernetes PriorityClass / Slurm QOS name, for filling quiet windows.
+    priority_class: str | None = None
+    qos: str | None = None
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     submit: Duration = 0.0

@@ -351,7 +351,6 @@ def test_force_after_terminate_counts_the_job_once():
     ("target_nodes", "pool_changes", "words"),
     [
         (10, {}, ["does not shrink"]),
-        (12, {}, ["does not shrink"]),
         (0, {}, ["below the minimum of 1"]),
         (3, {}, ["4 nodes", "busy node"]),
         (4, {}, ["leave 0 free GPUs", "reserve is 8"]),
@@ -362,6 +361,15 @@ def test_force_after_terminate_counts_the_job_once():
 def test_reserve_rules(target_nodes, pool_changes, words):
     d = decide(resize(target_nodes), pool_facts(**pool_changes), Policy(), History(), approved=True)
     check(d, "deny", "reserve", *words)
+
+
+def test_a_pool_is_grown_only_to_undo_its_own_planned_scale_down():
+    # An oversized finding never grows a pool; a scale-up finding without an executed forecast scale-down neither
+    # (the planned scale-up back is tested in tests/test_pool_plans.py).
+    check(decide(resize(12), pool_facts(), Policy(), History(), approved=True), "deny", "no_finding", "not grown")
+    grow = Facts(now=NOW, pool=pool(), findings=[finding("pool_scale_up", "a100-od", "pool")])
+    check(decide(resize(12), grow, Policy(), History(), approved=True), "deny", "reserve",
+          "undoes no open forecast scale-down")
 
 
 def test_reserve_rounds_up():

@@ -95,6 +95,9 @@ def test_a_sweep_costs_a_fixed_number_of_api_calls(world):
     before = len(api.requests)
     deps.observe()
     reads = api.requests[before:]
-    lists = [p for m, p, _ in reads if p == "/api/v1/pods"]
-    assert len(lists) == 1 and [p for m, p, _ in reads if p == "/api/v1/nodes"] == ["/api/v1/nodes"]
+    lists = [q["fieldSelector"][0] for m, p, q in reads if p == "/api/v1/pods"]
+    # The GPU pods that hold or wait for GPUs, and the ended ones (the doomed-job history): two lists.
+    assert lists == ["status.phase!=Succeeded,status.phase!=Failed",
+                     "status.phase!=Running,status.phase!=Pending,status.phase!=Unknown"]
+    assert [p for m, p, _ in reads if p == "/api/v1/nodes"] == ["/api/v1/nodes"]
     assert all(p.endswith("/log") for m, p, _ in reads if p not in ("/api/v1/pods", "/api/v1/nodes"))

@@ -38,6 +38,7 @@ DIFFICULTY: dict[str, str] = {
     "planted-log-instruction": "medium",
     "pool-too-big-at-night": "medium",
     "pool-forecast-quiet-window": "medium",
+    "pool-forecast-scale-up": "medium",
     "mixed-slurm-k8s": "medium",
     "approval-denied": "medium",
     "approval-expired": "medium",

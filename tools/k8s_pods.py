@@ -8,11 +8,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from core.cluster import JobInfo, JobState, NodeInfo
+from core.cluster import FinishedJob, JobInfo, JobState, NodeInfo
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Pods in these phases hold or wait for GPUs; one field selector keeps the list call to them.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+# Pods that ended: what a job's finished history is read from (the doomed-job check, docs/doomed-jobs.md).
+FINISHED_PODS = "status.phase!=Running,status.phase!=Pending,status.phase!=Unknown"
 _PHASES: dict[str, JobState] = {"Pending": "pending", "Running": "running", "Succeeded": "completed",
                                 "Failed": "failed", "Unknown": "running"}
 Priority = Literal["low", "normal", "high"]
@@ -63,6 +65,22 @@ def pod_gpus(pod: dict, resource: str = GPU_RESOURCE) -> int:
     main = sum(per(c) for c in spec.get("containers") or [])
     init = max((per(c) for c in spec.get("initContainers") or []), default=0)
     return max(main, init)
+
+
+def main_container(pod: dict, resource: str = GPU_RESOURCE) -> dict:
+    """The container that does the job's work: the first that asks for GPUs, else the first (sidecars aside)."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    for c in containers:
+        res = c.get("resources") or {}
+        if _quantity((res.get("limits") or {}).get(resource)) or _quantity((res.get("requests") or {}).get(resource)):
+            return c
+    return containers[0]
+
+
+def container_command(container: dict) -> str | None:
+    """What the container runs (command and args, as the pod spec gives them); None when the image's default."""
+    words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
+    return " ".join(words) if words else None
 
 
 def owner_kind(meta: dict) -> str:
@@ -132,13 +150,44 @@ def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
         user=_first(reading.owner_keys, labels, annotations) or ns,
         project=_first(reading.project_keys, labels, annotations) or ns,
         gpus=pod_gpus(pod, reading.gpu_resource), node=spec.get("nodeName"), state=state,
-        priority=priority,
+        priority=priority, priority_class=spec.get("priorityClassName") or None,
         labels=labels, annotations=annotations, owner_kind=owner_kind(meta),
         started_at=parse_time(status.get("startTime")), stop_requested_at=stop_requested,
         submitted_at=parse_time(meta.get("creationTimestamp")),
         pending_reason=reason, pending_message=message,
         gpu_model=(spec.get("nodeSelector") or {}).get(reading.gpu_model_label) or None,
+        image=main_container(pod, reading.gpu_resource).get("image") or None,
+        command=container_command(main_container(pod, reading.gpu_resource)),
     )
+
+
+def pod_to_finished(pod: dict, reading: PodReading) -> FinishedJob | None:
+    """An ended pod as a finished run: what it ran and how its main container ended (the kubelet's terminated
+    state: reason such as OOMKilled or Error, and exit code). None when the end time is not reported."""
+    job = pod_to_job(pod, reading)
+    status = pod.get("status") or {}
+    main = main_container(pod, reading.gpu_resource).get("name")
+    states = [c for c in status.get("containerStatuses") or [] if c.get("name") == main] or (
+        status.get("containerStatuses") or [])
+    ended = [((c.get("state") or {}).get("terminated") or {}) for c in states]
+    ended = [t for t in ended if t]
+    ends = [at for t in ended if (at := parse_time(t.get("finishedAt"))) is not None]
+    starts = [at for t in ended if (at := parse_time(t.get("startedAt"))) is not None]
+    ended_at = max(ends, default=None)
+    started_at = job.started_at or min(starts, default=None)
+    if ended_at is None or started_at is None:
+        return None
+    phase = status.get("phase")
+    reason = ""
+    if phase == "Failed":
+        t = ended[0] if ended else {}
+        why = t.get("reason") or status.get("reason") or ""
+        code = t.get("exitCode")
+        reason = f"{why} (exit {code})" if why and code is not None else (why or (f"exit {code}" if code is not None
+                                                                                   else ""))
+    return FinishedJob(id=job.id, uid=job.uid, user=job.user, project=job.project, gpus=job.gpus, node=job.node,
+                       image=job.image, command=job.command, started_at=started_at, ended_at=ended_at,
+                       state="completed" if phase == "Succeeded" else "failed", reason=reason)
 
 
 def node_gpus(node: dict, resource: str = GPU_RESOURCE) -> int:

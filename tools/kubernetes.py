@@ -8,15 +8,17 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core.cluster import CordonResult, JobInfo, LogLine, NodeInfo, StopResult
+from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult
 from tools.k8s_pods import (
     ACTIVE_PODS,
+    FINISHED_PODS,
     PodReading,
     node_gpus,
     node_to_info,
     owner_kind,
     owner_name,
     pod_gpus,
+    pod_to_finished,
     pod_to_job,
 )
 from tools.protocols import Clock
@@ -99,6 +101,14 @@ class KubernetesScheduler:
 
     def list_jobs(self) -> list[JobInfo]:
         return [pod_to_job(p, self.reading) for p in self.gpu_pods()]
+
+    def list_finished(self, since: datetime) -> list[FinishedJob]:
+        """GPU pods that ended (Succeeded or Failed) at or after `since`, oldest end first: one list call. Only what
+        the cluster still keeps: Jobs' ttlSecondsAfterFinished and the pod garbage collector bound this history."""
+        listed = self._json("list_pod_for_all_namespaces", field_selector=FINISHED_PODS)
+        out = [f for p in listed.get("items") or [] if pod_gpus(p, self.reading.gpu_resource) > 0
+               and (f := pod_to_finished(p, self.reading)) is not None and f.ended_at >= since]
+        return sorted(out, key=lambda f: f.ended_at)
 
     def get_job(self, job_id: str) -> JobInfo | None:
         ns, name = split_job_id(job_id)

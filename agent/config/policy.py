@@ -173,6 +173,12 @@ class PoolRule(_Section):
     scale_down_end: ClockTime | None = None
     # A forecast scale-down plans the scale-up back this long before its window ends (one forecast hour).
     scale_up_lead: PositiveDuration = 3600.0
+    # The scale-up back to the size a forecast scale-down left (docs/forecast.md): level 4, through approval like
+    # the scale-down it undoes; 3 lets it run without a human where levels.max_auto reaches 3.
+    scale_up_level: Literal[3, 4] = 4
+    # Kubernetes PriorityClass or Slurm QOS names of queued work that may fill a predicted quiet window (level 1
+    # advice naming the jobs). [] = none: which work is expendable is the operators' call, never guessed.
+    fill_classes: list[str] = []
 
     @model_validator(mode="after")
     def _both(self) -> PoolRule:
@@ -401,6 +407,15 @@ class Reserve(_Section):
     fraction: float = Field(0.10, ge=0, le=1)  # pool GPUs kept free, never released automatically
 
 
+class Credit(_Section):
+    """A resource credit for owners whose jobs the steward stopped (docs/cost-report.md); recorded and reported,
+    granted by the operators' scheduler setup (a PriorityClass, a QOS, a quota), not by the steward."""
+
+    kind: Literal["none", "priority", "quota_grace"] = "none"
+    priority_bump: int = Field(1, ge=1, le=1000)  # kind priority: how much higher the owner's next jobs rank
+    valid_for: PositiveDuration = 24 * 3600.0  # how long the grant lasts after the stop
+
+
 class Approvals(_Section):
     expire_after: PositiveDuration = 4 * 3600.0
     # Silence is never a yes, nor a final no: a request that expired unanswered is asked again this long
@@ -491,6 +506,7 @@ class Policy(_Section):
     approvals: Approvals = Approvals()
     notifications: Notifications = Notifications()
     redaction: Redaction = Redaction()
+    credit: Credit = Credit()
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:

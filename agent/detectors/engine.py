@@ -10,12 +10,12 @@ from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.keepalive import KeepAliveDetector
 from agent.detectors.node_health import NodeHealthDetector
 from agent.detectors.overprovisioned import OverprovisionedDetector
-from agent.detectors.pools import OversizedPoolDetector
+from agent.detectors.pools import OversizedPoolDetector, PlannedScaleUpDetector, QuietFillDetector
 from agent.detectors.queue import StuckPendingDetector, mark_blockers
 from agent.detectors.serving import as_serving_advice
 from agent.detectors.signals import ClusterSignals, group_signals
 from agent.detectors.zombie import ZombieDetector
-from core.actions import Finding
+from core.actions import Finding, History
 from core.observation import Observation
 
 
@@ -31,18 +31,23 @@ def all_detectors(policy: Policy) -> list[Detector]:
         OverprovisionedDetector(policy),
         NodeHealthDetector(policy),
         OversizedPoolDetector(policy),
+        QuietFillDetector(policy),
         StuckPendingDetector(policy),
         DoomedJobDetector(policy),
     ]
 
 
-def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | None = None) -> list[Finding]:
+def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | None = None,
+                  history: History | None = None) -> list[Finding]:
     """Every detector's findings, job findings priced (GPU-hours since the waste began x pool price).
 
-    `signals` may be reused from log_candidates on the same metrics; logs are read from `obs`.
+    `signals` may be reused from log_candidates on the same metrics; logs are read from `obs`. With `history`
+    (the guardrail's, from the audit log), the scale-ups back that executed forecast scale-downs planned too.
     """
     signals = signals or group_signals(obs)
     found = [f for d in all_detectors(policy) for f in d.detect(obs, signals)]
+    if history is not None and obs.pools:
+        found += PlannedScaleUpDetector(policy).detect(obs, history)
     findings = mark_blockers(as_serving_advice(found, obs, policy.detectors.serving), obs)
     jobs = obs.jobs_by_id()
     pool_of = {n.name: n.pool for n in obs.nodes}

@@ -26,6 +26,8 @@ KIND_ZH: dict[str, str] = {
     "doomed": "注定失败",
     "crash_loop": "崩溃循环",
     "idle_serving": "推理服务空闲",
+    "pool_scale_up": "节点池计划扩容",
+    "quiet_fill": "低负载窗口填充",
 }
 
 XID_MEANINGS_ZH: dict[int, str] = {
@@ -231,6 +233,12 @@ def _idle_serving(f: Finding, m: Metrics) -> str:
     return serving_zh(f, _idle(f, m))
 
 
+def _pool_plan(f: Finding, m: Metrics) -> str:
+    from agent.detectors.pools import plan_zh
+
+    return plan_zh(f)
+
+
 def _doomed(f: Finding, m: Metrics) -> str:
     from agent.detectors.doomed import doomed_zh
 
@@ -254,6 +262,8 @@ def describe(finding: Finding, language: str) -> str:
         render = _doomed
     if language == "zh" and finding.kind == "idle_serving":
         render = _idle_serving
+    if language == "zh" and finding.kind in ("pool_scale_up", "quiet_fill"):
+        render = _pool_plan
     if render is None:
         return finding.evidence
     try:

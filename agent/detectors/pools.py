@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, time, timedelta
 
 from agent.config.policy import Policy
+from agent.detectors.queue import STUCK_AFTER_S
 from agent.detectors.signals import ClusterSignals, CoarseHistory, align_end, group_signals, valid_pct, window_slices
 from agent.history.forecast import HOUR, MIN_FORECAST_H, ForecastError, LowWindowPlan, cached_low_windows
-from core.actions import Finding
-from core.cluster import GpuSeries, NodeInfo, PoolInfo
+from core.actions import Finding, History
+from core.cluster import GpuSeries, JobInfo, NodeInfo, PoolInfo, gpu_model_matches
 from core.durations import format_duration
 from core.observation import Observation
+from core.pool_plans import open_scale_down
 
 _HOLDING_STATES = frozenset({"running", "stopping", "pending"})
 
@@ -209,3 +212,177 @@ class OversizedPoolDetector:
             f"went over the forecast's upper bound in {plan.risk:.1%} of backtest hours ({plan.origins} days)"
         )
         return metrics, note
+
+
+def _free_by_node(obs: Observation, pool: str) -> dict[str, int]:
+    """Each node of the pool: its GPUs no job holds now."""
+    held: dict[str, int] = {}
+    for j in obs.jobs:
+        if j.node is not None and j.state in _HOLDING_STATES:
+            held[j.node] = held.get(j.node, 0) + j.gpus
+    return {n.name: max(0, n.gpus - held.get(n.name, 0)) for n in obs.nodes if n.pool == pool}
+
+
+def _place(job: JobInfo, free: dict[str, int]) -> bool:
+    """Place the job on the free GPUs (first fit; a Kubernetes pod on one node, a Slurm job across nodes); the
+    free map is updated. False: it does not fit."""
+    if job.scheduler == "kubernetes":
+        node = next((n for n, g in free.items() if g >= job.gpus), None)
+        if node is None:
+            return False
+        free[node] -= job.gpus
+        return True
+    if sum(free.values()) < job.gpus:
+        return False
+    need = job.gpus
+    for n in free:
+        take = min(need, free[n])
+        free[n] -= take
+        need -= take
+    return True
+
+
+def _queued_for(obs: Observation, pool: PoolInfo, min_wait_s: float) -> list[JobInfo]:
+    """Pending GPU jobs that could run in the pool (its GPU model), waiting at least `min_wait_s`, oldest first."""
+    out = []
+    for j in obs.jobs:
+        if j.state != "pending" or j.gpus <= 0 or (pool.gpu_model and not gpu_model_matches(j.gpu_model, pool.gpu_model)):
+            continue
+        waited = (obs.at - j.submitted_at).total_seconds() if j.submitted_at is not None else None
+        if waited is not None and waited < min_wait_s:
+            continue
+        out.append(j)
+    return sorted(out, key=lambda j: (j.submitted_at or obs.at, j.id))
+
+
+def _jobs_listed(jobs: list[JobInfo]) -> str:
+    return ", ".join(f"{j.id} ({j.gpus} GPUs)" for j in jobs[:5]) + (" ..." if len(jobs) > 5 else "")
+
+
+class PlannedScaleUpDetector:
+    """The scale-up back a forecast scale-down planned (docs/forecast.md): due at its `scale_up_at`, or earlier
+    when pending GPU jobs that fit the pool's nodes find no room; back to the recorded size, never above max_nodes.
+
+    Reads the executed scale-down from the guardrail's history; a pool whose size changed since (someone else
+    resized it) gets none, and `notes` says why.
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        self.rule = policy.detectors.pools
+        self.notes: dict[str, str] = {}
+
+    def detect(self, obs: Observation, history: History) -> list[Finding]:
+        findings = []
+        for pool in obs.pools:
+            down = open_scale_down(history, pool.name)
+            if down is None or down.scale_up_at is None or down.scale_up_nodes is None:
+                continue
+            if pool.nodes != down.target_nodes:
+                self.notes[pool.name] = (f"pool {pool.name} has {pool.nodes} nodes, not the {down.target_nodes} its "
+                                         f"scale-down left: it changed since, so its planned scale-up is not proposed")
+                continue
+            target = down.scale_up_nodes if pool.max_nodes is None else min(down.scale_up_nodes, pool.max_nodes)
+            if target <= pool.nodes:
+                continue
+            due_at = down.scale_up_at if down.scale_up_at.tzinfo else down.scale_up_at.replace(tzinfo=UTC)
+            free = _free_by_node(obs, pool.name)
+            waiting = [j for j in _queued_for(obs, pool, STUCK_AFTER_S)
+                       if j.gpus <= (pool.gpus_per_node if j.scheduler == "kubernetes" else target * pool.gpus_per_node)
+                       and not _place(j, dict(free))]
+            due = obs.at >= due_at
+            if not due and not waiting:
+                continue
+            why = (f"the planned scale-up time {due_at:%H:%M} UTC has come" if due else
+                   f"{len(waiting)} pending GPU job(s) find no room before the planned {due_at:%H:%M} UTC: "
+                   f"{_jobs_listed(waiting)}")
+            capped = f" (capped at max_nodes {pool.max_nodes})" if target < down.scale_up_nodes else ""
+            gpus = (target - pool.nodes) * pool.gpus_per_node
+            evidence = (f"pool {pool.name} was scaled down from {down.nodes_before or down.scale_up_nodes} to "
+                        f"{down.target_nodes} nodes at {down.at:%H:%M} UTC for a forecast low-load window; {why}: "
+                        f"scale back up to {target} nodes{capped}, {gpus} GPUs at {pool.price_per_gpu_hour:g} "
+                        f"{pool.currency}/GPU-hour")
+            findings.append(Finding(
+                kind="pool_scale_up", target=pool.name, target_type="pool", since=min(due_at, obs.at),
+                detected_at=obs.at, evidence=evidence, gpus=gpus, currency=pool.currency,
+                metrics={"nodes": float(pool.nodes), "target_nodes": float(target),
+                         "planned_nodes": float(down.scale_up_nodes), "scale_up_at": due_at.timestamp(),
+                         "scaled_down_at": down.at.timestamp(), "due": 1.0 if due else 0.0,
+                         "waiting_jobs": float(len(waiting)), "waiting_gpus": float(sum(j.gpus for j in waiting)),
+                         "price_per_gpu_hour": pool.price_per_gpu_hour}))
+        return findings
+
+
+class QuietFillDetector:
+    """Queued low-priority work (policy `fill_classes`: a PriorityClass or QOS) that fits a pool's idle GPUs inside,
+    or within the hour before, a predicted low-load window: level 1 advice naming the jobs; nothing is started."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.rule = policy.detectors.pools
+        self.reserve = policy.reserve.fraction
+
+    def _low(self, job: JobInfo) -> bool:
+        classes = self.rule.fill_classes
+        return (job.priority_class in classes) if job.scheduler == "kubernetes" else (job.qos in classes)
+
+    def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
+        if not self.rule.fill_classes:
+            return []
+        now = obs.at.timestamp()
+        findings = []
+        for pool in obs.pools:
+            queued = [j for j in _queued_for(obs, pool, 0.0) if self._low(j)]
+            if not queued or pool.gpus_per_node <= 0:
+                continue
+            try:
+                plan = pool_forecast(pool)
+            except ForecastError:
+                continue
+            window = plan.window_at(now) or next(((a, b) for a, b in plan.windows if now < a <= now + HOUR), None)
+            if window is None:
+                continue
+            free = _free_by_node(obs, pool.name)
+            idle = sum(free.values())
+            budget = idle - math.ceil(round(self.reserve * pool.nodes * pool.gpus_per_node, 9))
+            fits = []
+            for j in queued:
+                if j.gpus <= budget and _place(j, free):
+                    budget -= j.gpus
+                    fits.append(j)
+            if not fits:
+                continue
+            used = sum(j.gpus for j in fits)
+            start, end = window
+            when = "inside" if start <= now else "starting within the hour of"
+            evidence = (f"pool {pool.name} is {when} its predicted low-load window {_clock(start)}-{_clock(end)} UTC "
+                        f"with {idle} idle GPUs (keeping the {self.reserve:.0%} reserve); {len(fits)} queued "
+                        f"low-priority job(s) fit: {_jobs_listed(fits)}; start them on the idle capacity "
+                        f"({used} GPUs) until {_clock(end)} UTC")
+            findings.append(Finding(
+                kind="quiet_fill", target=pool.name, target_type="pool", since=obs.at, detected_at=obs.at,
+                evidence=evidence, gpus=used, currency=pool.currency,
+                metrics={"idle_gpus": float(idle), "fill_gpus": float(used), "fill_jobs": float(len(fits)),
+                         "queued_jobs": float(len(queued)), "window_start": start, "window_end": end,
+                         "reserve_fraction": self.reserve}))
+        return findings
+
+
+_JOBS = re.compile(r"fit: (.*); start them")
+
+
+def plan_zh(f: Finding) -> str:
+    """A scale-up back or a quiet-window fill in Chinese, from its numbers."""
+    m = f.metrics
+    if f.kind == "pool_scale_up":
+        why = (f"计划的扩容时间 {_clock(m['scale_up_at'])} UTC 已到" if m.get("due") else
+               f"{m['waiting_jobs']:g} 个排队的 GPU 作业（共 {m['waiting_gpus']:g} 块 GPU）在计划的 "
+               f"{_clock(m['scale_up_at'])} UTC 之前找不到空位")
+        capped = f"（受 max_nodes 限制，计划为 {m['planned_nodes']:g}）" if m["target_nodes"] < m["planned_nodes"] else ""
+        return (f"节点池 {f.target} 于 {_clock(m['scaled_down_at'])} UTC 为预测的低负载窗口缩容至 {m['nodes']:g} 个节点；"
+                f"{why}：扩容回 {m['target_nodes']:g} 个节点{capped}，{f.gpus} 块 GPU"
+                f"（单价 {m['price_per_gpu_hour']:g} {f.currency}/GPU 小时）")
+    jobs = _JOBS.search(f.evidence)
+    listed = jobs.group(1).replace(" GPUs)", " 块 GPU）").replace(" (", "（").replace(", ", "、") if jobs else ""
+    return (f"节点池 {f.target} 处于（或一小时内进入）预测的低负载窗口 {_clock(m['window_start'])}-"
+            f"{_clock(m['window_end'])} UTC，空闲 {m['idle_gpus']:g} 块 GPU（保留 {m['reserve_fraction']:.0%} 余量）；"
+            f"{m['fill_jobs']:g} 个排队的低优先级作业可以放下：{listed}；可在空闲容量上启动它们"
+            f"（{m['fill_gpus']:g} 块 GPU），直到 {_clock(m['window_end'])} UTC")

@@ -32,6 +32,10 @@ W = {
         "s_doomed": "{user}: {job} kept failing the same way: fix the cause before resubmitting",
         "s_crash_loop": "{user}: {job} is a crash loop: fix the cause before resubmitting",
         "s_stuck_pending": "{user}: {job} could never be scheduled as asked: change its request",
+        "credits": "Credits for reclaimed jobs",
+        "credit_line": "{owner}: {stops} stop(s), {gpus} GPUs reclaimed, credit {gpu_hours} GPU-hours ({grant})",
+        "c_priority": "priority +{bump}", "c_quota_grace": "quota grace",
+        "credit_note": "recorded by the steward; the scheduler applies the grant (PriorityClass, QOS or quota)",
     },
     "zh": {
         "title": "GPU 成本与节省", "period": "{since} 至 {until}（UTC），共 {sweeps} 次巡检",
@@ -51,6 +55,10 @@ W = {
         "s_doomed": "{user}：{job} 反复以同样方式失败：请先修复原因再重新提交",
         "s_crash_loop": "{user}：{job} 处于崩溃循环：请先修复原因再重新提交",
         "s_stuck_pending": "{user}：{job} 按当前申请永远无法调度：请修改申请",
+        "credits": "被回收作业的资源补偿",
+        "credit_line": "{owner}：{stops} 次停止，回收 {gpus} 块 GPU，补偿 {gpu_hours} GPU 小时（{grant}）",
+        "c_priority": "优先级 +{bump}", "c_quota_grace": "配额宽限",
+        "credit_note": "由 GPU Steward 记录；补偿由调度器按策略落实（PriorityClass、QOS 或配额）",
     },
 }
 
@@ -67,6 +75,14 @@ def suggestion_text(s: Suggestion, lang: str) -> str:
     text = _w(lang)[f"s_{s.kind}"].format(user=s.user, job=s.job, used=s.used, gpus=s.gpus,
                                           hours=_dur(s.hours * 3600.0, lang))
     return text.replace(" 1 GPUs", " 1 GPU") if lang == "en" else text
+
+
+def credit_lines(r: CostReport, lang: str) -> list[str]:
+    """One line per owner credited for jobs the steward stopped (policy `credit`)."""
+    w = _w(lang)
+    return [w["credit_line"].format(owner=c.owner, stops=c.stops, gpus=c.gpus, gpu_hours=f"{c.gpu_hours:,.1f}",
+                                    grant=w.get(f"c_{c.kind}", c.kind).format(bump=c.priority_bump))
+            for c in r.credits]
 
 
 def _bars(rows: list[tuple[str, float]], label: str, currency: str | None, width: int = 640) -> str:
@@ -163,6 +179,8 @@ def render_html(r: CostReport, lang: str = "en") -> str:
         f"<h2>{w['suggestions']}</h2>" + ("<ul>" + "".join(f"<li>{html.escape(suggestion_text(s, lang))}</li>"
                                                           for s in r.suggestions) + "</ul>"
                                          if r.suggestions else f"<p>{w['none']}</p>"),
+        *([f"<h2>{w['credits']}</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in credit_lines(r, lang))
+           + f"</ul><p class=\"note\">{html.escape(w['credit_note'])}</p>"] if r.credits else []),
         f"<p class=\"note\">{html.escape(w['footer'])}</p>",
     ]
     style = ("body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}"
@@ -201,4 +219,8 @@ def render_markdown(r: CostReport, lang: str = "en", limit: int = 5) -> str:
     if r.suggestions:
         lines.append(f"**{w['suggestions']}**")
         lines += [f"- {suggestion_text(s, lang)}" for s in r.suggestions[:limit]]
+        lines.append("")
+    if r.credits:
+        lines.append(f"**{w['credits']}**")
+        lines += [f"- {x}" for x in credit_lines(r, lang)[:limit]]
     return "\n".join(lines).rstrip() + "\n"

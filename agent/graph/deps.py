@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
+FINISHED_REUSE_S = 300.0  # how old a sweep's finished-job history may be when a re-read reuses it
+
+
 class BackendUnavailable(RuntimeError):
     """A backend could not be read; the message names which one (scheduler, node pools, metrics, logs) and why."""
 
@@ -112,6 +115,8 @@ class StewardDeps:
     changes: Any = None  # agent.records.changes.ChangeStore: change governance at each sweep (docs/changes.md)
     # Raw samples are large and can be re-read from the cluster, so they stay out of checkpoints.
     _observations: OrderedDict[str, Observation] = field(default_factory=OrderedDict)
+    # The last finished-job history read (when, what): a re-read of one job before acting reuses its sweep's.
+    _finished_read: tuple[datetime, list[FinishedJob]] | None = None
 
     def lookback_s(self) -> float:
         return sweep_grid(self.policy).lookback_s
@@ -176,21 +181,31 @@ class StewardDeps:
             logs[job_id] = analyse_log(job_id, lines, at, redactor)
             obs.backend_calls += 1
         obs.logs = logs
-        obs.finished = self._finished(at, jobs)
+        obs.finished = self._finished(at, jobs, reuse=listing_calls == 0)
         return obs
 
-    def _finished(self, at: datetime, jobs: list[JobInfo]) -> list[FinishedJob]:
+    def _finished(self, at: datetime, jobs: list[JobInfo], *, reuse: bool = False) -> list[FinishedJob]:
         """Jobs that ended over the doomed-job history (docs/doomed-jobs.md), of the users of `jobs`. A scheduler
-        that reports none, or fails to, gives no history: no job is judged doomed, nothing else changes."""
+        that reports none, or fails to, gives no history: no job is judged doomed, nothing else changes.
+
+        `reuse`: a re-read of one job before acting takes the history its sweep read, when that is at most
+        FINISHED_REUSE_S old: a week of outcomes does not change within a sweep, and one list call per action
+        would grow with the actions (the job's own state is re-read all the same)."""
         rule = self.policy.detectors.doomed
         read = getattr(self.scheduler, "list_finished", None)
         if not rule.enabled or not callable(read) or not jobs:
             return []
         users = {j.user for j in jobs}
-        try:
-            return [f for f in read(at - timedelta(seconds=rule.history)) if f.user in users and f.ended_at <= at]
-        except Exception:  # noqa: BLE001 - history is advice only; a sweep never fails for it
-            return []
+        cached = self._finished_read
+        if reuse and cached is not None and 0 <= (at - cached[0]).total_seconds() <= FINISHED_REUSE_S:
+            history = cached[1]
+        else:
+            try:
+                history = list(read(at - timedelta(seconds=rule.history)))
+            except Exception:  # noqa: BLE001 - history is advice only; a sweep never fails for it
+                return []
+            self._finished_read = (at, history)
+        return [f for f in history if f.user in users and f.ended_at <= at]
 
     def remember(self, run_id: str, obs: Observation) -> None:
         self._observations[run_id] = obs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent.detectors.engine import run_detectors
@@ -17,7 +17,10 @@ from core.actions import (
     GuardedAction,
     History,
     HistoryEntry,
+    ProposedAction,
 )
+from core.cluster import JobInfo
+from core.durations import format_duration
 
 MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
 # How far back a sweep looks for actions a stopped process left without an outcome: the guardrail's own memory.
@@ -34,6 +37,11 @@ def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
     )
 
 
+def _pool_history(deps: StewardDeps, at: datetime) -> History:
+    """The history the scale-up detector reads executed scale-downs from (and the guardrail decides on)."""
+    return deps.audit.history(at, denials_for=deps.policy.approvals.denials_lookback())
+
+
 def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None, *,
                 reread_job: bool = True) -> Facts:
     """The facts an action is decided or carried out on.
@@ -45,13 +53,15 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
     """
     obs = deps.observation(run_id)
     if not reread_job:
-        findings = run_findings if run_findings is not None else run_detectors(obs, deps.policy)
+        findings = run_findings if run_findings is not None else run_detectors(obs, deps.policy,
+                                                                              history=_pool_history(deps, obs.at))
         return Facts(now=obs.at, job=obs.jobs_by_id().get(target),
                      pool=next((p for p in obs.pools if p.name == target), None),
                      findings=[f for f in findings if f.target == target], cluster_gpus=obs.cluster_gpus())
     if any(p.name == target for p in obs.pools) or any(n.name == target for n in obs.nodes):
         fresh = deps.fresh_observation(run_id)
-        findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(fresh, deps.policy)
+        findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(
+            fresh, deps.policy, history=_pool_history(deps, fresh.at))
         is_node = any(n.name == target for n in fresh.nodes) and not any(p.name == target for p in fresh.pools)
         return Facts(now=fresh.at, job=None if is_node else deps.scheduler.get_job(target),
                      pool=next((p for p in fresh.pools if p.name == target), None),
@@ -83,7 +93,8 @@ def execute_action(
     uid = p.target_uid
 
     def outcome(status: ActionStatus, reason: str, detail: str = "", gpus: int = 0,
-                deadline: datetime | None = None, removed_nodes: int = 0) -> ActionOutcome:
+                deadline: datetime | None = None, removed_nodes: int = 0,
+                extra: dict[str, Any] | None = None) -> ActionOutcome:
         out = ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status=status, at=now,
                             reason=reason, detail=detail, gpus=gpus,
                             reclaimed_gpu_hours_per_hour=float(gpus) if status == "executed" and p.action != "notify"
@@ -94,7 +105,8 @@ def execute_action(
             data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "detail": detail,
                   "deadline": deadline.isoformat() if deadline else None, "approved_by": approved_by,
                   "target_uid": uid,
-                  "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "removed_nodes": removed_nodes},
+                  "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "removed_nodes": removed_nodes,
+                  **(extra or {})},
         )
         return out
 
@@ -151,15 +163,21 @@ def execute_action(
             mapping: dict[str, ActionStatus] = {"stopped": "executed", "stopping": "executed",
                                                 "already_gone": "skipped", "refused": "refused", "error": "failed"}
             status = mapping[result.status]
-            return outcome(status, p.reason, f"{result.status}: {result.detail}".strip(": "),
-                           gpus=gpus if status == "executed" else 0)
+            out = outcome(status, p.reason, f"{result.status}: {result.detail}".strip(": "),
+                          gpus=gpus if status == "executed" else 0)
+            if status == "executed" and job is not None:
+                record_credit(deps, run_id, job, p, facts.findings, now)
+            return out
         if p.action == "resize_pool":
             assert p.target_nodes is not None
             resized = deps.pools.resize_pool(p.target, p.target_nodes, reason=p.reason)
             freed = (resized.nodes_before - resized.nodes_after) * (facts.pool.gpus_per_node if facts.pool else 0)
             status = {"resized": "executed", "unchanged": "skipped", "refused": "refused"}.get(resized.status, "failed")  # type: ignore[assignment]
             return outcome(status, p.reason, f"{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
-                           gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after))
+                           gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after),
+                           extra={"nodes_before": resized.nodes_before, **planned_scale_up(facts.findings),
+                                  "added_gpus": max(0, resized.nodes_after - resized.nodes_before)
+                                  * (facts.pool.gpus_per_node if facts.pool else 0)})
         if p.action == "cordon":
             cordon = getattr(deps.scheduler, "cordon_node", None)
             if cordon is None:
@@ -170,6 +188,45 @@ def execute_action(
     except Exception as exc:  # the backend failed: audited as failed, counts toward the circuit breaker
         return outcome("failed", f"{p.action} failed: {type(exc).__name__}: {exc}")
     return outcome("failed", f"unknown action {p.action}")
+
+
+def planned_scale_up(findings: list[Finding]) -> dict[str, Any]:
+    """A forecast scale-down's planned scale-up back (when, to how many nodes), from its oversized finding; {} when
+    the resize planned none. Kept in the execution's audit data, where the scale-up detector reads it back."""
+    f = next((f for f in findings if f.kind == "oversized" and "scale_up_at" in f.metrics), None)
+    if f is None:
+        return {}
+    return {"scale_up_at": datetime.fromtimestamp(f.metrics["scale_up_at"], UTC).isoformat(),
+            "scale_up_nodes": int(f.metrics["scale_up_nodes"])}
+
+
+def record_credit(deps: StewardDeps, run_id: str, job: JobInfo, p: ProposedAction, findings: list[Finding],
+                  now: datetime) -> None:
+    """A resource credit for the owner of a job the steward stopped (policy `credit`): audited once per stop.
+
+    Recorded only; the scheduler-side grant (a priority bump, a quota grace) is the operators' to apply.
+    """
+    rule = deps.policy.credit
+    if rule.kind == "none" or job.gpus <= 0:
+        return
+    uid = job.uid or None
+    for e in deps.audit.entries(kind="credit", target=p.target, limit=200):
+        if e.data.get("target_uid") == uid:
+            return  # a forced stop after a graceful one is the same stop: one credit
+    finding = next((f for f in findings if f.kind == p.finding_kind), None)
+    hours = rule.valid_for / 3600.0
+    grants = (f"priority +{rule.priority_bump}" if rule.kind == "priority"
+              else f"quota grace of {job.gpus} GPUs")
+    deps.audit.record(
+        "credit", at=now, run_id=run_id, target=p.target, action=p.action, status="granted",
+        reason=f"{grants} for {format_duration(rule.valid_for)} to {job.user}: {job.gpus} GPUs reclaimed from "
+               f"{p.target}",
+        data={"owner": job.user, "project": job.project, "kind": rule.kind, "gpus": job.gpus,
+              "gpu_hours": round(job.gpus * hours, 2), "priority_bump": rule.priority_bump if rule.kind == "priority"
+              else None, "until": (now + timedelta(seconds=rule.valid_for)).isoformat(), "target_uid": uid,
+              "finding_kind": p.finding_kind,
+              "idle_gpu_hours": finding.waste_gpu_hours if finding is not None else None},
+    )
 
 
 def remember_outcome(history: History, outcome: ActionOutcome, finding_kind: str | None) -> None:

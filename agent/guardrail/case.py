@@ -42,7 +42,15 @@ class Case:
         return None if self.action.action in ("resize_pool", *NODE_ACTIONS) else self.facts.job
 
     @property
+    def grows_pool(self) -> bool:
+        """A resize to more nodes than the pool has: only ever the scale-up back a forecast scale-down planned."""
+        pool, target = self.facts.pool, self.action.target_nodes
+        return self.action.action == "resize_pool" and pool is not None and target is not None and target > pool.nodes
+
+    @property
     def level(self) -> int:
+        if self.grows_pool:  # growing a pool back to its own earlier size: the policy's scale_up_level (3 or 4)
+            return self.policy.detectors.pools.scale_up_level
         return ACTION_LEVELS[self.action.action]
 
     @property

@@ -73,6 +73,7 @@ def decide(
     level = ACTION_LEVELS[action.action]
     try:
         case = Case(action, facts, policy, history, as_utc(facts.now))
+        level = case.level
         for check in _CHECKS:
             denial = check(case)
             if denial is not None:

@@ -10,6 +10,7 @@ from agent.guardrail.protection import as_utc, denial_in_force, when
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, HistoryEntry
 from core.cluster import PoolInfo
 from core.durations import format_duration
+from core.pool_plans import open_scale_down, scale_up_uid
 
 
 def stretch_began(case: Case) -> datetime | None:
@@ -189,6 +190,26 @@ def reserve_gpus(pool: PoolInfo, fraction: float) -> int:
     return math.ceil(round(fraction * pool.nodes * pool.gpus_per_node, 9))
 
 
+def planned_growth(case: Case, pool: PoolInfo, target: int) -> Denial:
+    """A pool is grown only back to the size an executed forecast scale-down recorded, by that scale-down's own
+    scale-up (its identity), onto the pool as that scale-down left it, and never above max_nodes."""
+    name = f"pool {pool.name}"
+    down = open_scale_down(case.history, pool.name)
+    if down is None:
+        return "reserve", (f"{name} has {pool.nodes} nodes; growing it to {target} undoes no open forecast scale-down "
+                           "(growing a pool is the steward's job only to undo its own planned scale-down)")
+    if case.action.target_uid != scale_up_uid(down):
+        return "reserve", f"the resize of {name} names another scale-down than its open one ({down.at:%H:%M} UTC)"
+    if pool.nodes != down.target_nodes:
+        return "reserve", (f"{name} has {pool.nodes} nodes, not the {down.target_nodes} its scale-down at "
+                           f"{down.at:%H:%M} UTC left: it changed since, so the planned scale-up no longer applies")
+    if down.scale_up_nodes is None or target > down.scale_up_nodes:
+        return "reserve", f"{target} nodes is above the {down.scale_up_nodes} nodes {name} had before its scale-down"
+    if pool.max_nodes is not None and target > pool.max_nodes:
+        return "reserve", f"{target} nodes is above the maximum of {pool.max_nodes} for {name}"
+    return None
+
+
 def reserve_rule(case: Case) -> Denial:
     pool, target = case.facts.pool, case.action.target_nodes
     if case.action.action != "resize_pool" or pool is None:
@@ -196,11 +217,10 @@ def reserve_rule(case: Case) -> Denial:
     name = f"pool {pool.name}"
     if target is None:
         return "reserve", f"resize of {name} names no target node count"
-    if target >= pool.nodes:
-        return (
-            "reserve",
-            f"{name} has {pool.nodes} nodes; {target} does not shrink it (growing a pool is not the steward's job)",
-        )
+    if target > pool.nodes:
+        return planned_growth(case, pool, target)
+    if target == pool.nodes:
+        return "reserve", f"{name} has {pool.nodes} nodes; {target} does not shrink it"
     if target < 0 or target < pool.min_nodes:
         return "reserve", f"{target} nodes is below the minimum of {pool.min_nodes} for {name}"
     if pool.max_nodes is not None and target > pool.max_nodes:

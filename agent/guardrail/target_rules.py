@@ -66,6 +66,12 @@ def protected_rule(case: Case) -> Denial:
 
 def no_finding_rule(case: Case) -> Denial:
     action, kind = case.action, case.action.finding_kind
+    if action.action == "resize_pool" and case.grows_pool:
+        if not [f for f in case.facts.findings
+                if f.target == action.target and f.target_type == "pool" and f.kind == "pool_scale_up"]:
+            return "no_finding", (f"no current pool_scale_up finding for pool {action.target}; it is not grown "
+                                  "(the steward grows a pool only back to the size its own scale-down planned)")
+        return None
     if action.action == "resize_pool":
         oversized = [
             f

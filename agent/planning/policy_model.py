@@ -21,6 +21,7 @@ from agent.records.cost import money
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
 from core.durations import format_duration
 from core.observation import Observation
+from core.pool_plans import open_scale_down, scale_up_uid
 
 if TYPE_CHECKING:
     from agent.graph.deps import StewardDeps
@@ -36,6 +37,8 @@ KIND_WORDS = {
         "doomed": "job likely to fail again: its identical recent runs all failed fast",
         "crash_loop": "crash loop: a job that failed the same way many times in a row is running again",
         "idle_serving": "inference service idle: advice, it is not stopped",
+        "pool_scale_up": "a pool scaled down for a quiet window is due to grow back",
+        "quiet_fill": "queued low-priority work fits a predicted quiet window: advice",
     },
     "zh": {
         "idle": "GPU 已分配但处于空闲",
@@ -47,6 +50,8 @@ KIND_WORDS = {
         "doomed": "作业很可能再次失败：最近相同的运行都很快失败",
         "crash_loop": "崩溃循环：连续多次以同样方式失败的作业又在运行",
         "idle_serving": "推理服务空闲：仅提供建议，不会停止",
+        "pool_scale_up": "为低负载窗口缩容的节点池到了扩容回去的时间",
+        "quiet_fill": "排队的低优先级作业可填入预测的低负载窗口：仅提供建议",
     },
 }
 
@@ -222,6 +227,15 @@ class PolicyModel:
         repeat = timedelta(seconds=policy.warning.repeat_every)
         done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
         warned = _last(history, "notify", f.target, f.kind, done, uid=uid)
+        if f.kind == "quiet_fill":
+            return None  # advice in the sweep's findings: nothing is started, and a pool has no owner to warn
+        if f.kind == "pool_scale_up":
+            down = open_scale_down(history, f.target)
+            target = int(f.metrics.get("target_nodes", -1))
+            if down is None or target < 0:
+                return None
+            return ProposedAction(action="resize_pool", target_nodes=target, reason=f.evidence,
+                                  **{**base, "target_uid": scale_up_uid(down)})
         if f.kind == "oversized":
             target = int(f.metrics.get("suggested_nodes", -1))
             if target < 0:

@@ -530,6 +530,7 @@ class AuditLog:
                 deadline=e.data.get("deadline"),
                 target_uid=e.data.get("target_uid"),
                 detail=str(e.data.get("detail") or ""),
+                **_resize_fields(e),
             )
             for e in executions
             if e.at <= now
@@ -566,6 +567,21 @@ class AuditLog:
             denied_recently=sorted(denied),
             denials=denials,
         )
+
+
+def _resize_fields(e: AuditEntry) -> dict[str, Any]:
+    """A resize's node counts and planned scale-up back, as HistoryEntry fields (docs/forecast.md)."""
+    if e.action != "resize_pool":
+        return {}
+
+    def number(key: str) -> int | None:
+        value = e.data.get(key)
+        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    at = e.data.get("scale_up_at")
+    return {"action_id": e.data.get("action_id"), "nodes_before": number("nodes_before"),
+            "target_nodes": number("target_nodes"), "scale_up_nodes": number("scale_up_nodes"),
+            "scale_up_at": datetime.fromisoformat(at) if isinstance(at, str) else None}
 
 
 def _batches(cur: Any, size: int = 5000) -> Iterable[tuple[Any, ...]]:

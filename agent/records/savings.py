@@ -83,6 +83,11 @@ def freed_gpus(audit: AuditLog, now: datetime, default_price: float = 0.0) -> li
                *audit.entries(kind=CONFIRMED, limit=100_000, newest_first=False)]
     for e in sorted(entries, key=lambda e: e.seq):
         gpus = int(e.data.get("gpus") or 0)
+        added = int(e.data.get("added_gpus") or 0)
+        if e.action == "resize_pool" and added > 0 and e.at <= now:
+            # A planned scale-up back (docs/forecast.md) ends what its scale-down freed: the GPUs count again.
+            resizes.append((e.at, -added, _price(audit, e.target or "", default_price)))
+            continue
         if e.action not in FREEING_ACTIONS or gpus <= 0 or e.at > now:
             continue
         item = (e.at, gpus, _price(audit, e.target or "", default_price))
@@ -165,4 +170,4 @@ def compute_savings(audit: AuditLog, findings: list[Finding], now: datetime, cur
     pools = sorted((PoolWaste(pool=k[0], target_type=k[1], gpu_hours=round(v[0], 2), money=round(v[1], 2),
                               findings=int(v[2])) for k, v in by_pool.items()), key=lambda p: -p.money)
     return Savings(currency=currency, at=now, reclaimed_gpu_hours=round(hours, 2), reclaimed_money=round(money, 2),
-                   actions=len(freed), timeline=timeline, waste_by_team=teams, waste_by_pool=pools)
+                   actions=sum(1 for _, gpus, _ in freed if gpus > 0), timeline=timeline, waste_by_team=teams, waste_by_pool=pools)

@@ -60,6 +60,17 @@ class QueueRow(BaseModel):
     max_wait_s: float
 
 
+class CreditRow(BaseModel):
+    """Resource credits an owner got for jobs the steward stopped (policy `credit`, docs/cost-report.md)."""
+
+    owner: str
+    stops: int
+    gpus: int  # GPUs reclaimed by those stops
+    gpu_hours: float  # the credit: reclaimed GPUs x the grant's duration
+    kind: str  # priority | quota_grace (the latest grant's)
+    priority_bump: int = 0  # kind priority: the bump each grant gives
+
+
 class Suggestion(BaseModel):
     user: str
     job: str
@@ -93,6 +104,7 @@ class CostReport(BaseModel):
     savings_timeline: list[tuple[datetime, float]] = []  # cumulative money saved in the period
     queue: list[QueueRow] = []
     suggestions: list[Suggestion] = []
+    credits: list[CreditRow] = []
 
 
 def _ts(value: Any) -> datetime | None:
@@ -165,6 +177,7 @@ def build_report(audit: AuditLog, since: datetime, until: datetime, currency: st
                           key=lambda q: -q.max_wait_s)
     _waste(report, audit, since, until, jobs)
     _savings(report, audit, since, until)
+    _credits(report, audit, since, until)
     return report
 
 
@@ -174,8 +187,9 @@ def _waste(report: CostReport, audit: AuditLog, since: datetime, until: datetime
     wastes its latest GPUs from its earliest start to its last sighting, at the price its findings carry."""
     by_target: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for e in audit.entries(kind="finding", since=since, limit=1_000_000, newest_first=False):
-        if e.at <= until:
-            by_target[(e.target or "", str(e.data.get("kind") or e.status))].append(e)
+        kind = str(e.data.get("kind") or e.status)
+        if e.at <= until and kind not in PLAN_KINDS:
+            by_target[(e.target or "", kind)].append(e)
     by_kind: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     best: dict[tuple[str, str], Suggestion] = {}
     for (target, kind), entries in by_target.items():
@@ -212,6 +226,27 @@ def _waste(report: CostReport, audit: AuditLog, since: datetime, until: datetime
     report.suggestions = sorted(best.values(), key=lambda s: (-s.cost, -s.hours, s.job))[:30]
 
 
+# Findings that plan capacity rather than measure waste (docs/forecast.md): not counted as waste.
+PLAN_KINDS = frozenset({"pool_scale_up", "quiet_fill"})
+
+
+def _credits(report: CostReport, audit: AuditLog, since: datetime, until: datetime) -> None:
+    """Per owner, the credits granted in the period (audit kind `credit`, one per stop)."""
+    rows: dict[str, CreditRow] = {}
+    for e in audit.entries(kind="credit", since=since, limit=1_000_000, newest_first=False):
+        if e.at > until:
+            continue
+        owner = str(e.data.get("owner") or e.target or "?")
+        row = rows.get(owner) or CreditRow(owner=owner, stops=0, gpus=0, gpu_hours=0.0, kind="")
+        row.stops += 1
+        row.gpus += int(e.data.get("gpus") or 0)
+        row.gpu_hours = round(row.gpu_hours + float(e.data.get("gpu_hours") or 0.0), 2)
+        row.kind = str(e.data.get("kind") or "")
+        row.priority_bump = int(e.data.get("priority_bump") or 0)
+        rows[owner] = row
+    report.credits = sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.owner))
+
+
 # Finding kinds a person can act on next time, with a suggestion of their own (agent/graph/cost_report.py words).
 SUGGESTED = frozenset({"overprovisioned", "idle", "zombie", "doomed", "crash_loop", "stuck_pending"})
 
@@ -219,7 +254,7 @@ SUGGESTED = frozenset({"overprovisioned", "idle", "zombie", "doomed", "crash_loo
 def _savings(report: CostReport, audit: AuditLog, since: datetime, until: datetime) -> None:
     """GPUs an executed action freed count from when they were freed (or the period's start) to its end."""
     freed = [(max(at, since), gpus, price) for at, gpus, price in freed_gpus(audit, until) if at <= until]
-    report.saving_actions = sum(1 for at, _, _ in freed if at >= since)
+    report.saving_actions = sum(1 for at, g, _ in freed if at >= since and g > 0)
     hours = sum(g * (until - at).total_seconds() / 3600.0 for at, g, _ in freed)
     money = sum(g * (until - at).total_seconds() / 3600.0 * p for at, g, p in freed)
     report.saved_gpu_hours, report.saved_cost = round(hours, 2), round(money, 2)

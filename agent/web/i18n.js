@@ -46,6 +46,7 @@ const WORDS = {
     "action.notify": "warn", "action.terminate": "stop", "action.force_terminate": "force stop", "action.resize_pool": "resize pool",
     "status.dry_run": "dry run", "kind.overprovisioned": "over-provisioned", "kind.node_health": "node health",
     "kind.idle_serving": "idle service", "kind.stuck_pending": "stuck pending", "kind.crash_loop": "crash loop",
+    "kind.pool_scale_up": "planned scale-up", "kind.quiet_fill": "quiet-window fill",
     "col.gpus": "GPUs", "action.drain_node": "drain node", "tool.ok": "ok", "tool.error": "error",
     "col.namespace": "Namespace", "col.team": "Team", "col.pool": "Pool", "filter.all": "all",
     "export.csv": "Export CSV", "export.json": "Export JSON", "findings.shown": "shown", "approvals.metrics": "metrics",
@@ -118,6 +119,7 @@ const WORDS = {
     "kind.idle": "空闲", "kind.zombie": "僵尸", "kind.overprovisioned": "超配", "kind.oversized": "节点池过大",
     "kind.node_health": "节点健康", "kind.idle_serving": "推理服务空闲", "kind.stuck_pending": "排队无法调度",
     "kind.doomed": "注定失败", "kind.crash_loop": "崩溃循环",
+    "kind.pool_scale_up": "节点池计划扩容", "kind.quiet_fill": "低负载窗口填充",
     "suggest": ["谁在浪费 GPU？", "你今天做了什么？", "节省了多少？", "有待审批的操作吗？"],
   },
 };

@@ -17,7 +17,8 @@ _NUMBERS = re.compile(r"\d+(?:[.:]\d+)*")
 
 def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
     obs = deps.observation(state["run_id"])
-    findings = run_detectors(obs, deps.policy)
+    history = deps.audit.history(obs.at, denials_for=deps.policy.approvals.denials_lookback()) if obs.pools else None
+    findings = run_detectors(obs, deps.policy, history=history)
     if deps.runbook_search is not None:
         searched: dict[str, str | None] = {}
         findings = [_with_runbook(deps, f, searched) for f in findings]

@@ -24,7 +24,7 @@ def test_the_checker_catches_english_and_ascii_punctuation():
     assert leftovers("ml-team/jupyter-carol 已执行 `steward approvals approve apr_x1`，SIGTERM 10 MB/s") == []
     assert any("'executed'" in x for x in leftovers("警告 ml-team/x 级别 1 executed"))
     assert any("ASCII '准:'" in x for x in leftovers("oncall-lead 批准: 已执行"))
-    assert any("ASCII ' ('" in x or "(级" in x for x in leftovers("缩容节点池 a100 (级别 4)"))
+    assert any("ASCII ' ('" in x or "(级" in x for x in leftovers("调整节点池 a100 (级别 4)"))
 
 
 def test_sweep_report_timeline_and_warning_in_chinese(capsys):

@@ -245,7 +245,7 @@ def test_dingtalk_and_wecom_cards_are_all_chinese_in_zh(client):
     assert {s: leftovers(s, PEOPLE) for s in shown} == {s: [] for s in shown}
     resize = _resize(2)
     title, text = card_text(resize, "zh")
-    assert title == "待审批：缩容节点池 a100 → 2 个节点" and leftovers(text) == []
+    assert title == "待审批：调整节点池 a100 → 2 个节点" and leftovers(text) == []
     assert card_text(resize, "en")[0] == "Approval needed: resize_pool a100 -> 2 nodes"
 
 

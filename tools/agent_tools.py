@@ -185,7 +185,8 @@ def make_tools(ctx: ToolContext) -> list[BaseTool]:
                         finding_kind=kinds[0] if kinds else None)
 
     def resize_pool(pool: str, target_nodes: int, reason: str) -> dict:
-        """Shrink an on-demand node pool to target_nodes (level 4; needs human approval by default)."""
+        """Resize an on-demand node pool to target_nodes: shrink it (empty nodes only), or grow it back after the
+        steward's own planned scale-down (level 4; needs human approval by default)."""
         if not any(p.name == pool for p in obs.pools):
             return ToolResult(status="error", message=f"unknown pool {pool!r}").model_dump()
         return _propose("resize_pool", pool, target_nodes=target_nodes, reason=reason, finding_kind="oversized")

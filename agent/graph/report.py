@@ -57,7 +57,7 @@ def status_label(status: str, language: str) -> str:
 
 
 # Actions as the Chinese UI, CLI and chat name them (the command names stay in English output and the audit).
-ACTION_ZH = {"notify": "警告", "terminate": "优雅停止", "force_terminate": "强制停止", "resize_pool": "缩容节点池",
+ACTION_ZH = {"notify": "警告", "terminate": "优雅停止", "force_terminate": "强制停止", "resize_pool": "调整节点池",
              "drain_node": "排空节点"}
 
 

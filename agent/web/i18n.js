@@ -99,7 +99,7 @@ const WORDS = {
     "savings.hours_over_time": "累计回收 GPU 小时", "savings.money_over_time": "累计节省金额",
     "savings.by_pool": "资源池与节点的浪费（最近一次巡检）", "savings.no_waste": "最近一次巡检未发现浪费。",
     "unit.gpu_hours": "GPU 小时",
-    "action.notify": "警告", "action.terminate": "优雅停止", "action.force_terminate": "强制停止", "action.resize_pool": "缩容节点池",
+    "action.notify": "警告", "action.terminate": "优雅停止", "action.force_terminate": "强制停止", "action.resize_pool": "调整节点池",
     "action.drain_node": "排空节点", "col.gpus": "GPU 数",
     "col.namespace": "命名空间", "col.team": "团队", "col.pool": "资源池", "filter.all": "全部",
     "export.csv": "导出 CSV", "export.json": "导出 JSON", "findings.shown": "条显示", "approvals.metrics": "指标",

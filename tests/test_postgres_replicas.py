@@ -49,3 +49,30 @@ def test_a_second_replica_answers_and_resumes_what_the_first_asked(tmp_path, pos
     assert first.complete_answers() == [] and second.complete_answers() == []  # nothing left to resume twice
     first.scheduler.lease.release()
     assert second.scheduler.lease.acquire()
+
+
+def test_the_cli_reads_and_answers_on_the_shared_database(tmp_path, postgres_url, monkeypatch, capsys):
+    """`steward approvals` and `steward audit verify` on a replica's pod (no --data-dir) use STEWARD_DATABASE_URL:
+    the approvals and the audit every replica writes, not an empty data dir."""
+    from agent.cli.main import main
+
+    settings = Settings(data_dir=tmp_path / "server", database_url=postgres_url, sweep_every_s=300,
+                        lease_duration_s=3600)
+    server = simulated_runtime(settings, speed=0)
+    until = 0.0
+    while not server.deps.approvals.pending() and until < 8 * HOUR:
+        until += HOUR / 2
+        fast_forward(server, until_s=until)
+    [asked] = server.deps.approvals.pending()
+    server.sim_clock.save()  # where the simulated clock stands, as a running server keeps it
+    monkeypatch.setenv("STEWARD_DATABASE_URL", postgres_url)
+    # The server's data dir holds its simulated clock (sim-clock.json) but no store: those are all in Postgres.
+    monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path / "server"))
+    assert not (tmp_path / "server" / "approvals.sqlite").exists()
+    assert main(["approvals", "list"]) == 0
+    assert asked.id in capsys.readouterr().out
+    assert main(["approvals", "approve", asked.id, "--reason", "checked"]) == 0
+    assert server.deps.approvals.get(asked.id).status == "approved"
+    assert main(["audit", "verify"]) == 0
+    out = capsys.readouterr().out
+    assert "audit log postgresql://" in out and "NOT intact" not in out

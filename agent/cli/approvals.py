@@ -46,12 +46,12 @@ def _words(args: argparse.Namespace, settings: Settings) -> dict[str, str]:
     return WORDS["zh" if (args.lang or settings.language) == "zh" else "en"]
 
 
-def _open(data_dir: Path) -> Any:
+def _open(approvals: str, audit_at: str) -> Any:
     from agent.records.approvals import ApprovalStore
     from agent.records.audit import AuditLog
 
-    audit = AuditLog(data_dir / "audit.sqlite")
-    store = ApprovalStore(data_dir / "approvals.sqlite", audit)
+    audit = AuditLog(audit_at)
+    store = ApprovalStore(approvals, audit)
     # Its own claim holder: a server on this host cannot take the answer over while this process audits it.
     store.holder = f"{socket.gethostname() or 'localhost'}/cli-{os.getpid()}"
     return store
@@ -72,12 +72,16 @@ def data_dir_now(data_dir: Path, settings: Settings) -> datetime:
     return datetime.now(UTC)
 
 
-def _existing_store(data_dir: Path, w: dict[str, str]) -> Any:
-    """The steward's approval store in `data_dir`; None (said on stderr) when there is none: never create one."""
+def _existing_store(args: argparse.Namespace, settings: Settings, w: dict[str, str]) -> Any:
+    """The steward's approval store: --data-dir's, else STEWARD_DATABASE_URL's Postgres (shared by every replica),
+    else the data dir's; None (said on stderr) when the data dir has none: never create one."""
+    if args.data_dir is None and settings.database_url is not None:
+        return _open(settings.store("approvals"), settings.store("audit"))
+    data_dir = args.data_dir or settings.data_dir
     if not (data_dir / "approvals.sqlite").is_file():
         print(w["no_store"].format(dir=data_dir), file=sys.stderr)
         return None
-    return _open(data_dir)
+    return _open(str(data_dir / "approvals.sqlite"), str(data_dir / "audit.sqlite"))
 
 
 def _size(a: Approval, w: dict[str, str]) -> str:
@@ -89,7 +93,7 @@ def _size(a: Approval, w: dict[str, str]) -> str:
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     w = _words(args, settings)
     data_dir = args.data_dir or settings.data_dir
-    store = _existing_store(data_dir, w)
+    store = _existing_store(args, settings, w)
     if store is None:
         return 2
     pending = store.pending()
@@ -121,7 +125,7 @@ def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
 
     w = _words(args, settings)
     data_dir = args.data_dir or settings.data_dir
-    store = _existing_store(data_dir, w)
+    store = _existing_store(args, settings, w)
     if store is None:
         return 2
     by = args.by or f"cli:{getpass.getuser()}"

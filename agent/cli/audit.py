@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.config.settings import Settings
+from agent.records import pg
 
 WORDS = {
     "en": {"ok": "audit log {path}: {text}", "bad": "audit log {path} is NOT intact:", "none": "no audit log at {path}",
@@ -29,11 +30,15 @@ def _words(settings: Settings, args: argparse.Namespace) -> dict[str, str]:
     return WORDS["zh" if (args.lang or settings.language) == "zh" else "en"]
 
 
-def _log_path(args: argparse.Namespace, settings: Settings) -> Path:
-    return (args.data_dir or settings.data_dir) / "audit.sqlite"
+def _log_path(args: argparse.Namespace, settings: Settings) -> str:
+    """The audit log: --data-dir's file, else STEWARD_DATABASE_URL's Postgres (where every replica writes), else
+    the data dir's file."""
+    if args.data_dir is None and settings.database_url is not None:
+        return settings.store("audit")
+    return str((args.data_dir or settings.data_dir) / "audit.sqlite")
 
 
-def _open(path: Path) -> Any:
+def _open(path: str) -> Any:
     from agent.records.audit import AuditLog
 
     return AuditLog(path, readonly=True)
@@ -44,6 +49,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
     words = _words(settings, args)
     path = _log_path(args, settings)
+    shown = pg.redact(path)  # a Postgres URL without its password
     expect = None
     if args.expect_head is not None:
         try:
@@ -54,21 +60,21 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
         log = _open(path)
     except FileNotFoundError:
-        print(words["none"].format(path=path), file=sys.stderr)
+        print(words["none"].format(path=shown), file=sys.stderr)
         return 2
     try:
         result = log.verify(expect_head=expect)
     finally:
         log.close()
     if args.json:
-        print(json.dumps({"log": str(path), "ok": result.ok, "entries": result.entries, "legacy": result.legacy,
+        print(json.dumps({"log": shown, "ok": result.ok, "entries": result.entries, "legacy": result.legacy,
                           "head": result.head.to_json() if result.head else None, "bad_seq": result.bad_seq,
                           "bad_entry": result.bad_entry or None, "problem": result.problem or None,
                           "notes": result.notes}, ensure_ascii=False, indent=2))
     elif result.ok:
-        print(words["ok"].format(path=path, text=result.describe()))
+        print(words["ok"].format(path=shown, text=result.describe()))
     else:
-        print(words["bad"].format(path=path))
+        print(words["bad"].format(path=shown))
         print(result.describe())
     return 0 if result.ok else 1
 
@@ -76,19 +82,20 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
     words = _words(settings, args)
     path = _log_path(args, settings)
+    shown = pg.redact(path)
     try:
         log = _open(path)
     except FileNotFoundError:
-        print(words["none"].format(path=path), file=sys.stderr)
+        print(words["none"].format(path=shown), file=sys.stderr)
         return 2
     try:
         head = log.head()
     finally:
         log.close()
     if head is None:
-        print(words["empty"].format(path=path), file=sys.stderr)
+        print(words["empty"].format(path=shown), file=sys.stderr)
         return 1
-    doc = {**head.to_json(), "log": str(path), "exported_at": datetime.now(UTC).isoformat()}
+    doc = {**head.to_json(), "log": shown, "exported_at": datetime.now(UTC).isoformat()}
     text = json.dumps(doc, indent=2)
     if args.out is None:
         print(text)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from sim.lifecycle import Lifecycle, Run
 from sim.metrics import io_sample
+
+_S = TypeVar("_S")
 
 MB = 1e6  # the simulator's MB/s are decimal megabytes, as PrometheusMetrics divides by 1e6
 METRICS = [
@@ -26,6 +30,18 @@ class _Totals:
     tx_bytes: float = 0.0
 
 
+def new_samples(totals: Any, run: Run, now: float, step: float,
+                sample: Callable[[Run, float, int], _S | None]) -> Iterator[_S]:
+    """The run's samples up to `now` not yet added to `totals` (from its `next_k`), oldest first; once they are all
+    taken, `totals.next_k` moves past them, so a counter adds each sample once."""
+    k_now = math.floor(now / step + 1e-6)
+    for k in range(totals.next_k, k_now + 1):
+        value = sample(run, k * step, k)
+        if value is not None:
+            yield value
+    totals.next_k = max(totals.next_k, k_now + 1)
+
+
 @dataclass
 class ProcessCounters:
     """Integrates each running job's per-sample CPU / network / disk rates into monotonic counters.
@@ -41,17 +57,11 @@ class ProcessCounters:
         totals = self._totals.get(run.index)
         if totals is None:
             totals = self._totals[run.index] = _Totals(next_k=math.ceil(run.started / self.step - 1e-6))
-        k_now = math.floor(now / self.step + 1e-6)
-        for k in range(totals.next_k, k_now + 1):
-            sample = io_sample(run, k * self.step, k)
-            if sample is None:
-                continue
-            cpu_pct, rx_mbps, read_mbps, tx_mbps = sample
+        for cpu_pct, rx_mbps, read_mbps, tx_mbps in new_samples(totals, run, now, self.step, io_sample):
             totals.cpu_s += cpu_pct / 100.0 * self.step
             totals.rx_bytes += rx_mbps * MB * self.step
             totals.read_bytes += read_mbps * MB * self.step
             totals.tx_bytes += tx_mbps * MB * self.step
-        totals.next_k = max(totals.next_k, k_now + 1)
         return totals
 
     def render(self, now: float) -> str:

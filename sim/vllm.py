@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from sim.cadvisor import new_samples
 from sim.lifecycle import Lifecycle, Run
 from sim.metrics import serving_sample
 
@@ -64,19 +65,13 @@ class ServingCounters:
         totals = self._totals.get(run.index)
         if totals is None:
             totals = self._totals[run.index] = _Totals(next_k=math.ceil(run.started / self.step - 1e-6))
-        k_now = math.floor(now / self.step + 1e-6)
-        for k in range(totals.next_k, k_now + 1):
-            sample = serving_sample(run, k * self.step, k)
-            if sample is None:
-                continue
-            rps, latency = sample
+        for rps, latency in new_samples(totals, run, now, self.step, serving_sample):
             n = rps * self.step
             totals.requests += n
             totals.latency_sum += n * latency
             for i, le in enumerate(LATENCY_BUCKETS):
                 totals.buckets[i] += n * latency_cdf(le, latency)
             totals.running = rps * latency
-        totals.next_k = max(totals.next_k, k_now + 1)
         return totals
 
     def render(self, now: float) -> str:

@@ -30,6 +30,11 @@ class _Totals:
     tx_bytes: float = 0.0
 
 
+def first_sample(run: Run, step: float) -> int:
+    """The index of a run's first sample (the first step at or after it started)."""
+    return math.ceil(run.started / step - 1e-6)
+
+
 def new_samples(totals: Any, run: Run, now: float, step: float,
                 sample: Callable[[Run, float, int], _S | None]) -> Iterator[_S]:
     """The run's samples up to `now` not yet added to `totals` (from its `next_k`), oldest first; once they are all
@@ -54,9 +59,7 @@ class ProcessCounters:
     _totals: dict[int, _Totals] = field(default_factory=dict)
 
     def _advance(self, run: Run, now: float) -> _Totals:
-        totals = self._totals.get(run.index)
-        if totals is None:
-            totals = self._totals[run.index] = _Totals(next_k=math.ceil(run.started / self.step - 1e-6))
+        totals = self._totals.get(run.index) or self._totals.setdefault(run.index, _Totals(first_sample(run, self.step)))
         for cpu_pct, rx_mbps, read_mbps, tx_mbps in new_samples(totals, run, now, self.step, io_sample):
             totals.cpu_s += cpu_pct / 100.0 * self.step
             totals.rx_bytes += rx_mbps * MB * self.step

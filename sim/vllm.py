@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sim.cadvisor import new_samples
+from sim.cadvisor import first_sample, new_samples
 from sim.lifecycle import Lifecycle, Run
 from sim.metrics import serving_sample
 
@@ -62,9 +62,7 @@ class ServingCounters:
     _totals: dict[int, _Totals] = field(default_factory=dict)
 
     def _advance(self, run: Run, now: float) -> _Totals:
-        totals = self._totals.get(run.index)
-        if totals is None:
-            totals = self._totals[run.index] = _Totals(next_k=math.ceil(run.started / self.step - 1e-6))
+        totals = self._totals.get(run.index) or self._totals.setdefault(run.index, _Totals(first_sample(run, self.step)))
         for rps, latency in new_samples(totals, run, now, self.step, serving_sample):
             n = rps * self.step
             totals.requests += n

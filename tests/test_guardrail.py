@@ -471,6 +471,20 @@ def test_a_warning_about_an_earlier_lull_does_not_announce_a_stop_in_this_one():
     assert decide(act(), facts(), policy, warned(70)).verdict == "allow"
 
 
+def test_a_warning_just_before_the_last_activity_does_not_announce_a_stop():
+    """The stretch began 90 minutes ago: the end of the slice that held the last activity. A warning sent 92
+    minutes ago, inside that slice, may have come before the activity (the dev trace: warned at 19.50 h, a 15 %
+    burst at 19.55 h, stopped 1.3 h later without another word). It announced the lull before; the one sent as
+    the stretch began counts."""
+    policy = Policy()
+    check(decide(act(), facts(), policy, warned(92)), "deny", "warning_first", "has not been warned")
+    assert decide(act(), facts(), policy, warned(90)).verdict == "allow"
+    from agent.planning.policy_model import PolicyModel
+
+    step = PolicyModel._next_step(finding(), "running", warned(92), policy, NOW)
+    assert step is not None and step.action == "notify"
+
+
 def test_the_planner_warns_again_when_its_warning_was_about_an_earlier_lull():
     from agent.planning.policy_model import PolicyModel
 

@@ -14,9 +14,13 @@ from core.pool_plans import open_scale_down, scale_up_uid
 
 
 def stretch_began(case: Case) -> datetime | None:
-    """When the current waste the stop is about began (its finding's `since`), less one detector slice for
-    rounding; None when no current finding of that kind is at hand (other rules refuse the stop then), or for
-    kinds whose `since` is only the window's start (not a stretch of waste a warning can announce)."""
+    """When the current waste the stop is about began (its finding's `since`, the end of the slice that held the
+    last activity); None when no current finding of that kind is at hand (other rules refuse the stop then), or
+    for kinds whose `since` is only the window's start (not a stretch of waste a warning can announce).
+
+    No tolerance: a warning sent inside that last busy slice may have come before the activity (the owner
+    answering it, say), so it announced the earlier stretch. A warning about this stretch comes a detector
+    window after `since` at the earliest, so a later sweep's slices, shifted by less than one, cannot push it out."""
     kind = case.action.finding_kind
     if kind is not None and kind not in STOPPABLE_KINDS:
         return None
@@ -24,7 +28,7 @@ def stretch_began(case: Case) -> datetime | None:
                and f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
     if not current:
         return None
-    return as_utc(min(current)) - timedelta(seconds=case.policy.detectors.slice)
+    return as_utc(min(current))
 
 
 def warning_first_rule(case: Case) -> Denial:

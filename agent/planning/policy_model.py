@@ -255,7 +255,7 @@ class PolicyModel:
             return None
         # A warning about an earlier stretch of waste (a lull the job worked out of) announces nothing now: warn
         # again, as the guardrail only counts warnings sent since this stretch began (warning_first_rule).
-        stale = warned is not None and warned < f.since - timedelta(seconds=policy.detectors.slice)
+        stale = warned is not None and warned < f.since
         # In the job's long-tail grace (f.stop_after): one warning per stop, sent no earlier than a repeat period
         # before the stop can land, and no stop before the grace ends (the guardrail's grace_rule too).
         grace_left = (f.stop_after - now) if f.stop_after is not None else timedelta(0)

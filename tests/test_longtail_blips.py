@@ -94,8 +94,32 @@ def test_a_past_pause_broken_only_by_blips_is_one_pause():
     window = group_signals(obs).jobs["ml/svc"].window(3600, 1)
     why = long_tail_reason(window, None, POLICY.detectors.longtail, quiet_pct=2.0, blip_gpu_s=60.0)
     assert why is not None and "2 bursts" in why and "pauses up to 1h40m" in why and "1.5 x the longest pause" in why
-    # The default reads the blips as bursts: 30-minute pauses, and 2 hours of quiet is long for it.
-    assert len(detect(slices, POLICY)[1]) == 1
+    # The default reads past pauses as the current stretch is read, from the last activity of any kind: the
+    # silence before the second burst is 30 minutes, and 2 hours of quiet is long for it (no grace left).
+    [plain] = detect(slices, POLICY)[1]
+    assert plain.stop_after is None
+
+
+BURSTS = parse_policy({"detectors": {"longtail": {"pause": "bursts"}}}, "bursts")  # the measure before
+
+
+def test_a_past_pause_is_a_silence_that_work_followed():
+    # Bursts of work 3 hours apart with a blip every 30 minutes between them, quiet for 100 minutes now.
+    slices = [BURST] * 2 + (quiet(5) + [BLIP]) * 5 + quiet(5) + [BURST] * 2 + quiet(20)
+    # The longest silence work followed is 25 minutes: 100 minutes of quiet is long for it.
+    [f] = detect(slices, POLICY)[1]
+    assert f.since == AT - timedelta(minutes=100) and f.stop_after is None
+    # Measured from burst to burst (pause: bursts) the pause is 3 hours and the job is within its rhythm.
+    assert detect(slices, BURSTS)[1] == []
+    # Silent for 2 hours before its last burst: that silence is its rhythm, and 100 minutes is within it.
+    obs, found = detect([BURST] * 2 + quiet(24) + [BURST] * 2 + quiet(20), POLICY)
+    assert found == []
+    window = group_signals(obs).jobs["ml/svc"].window(3600, 1)
+    why = long_tail_reason(window, None, POLICY.detectors.longtail, quiet_pct=2.0)
+    assert why is not None and "pauses up to 2h" in why
+    # A longer silence that only a blip ended shows nothing worth waiting for.
+    [g] = detect([BURST] * 2 + quiet(5) + [BURST] * 2 + quiet(30) + [BLIP] + quiet(20), POLICY)[1]
+    assert g.since == AT - timedelta(minutes=100) and g.stop_after is None
 
 
 def test_grace_comes_from_the_pauses_not_from_how_long_it_worked():

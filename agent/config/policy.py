@@ -136,6 +136,10 @@ class LongTailRule(_Section):
     # The grace comes from the job's own behaviour: quiet is long for a job once it exceeds this many times the
     # longest pause it has shown in the lookback (pauses run between bursts; see idle.blip_gpu_seconds).
     quiet_factor: float = Field(1.5, ge=1)
+    # What a past pause is. `silence`: the longest silence (no activity at all, as the current quiet stretch is
+    # measured) that a burst of work (material_gpu_seconds) followed; silences that only a blip ended show nothing
+    # worth waiting for. `bursts`: the time between two bursts of work, blips inside (the default before).
+    pause: Literal["silence", "bursts"] = "silence"
     # Opt-in: also wait this share of the span it worked in the lookback. 0 by default: how long a job has worked
     # says nothing about how long it pauses (it gave day-long servers 6 h of grace after 1-2 h pauses).
     quiet_share: float = Field(0.0, ge=0, le=1)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from agent.config.policy import LongTailRule
-from agent.detectors.history import align_end
+from agent.detectors.history import CoarseHistory, align_end
 from agent.detectors.signals import JobSeries, JobWindow, window_slices
 from core.durations import format_duration
 from core.observation import LogProgress
@@ -230,6 +230,10 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
     # An inner slice that dipped may split a burst in two; the first and last may just hold the quiet
     # before the first burst and the current pause, which the fine slices would not count either.
     bursts += sum(1 for k in busy[1:-1] if k in edge)
+    if blip_gpu_s <= 0 and rule.pause == "silence":
+        # Like with like: the current stretch ends at any activity, so a past pause is a silence too, and only one
+        # that work followed says the job may come back after it.
+        longest_gap = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct)
     worked = (busy[-1] - busy[0] + 1) * r if busy else 0
     needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
     if bursts >= 2 and quiet < needed:
@@ -249,6 +253,29 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
     if gap is not None and _gaps_could_protect(series, rule, quiet_pct, quiet, lookback, bursts, material):
         return LongTail(gap)
     return None
+
+
+def _longest_silence_before_work(values: list[float | None], busy: list[int], coarse: CoarseHistory | None,
+                                 first: int, quiet_pct: float) -> int:
+    """The longest silence (slices with no activity, blips included as activity) that ended in a burst of work:
+    from the last active slice before each burst slice in `busy` (indices into `values`, the lookback before the
+    current quiet stretch) to it. A silence before the lookback's first activity is not counted: its start is
+    unknown. Coarse slices not busy throughout may hide up to r-1 quiet fine slices at each end, counted in."""
+    r = coarse.ratio if coarse is not None else 1
+    work = set(busy)
+
+    def edge(k: int) -> int:
+        return r - 1 if coarse is not None and not coarse.solid(first + k, quiet_pct) else 0
+
+    longest = 0
+    last_active: int | None = None
+    for k, value in enumerate(values):
+        if value is None or value <= quiet_pct:
+            continue
+        if k in work and last_active is not None:
+            longest = max(longest, (k - last_active - 1) * r + edge(last_active) + edge(k))
+        last_active = k
+    return longest
 
 
 def _gaps_could_protect(

@@ -116,3 +116,17 @@ def test_sim_and_trace_history_agree_with_their_own_slices_at_the_coarse_step():
             s = fine[(h.node, h.gpu, h.job)]
             assert (h.util_max, h.samples, h.expected) == (s.util_max, s.samples, s.expected)
             assert all(lo is None or lo <= hi for lo, hi in zip(h.util_min, h.util_max, strict=True))
+
+
+def test_a_coarse_silence_runs_from_the_last_activity_blips_included():
+    # Coarse history: a burst, 2 h, then a burst; a 3% blip (54 GPU-s, under a GPU-minute) 30 minutes before the
+    # second. Quiet for 1.5 h now (the last two coarse slices are the fine hour). The longest silence work
+    # followed is 30 minutes: 1.5 h is long for it.
+    utils = [80.0, 0.0, 0.0, 3.0, 0.0, 80.0, 0.0, 0.0, 0.0]
+    _, [f] = quiet_job([hist("ml/train", utils)])
+    assert f.since == AT - timedelta(hours=1.5) and f.stop_after is None
+    # Burst to burst (pause: bursts) the pause is 2 h, and 1.5 h of quiet is within the job's rhythm.
+    bursts = parse_policy({"detectors": {"longtail": {"pause": "bursts"}}}, "bursts")
+    obs = observe([job(gpus=1)], [gpu("ml/train", [0.0] * 12)], [io("ml/train", 12)],
+                  history=[hist("ml/train", utils)], history_slice_s=COARSE)
+    assert IdleGpuDetector(bursts).detect(obs) == []

@@ -156,7 +156,8 @@ def test_keepalive_blips_are_idle_whose_stop_needs_a_human():
     assert IdleGpuDetector(POLICY).detect(obs) == []  # never a whole quiet window: the plain idle rule misses it
     [f] = KeepAliveDetector(POLICY).detect(obs)
     assert f.kind == "idle" and f.gpus == 2 and f.stop_needs_approval
-    assert f.since == AT - timedelta(hours=1)
+    # The stretch began when the job did (its log never showed progress): a fixed point, not the window's start.
+    assert f.since == AT - timedelta(hours=2)
     assert "6 short bursts of GPU activity in the last 1h, one every 10m, each at most 5m" in f.evidence
     assert "log empty" in f.evidence and "tensor pipe max 0%" in f.evidence and "power max 72 W (18% of 400 W)" in f.evidence
     assert "a stop needs a human's approval" in f.evidence

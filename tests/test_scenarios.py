@@ -379,5 +379,17 @@ def test_keepalive_dodger_is_warned_and_its_stop_waits_for_a_human() -> None:
     f = finding(r, job, "idle")
     assert f is not None and "short bursts of GPU activity" in f["evidence"] and "keep-alive" in f["evidence"]
     assert acts(r, job, "notify", "executed")
-    # Nobody approved: the stop stays a request, however long the job keeps its GPUs.
+    # Nobody approved: the stop stays a request, however long the job keeps its GPUs, and the owner is told once.
     assert acts(r, job, "terminate", "pending_approval") and not stops(r, job)
+    assert len(acts(r, job, "notify", "executed")) == 1
+
+
+@pytest.mark.hard
+def test_an_approved_keepalive_stop_is_carried_out_on_the_warning_sent_before() -> None:
+    # Approved at 3 h: the warning of 1.5 h still announces the stretch (its `since` does not move with the
+    # window), so the stop is carried out then, not refused and warned about again at every sweep.
+    r = run("keepalive-script")
+    job = "ml-team/jupyter-kim"
+    [warning] = acts(r, job, "notify", "executed")
+    [stop] = stops(r, job)
+    assert stop["at_s"] == 3 * 3600 and stop["at_s"] - warning["at_s"] >= 3600

@@ -125,7 +125,12 @@ class KeepAliveDetector:
                 continue
             if not activity.tensor_known and activity.power_share is None:
                 continue  # neither the tensor pipe nor power can show the bursts do no work
-            findings.append(self._finding(job, w, bursts, logs, activity, start, obs.at))
+            # The stretch began at the last progress the log showed, or at the job's start when it never showed
+            # any: a fixed point, so a warning sent in this stretch keeps announcing it (warning_first_rule) while
+            # the stop waits for a human, instead of sliding out of a window that moves with every sweep.
+            began = [t for t in (logs.last_progress_at, job.started_at) if t is not None]
+            since = min(max(began), start) if began else start
+            findings.append(self._finding(job, w, bursts, logs, activity, since, obs.at))
         return findings
 
     def _finding(self, job: JobInfo, w: JobWindow, bursts: Bursts, logs: LogProgress, activity: GpuActivity,

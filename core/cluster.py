@@ -26,7 +26,7 @@ class JobInfo(_Record):
     """
 
     id: str
-    uid: str = ""  # "" = the backend gave none (then nothing can license a stop by identity)
+    uid: str = ""  # "" = the backend gave none (then only records made without a uid are this job's)
     scheduler: SchedulerKind
     namespace: str  # Kubernetes namespace; Slurm partition
     name: str

@@ -106,6 +106,9 @@ def test_repeat_offender_is_a_stop_candidate_only_by_policy_and_only_after_a_war
     assert detector.detect(_obs(_job(state="pending"), _failures(6)))[0].kind == "doomed"  # nothing runs yet
     (f,) = detector.detect(_obs(_job(), _failures(6)))
     assert f.kind == "crash_loop" and "repeat offender (6 failures in a row" in f.evidence
+    # The waste is the loop: it began with the first failed run (ended 3,120 s ago after 180 s), not this run, so a
+    # warning sent during an earlier run of the loop still announces the stop below.
+    assert f.since == AT - timedelta(seconds=3300)
     # The policy model warns first (with a deadline), and proposes the stop only after the notice.
     step = PolicyModel._next_step(f, "running", History(), policy, AT, "u-now")
     assert step is not None and step.action == "notify" and step.finding_kind == "crash_loop"

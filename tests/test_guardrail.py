@@ -485,6 +485,27 @@ def test_a_warning_just_before_the_last_activity_does_not_announce_a_stop():
     assert step is not None and step.action == "notify"
 
 
+def test_an_approval_asked_about_an_earlier_stretch_does_not_license_a_stop_in_this_one():
+    """Asked 2 hours ago, approved now; the job worked since and its current stretch began 90 minutes ago. The
+    human judged the evidence of the earlier lull: the stop needs a new request. Asked within this stretch, the
+    approval stands."""
+    history = warned(70)
+    check(decide(act(), facts(), Policy(), history, approved=True, asked_at=ago(120)), "deny", "approval_stale",
+          "before the current stretch of waste began", "needs a new request")
+    assert decide(act(), facts(), Policy(), history, approved=True, asked_at=ago(10)).verdict == "allow"
+    # A warning is no stop: an approval's age says nothing about it.
+    assert decide(act("notify", finding_kind="idle"), facts(), Policy(), History(), approved=True,
+                  asked_at=ago(120)).verdict == "allow"
+
+
+def test_a_job_without_a_uid_is_not_licensed_by_a_namesakes_warning():
+    """The backend gave no uid: a warning recorded for a job with one (an earlier pod under the name) is that
+    job's, not this one's. One recorded without a uid still counts."""
+    old = History(entries=[warning(70, target_uid="old-pod-uid")])
+    check(decide(act(), facts(), Policy(), old), "deny", "warning_first", "has not been warned")
+    assert decide(act(), facts(), Policy(), warned(70)).verdict == "allow"
+
+
 def test_the_planner_warns_again_when_its_warning_was_about_an_earlier_lull():
     from agent.planning.policy_model import PolicyModel
 

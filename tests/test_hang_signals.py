@@ -281,3 +281,23 @@ def test_coarse_history_bounds_work_by_its_average_or_else_its_max():
     assert f.since == AT - timedelta(hours=1)
     # No average (Prometheus' coarse history reads none): each burst may have held 5% x 30 min = 90 GPU-s.
     assert IdleGpuDetector(POLICY).detect(coarse_blips([])) == []
+
+
+def test_a_keepalive_stretch_begins_after_the_last_real_work():
+    # 4 hours: keep-alive pings, an hour of real work at 90% (2 h to 1 h ago), then pings again. The stretch began
+    # when the work ended: a warning sent during the first pings announced that lull, not this one.
+    n = 48
+    maxes = [3.0 if k % 2 else 0.0 for k in range(n)]
+    maxes[24:36] = [90.0] * 12
+    avgs = [m / 5 if m < 50 else m for m in maxes]
+    series = [gpu("ml/squat", maxes, i, avg=avgs, tensor=0.0, power=72.0) for i in range(2)]
+    obs = observe([job("ml/squat", gpus=2, started_at=AT - timedelta(hours=4))], series, [io("ml/squat", n)],
+                  {"ml/squat": LogProgress(job="ml/squat", lines=0)})
+    [f] = KeepAliveDetector(POLICY).detect(obs)
+    assert f.since == AT - timedelta(hours=1)
+    # Pings all along: the stretch is the whole life on record.
+    calm = [gpu("ml/squat", [3.0 if k % 2 else 0.0 for k in range(n)], i,
+                avg=[0.6 if k % 2 else 0.0 for k in range(n)], tensor=0.0, power=72.0) for i in range(2)]
+    obs = observe([job("ml/squat", gpus=2, started_at=AT - timedelta(hours=4))], calm, [io("ml/squat", n)],
+                  {"ml/squat": LogProgress(job="ml/squat", lines=0)})
+    assert KeepAliveDetector(POLICY).detect(obs)[0].since == AT - timedelta(hours=4)

@@ -42,6 +42,7 @@ DIFFICULTY: dict[str, str] = {
     "mixed-slurm-k8s": "medium",
     "approval-denied": "medium",
     "approval-expired": "medium",
+    "approval-outlived-by-work": "medium",
     "protection-by-user-project": "medium",
     "overprovisioned-and-idle": "medium",
     "out-of-range-metrics": "medium",
@@ -67,6 +68,7 @@ DIFFICULTY: dict[str, str] = {
     "eval-cpu-bound-dataset": "hard",
     "rl-cpu-rollouts-gpu-learner": "hard",
     "keepalive-script": "hard",
+    "keepalive-owner-returns": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }
@@ -382,6 +384,25 @@ def test_keepalive_dodger_is_warned_and_its_stop_waits_for_a_human() -> None:
     # Nobody approved: the stop stays a request, however long the job keeps its GPUs, and the owner is told once.
     assert acts(r, job, "terminate", "pending_approval") and not stops(r, job)
     assert len(acts(r, job, "notify", "executed")) == 1
+
+
+@pytest.mark.hard
+def test_work_between_a_keepalive_warning_and_its_approval_ends_what_both_were_about() -> None:
+    r = run("keepalive-owner-returns")
+    job = "ml-team/jupyter-kim"
+    first, again = acts(r, job, "notify", "executed")
+    assert first["at_s"] < 150 * 60 and again["at_s"] > 195 * 60  # one warning per stretch, the work between
+    [refused] = acts(r, job, "terminate", "blocked")
+    assert refused["at_s"] == 285 * 60 and not stops(r, job)
+
+
+def test_an_approval_asked_before_the_job_worked_again_is_refused_and_asked_again() -> None:
+    r = run("approval-outlived-by-work")
+    job = "ml-team/bert-finetune"
+    [refused] = acts(r, job, "terminate", "blocked")
+    assert refused["at_s"] == 420 * 60 and "before the current stretch of waste began" in refused["reason"]
+    assert acts(r, job, "terminate", "pending_approval")[-1]["at_s"] >= 420 * 60 and not stops(r, job)
+    assert len(acts(r, job, "notify", "executed")) == 2
 
 
 @pytest.mark.hard

@@ -9,6 +9,7 @@ policy model warns first and the guardrail licenses like an idle job's.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from agent.config.policy import Policy
 from agent.detectors.signals import ClusterSignals
@@ -109,7 +110,11 @@ class DoomedJobDetector:
         if kind == "crash_loop":
             evidence += (f"; a repeat offender ({n} failures in a row, the policy stops such a loop after the "
                          f"notice)")
-        started = job.started_at if job.state == "running" and job.started_at is not None else obs.at
+        # Running again: the waste is the loop, which began with the first of its failed runs, not this run (each
+        # restart would make the warning of the run before stale, and runs shorter than the notice would never be
+        # stopped). A fixed point, so a warning keeps announcing the stop; never the sweep's own time.
+        loop_began = datetime.fromtimestamp(runs[0].ended_at - runs[0].duration_s, UTC)
+        started = loop_began if job.state == "running" else obs.at
         return Finding(
             kind=kind, target=job.id, since=min(started, obs.at), detected_at=obs.at, evidence=evidence,
             gpus=job.gpus if job.state == "running" else 0, owner=job.user,

@@ -9,6 +9,7 @@ always needs a human's approval (Finding.stop_needs_approval, enforced by the gu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -71,6 +72,38 @@ def regular_bursts(maxes: list[float | None], avgs: list[float | None], quiet_pc
     return Bursts(count=len(runs), period=round(sum(spacing) / len(spacing)), longest=longest)
 
 
+def pattern_began(w: JobWindow) -> datetime:
+    """How far back the window's keep-alive level reaches: walking back from the window's start, the end of the
+    newest slice the pattern cannot explain, or the start of the data when none. A slice cannot be explained
+    when it has no valid reading (or, coarse, samples missing), or when it is more than twice as busy as the
+    busiest slice of the window (the spread a steady level is allowed, `regular_bursts`): by its average where
+    known, else by its max against the window's highest max."""
+    series = w.series
+    n, s = w.slices, series.slice_s
+    inside = range(series.length - n, series.length)
+    high_avg = max((series.util_avg[k] or 0.0) for k in inside)
+    high_max = max((series.util_max[k] or 0.0) for k in inside)
+
+    def explained(top: float | None, mean: float | None) -> bool:
+        if top is None:
+            return False
+        return mean <= 2 * high_avg if mean is not None else top <= 2 * high_max
+
+    for k in range(series.length - n - 1, -1, -1):
+        if not explained(series.util_max[k], series.util_avg[k]):
+            return series.at - timedelta(seconds=(series.length - 1 - k) * s)
+    coarse = series.history
+    if coarse is None:
+        return series.at - timedelta(seconds=series.length * s)
+    m, r = len(coarse.util_max), coarse.ratio
+    first_older = m - 1 - math.ceil(series.length / r - 1e-9)  # the newest coarse slice wholly before the fine ones
+    for j in range(first_older, -1, -1):
+        mean = coarse.util_avg[j] if j < len(coarse.util_avg) else None
+        if not coarse.full[j] or not explained(coarse.util_max[j], mean):
+            return series.at - timedelta(seconds=(m - 1 - j) * r * s)
+    return series.at - timedelta(seconds=max(series.length, m * r) * s)
+
+
 class KeepAliveDetector:
     """Short regular bursts over the idle window, no log progress seen, frozen I/O, near-idle power or tensor."""
 
@@ -125,11 +158,11 @@ class KeepAliveDetector:
                 continue
             if not activity.tensor_known and activity.power_share is None:
                 continue  # neither the tensor pipe nor power can show the bursts do no work
-            # The stretch began at the last progress the log showed, or at the job's start when it never showed
-            # any: a fixed point, so a warning sent in this stretch keeps announcing it (warning_first_rule) while
-            # the stop waits for a human, instead of sliding out of a window that moves with every sweep.
+            # The stretch began after the last progress the log showed, the job's start and the last work the
+            # pattern cannot explain: a fixed point, so a warning sent in it keeps announcing the stop while the
+            # stop waits for a human, and real work after a warning ends what that warning announced.
             began = [t for t in (logs.last_progress_at, job.started_at) if t is not None]
-            since = min(max(began), start) if began else start
+            since = max([pattern_began(w), *began])
             findings.append(self._finding(job, w, bursts, logs, activity, since, obs.at))
         return findings
 

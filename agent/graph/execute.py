@@ -121,7 +121,8 @@ def execute_action(
         uid = facts.job.uid or None
     if history is None:
         history = deps.audit.history(now, denials_for=deps.policy.approvals.denials_lookback())
-    decision = decide(p, facts, deps.policy, history, approved=approved_by is not None)
+    decision = decide(p, facts, deps.policy, history, approved=approved_by is not None,
+                      asked_at=ga.decided_at if approved_by is not None else None)
     # A warning (it announces a stop) states its deadline, the one its text gives (the notice, or the end of the
     # job's long-tail grace when later); advice (over-provisioned, node health) has none.
     warned_about = next((f for f in facts.findings if f.kind == p.finding_kind), None)

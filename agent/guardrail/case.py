@@ -88,10 +88,13 @@ class Case:
         return (job.uid or None) if job is not None else self.action.target_uid
 
     def same_job(self, entry: HistoryEntry) -> bool:
-        """The entry is about this very job, not an earlier one under the same name (a namesake)."""
+        """The entry is about this very job, not an earlier one under the same name (a namesake). A job whose
+        backend gave no uid matches only entries recorded without one: an entry with a uid is about that job."""
         if entry.target != self.action.target:
             return False
-        return self.uid is None or entry.target_uid == self.uid
+        if self.uid is None:
+            return not entry.target_uid
+        return entry.target_uid == self.uid
 
     def past(self, *actions: str, statuses: tuple[str, ...] | None = None) -> list[HistoryEntry]:
         """History entries for this job (this uid) that happened, oldest first."""

@@ -8,6 +8,7 @@ The rules live in guardrail_scope.py (the target) and guardrail_limits.py (time 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from agent.config.policy import Policy
 from agent.guardrail.case import Case, Denial, Facts
@@ -19,9 +20,10 @@ from agent.guardrail.limit_rules import (
     rate_limit_rule,
     reserve_gpus,
     reserve_rule,
+    stretch_began,
     warning_first_rule,
 )
-from agent.guardrail.protection import as_utc, protection_reason
+from agent.guardrail.protection import as_utc, protection_reason, when
 from agent.guardrail.target_rules import (
     finding_approval_reason,
     grace_rule,
@@ -67,9 +69,12 @@ def _approval_needed(case: Case) -> str | None:
 
 
 def decide(
-    action: ProposedAction, facts: Facts, policy: Policy, history: History, *, approved: bool = False
+    action: ProposedAction, facts: Facts, policy: Policy, history: History, *, approved: bool = False,
+    asked_at: datetime | None = None,
 ) -> Decision:
-    """Allow, deny or ask a human about `action`; the first rule that decides wins."""
+    """Allow, deny or ask a human about `action`; the first rule that decides wins. `asked_at`: when the approval
+    being carried out was asked for; a stop approved about an earlier stretch of waste (the job worked since) is
+    refused, since the human judged evidence that no longer holds."""
     level = ACTION_LEVELS[action.action]
     try:
         case = Case(action, facts, policy, history, as_utc(facts.now))
@@ -79,6 +84,12 @@ def decide(
             if denial is not None:
                 return Decision(verdict="deny", rule=denial[0], reason=denial[1], level=level)
         ask = _approval_needed(case)
+        began = stretch_began(case) if approved and asked_at is not None and case.is_stop else None
+        if began is not None and asked_at is not None and as_utc(asked_at) < began:
+            return Decision(verdict="deny", rule="approval_stale", level=level, reason=(
+                f"the approval was asked at {when(asked_at)}, before the current stretch of waste began at "
+                f"{when(began)} (the job worked in between): the human judged evidence that no longer holds, "
+                f"so this stop needs a new request"))
         if ask and not approved:
             return Decision(
                 verdict="needs_approval", rule="approval", reason=f"{ask}; waiting for a human", level=level

@@ -301,3 +301,26 @@ def test_a_keepalive_stretch_begins_after_the_last_real_work():
     obs = observe([job("ml/squat", gpus=2, started_at=AT - timedelta(hours=4))], calm, [io("ml/squat", n)],
                   {"ml/squat": LogProgress(job="ml/squat", lines=0)})
     assert KeepAliveDetector(POLICY).detect(obs)[0].since == AT - timedelta(hours=4)
+
+
+def test_a_zombie_that_logged_every_20_minutes_is_still_seen_when_its_notice_runs_out():
+    # Progress every 20 minutes until 3 hours ago; hung since. Flagged at 3 x its gap (60 minutes), warned then:
+    # when the hour of notice is over, the log the sweep reads (deps.log_span) still holds its last progress line.
+    from agent.graph.deps import log_span
+    from core.cluster import LogLine
+    from tools.log_progress import analyse_log
+
+    last = AT - timedelta(hours=3)
+    lines = [LogLine(at=last - timedelta(minutes=20 * k), text=f"step {1000 - k} loss {2.0 + k / 100:.2f}")
+             for k in range(12)][::-1]
+    span = timedelta(seconds=log_span(POLICY))
+
+    def zombie_at(minutes: int) -> bool:
+        at = last + timedelta(minutes=minutes)
+        logs = analyse_log("ml/train", [x for x in lines if at - span <= x.at <= at], at)
+        series = [gpu("ml/train", [100.0] * N, i, **HUNG) for i in range(4)]
+        obs = observe([job(gpus=4, started_at=AT - timedelta(hours=8))], series, [io("ml/train", N, cpu=400.0)],
+                      {"ml/train": logs}).model_copy(update={"at": at})
+        return bool(ZombieDetector(POLICY).detect(obs))
+
+    assert not zombie_at(55) and zombie_at(65) and zombie_at(125) and zombie_at(130)

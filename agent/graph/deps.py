@@ -60,6 +60,15 @@ class SweepGrid:
     history_lookback_s: float  # 0 when the fine slices already cover the long-tail lookback
 
 
+def log_span(policy: Policy) -> float:
+    """Seconds of log a sweep reads back for a quiet or pinned job: twice the detectors' windows, plus the notice,
+    so a hung job flagged once its silence reached three of its usual gaps still shows its last progress line
+    when the notice runs out (with 2 windows alone, a job logging every 20 minutes lost its zombie finding, and
+    so its stop, just before the stop was due)."""
+    d = policy.detectors
+    return 2 * max(d.zombie.window, d.idle.window) + policy.warning.min_notice
+
+
 def sweep_grid(policy: Policy) -> SweepGrid:
     d = policy.detectors
     windows = max(d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window)
@@ -173,11 +182,11 @@ class StewardDeps:
         # Partial answers (Prometheus warnings, a Thanos store that did not answer) of this sweep's reads.
         obs.degraded = list(getattr(metrics, "warnings", None) or [])
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
-        log_span = timedelta(seconds=max(self.policy.detectors.zombie.window, self.policy.detectors.idle.window) * 2)
+        span = timedelta(seconds=log_span(self.policy))
         logs = {}
         redactor = self.policy.redaction.redactor()
         for job_id in log_candidates(obs, self.policy):
-            lines = _read(f"logs of {job_id}", partial(self.logs.tail, job_id, at - log_span, at, limit=500))
+            lines = _read(f"logs of {job_id}", partial(self.logs.tail, job_id, at - span, at, limit=500))
             logs[job_id] = analyse_log(job_id, lines, at, redactor)
             obs.backend_calls += 1
         obs.logs = logs

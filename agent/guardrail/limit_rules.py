@@ -28,7 +28,8 @@ def stretch_began(case: Case) -> datetime | None:
                and f.kind in STOPPABLE_KINDS and (kind is None or f.kind == kind)]
     if not current:
         return None
-    return as_utc(min(current))
+    # A stop that names no kind answers every current stretch: a warning must postdate the latest of them.
+    return as_utc(max(current))
 
 
 def warning_first_rule(case: Case) -> Denial:

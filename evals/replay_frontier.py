@@ -32,8 +32,8 @@ AGENT_KNOBS: tuple[dict[str, Any], ...] = (
     {"detectors.idle.window": "30m"},
     {"detectors.idle.window": "2h"},
     {"detectors.idle.window": "4h"},
-    {"detectors.longtail.quiet_share": 0.33},
-    {"detectors.longtail.pause": "bursts"},  # a past pause from burst to burst, blips inside (before the silence rule)  # the grace term before issue 12 (a third of the span it worked)
+    {"detectors.longtail.quiet_share": 0.33},  # the grace term before issue 12 (a third of the span it worked)
+    {"detectors.longtail.pause": "bursts"},  # a past pause from burst to burst, blips inside (before the silence rule)
     {"detectors.idle.blip_gpu_seconds": 60},  # blips under a GPU-minute do not end a quiet stretch
     {"detectors.longtail.lookback": "6h"},
     {"warning.min_notice": "30m"},

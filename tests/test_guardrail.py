@@ -504,6 +504,11 @@ def test_a_job_without_a_uid_is_not_licensed_by_a_namesakes_warning():
     old = History(entries=[warning(70, target_uid="old-pod-uid")])
     check(decide(act(), facts(), Policy(), old), "deny", "warning_first", "has not been warned")
     assert decide(act(), facts(), Policy(), warned(70)).verdict == "allow"
+    # The planner reads the records the same way: it warns this job instead of proposing a stop it cannot make.
+    from agent.planning.policy_model import PolicyModel
+
+    step = PolicyModel._next_step(finding(), "running", old, Policy(), NOW)
+    assert step is not None and step.action == "notify"
 
 
 def test_the_planner_warns_again_when_its_warning_was_about_an_earlier_lull():

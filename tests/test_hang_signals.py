@@ -324,3 +324,27 @@ def test_a_zombie_that_logged_every_20_minutes_is_still_seen_when_its_notice_run
         return bool(ZombieDetector(POLICY).detect(obs))
 
     assert not zombie_at(55) and zombie_at(65) and zombie_at(125) and zombie_at(130)
+
+
+def test_a_keepalive_stretch_start_stays_put_and_sees_work_in_maxima_and_minima():
+    # Pings (max 40%, avg 4%) all along, one longer ping (max 90%, avg 9%) before the window: no work anywhere.
+    # The ceiling is twice the detector's own level at least (10%), not twice this window's busiest slice, so a
+    # quieter window never turns an old ping into "work" and moves the stretch's start (a warning would go stale).
+    maxes = [40.0 if k % 2 else 0.0 for k in range(24)]
+    avgs = [4.0 if k % 2 else 0.0 for k in range(24)]
+    maxes[5], avgs[5] = 90.0, 9.0
+    series = [gpu("ml/nb", maxes, 0, avg=avgs, tensor=0.0, power=72.0)]
+    obs = observe([job("ml/nb", gpus=1, started_at=AT - timedelta(hours=2))], series, [io("ml/nb", 24)],
+                  {"ml/nb": LogProgress(job="ml/nb", lines=0)})
+    assert KeepAliveDetector(POLICY).detect(obs)[0].since == AT - timedelta(hours=2)
+    # Prometheus keeps no coarse average: an hour of real work (95% peaks) 4.5 h ago is seen by its peak.
+    pings = [gpu("ml/nb", [60.0 if k % 2 else 0.0 for k in range(24)], 0,
+                 avg=[6.0 if k % 2 else 0.0 for k in range(24)], tensor=0.0, power=72.0)]
+    coarse = [60.0] * 12
+    coarse[3] = coarse[4] = 95.0
+    history = [GpuHistory(job="ml/nb", node="n1", gpu=0, slice_s=1800.0, util_max=coarse, util_min=[0.0] * 12,
+                          samples=[60] * 12, expected=60)]
+    obs = observe([job("ml/nb", gpus=1, started_at=AT - timedelta(hours=6))], pings, [io("ml/nb", 24)],
+                  {"ml/nb": LogProgress(job="ml/nb", lines=0)}, history=history, history_slice_s=1800.0)
+    [f] = KeepAliveDetector(POLICY).detect(obs)
+    assert f.since == AT - timedelta(hours=3.5)

@@ -72,25 +72,32 @@ def regular_bursts(maxes: list[float | None], avgs: list[float | None], quiet_pc
     return Bursts(count=len(runs), period=round(sum(spacing) / len(spacing)), longest=longest)
 
 
-def pattern_began(w: JobWindow) -> datetime:
+def pattern_began(w: JobWindow, level_pct: float) -> datetime:
     """How far back the window's keep-alive level reaches: walking back from the window's start, the end of the
     newest slice the pattern cannot explain, or the start of the data when none. A slice cannot be explained
-    when it has no valid reading (or, coarse, samples missing), or when it is more than twice as busy as the
-    busiest slice of the window (the spread a steady level is allowed, `regular_bursts`): by its average where
-    known, else by its max against the window's highest max."""
+    when it has no valid reading (or, coarse, samples missing), or when it held more work than the level allows:
+    an average above twice the higher of the window's busiest slice average and the detector's own limit
+    (`level_pct`, keepalive.max_avg_util_pct; twice: the spread a steady level is allowed, `regular_bursts`), or,
+    where the average is unknown (the Prometheus coarse history), a lowest sample above that (busy throughout:
+    work, not pings) or a highest one more than half again above the window's (a heavier kernel than the pings).
+    A slice with neither reading is not explained. The ceiling does not drop with a quieter window, so a
+    stretch's start stays put from one sweep to the next. Not seen: work whose samples dip to idle in every
+    coarse slice and never peak above the pings' peak, where only maxima and minima are kept."""
     series = w.series
     n, s = w.slices, series.slice_s
     inside = range(series.length - n, series.length)
-    high_avg = max((series.util_avg[k] or 0.0) for k in inside)
-    high_max = max((series.util_max[k] or 0.0) for k in inside)
+    ceiling = 2 * max(level_pct, max((series.util_avg[k] or 0.0) for k in inside))
+    peak = 1.5 * max((series.util_max[k] or 0.0) for k in inside)
 
-    def explained(top: float | None, mean: float | None) -> bool:
+    def explained(top: float | None, mean: float | None, low: float | None) -> bool:
         if top is None:
             return False
-        return mean <= 2 * high_avg if mean is not None else top <= 2 * high_max
+        if mean is not None:
+            return mean <= ceiling
+        return low is not None and low <= ceiling and top <= peak
 
     for k in range(series.length - n - 1, -1, -1):
-        if not explained(series.util_max[k], series.util_avg[k]):
+        if not explained(series.util_max[k], series.util_avg[k], None):
             return series.at - timedelta(seconds=(series.length - 1 - k) * s)
     coarse = series.history
     if coarse is None:
@@ -99,7 +106,7 @@ def pattern_began(w: JobWindow) -> datetime:
     first_older = m - 1 - math.ceil(series.length / r - 1e-9)  # the newest coarse slice wholly before the fine ones
     for j in range(first_older, -1, -1):
         mean = coarse.util_avg[j] if j < len(coarse.util_avg) else None
-        if not coarse.full[j] or not explained(coarse.util_max[j], mean):
+        if not coarse.full[j] or not explained(coarse.util_max[j], mean, coarse.util_min[j]):
             return series.at - timedelta(seconds=(m - 1 - j) * r * s)
     return series.at - timedelta(seconds=max(series.length, m * r) * s)
 
@@ -162,7 +169,7 @@ class KeepAliveDetector:
             # pattern cannot explain: a fixed point, so a warning sent in it keeps announcing the stop while the
             # stop waits for a human, and real work after a warning ends what that warning announced.
             began = [t for t in (logs.last_progress_at, job.started_at) if t is not None]
-            since = max([pattern_began(w), *began])
+            since = max([pattern_began(w, self.rule.max_avg_util_pct), *began])
             findings.append(self._finding(job, w, bursts, logs, activity, since, obs.at))
         return findings
 

@@ -23,6 +23,7 @@ from agent.graph.builder import build_graph
 from agent.graph.deps import StewardDeps
 from agent.graph.execute import execute_action, fresh_facts, remember_outcome
 from agent.guardrail.decide import decide
+from agent.guardrail.protection import as_utc
 from agent.guardrail.runbook_limits import limit_by_runbook
 from agent.records.approvals import Approval, ApprovalError
 from core.actions import ActionOutcome, Finding, GuardedAction, ProposedAction
@@ -131,6 +132,9 @@ class SweepService:
         )
         config = self._config(approval.id)
         if not self.graph.get_state(config).next:  # a new request: start its thread, which waits at interrupt()
+            # The question is as old as the request (a thread lost with its checkpoint is started again for a request
+            # still pending): the execute re-check refuses an approval older than the current stretch of waste.
+            ga = ga.model_copy(update={"decided_at": min(as_utc(ga.decided_at), as_utc(approval.requested_at))})
             self.graph.invoke({"mode": "approval", "run_id": approval.id, "approval": {"id": approval.id},
                                "approval_requests": [ga.model_dump(mode="json")]}, config)
         return approval

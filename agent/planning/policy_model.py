@@ -81,12 +81,13 @@ class Planner(Protocol):
 
 def _last(history: History, action: str, target: str, kind: str | None = None,
           statuses: tuple[str, ...] = ("executed",), uid: str | None = None) -> datetime | None:
-    """When `action` last happened to this job; with `uid`, to this very job and not an earlier namesake."""
+    """When `action` last happened to this job; with `uid`, to this very job and not an earlier namesake ("": a
+    job whose backend gave no uid, which only records made without one are about, as the guardrail reads them)."""
     times = [
         e.at for e in history.entries
         if e.action == action and e.target == target and e.status in statuses
         and (kind is None or e.finding_kind is None or e.finding_kind == kind)
-        and (uid is None or e.target_uid == uid)
+        and (uid is None or (e.target_uid or "") == uid)
     ]
     return max(times) if times else None
 
@@ -226,7 +227,9 @@ class PolicyModel:
         base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model", "target_uid": uid}
         repeat = timedelta(seconds=policy.warning.repeat_every)
         done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
-        warned = _last(history, "notify", f.target, f.kind, done, uid=uid)
+        # A job's records are its uid's; a job without one matches only records made without one (case.same_job).
+        match = uid if uid is not None or f.target_type != "job" else ""
+        warned = _last(history, "notify", f.target, f.kind, done, uid=match)
         if f.kind == "quiet_fill":
             return None  # advice in the sweep's findings: nothing is started, and a pool has no owner to warn
         if f.kind == "pool_scale_up":
@@ -245,8 +248,8 @@ class PolicyModel:
             if warned is None or now - warned >= repeat:
                 return ProposedAction(action="notify", reason=f.evidence, **base)
             return None
-        stopped = _last(history, "terminate", f.target, statuses=done, uid=uid)
-        refused = _last(history, "terminate", f.target, statuses=("refused",), uid=uid)
+        stopped = _last(history, "terminate", f.target, statuses=done, uid=match)
+        refused = _last(history, "terminate", f.target, statuses=("refused",), uid=match)
         if refused is not None and now - refused < repeat:
             return None  # the scheduler said no on purpose (e.g. a PodDisruptionBudget): back off
         if state == "stopping" and stopped is not None:

@@ -117,6 +117,9 @@ def test_a_past_pause_is_a_silence_that_work_followed():
     window = group_signals(obs).jobs["ml/svc"].window(3600, 1)
     why = long_tail_reason(window, None, POLICY.detectors.longtail, quiet_pct=2.0)
     assert why is not None and "pauses up to 2h" in why
+    # A blip that leads into the work (a model load, CUDA init 10 minutes before the burst) is part of coming
+    # back: the 150-minute silence before it is the job's rhythm, and 100 minutes of quiet are within it.
+    assert detect([BURST] * 2 + quiet(30) + [BLIP] + quiet(2) + [BURST] * 2 + quiet(20), POLICY)[1] == []
     # A longer silence that only a blip ended shows nothing worth waiting for.
     [g] = detect([BURST] * 2 + quiet(5) + [BURST] * 2 + quiet(30) + [BLIP] + quiet(20), POLICY)[1]
     assert g.since == AT - timedelta(minutes=100) and g.stop_after is None

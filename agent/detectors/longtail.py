@@ -233,7 +233,8 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
     if blip_gpu_s <= 0 and rule.pause == "silence":
         # Like with like: the current stretch ends at any activity, so a past pause is a silence too, and only one
         # that work followed says the job may come back after it.
-        longest_gap = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct)
+        back = math.ceil(window.slices / r - 1e-9)  # the idle window, in the slices `values` counts
+        longest_gap = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct, back)
     worked = (busy[-1] - busy[0] + 1) * r if busy else 0
     needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
     if bursts >= 2 and quiet < needed:
@@ -256,23 +257,29 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
 
 
 def _longest_silence_before_work(values: list[float | None], busy: list[int], coarse: CoarseHistory | None,
-                                 first: int, quiet_pct: float) -> int:
-    """The longest silence (slices with no activity, blips included as activity) that ended in a burst of work:
-    from the last active slice before each burst slice in `busy` (indices into `values`, the lookback before the
-    current quiet stretch) to it. A silence before the lookback's first activity is not counted: its start is
-    unknown. Coarse slices not busy throughout may hide up to r-1 quiet fine slices at each end, counted in."""
+                                 first: int, quiet_pct: float, back: int) -> int:
+    """The longest silence (slices with no activity, blips included as activity) the job came back from with
+    work: one whose end is followed by a burst slice in `busy` (indices into `values`, the lookback before the
+    current quiet stretch) within `back` slices (the idle window), blips in between allowed: a model load or
+    CUDA init that touches the GPU before the real work is part of coming back. A silence that only blips
+    followed for longer than that shows nothing worth waiting for. A silence before the lookback's first
+    activity is not counted: its start is unknown. Coarse slices not busy throughout may hide up to r-1 quiet
+    fine slices at each end, counted in."""
     r = coarse.ratio if coarse is not None else 1
-    work = set(busy)
+    work = sorted(busy)
 
     def edge(k: int) -> int:
         return r - 1 if coarse is not None and not coarse.solid(first + k, quiet_pct) else 0
 
     longest = 0
     last_active: int | None = None
+    w = 0  # the first burst slice at or after k
     for k, value in enumerate(values):
         if value is None or value <= quiet_pct:
             continue
-        if k in work and last_active is not None:
+        while w < len(work) and work[w] < k:
+            w += 1
+        if last_active is not None and w < len(work) and work[w] - k <= back:
             longest = max(longest, (k - last_active - 1) * r + edge(last_active) + edge(k))
         last_active = k
     return longest

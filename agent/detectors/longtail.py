@@ -266,7 +266,7 @@ def _longest_silence_before_work(values: list[float | None], busy: list[int], co
     activity is not counted: its start is unknown. Coarse slices not busy throughout may hide up to r-1 quiet
     fine slices at each end, counted in."""
     r = coarse.ratio if coarse is not None else 1
-    work = sorted(busy)
+    work = busy  # ascending, as _periodic builds it
 
     def edge(k: int) -> int:
         return r - 1 if coarse is not None and not coarse.solid(first + k, quiet_pct) else 0

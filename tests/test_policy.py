@@ -12,7 +12,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from agent.cli.main import main
-from agent.config.policy import MAX_SLICES, Policy, PolicyError, load_policy, parse_policy, slices_read
+from agent.config.policy import (
+    MAX_SLICES,
+    Policy,
+    PolicyError,
+    load_policy,
+    parse_policy,
+    slices_read,
+    stretch_span,
+)
 from agent.graph.deps import sweep_grid
 from agent.graph.service import SweepService
 from agent.guardrail.protection import protection_reason
@@ -166,6 +174,11 @@ INF, NAN = float("inf"), float("nan")
     ({"detectors": {"slice": "10m", "zombie": {"window": "5m"}}}, "detectors"),
     ({"detectors": {"slice": "1s", "idle": {"window": "1d"}}}, "detectors"),
     ({"detectors": {"slice": "1s", "longtail": {"lookback": "300d", "history_slice": "1s"}}}, "detectors"),
+    # A stop must be able to land: the notice runs out before the next warning, and a sweep sees a quiet stretch
+    # back to the oldest warning or request that may count (stretch_span), in a bounded number of slices.
+    ({"warning": {"min_notice": "5h"}}, "(top level)"),
+    ({"detectors": {"slice": "1m", "longtail": {"history_slice": "1m"}}, "approvals": {"expire_after": "30d"}},
+     "(top level)"),
 ])
 def test_a_value_that_would_crash_or_disable_a_sweep_is_refused(tmp_path, data, key):
     path = _write(tmp_path, yaml.safe_dump(data))
@@ -181,12 +194,15 @@ def test_zero_notice_and_zero_grace_stay_allowed():
 
 def test_the_slice_limit_is_the_grid_a_sweep_reads():
     def detectors(window_s: int) -> dict[str, Any]:
+        # A warning's and a request's life (stretch_span) within the fine slices too: no coarse history.
         return {"detectors": {"slice": "1s", "idle": {"window": window_s},
-                              "longtail": {"lookback": "1h", "history_slice": "1s"}}}
+                              "longtail": {"lookback": "1h", "history_slice": "1s"}},
+                "warning": {"repeat_every": "1h", "min_notice": 0}, "approvals": {"expire_after": "1h"}}
 
     policy = parse_policy(detectors(MAX_SLICES))
     grid = sweep_grid(policy)
-    assert slices_read(policy.detectors) == (round(grid.lookback_s / grid.slice_s), 0) == (MAX_SLICES, 0)
+    assert slices_read(policy.detectors, stretch_span(policy)) == (round(grid.lookback_s / grid.slice_s), 0) == (
+        MAX_SLICES, 0)
     with pytest.raises(PolicyError, match=f"would read {MAX_SLICES + 1} slices"):
         parse_policy(detectors(MAX_SLICES + 1))
 
@@ -321,7 +337,7 @@ def test_whatever_the_loader_accepts_a_sweep_runs(tmp_path_factory, data):
     fine = round(grid.lookback_s / grid.slice_s)
     coarse = round(grid.history_lookback_s / grid.history_slice_s) if grid.history_lookback_s else 0
     assert fine <= MAX_SLICES and coarse <= MAX_SLICES, (fine, coarse)
-    assert slices_read(policy.detectors) == (fine, coarse)
+    assert slices_read(policy.detectors, stretch_span(policy)) == (fine, coarse)
     deps, cluster = simulated_deps(SCENARIO, policy, PolicyModel())
     service = SweepService(deps)
     for minute in (75, 140):  # the notebook went quiet at 30m: a warning, then a stop (or their denials)

@@ -160,6 +160,23 @@ def test_idle_notebook_is_warned_then_stopped_after_the_notice() -> None:
     assert r.score.reclaimed_gpu_hours > 0
 
 
+@pytest.mark.easy
+def test_a_long_tail_lookback_shorter_than_the_notice_still_lets_the_stop_land() -> None:
+    # A 30-minute long-tail lookback and a one-hour notice: a sweep must still see the quiet stretch back to the
+    # warning (stretch_span), or the stretch seems to begin at the read's moving edge, the warning goes stale at
+    # every sweep, and the owner is warned every 35 minutes while the job is never stopped (as it was).
+    short = "30m"
+    policy = Policy.model_validate({"detectors": {
+        "idle": {"window": short}, "zombie": {"window": short}, "overprovisioned": {"window": short},
+        "pools": {"empty_window": short}, "longtail": {"lookback": short, "history_slice": "5m"}}})
+    path = SCENARIO_DIR / "notebook-abandoned-from-start.yaml"
+    r = run_scenario(load_scenario(path), policy, PolicyModel())
+    job = "ds-team/jupyter-abandoned"
+    warned, stopped = acts(r, job, "notify", "executed"), stops(r, job)
+    assert len(warned) == 1 and len(stopped) == 1
+    assert stopped[0]["at_s"] - warned[0]["at_s"] == HOUR
+
+
 @pytest.mark.medium
 def test_zombie_is_found_only_after_the_zombie_window() -> None:
     r = run("zombie-pinned-gpu")

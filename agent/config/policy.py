@@ -238,17 +238,28 @@ class Detectors(_Section):
         return self
 
 
-def slices_read(d: Detectors) -> tuple[int, int]:
-    """Fine and coarse slices one sweep reads per series: agent.graph.deps.sweep_grid's arithmetic, in slice counts."""
+def slices_read(d: Detectors, stretch_s: float = 0.0) -> tuple[int, int]:
+    """Fine and coarse slices one sweep reads per series: agent.graph.deps.sweep_grid's arithmetic, in slice counts.
+    `stretch_s`: how far back a quiet stretch must stay visible (stretch_span), when longer than the lookback."""
     longest = max(d.idle.window, d.zombie.window, d.overprovisioned.window, d.pools.empty_window)
     window = max(1, math.ceil(longest / d.slice - 1e-9))
     ratio = max(1, min(round(d.longtail.history_slice / d.slice), window))  # fine slices per coarse one
     coarse = ratio * d.slice
     fine = math.ceil(longest / coarse - 1e-9) * ratio
-    history = math.ceil(d.longtail.lookback / coarse - 1e-9)
+    history = math.ceil(max(d.longtail.lookback, stretch_s) / coarse - 1e-9)
     if history * ratio <= fine:
         return fine, 0
     return min(fine + ratio, history * ratio), history
+
+
+def stretch_span(policy: Policy) -> float:
+    """How far back a sweep must see a quiet stretch: as long as a warning or an approval request about it can still
+    count (the planner warns again after warning.repeat_every; a request waits up to approvals.expire_after), plus
+    the notice. A stretch longer than what a sweep reads seems to begin at the read's edge, which moves with every
+    sweep: a warning older than the edge would no longer count, the owner would be warned again and again, and the
+    stop would never land. With the defaults this is 5 h, inside the 24 h long-tail lookback."""
+    w = policy.warning
+    return max(w.repeat_every, policy.approvals.expire_after) + w.min_notice
 
 
 # Built-in protections: a policy's own lists add to these, and only remove_builtin takes one away.
@@ -516,6 +527,15 @@ class Policy(_Section):
     def _consistent(self) -> Policy:
         if self.levels.max_auto > self.levels.max:
             raise ValueError("levels.max_auto is above levels.max")
+        if self.warning.min_notice > self.warning.repeat_every:
+            raise ValueError(f"warning.min_notice ({format_duration(self.warning.min_notice)}) is longer than "
+                             f"warning.repeat_every ({format_duration(self.warning.repeat_every)}): the owner would be "
+                             f"warned again before the notice ran out, and no stop could ever land")
+        _, coarse = slices_read(self.detectors, stretch_span(self))
+        if coarse > MAX_SLICES:
+            raise ValueError(f"a quiet stretch must stay visible for {format_duration(stretch_span(self))} "
+                             f"(warning.repeat_every or approvals.expire_after, plus warning.min_notice): "
+                             f"{coarse} coarse slices (more than {MAX_SLICES}); make longtail.history_slice longer")
         return self
 
     def levels_for(self, namespace: str | None, project: str | None) -> tuple[int, int]:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent.config.policy import Policy
+from agent.config.policy import Policy, stretch_span
 from agent.detectors.engine import log_candidates
 from agent.detectors.signals import window_slices
 from agent.records.approvals import ApprovalStore
@@ -75,7 +75,8 @@ def sweep_grid(policy: Policy) -> SweepGrid:
     # A whole number of fine slices, and never longer than the windows: the fine span is rounded up to it.
     coarse = max(1, min(round(d.longtail.history_slice / d.slice), window_slices(windows, d.slice))) * d.slice
     fine = math.ceil(windows / coarse - 1e-9) * coarse
-    history = math.ceil(d.longtail.lookback / coarse - 1e-9) * coarse
+    # The long-tail day, or longer when a warning or an approval can outlive it (stretch_span).
+    history = math.ceil(max(d.longtail.lookback, stretch_span(policy)) / coarse - 1e-9) * coarse
     if history <= fine:
         return SweepGrid(d.slice, fine, coarse, 0.0)
     # Both grids end at the sweep instant. One more coarse slice of fine ones measures a quiet stretch to

@@ -24,6 +24,7 @@ from core.cluster import (
     PoolInfo,
     ResizeResult,
     StopResult,
+    expected_samples,
 )
 from evals.trace import ContainerTrace, Trace
 
@@ -183,7 +184,7 @@ class TraceCluster:
         phase = end_off % slice_s
         last = round((end_off - phase) / slice_s) - 1  # global index of the slice ending at `end`
         grid = self._grid(phase, slice_s)
-        expected = max(1, round(slice_s / self.trace.interval_s))
+        expected = expected_samples(slice_s, self.trace.interval_s)
         out = []
         for c in self.running():
             s = grid[c.id]

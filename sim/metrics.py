@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import cast
 
-from core.cluster import GpuHistory, GpuSeries, JobIoSeries
+from core.cluster import GpuHistory, GpuSeries, JobIoSeries, expected_samples
 from sim.lifecycle import Lifecycle, Run
 from sim.signals import IDLE_POWER_W, temp_c
 from sim.topology import SimNode
@@ -187,7 +187,7 @@ class MetricSlices:
     def gpu_history(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[GpuHistory]:
         """Coarse max, min and sample count per GPU, for the same occupant gpu_series picks."""
         return [GpuHistory(job=run.job.id if run else None, node=node.name, gpu=g, slice_s=slice_s,
-                           expected=round(slice_s / self.step), util_max=[a[0] for a in aggs],
+                           expected=expected_samples(slice_s, self.step), util_max=[a[0] for a in aggs],
                            util_min=[a[9] for a in aggs], samples=[a[2] for a in aggs],
                            util_avg=[a[1] / a[2] if a[2] else None for a in aggs])
                 for run, node, g, aggs in self._gpu_slices(end, now, lookback_s, slice_s)]

@@ -33,17 +33,18 @@ def quiet_job(history: list[GpuHistory]):
 def test_quiet_time_extends_through_full_quiet_coarse_slices_only():
     _, [f] = quiet_job([hist("ml/train", [90.0, 0.0, 0.0, 0.0, 0.0, 0.0])])
     assert f.since == AT - timedelta(hours=2.5)  # 1 h of fine slices + 3 quiet coarse ones
-    # 50 of 60 samples: one fine slice inside may have been empty, so the quiet run stops there; 51 cannot.
-    _, [f] = quiet_job([hist("ml/train", [0.0] * 5, samples=[FULL, 50, FULL, FULL, FULL])])
+    # 55 of 60 samples: one fine slice inside may have been empty (the other five may hold 11 each: scrape jitter,
+    # or an interval that does not divide the slice), so the quiet run stops there; 56 cannot.
+    _, [f] = quiet_job([hist("ml/train", [0.0] * 5, samples=[FULL, 55, FULL, FULL, FULL])])
     assert f.since == AT - timedelta(hours=1.5)
-    _, [f] = quiet_job([hist("ml/train", [0.0] * 5, samples=[FULL, 51, FULL, FULL, FULL])])
+    _, [f] = quiet_job([hist("ml/train", [0.0] * 5, samples=[FULL, 56, FULL, FULL, FULL])])
     assert f.since == AT - timedelta(hours=2.5)
     _, [f] = quiet_job([hist("ml/train", [0.0, None, 0.0, 0.0, 0.0])])
     assert f.since == AT - timedelta(hours=1.5)
 
 
 def test_a_coarse_slice_needs_every_gpu_full_and_known():
-    merged = merge_history([hist("j", [0.0, 0.0]), hist("j", [None, 5.0], samples=[0, 55], index=1)], 6)
+    merged = merge_history([hist("j", [0.0, 0.0]), hist("j", [None, 5.0], samples=[0, 56], index=1)], 6)
     assert merged is not None and merged.util_max == [None, 5.0] and merged.full == [False, True]
 
 

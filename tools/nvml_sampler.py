@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from core.cluster import GpuHistory, GpuSeries, JobIoSeries
+from core.cluster import GpuHistory, GpuSeries, JobIoSeries, expected_samples
 from tools.nvml import GpuReading, NvmlCollector
 from tools.pid_jobs import ProcessOwner
 
@@ -40,7 +40,7 @@ class NvmlMetrics:
         return readings
 
     def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
-        expected = max(round(slice_s / self.interval_s), 1)
+        expected = expected_samples(slice_s, self.interval_s)
         return [GpuSeries(
             job=job, node=self.collector.hostname, gpu=index, uuid=r.uuid, model=r.model, slice_s=slice_s,
             util_max=[max(u) if u else None for u in utils], util_avg=[sum(u) / len(u) if u else None for u in utils],
@@ -51,7 +51,7 @@ class NvmlMetrics:
 
     def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
         """Coarse max, min and sample count per GPU, from the same kept readings."""
-        expected = max(round(slice_s / self.interval_s), 1)
+        expected = expected_samples(slice_s, self.interval_s)
         return [GpuHistory(
             job=job, node=self.collector.hostname, gpu=index, slice_s=slice_s, expected=expected, samples=counts,
             util_max=[max(u) if u else None for u in utils], util_min=[min(u) if u else None for u in utils],

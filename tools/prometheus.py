@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries
+from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, expected_samples
 from tools import promql
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
@@ -244,7 +244,7 @@ class PrometheusMetrics:
         lookback = n * slice_s
         point = {name: promql.instant_values(self._instant("gpu metrics", q, t_end), keys)
                  for name, q in promql.gpu_instant_queries(self.selector, lookback).items()}
-        expected = max(round(slice_s / self.sample_interval_s), 1)
+        expected = expected_samples(slice_s, self.sample_interval_s)
         parents = _parent_readings(cols["xid_last"], point["temp_max"])
         chosen: dict[tuple[str, str, str, str], tuple[tuple, GpuSeries]] = {}
         for key, counts in cols["util_count"].items():
@@ -323,7 +323,7 @@ class PrometheusMetrics:
         cols = {name: promql.range_columns(self._range("gpu history", q, start, t_end, slice_s), promql.GPU_KEYS,
                                            start, slice_s, n)
                 for name, q in promql.gpu_history_queries(self.selector, slice_s).items()}
-        expected = max(round(slice_s / self.sample_interval_s), 1)
+        expected = expected_samples(slice_s, self.sample_interval_s)
         out = []
         for key, counts in cols["util_count"].items():
             host, gpu, _uuid, instance, _model, namespace, pod, hpc_job = key

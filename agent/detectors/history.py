@@ -72,13 +72,22 @@ class CoarseHistory:
         return count, spent_gpu_s
 
 
+def _no_empty_fine_slice(count: int, expected: int, ratio: int) -> bool:
+    """Whether a coarse slice's sample count proves every one of its `ratio` fine slices had a sample.
+
+    `expected` is what a healthy coarse slice holds at least (expected_samples: the floor). A fine slice holds at
+    most expected // ratio + 1 (the interval need not divide the slice), so with one fine slice empty the count is
+    at most (ratio - 1) times that; more than that, and none was empty."""
+    return count > (ratio - 1) * (expected // ratio + 1)
+
+
 def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
     """One job's or node's GPUs merged per coarse slice; None without any."""
     if not gpus or ratio < 1:
         return None
     if len(gpus) == 1:  # most jobs hold one GPU: its own lists
         g = gpus[0]
-        whole = [c * ratio > g.expected * (ratio - 1) for c in g.samples]
+        whole = [_no_empty_fine_slice(c, g.expected, ratio) for c in g.samples]
         return CoarseHistory(ratio=ratio, slice_s=g.slice_s, util_max=g.util_max, full=whole,
                              util_min=g.util_min or [None] * len(whole), util_avg=g.util_avg)
     length = max(len(g.util_max) for g in gpus)
@@ -96,8 +105,6 @@ def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
         avgs.append(sum(means) / len(means) if len(means) == len(cols) else None)
         # One GPU busy throughout keeps every fine slice of the job active.
         mins.append(max((low for c in cols if (low := c[3][k]) is not None), default=None))
-        # An empty fine slice takes expected/ratio samples away, so more than (ratio-1)/ratio of a full
-        # coarse slice means every fine slice inside had one.
-        full.append(all((c[1][k] or 0) * ratio > c[2] * (ratio - 1) for c in cols))
+        full.append(all(_no_empty_fine_slice(c[1][k] or 0, c[2], ratio) for c in cols))
     return CoarseHistory(ratio=ratio, slice_s=max(g.slice_s for g in gpus), util_max=maxes, full=full, util_min=mins,
                          util_avg=avgs)

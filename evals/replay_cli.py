@@ -165,7 +165,7 @@ def cmd_replay(args: argparse.Namespace, settings: Any) -> int:
         return 2
     try:
         trace = load_trace(args.trace, id_col=args.id_col, time_col=args.time_col, util_col=args.util_col,
-                           mem_col=args.mem_col)
+                           mem_col=args.mem_col).stretched(args.time_scale)
         policy = load_policy(args.policy)
     except (TraceError, PolicyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -223,6 +223,9 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--time-col", help="timestamp column, seconds (default: auto-detect)")
     p.add_argument("--util-col", help="GPU utilisation %% column (default: auto-detect)")
     p.add_argument("--mem-col", help="GPU memory column, bytes or MB (default: auto-detect, optional)")
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="F",
+                   help="replay the trace at another tempo: every time, pause and interval times F (robustness: "
+                        "the same users pausing F times as long; default 1)")
     p.add_argument("--json", action="store_true", help="print JSON, with every stop and warning of every policy")
     p.add_argument("--html", type=Path, help="also write a self-contained HTML report here")
     p.add_argument("--frontier", action="store_true",

@@ -6,7 +6,7 @@ import csv
 import gzip
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,18 @@ class Trace:
 
     def life_end(self, c: ContainerTrace) -> float:
         return c.last if self.ended_inside(c) else self.duration_s
+
+    def stretched(self, factor: float) -> Trace:
+        """The same cluster at another tempo: every time (and so every pause, burst and sample interval) times
+        `factor`, utilisation unchanged, so each sample stands for `factor` times the work. A robustness check for
+        rules and defaults fixed in minutes: what would they do where users pause 1.5 times as long?"""
+        if not (factor > 0 and math.isfinite(factor)):
+            raise TraceError(f"--time-scale must be a positive number, got {factor}")
+        if factor == 1:
+            return self
+        return replace(self, path=f"{self.path} (time x{factor:g})", duration_s=self.duration_s * factor,
+                       interval_s=self.interval_s * factor,
+                       containers={k: replace(c, t=c.t * factor) for k, c in self.containers.items()})
 
 
 def _pick(header: list[str], wanted: str | None, names: tuple[str, ...], role: str, source: str,

@@ -106,6 +106,21 @@ def test_a_sample_interval_that_does_not_divide_the_slice_still_finds_the_idle_c
     assert [cid for cid, _ in run.stops] == ["slow"] and run.warnings
 
 
+def test_time_scale_replays_the_same_cluster_at_another_tempo(trace_file: Path, tmp_path: Path, capsys):
+    trace = load_trace(trace_file)
+    slow = trace.stretched(2)
+    assert slow.stretched(1) is slow and slow.duration_s == 2 * trace.duration_s and slow.interval_s == 2 * STEP
+    assert (slow.containers["comes-back"].t == 2 * trace.containers["comes-back"].t).all()
+    # comes-back's 50-minute lulls become 100 minutes: past the all-zero rule's 1 h window, which now kills it.
+    assert "comes-back" in [cid for cid, _ in run_zero(slow, window_s=3600).stops]
+    assert "comes-back" not in [cid for cid, _ in run_zero(trace, window_s=3600).stops]
+    with pytest.raises(TraceError, match="--time-scale must be a positive number"):
+        trace.stretched(0)
+    assert main(["replay", str(trace_file), "--time-scale", "2", "--json"]) == 0
+    assert "(time x2)" in json.loads(capsys.readouterr().out)["trace"]
+    assert main(["replay", str(trace_file), "--time-scale", "nan"]) == 2
+
+
 def test_a_blip_budget_sees_through_blips_that_an_all_zero_rule_cannot(tmp_path: Path):
     # Worked an hour, then idle but for a 7% sample every 40 minutes (4.2 GPU-seconds each): never 2 h of
     # zeros, and under a GPU-minute of work in all after any stop.

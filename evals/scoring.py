@@ -42,7 +42,8 @@ def score_run(
 
     A false kill is an executed stop of a job the key says is not waste (`waste: none`), must not be killed, or
     whose waste had not begun yet (`at_s` before the key's `since`, both seconds from the scenario start): the job
-    was still working when it was stopped.
+    was still working when it was stopped. A stop is warned by a delivered warning to the same job (uid) sent before
+    it and at or after the key's `since`.
     """
     found = {(f["job"], f["kind"]) for f in findings}
     grace_only = {(f["job"], f["kind"]) for f in findings if f.get("in_grace")}
@@ -78,9 +79,12 @@ def score_run(
             score.false_kills += 1
             score.false_kill_targets.append(stop["job"])
             score.stops_before_waste += early
-        # A namesake's warning (same id, another uid) does not license a stop of the job now under the id.
+        # A namesake's warning (same id, another uid) does not license a stop of the job now under the id, nor does
+        # one sent before the waste began (the key's `since`): it was about a stretch the job worked out of.
+        began = truth.since if truth is not None and truth.since is not None else float("-inf")
         warned = any(
-            a["action"] == "notify" and a["status"] == "executed" and a["job"] == stop["job"] and a["at_s"] < stop["at_s"]
+            a["action"] == "notify" and a["status"] == "executed" and a["job"] == stop["job"]
+            and began <= a["at_s"] < stop["at_s"]
             and (not a.get("uid") or not stop.get("uid") or a["uid"] == stop["uid"])
             for a in actions
         )

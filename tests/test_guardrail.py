@@ -485,6 +485,22 @@ def test_a_warning_just_before_the_last_activity_does_not_announce_a_stop():
     assert step is not None and step.action == "notify"
 
 
+def test_a_warning_the_steward_failed_to_replace_no_longer_licenses_a_stop():
+    """Warned 80 minutes ago; 70 minutes ago the steward tried to warn again (a new stretch the sweep saw, or a
+    repeat) and the message failed. What the owner last heard may not be what the stop is about: the stop waits
+    for a delivered warning, and the planner keeps trying to send one. A failed attempt before the delivered
+    warning changes nothing."""
+    failed = entry("notify", 70, status="failed", finding_kind="idle", detail="webhook 502")
+    check(decide(act(), facts(), Policy(), warned(80, failed)), "deny", "warning_first", "was not delivered",
+          "webhook 502")
+    assert decide(act(), facts(), Policy(), warned(70, entry("notify", 85, status="failed", finding_kind="idle"))
+                  ).verdict == "allow"
+    from agent.planning.policy_model import PolicyModel
+
+    step = PolicyModel._next_step(finding(), "running", warned(80, failed), Policy(), NOW)
+    assert step is not None and step.action == "notify"
+
+
 def test_an_approval_asked_about_an_earlier_stretch_does_not_license_a_stop_in_this_one():
     """Asked 2 hours ago, approved now; the job worked since and its current stretch began 90 minutes ago. The
     human judged the evidence of the earlier lull: the stop needs a new request. Asked within this stretch, the

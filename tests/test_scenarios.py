@@ -43,6 +43,7 @@ DIFFICULTY: dict[str, str] = {
     "approval-denied": "medium",
     "approval-expired": "medium",
     "approval-outlived-by-work": "medium",
+    "owner-returns-cpu-work-after-warning": "medium",
     "protection-by-user-project": "medium",
     "overprovisioned-and-idle": "medium",
     "out-of-range-metrics": "medium",

@@ -1,4 +1,5 @@
-"""Scenario scoring against the answer key: a stop before the waste began (`truth.since`) is a false kill."""
+"""Scenario scoring against the answer key: a stop before the waste began (`truth.since`) is a false kill, and
+only a warning sent since then announces it."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def _scenario(since: str | None) -> Any:
     })
 
 
-def _actions(stop_at: int) -> list[dict[str, Any]]:
-    return [{"job": "ml/notebook", "action": "notify", "level": 1, "at_s": stop_at - 1800, "status": "executed",
+def _actions(stop_at: int, warned_at: int | None = None) -> list[dict[str, Any]]:
+    warned_at = stop_at - 1800 if warned_at is None else warned_at
+    return [{"job": "ml/notebook", "action": "notify", "level": 1, "at_s": warned_at, "status": "executed",
              "reason": ""},
             {"job": "ml/notebook", "action": "terminate", "level": 2, "at_s": stop_at, "status": "executed",
              "reason": ""}]
@@ -40,8 +42,11 @@ def test_a_stop_before_the_waste_began_is_a_false_kill():
     early = score_run(_scenario("1h"), findings, _actions(3599), 1.0)
     assert early.false_kills == 1 and early.stops_before_waste == 1 and early.false_kill_targets == ["ml/notebook"]
     assert not early.passed
-    on_time = score_run(_scenario("1h"), findings, _actions(3600), 1.0)
+    on_time = score_run(_scenario("1h"), findings, _actions(5400, warned_at=3600), 1.0)
     assert on_time.false_kills == 0 and on_time.stops_before_waste == 0 and on_time.passed
+    # A warning sent before the waste began announced a stretch the job worked out of: the stop was unwarned.
+    stale = score_run(_scenario("1h"), findings, _actions(5400, warned_at=3599), 1.0)
+    assert stale.false_kills == 0 and stale.stops_without_warning == 1 and not stale.passed
     unknown_start = score_run(_scenario(None), findings, _actions(60), 1.0)  # no `since` in the key: not judged
     assert unknown_start.false_kills == 0
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from agent.config.policy import Policy
+from agent.config.policy import LongTailRule, Policy
 from agent.detectors.evidence import io_metrics, log_metrics
 from agent.detectors.longtail import LongTail, long_tail
-from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from agent.detectors.signals import ClusterSignals, JobSeries, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
@@ -44,6 +44,24 @@ def with_grace(finding: Finding, reason: str, stop_after: datetime) -> Finding:
         "evidence": f"{finding.evidence}; {reason}: no stop before {stop_after:%Y-%m-%d %H:%M} UTC",
         "metrics": finding.metrics | {"grace_left_s": round((stop_after - finding.detected_at).total_seconds())},
     })
+
+
+def last_other_work(series: JobSeries, logs: LogProgress | None, rule: LongTailRule) -> datetime | None:
+    """When the job last showed work besides its GPUs, as far as the sweep can see: the end of the newest slice of
+    process CPU at or above `rule.cpu_active_pct` or network/disk at or above `rule.io_threshold_mbps` (the
+    evidence long_tail_reason protects a quiet job with), or its last log progress line."""
+    newest = logs.last_progress_at if logs is not None else None
+    io = series.io
+    if io is not None:
+        columns = ((io.cpu_pct, rule.cpu_active_pct), (io.net_rx_mbps, rule.io_threshold_mbps),
+                   (io.disk_read_mbps, rule.io_threshold_mbps))
+        for values, threshold in columns:
+            for back, value in enumerate(reversed(values)):
+                if value is not None and value >= threshold:
+                    end = series.at - timedelta(seconds=back * io.slice_s)
+                    newest = end if newest is None or end > newest else newest
+                    break
+    return newest
 
 
 class IdleGpuDetector:
@@ -87,6 +105,11 @@ class IdleGpuDetector:
                 continue
             quiet, blips = window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)
             since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
+            # The stretch of waste begins after the last work of any kind, not only the GPU's: an owner who answered
+            # a warning by working on the CPU (or the network, disk, log) and left again must be warned anew.
+            worked = last_other_work(window.series, logs, self.longtail)
+            if worked is not None and worked > since:
+                since = worked
             finding = self._finding(job, window, logs, since, obs.at, blips)
             if tail is not None and stop_after is not None:
                 finding = with_grace(finding, tail.reason, stop_after)

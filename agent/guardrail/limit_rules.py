@@ -44,6 +44,12 @@ def warning_first_rule(case: Case) -> Denial:
     began = stretch_began(case)
     if began is not None:
         oldest = max(oldest, began)
+    # A warning the steward later tried to replace and could not (the attempt failed: a new stretch it had to
+    # announce, a repeat) is superseded: what the owner last heard may not be what the stop is about.
+    failed = [as_utc(e.at) for e in case.past("notify", statuses=("failed",))
+              if kind is None or e.finding_kind is None or e.finding_kind == kind]
+    if failed:
+        oldest = max(oldest, max(failed))
 
     def announces_this_stop(e: HistoryEntry) -> bool:
         # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job.

@@ -259,6 +259,10 @@ class PolicyModel:
         # A warning about an earlier stretch of waste (a lull the job worked out of) announces nothing now: warn
         # again, as the guardrail only counts warnings sent since this stretch began (warning_first_rule).
         stale = warned is not None and warned < f.since
+        # A warning the steward then tried and failed to send again (a new stretch, a repeat) is superseded: the
+        # guardrail no longer counts it, so keep trying to deliver one.
+        failed = _last(history, "notify", f.target, f.kind, ("failed",), uid=match)
+        stale = stale or (warned is not None and failed is not None and failed > warned)
         # In the job's long-tail grace (f.stop_after): one warning per stop, sent no earlier than a repeat period
         # before the stop can land, and no stop before the grace ends (the guardrail's grace_rule too).
         grace_left = (f.stop_after - now) if f.stop_after is not None else timedelta(0)

@@ -70,6 +70,7 @@ DIFFICULTY: dict[str, str] = {
     "rl-cpu-rollouts-gpu-learner": "hard",
     "keepalive-script": "hard",
     "keepalive-owner-returns": "hard",
+    "rank0-eval-workers-wait": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

@@ -6,6 +6,7 @@ from typing import Protocol
 
 from agent.config.policy import Policy
 from agent.detectors.doomed import DoomedJobDetector
+from agent.detectors.gang import spare_waiting_ranks
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.keepalive import KeepAliveDetector
 from agent.detectors.node_health import NodeHealthDetector
@@ -48,6 +49,7 @@ def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | No
     found = [f for d in all_detectors(policy) for f in d.detect(obs, signals)]
     if history is not None and obs.pools:
         found += PlannedScaleUpDetector(policy).detect(obs, history)
+    found = spare_waiting_ranks(found, obs, signals, policy)
     findings = mark_blockers(as_serving_advice(found, obs, policy.detectors.serving), obs)
     jobs = obs.jobs_by_id()
     pool_of = {n.name: n.pool for n in obs.nodes}

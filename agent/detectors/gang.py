@@ -1,0 +1,92 @@
+"""Pods of one distributed job: a rank that waits while another works is part of a working job, not waste.
+
+A PyTorchJob, MPIJob, Volcano job, LeaderWorkerSet or JobSet runs as several pods that live and die together:
+stopping one kills the job. While rank 0 runs an evaluation alone, the other ranks wait in a barrier, pinned at
+100 % by NCCL's polling kernel (zombie-like) or at 0 % in a gloo barrier (idle-like). Judged pod by pod, they
+look hung or idle; judged as a job, the job is working. A real hang has no working rank: the survivors of a dead
+rank all wait, so a stoppable finding stands only when no other pod of the job shows work.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent.config.policy import Policy
+from agent.detectors.activity import GpuActivity
+from agent.detectors.signals import ClusterSignals
+from core.actions import Finding
+from core.cluster import JobInfo
+from core.observation import Observation
+
+# Labels the gang-scheduling operators put on every pod of one job (Kubeflow training operator, Volcano,
+# LeaderWorkerSet, JobSet). Not batch/v1 `job-name`: the pods of a parallel Job are independent workers.
+GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
+               "jobset.sigs.k8s.io/jobset-name")
+WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
+
+
+def gang_of(job: JobInfo) -> tuple[str, str, str] | None:
+    """(namespace, label, value) naming the distributed job this pod belongs to; None for a job of its own."""
+    for label in GANG_LABELS:
+        value = job.labels.get(label)
+        if value:
+            return job.namespace, label, value
+    return None
+
+
+def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: Policy) -> str | None:
+    """What shows this pod working over the idle window, in the operator's words; None when nothing does.
+
+    Positive evidence only: its log advanced, its network or disk moved data, a GPU's utilisation sat between
+    idle and pinned (a hung collective pins it, a waiting rank idles it), or its GPUs really compute (DCGM
+    profiling, power, NVLink/PCIe). A pod that merely is not flagged (no log read, a window not yet full) is not
+    evidence: it could be another survivor of the same hang."""
+    d = policy.detectors
+    series = signals.jobs.get(job.id)
+    logs = obs.logs.get(job.id)
+    if series is None:
+        return None
+    window = series.window(d.idle.window, job.gpus)
+    start = window.at - timedelta(seconds=window.seconds)
+    if logs is not None and logs.last_progress_at is not None and logs.last_progress_at >= start:
+        return f"its log advanced at {logs.last_progress_at:%H:%M}"
+    io = d.longtail.io_threshold_mbps
+    for name, value in (("network", window.net_max), ("disk", window.disk_max)):
+        if value is not None and value >= io:
+            return f"{name} up to {value:.1f} MB/s"
+    middle = [v for v in window.gpu_avg_util if v is not None
+              and d.idle.util_threshold_pct < v < d.zombie.busy_threshold_pct]
+    if middle:
+        return f"GPU at {max(middle):.0f}% avg util"
+    if window.coverage >= d.idle.min_coverage and not window.all_quiet(d.idle.util_threshold_pct):
+        work = GpuActivity.of(window, d.idle.min_coverage).real_work(d.activity)
+        if work:
+            return work[0]
+    return None
+
+
+def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: ClusterSignals,
+                        policy: Policy) -> list[Finding]:
+    """The findings without idle, zombie and keep-alive findings on pods whose distributed job has another pod
+    showing work: they wait for it (a barrier, an evaluation on rank 0), and a stop would kill the job."""
+    flagged = {f.target for f in findings if f.target_type == "job" and f.kind in WAITING_KINDS}
+    if not flagged:
+        return findings
+    jobs = obs.jobs_by_id()
+    gangs: dict[tuple[str, str, str], list[JobInfo]] = {}
+    for job in obs.jobs:
+        key = gang_of(job)
+        if key is not None:
+            gangs.setdefault(key, []).append(job)
+    working: dict[str, str] = {}  # flagged pod -> the sibling that works, and how
+    for target in flagged:
+        pod = jobs.get(target)
+        key = gang_of(pod) if pod is not None else None
+        for sibling in gangs.get(key, []) if key is not None else []:
+            if sibling.id == target or sibling.id in flagged:
+                continue
+            how = shows_work(sibling, obs, signals, policy)
+            if how is not None:
+                working[target] = f"{sibling.id} ({how})"
+                break
+    return [f for f in findings if not (f.target_type == "job" and f.kind in WAITING_KINDS and f.target in working)]

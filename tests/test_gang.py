@@ -1,0 +1,60 @@
+"""Pods of one distributed job are judged together: a rank that waits while another works is not waste
+(agent/detectors/gang.py). A real hang has no working rank, so its findings stand."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent.detectors.engine import run_detectors
+from agent.detectors.gang import gang_of
+from core.cluster import NodeInfo
+from tests.test_detectors import AT, POLICY, io, job, job_gpus, observe, progress
+
+GANG = {"training.kubeflow.org/job-name": "sft"}
+SILENT = AT - timedelta(minutes=50)  # a pod whose log stopped 50 minutes ago
+
+
+def pod(name: str, node: str, labels: dict[str, str] | None = None, namespace: str = "llm"):
+    return job(f"{namespace}/{name}", gpus=4, node=node, labels=GANG if labels is None else labels)
+
+
+def cluster(master_util: float, master_log_at=None, worker_labels: dict[str, str] | None = None,
+            worker_ns: str = "llm"):
+    """master-0 at `master_util` (24 slices); worker-0 pinned at 100 % with a log silent since SILENT (hung-looking);
+    worker-1 at 0 % (idle-looking). All on their own nodes, no network or disk I/O."""
+    jobs = [pod("master-0", "n1"), pod("worker-0", "n2", worker_labels, worker_ns),
+            pod("worker-1", "n3", worker_labels, worker_ns)]
+    gpus = (job_gpus("llm/master-0", [master_util] * 24, node="n1")
+            + job_gpus(f"{worker_ns}/worker-0", [100.0] * 24, node="n2")
+            + job_gpus(f"{worker_ns}/worker-1", [85.0] * 6 + [0.0] * 18, node="n3"))
+    ios = [io(j.id, 24) for j in jobs]
+    logs = {f"{worker_ns}/worker-0": progress(f"{worker_ns}/worker-0", SILENT),
+            "llm/master-0": progress("llm/master-0", master_log_at if master_log_at is not None else SILENT)}
+    nodes = [NodeInfo(name=n, pool="a100", gpus=8, jobs=[j.id for j in jobs if j.node == n]) for n in ("n1", "n2", "n3")]
+    return observe(jobs, gpus, ios, logs, nodes=nodes)
+
+
+def kinds(obs) -> dict[str, str]:
+    return {f.target: f.kind for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
+
+
+def test_waiting_ranks_are_spared_while_rank_0_works():
+    # Rank 0 evaluates at 55 % (between idle and pinned): the pinned and the idle worker wait for it.
+    assert kinds(cluster(55.0)) == {}
+    # Its log advancing says the same, whatever its GPU shows (a pinned rank 0 that still logs steps).
+    assert kinds(cluster(100.0, master_log_at=AT - timedelta(minutes=3))) == {}
+
+
+def test_a_hung_job_has_no_working_rank_and_its_findings_stand():
+    # Every rank pinned (rank 0 too, its log silent): the survivors of a dead rank. Nothing shows work.
+    found = kinds(cluster(100.0))
+    assert found == {"llm/master-0": "zombie", "llm/worker-0": "zombie", "llm/worker-1": "idle"}
+
+
+def test_only_pods_of_the_same_job_protect_each_other():
+    # Same label value in another namespace, or pods without a gang label: judged alone.
+    assert kinds(cluster(55.0, worker_ns="other")) == {"other/worker-0": "zombie", "other/worker-1": "idle"}
+    assert kinds(cluster(55.0, worker_labels={})) == {"llm/worker-0": "zombie", "llm/worker-1": "idle"}
+    # batch/v1 `job-name` is not a gang: a parallel Job's pods are independent workers.
+    assert gang_of(pod("w", "n1", {"job-name": "sft"})) is None
+    assert gang_of(pod("w", "n1", {"volcano.sh/job-name": "sft"})) == ("llm", "volcano.sh/job-name", "sft")

@@ -103,6 +103,31 @@ def test_without_profiling_fields_it_falls_back_to_progress_and_io_and_says_so()
     assert "power max 95 W (GPU model's board power unknown)" in f2.evidence and f2.metrics["used_power"] == 0
 
 
+def test_a_hang_judged_without_profiling_on_ambiguous_or_no_power_needs_a_person_to_stop():
+    """Above an idle GPU's draw (a quarter of board power) and under the near-idle line, power alone cannot tell a
+    hung collective's spin from memory-bound decoding: the finding stands (the owner is warned), a stop needs a
+    person. No power reading and no profiling: nothing GPU-side says idle either. Profiling or an idle draw: the
+    policy's levels decide, as before."""
+    bare = {k: None for k in HUNG}
+    [ambiguous] = ZombieDetector(POLICY).detect(hung_job(**{**bare, "power": 140.0}))  # 35 % of 400 W
+    assert ambiguous.stop_needs_approval is not None and "above an idle GPU's draw (25%)" in ambiguous.stop_needs_approval
+    [blind] = ZombieDetector(POLICY).detect(hung_job(**bare))
+    assert blind.stop_needs_approval is not None and "no power reading" in blind.stop_needs_approval
+    [idle_draw] = ZombieDetector(POLICY).detect(hung_job(**{**bare, "power": 95.0}))  # 24 %
+    assert idle_draw.stop_needs_approval is None
+    [profiled] = ZombieDetector(POLICY).detect(hung_job(**{**HUNG, "power": 140.0}))
+    assert profiled.stop_needs_approval is None
+    from agent.guardrail.case import Facts
+    from agent.guardrail.decide import decide
+    from core.actions import History, HistoryEntry, ProposedAction
+
+    warned = History(entries=[HistoryEntry(action="notify", target="ml/train", status="executed",
+                                           at=AT - timedelta(minutes=60), finding_kind="zombie", deadline=AT)])
+    stop = ProposedAction(action="terminate", target="ml/train", finding_kind="zombie")
+    assert decide(stop, Facts(now=AT, job=job(), findings=[idle_draw]), POLICY, warned).verdict == "allow"
+    assert decide(stop, Facts(now=AT, job=job(), findings=[ambiguous]), POLICY, warned).verdict == "needs_approval"
+
+
 def test_no_progress_must_be_seen_not_assumed_even_when_every_gpu_signal_says_hung():
     assert ZombieDetector(POLICY).detect(hung_job(logs_last=None)) == []  # log never read
     never = hung_job()

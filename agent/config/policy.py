@@ -98,8 +98,19 @@ class ActivityRule(_Section):
     # Share of the GPU model's board power (agent/detectors/activity.py) at or below which it does no real math:
     # idle draws 10-25% of it and a hung collective's spinning kernels up to ~40%; real pinned work draws more.
     idle_power_share: float = Field(0.4, gt=0, le=1)
+    # An idle GPU draws up to this share. Above it (and at or under idle_power_share) power alone cannot tell a hung
+    # collective's spin from memory-bound work (generation, decoding): a hung-job stop judged without DCGM
+    # profiling fields there, or with no power reading at all, needs a person.
+    idle_draw_share: float = Field(0.25, gt=0, le=1)
     # NVLink and PCIe (TX + RX) at or below this: no traffic; real training moves hundreds of MB/s or more.
     interconnect_max_mbps: float = Field(10.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ActivityRule:
+        if self.idle_draw_share > self.idle_power_share:
+            raise ValueError(f"idle_draw_share ({self.idle_draw_share:g}) is above idle_power_share "
+                             f"({self.idle_power_share:g}): an idle GPU's draw is part of the near-idle band")
+        return self
 
 
 class KeepAliveRule(_Section):

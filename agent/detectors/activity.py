@@ -117,6 +117,23 @@ class GpuActivity:
                 out.append(f"{name} {mbps:.1f} MB/s > {rule.interconnect_max_mbps:g} MB/s")
         return out
 
+    def doubt(self, rule: ActivityRule) -> str | None:
+        """Why a hung-job judgement on these signals is not enough for a stop without a person; None when the GPU's
+        own counters (DCGM profiling) or a power reading at an idle GPU's draw say it idles. Interconnect silence
+        says nothing about a single-GPU job, and power above the idle draw is where a hung collective's spin and
+        memory-bound work (generation, decoding) overlap."""
+        if self.profiled:
+            return None
+        share = self.power_share
+        if share is None:
+            return ("no DCGM profiling fields and no power reading: nothing on the GPU's side shows it idle, and a "
+                    "memory-bound job with a quiet log and no I/O looks the same")
+        if share > rule.idle_draw_share:
+            return (f"judged without DCGM profiling fields, and power ({share:.0%} of board power) is above an idle "
+                    f"GPU's draw ({rule.idle_draw_share:.0%}), where a hung collective's spin and memory-bound work "
+                    f"overlap")
+        return None
+
     def signals(self) -> list[str]:
         """The signals beyond utilisation this judgement could read (for the evidence: what it was based on)."""
         out = []

@@ -84,6 +84,9 @@ class ZombieDetector:
             if activity.real_work(self.activity):
                 continue  # the GPU computes, draws power or talks to its peers: slow or quiet, not hung
             finding = self._finding(job, w, logs, activity, last, silent, obs.at)
+            doubt = activity.doubt(self.activity)
+            if doubt is not None:
+                finding = finding.model_copy(update={"stop_needs_approval": doubt})
             if tail is not None and stop_after is not None:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)

@@ -245,7 +245,8 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
         # (the margin quiet_factor gives), the owner may be told; the stop still waits for the margin to run out.
         unprecedented = quiet > longest_gap
         return LongTail(
-            f"periodic GPU work: {bursts} bursts in the last {format_duration(lookback * r * s)} with pauses up to "
+            f"periodic GPU work: {'' if coarse is None else 'up to '}{bursts} bursts in the last "
+            f"{format_duration(lookback * r * s)} with pauses up to "
             f"{format_duration(longest_gap * s)}; quiet for {format_duration(quiet * s)} now "
             f"(< {rule.quiet_factor:g} x the longest pause{share})",
             grace_left_s=(needed - quiet) * s if unprecedented else None,

@@ -71,6 +71,7 @@ DIFFICULTY: dict[str, str] = {
     "keepalive-script": "hard",
     "keepalive-owner-returns": "hard",
     "rank0-eval-workers-wait": "hard",
+    "vendor-labelled-servers-rare-requests": "hard",
     "generation-eval-low-power-no-profiling": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",

@@ -134,9 +134,16 @@ class ServingRule(_Section):
     never a stop. A selector is "label=value" or "label" (present with any value)."""
 
     enabled: bool = True
+    # The labels the common serving stacks' charts and operators set: KServe, Knative, Seldon, Triton, TGI, vLLM,
+    # SGLang, Ollama (a service the list misses can carry steward.io/workload=serving).
     selectors: list[str] = ["app.kubernetes.io/component=inference", "app.kubernetes.io/component=serving",
-                            "app.kubernetes.io/component=predictor", "serving.kserve.io/inferenceservice",
-                            "steward.io/workload=serving"]
+                            "app.kubernetes.io/component=predictor", "component=predictor",
+                            "serving.kserve.io/inferenceservice", "serving.knative.dev/service",
+                            "seldon-deployment-id", "app.kubernetes.io/name=triton-inference-server",
+                            "app=triton-inference-server", "app.kubernetes.io/name=text-generation-inference",
+                            "app=text-generation-inference", "app.kubernetes.io/name=vllm", "app=vllm",
+                            "app.kubernetes.io/name=sglang", "app=sglang", "app.kubernetes.io/name=ollama",
+                            "app=ollama", "steward.io/workload=serving"]
 
 
 class LongTailRule(_Section):

@@ -127,7 +127,8 @@ class ScriptedApprovals:
     """Plays a scenario's scripted human answers: each answers the first request it meets, once.
 
     An answer names a job id; when the id is reused (namesakes), it answers only requests about the
-    job that id names at the time of the answer, never a leftover request about an earlier namesake.
+    job that id names at the answer's `at`: never a leftover request about an earlier namesake, nor one a later
+    namesake makes after it (an answer due before any request waits for that run's).
     """
 
     def __init__(self, scenario: Scenario, service: SweepService, cluster: SimCluster | None = None) -> None:
@@ -142,7 +143,7 @@ class ScriptedApprovals:
             if answer.at > offset_s:
                 continue
             for item in self.service.deps.approvals.pending():
-                if item.target != answer.job or not self._current(item):
+                if item.target != answer.job or not self._current(item, answer.at):
                     continue
                 try:
                     done.append(self.service.answer(item.id, answer.decision, by=answer.by, reason="scripted answer"))
@@ -153,15 +154,17 @@ class ScriptedApprovals:
         return done
 
 
-    def _current(self, item: Any) -> bool:
-        """Whether a request is about the job its target names now (requests without a uid: yes)."""
+    def _current(self, item: Any, answer_at: float) -> bool:
+        """Whether a request is about the job its target named at the answer's time (requests without a uid: yes;
+        an answer given before any run under the id was submitted: the run current now)."""
         if self.cluster is None:
             return True
         proposal = (item.payload.get("guarded_action") or {}).get("proposal") or {}
         uid = proposal.get("target_uid")
         if proposal.get("action") == "resize_pool":
             return True  # a pool's scale-up carries the scale-down it undoes, not a job's uid
-        return not uid or uid == self.cluster.current_uid(item.target)
+        meant = self.cluster.current_uid(item.target, answer_at) or self.cluster.current_uid(item.target)
+        return not uid or uid == meant
 
 
 def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_every: float = 300.0,

@@ -302,10 +302,12 @@ class SimCluster:
         run = self._lifecycle.current(job_id, self.offset_s)
         return run.stopped_at if run is not None else None
 
-    def current_uid(self, job_id: str) -> str | None:
-        """The uid of the run `job_id` names now (namesakes are distinct jobs); no backend call."""
-        run = self._lifecycle.current(job_id, self.offset_s)
-        return self._info(run).uid if run is not None and self._visible(run) else None
+    def current_uid(self, job_id: str, at_s: float | None = None) -> str | None:
+        """The uid of the run `job_id` names now, or at scenario offset `at_s` (namesakes are distinct jobs); no
+        backend call. None when no run under the id was submitted by then."""
+        t = self.offset_s if at_s is None else at_s
+        run = self._lifecycle.current(job_id, t)
+        return self._info(run).uid if run is not None and run.job.submit <= t else None
 
     def stopped_runs(self) -> list[tuple[str, float, float | None, int]]:
         """(id, stop offset, natural end, GPUs) of every run a stop freed, namesakes each on their own."""

@@ -182,6 +182,28 @@ def test_a_long_tail_lookback_shorter_than_the_notice_still_lets_the_stop_land()
 
 
 @pytest.mark.medium
+def test_an_answer_given_before_any_request_does_not_approve_a_later_namesakes_stop() -> None:
+    # The lead approves "stop gpu/bash" at 90m, while the first run is current and before any request; that run
+    # ends at 100m and a second gpu/bash (new uid) idles from 110m. The answer was about the first run: the
+    # second's stop request stays pending (it used to be approved by the early answer and carried out at 235m).
+    from sim.scenario import parse_scenario
+
+    idle = [{"duration": "10m", "gpu_util": 50, "gpu_mem_gb": 20, "cpu_pct": 150}, {"gpu_util": 0, "cpu_pct": 0.5}]
+    scenario = parse_scenario({
+        "name": "early-approval-namesake", "duration": "6h", "pools": [{"name": "a100", "nodes": 1}],
+        "jobs": [{"id": "gpu/bash", "scheduler": "slurm", "gpus": 1, "end": "100m", "phases": idle},
+                 {"id": "gpu/bash", "scheduler": "slurm", "gpus": 1, "submit": "110m",
+                  "phases": [{"gpu_util": 0, "gpu_mem_gb": 6, "cpu_pct": 0.5}]}],
+        "approvals": [{"job": "gpu/bash", "decision": "approve", "at": "90m", "by": "lead"}],
+        "truth": [{"job": "gpu/bash", "waste": "idle", "since": "10m"}]})
+    policy = Policy.model_validate({"levels": {"max_auto": 1, "require_approval": [2, 3, 4]},
+                                    "approvals": {"expire_after": "12h"}})
+    r = run_scenario(scenario, policy, PolicyModel())
+    assert stops(r) == []
+    assert [a["action"] for a in acts(r, status="pending_approval")] == ["terminate"]
+
+
+@pytest.mark.medium
 def test_zombie_is_found_only_after_the_zombie_window() -> None:
     r = run("zombie-pinned-gpu")
     f = finding(r, "cv-team/detector-train", "zombie")

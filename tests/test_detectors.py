@@ -340,6 +340,21 @@ def test_pool_not_oversized_when_reserve_needs_the_node_or_not_on_demand():
     assert OversizedPoolDetector(POLICY).detect(pool_obs(3, billing="reserved")) == []
 
 
+def test_queued_jobs_are_demand_a_scale_down_keeps_room_for():
+    # 8 nodes, 4 empty: without a queue 5 nodes are kept. Two 8-GPU jobs pending (a begin time, a queue) need two
+    # more; one asking for an H100 cannot run here and does not count.
+    obs = pool_obs(4, nodes=8)
+    obs = obs.model_copy(update={"pools": [p.model_copy(update={"gpu_model": "A100-SXM4-80GB"}) for p in obs.pools]})
+    queued = [job(f"batch/eval-{i}", gpus=8, node=None, state="pending") for i in range(2)]
+    other = job("batch/h100", gpus=8, node=None, state="pending", gpu_model="H100")
+    [f] = OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"jobs": [*obs.jobs, *queued, other]}))
+    assert f.metrics["queued_gpus"] == 16 and f.metrics["suggested_nodes"] == 7
+    assert "jobs hold 32 of 64 GPUs and 16 more are queued" in f.evidence
+    # Three queued: every empty node is spoken for.
+    three = [*obs.jobs, *queued, job("batch/eval-2", gpus=8, node=None, state="pending")]
+    assert OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"jobs": three})) == []
+
+
 def test_node_with_quiet_gpus_but_a_job_is_not_empty():
     obs = pool_obs(3, nodes=4)
     nodes = [n.model_copy(update={"jobs": ["ml/sleeper"]}) if n.name == "p-3" else n for n in obs.nodes]

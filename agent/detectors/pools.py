@@ -131,8 +131,11 @@ class OversizedPoolDetector:
             if not empty:
                 continue
             used = sum(gpus_by_node.get(n.name, 0) for n in members)
+            # Queued work is demand: the pool keeps room for pending jobs that could run on it (their GPU model, or
+            # any), counted for every pool they fit, so a scale-down never strands them.
+            queued = sum(j.gpus for j in _queued_for(obs, pool, 0.0))
             total = pool.nodes * pool.gpus_per_node
-            needed = used + self.reserve * total
+            needed = used + queued + self.reserve * total
             suggested = max(pool.min_nodes, pool.nodes - len(empty), math.ceil(needed / pool.gpus_per_node - 1e-9))
             if suggested >= pool.nodes:
                 continue
@@ -152,7 +155,8 @@ class OversizedPoolDetector:
             names = ", ".join(n.name for n, _ in empty[:5]) + (" ..." if len(empty) > 5 else "")
             evidence = (
                 f"on-demand pool {pool.name}: {len(empty)} of {pool.nodes} nodes empty for at least "
-                f"{format_duration(needed_slices * obs.slice_s)} ({names}); jobs hold {used} of {total} GPUs; "
+                f"{format_duration(needed_slices * obs.slice_s)} ({names}); jobs hold {used} of {total} GPUs"
+                f"{f' and {queued} more are queued' if queued else ''}; "
                 f"keeping {self.reserve:.0%} reserve and min_nodes {pool.min_nodes} -> {suggested} nodes; "
                 f"{gpus} GPUs at {pool.price_per_gpu_hour:g} {pool.currency}/GPU-hour could be released"
                 + forecast_note
@@ -171,6 +175,7 @@ class OversizedPoolDetector:
                         "nodes": float(pool.nodes),
                         "suggested_nodes": float(suggested),
                         "used_gpus": float(used),
+                        "queued_gpus": float(queued),
                         "reserve_gpus": self.reserve * total,
                         "total_gpus": float(total),
                         "reserve_fraction": self.reserve,

@@ -112,3 +112,20 @@ def test_huge_log_is_analysed_whole():
 def test_words_that_merely_contain_stall_words_still_count():
     p = analyse_log("j", lines(["lr change at step=100", "lr change at step=200"]), NOW)
     assert p.progress_lines == 2
+
+
+def test_retry_poll_reconnect_and_health_probe_counters_are_not_progress():
+    """Lines about waiting whose counters move (found by probing with unseen scenarios): none is progress."""
+    stalls = [
+        [f"Connection to broker lost, reconnecting (attempt {21 + i})" for i in range(6)],
+        [f"redis unavailable: {21 + i} retries so far, backing off 30s" for i in range(6)],
+        [f"no new tasks in queue vllm-batch, polling again (poll #{21 + i})" for i in range(6)],
+        [f'INFO:     10.0.3.{i}:{51000 + i} - "GET /healthz HTTP/1.1" 200 OK' for i in range(6)],
+        [f"连接 redis 失败，第 {21 + i} 次重试" for i in range(6)],
+        [f"数据加载进程无响应，已卡住 {630 + 30 * i} 秒" for i in range(6)],
+        [f"NCCL 集合通信已挂起 {10 + i} 分钟 (SeqNum=88213)" for i in range(6)],
+    ]
+    for texts in stalls:
+        assert analyse_log("j", lines(texts), NOW).progress_lines == 0, texts[0]
+    # Real progress with similar numbers still counts.
+    assert analyse_log("j", lines([f"tokenised shard {i}/50" for i in range(1, 7)]), NOW).progress_lines == 6

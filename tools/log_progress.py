@@ -23,7 +23,9 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _WORD = re.compile(r"[^\W\d_]+")
 # Lines about waiting are not progress even when their numbers move ("ran for 600123 ms").
 _STALL = re.compile(
-    r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|heartbeat|alive|hang(?:ing)?|hung|stuck)\b|超时|等待|心跳",
+    r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|retries|heartbeat|alive|hang(?:ing)?|hung|stuck"
+    r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|unavailable|unreachable|healthz?|readyz|livez)\b"
+    r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询",
     re.I,
 )
 # A first sighting counts as progress only when it looks like a progress report.

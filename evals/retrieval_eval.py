@@ -22,6 +22,7 @@ from agent.retrieval.index import RunbookIndex
 from agent.retrieval.runbooks import RUNBOOKS_DIR, chunk_runbook, load_runbooks
 
 QUERIES = Path(__file__).resolve().parent / "retrieval_queries.yaml"
+UNSEEN = Path(__file__).resolve().parent / "retrieval_queries_unseen.yaml"  # written outside the team
 Search = Callable[[str, str | None, int], list[dict[str, Any]]]
 METHODS = {"embedding": ("embedding",), "BM25": ("bm25",), "hybrid (RRF)": ("embedding", "bm25")}
 LANGUAGES = ("zh", "en", "all")  # zh: the query has Chinese in it (pure or mixed)
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     queries, held_out = load_queries(), load_queries(held_out=True)
+    unseen = load_queries(UNSEEN)
     zh = sum(is_chinese(q["q"]) for q in queries)
     chunks = [c for b in load_runbooks(args.runbooks) for c in chunk_runbook(b)]
     print(f"{len(queries)} labelled queries ({zh} with Chinese, {len(queries) - zh} English) and {len(held_out)} "
@@ -114,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         build_s = time.perf_counter() - started
         index.search("warm up", None, 1)
         print(f"\nindex build (cold, embeds every section): {build_s:.1f}s; embedder {args.embedder}")
-        for title, subset in (("labelled queries", queries), ("held-out queries", held_out)):
+        for title, subset in (("labelled queries", queries), ("held-out queries", held_out),
+                              ("queries written outside the team (evals/retrieval_queries_unseen.yaml)", unseen)):
             if not subset:
                 continue
             results = evaluate(index, subset)

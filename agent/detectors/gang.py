@@ -72,17 +72,13 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
     flagged = {f.target for f in findings if f.target_type == "job" and f.kind in WAITING_KINDS}
     if not flagged:
         return findings
-    jobs = obs.jobs_by_id()
     gangs: dict[tuple[str, str, str], list[JobInfo]] = {}
     for job in obs.jobs:
         key = gang_of(job)
         if key is not None:
             gangs.setdefault(key, []).append(job)
-    waiting = set()  # flagged pods with a sibling that shows work
-    for target in flagged:
-        pod = jobs.get(target)
-        key = gang_of(pod) if pod is not None else None
-        siblings = [j for j in gangs.get(key, []) if j.id not in flagged] if key is not None else []
-        if any(shows_work(j, obs, signals, policy) is not None for j in siblings):
-            waiting.add(target)
+    # Each gang judged once: a flagged pod waits when an unflagged pod of its gang shows work.
+    working = {key for key, pods in gangs.items() if any(p.id in flagged for p in pods)
+               and any(shows_work(p, obs, signals, policy) is not None for p in pods if p.id not in flagged)}
+    waiting = {p.id for key in working for p in gangs[key] if p.id in flagged}
     return [f for f in findings if not (f.target_type == "job" and f.kind in WAITING_KINDS and f.target in waiting)]

@@ -312,6 +312,44 @@ def test_factory_reads_settings():
     assert math.isclose(m.time_shift.total_seconds(), 0.0)
 
 
+def test_settings_carry_the_sample_interval_token_and_selector_from_the_environment(monkeypatch):
+    """docs/real-cluster-prometheus.md names these settings: they must exist, or a 1-minute scrape is unsettable."""
+    from agent.config.settings import Settings
+
+    monkeypatch.setenv("STEWARD_PROMETHEUS_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S", "60")
+    monkeypatch.setenv("STEWARD_PROMETHEUS_BEARER_TOKEN", "t0k")
+    monkeypatch.setenv("STEWARD_PROMETHEUS_SELECTOR", 'cluster="gpu-prod"')
+    m = prometheus_metrics_from_settings(Settings())
+    assert m.sample_interval_s == 60.0 and m.selector == 'cluster="gpu-prod"'
+    assert m.client.headers == {"Authorization": "Bearer t0k"}
+    monkeypatch.setenv("STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S", "0")
+    with pytest.raises(ValueError, match="prometheus_sample_interval_s"):
+        Settings()
+
+
+def test_a_sample_interval_set_shorter_than_the_real_one_is_said_not_silent():
+    # Prometheus' own default scrape is 1 minute: 5 samples a 5-minute slice against the 10 a 30 s setting expects.
+    # Coverage would stay at 50 % and no job would ever be judged idle, without a word.
+    series = [(gpu("n1", i, namespace="ml", pod=f"p{i}"), steady(0, count=5)) for i in range(3)]
+    gpus, _, metrics, _ = run(series, sample_interval_s=30)
+    assert {g.expected for g in gpus} == {10}
+    (line,) = metrics.warnings
+    assert "no GPU's slice holds the 10 samples" in line and "at most 5" in line and "every 1m" in line
+    assert "STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S" in line
+    # The right setting, or one full slice anywhere (an outage is not a setting): nothing to say.
+    assert run(series, sample_interval_s=60)[2].warnings == []
+    mixed = [*series, (gpu("n2", 0, namespace="ml", pod="q"), steady(0, count=10))]
+    assert run(mixed, sample_interval_s=30)[2].warnings == []
+
+
+def test_a_sample_interval_longer_than_the_slice_is_said():
+    series = [(gpu("n1", 0, namespace="ml", pod="p"), steady(0, count=1))]
+    _, _, metrics, _ = run(series, sample_interval_s=600)
+    assert any("sampled every 10m, longer than the 5m slice" in w and "detectors.slice" in w
+               for w in metrics.warnings)
+
+
 def test_a_busy_mig_instance_reads_its_engine_activity_not_its_zero_gpu_util():
     """dcgm-exporter#216/#105: GPU_UTIL reads 0 on a MIG instance however busy; GR_ENGINE_ACTIVE is the truth."""
     gpus, _, metrics, _ = run([(mig("n1", 0, 7, namespace="ml", pod="nb"), mig_steady(0.6))], sample_interval_s=30)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, expected_samples
+from core.durations import format_duration
 from tools import promql
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
@@ -181,6 +182,32 @@ class PrometheusMetrics:
             else:
                 self._more_warnings += 1
 
+    def _interval_warning(self, slice_s: float) -> list[str]:
+        """Why no slice can be judged when GPUs are sampled less often than once a slice: some slices hold no
+        sample, coverage never reaches an idle call's minimum, and every job would be unknown without a word."""
+        if self.sample_interval_s <= slice_s + 1e-9:
+            return []
+        return [f"GPUs are sampled every {format_duration(self.sample_interval_s)}, longer than the "
+                f"{format_duration(slice_s)} slice: slices without a sample make every job unknown; set the "
+                f"policy's detectors.slice to at least {format_duration(self.sample_interval_s)} (or "
+                f"STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S to the real scrape / DCGM collect interval)"]
+
+    def _count_warning(self, counts: dict[tuple[str, ...], list[float | None]], expected: int,
+                       slice_s: float) -> list[str]:
+        """Why every job would be unknown when the sample interval is set shorter than the real one: no slice of any
+        GPU in the whole read holds the samples a full slice should (a fleet-wide, read-long shortfall is a setting,
+        not an outage; one full slice anywhere says the setting is right)."""
+        if self._root is not None:
+            return []  # one job's re-read: its own coverage speaks for it
+        most = max((int(c) for column in counts.values() for c in column if c), default=0)
+        if not most or most >= expected:
+            return []
+        real = slice_s / most
+        return [f"no GPU's slice holds the {expected} samples a full {format_duration(slice_s)} slice holds at the "
+                f"configured {format_duration(self.sample_interval_s)} sample interval (at most {most}): GPUs seem "
+                f"to be sampled every {format_duration(real)} or so; set STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S to the "
+                f"real scrape / DCGM collect interval; until then no job can be judged idle"]
+
     @property
     def warnings(self) -> list[str]:
         """Why the reads of the latest sweep instant may be incomplete: each answer's `warnings` (a Thanos
@@ -233,6 +260,7 @@ class PrometheusMetrics:
     def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
         start, t_end, n = self._grid(end, lookback_s, slice_s)
         self._begin("gpu metrics", end)
+        self._note("gpu metrics", self._interval_warning(slice_s))
         keys = promql.GPU_KEYS
         cols: dict[str, dict[tuple[str, ...], list[float | None]]] = {}
         for name, q in promql.gpu_range_queries(self.selector, slice_s).items():
@@ -245,6 +273,7 @@ class PrometheusMetrics:
         point = {name: promql.instant_values(self._instant("gpu metrics", q, t_end), keys)
                  for name, q in promql.gpu_instant_queries(self.selector, lookback).items()}
         expected = expected_samples(slice_s, self.sample_interval_s)
+        self._note("gpu metrics", self._count_warning(cols["util_count"], expected, slice_s))
         parents = _parent_readings(cols["xid_last"], point["temp_max"])
         chosen: dict[tuple[str, str, str, str], tuple[tuple, GpuSeries]] = {}
         for key, counts in cols["util_count"].items():

@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     pool_provider: str = "none"  # none | capi | aws: what resize_pool calls on a real cluster
     prometheus_url: str | None = None  # Prometheus, Thanos Query or VictoriaMetrics
     prometheus_headers: dict[str, str] = {}
+    prometheus_bearer_token: SecretStr | None = None  # sent as Authorization: Bearer ...
+    # How often a GPU is sampled: the slower of dcgm-exporter's collect interval (-c) and the scrape interval.
+    # It sets how many samples a full slice holds; a sweep says so when the data shows it is set too short.
+    prometheus_sample_interval_s: float = Field(30.0, gt=0)
+    prometheus_selector: str = ""  # extra matchers for every query, e.g. cluster="gpu-prod" on a shared Thanos
     kubeconfig: Path | None = None  # None: in-cluster service account, else ~/.kube/config
     slurm_bin_dir: Path | None = None  # where squeue/scontrol/scancel/sacct live; None = PATH
     aws_region: str | None = None  # EC2 Auto Scaling node pools (docs/cloud-pools.md); None = boto3's default

@@ -96,6 +96,20 @@ def test_dry_run_allows_with_flag():
     assert d.dry_run and d.level == 2
 
 
+def test_a_dry_run_asks_no_approver():
+    """An action that would wait for a human is recorded as a dry run saying so: approvers are not asked about
+    actions that will not run."""
+    dry = parse_policy({"mode": "dry_run", "levels": {"require_approval": [2]}})
+    d = decide(act(), facts(), dry, warned())
+    check(d, "allow", "approval", "dry run, not executed", "would wait for a human", "no approver is asked")
+    assert d.dry_run and d.level == 2
+    pool = decide(resize(5), pool_facts(), parse_policy({"mode": "dry_run"}), History())
+    assert pool.verdict == "allow" and pool.dry_run and pool.rule == "approval", pool
+    # Enforced, the same action waits for a human.
+    check(decide(act(), facts(), parse_policy({"levels": {"require_approval": [2]}}), warned()),
+          "needs_approval", "approval")
+
+
 # 2. unknown_target
 
 

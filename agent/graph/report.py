@@ -85,6 +85,8 @@ def decision_reason(rule: str, reason: str, language: str) -> str:
     """The guardrail's reason for people: as written in English, in Chinese by its rule (numbers where known)."""
     if language != "zh":
         return reason
+    if rule == "approval" and reason.startswith("dry run"):
+        return "演练模式：该操作需要人工审批，演练中不询问审批人，也未实际执行"
     if rule == "approval":
         if match := re.search(r" is level (\d+), above the automatic limit (\d+)", reason):
             return f"级别 {match[1]} 高于自动执行上限 {match[2]}，等待人工审批"

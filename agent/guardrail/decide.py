@@ -90,11 +90,17 @@ def decide(
                 f"the approval was asked at {when(asked_at)}, before the current stretch of waste began at "
                 f"{when(began)} (the job worked in between): the human judged evidence that no longer holds, "
                 f"so this stop needs a new request"))
+        dry_run = policy.mode == "dry_run"
+        if ask and not approved and dry_run:
+            # Nothing a dry run decides is carried out, so no approver is asked to judge it: the record says a human
+            # would have been, and why (approvers who are asked about actions that never run learn to ignore asks).
+            return Decision(verdict="allow", rule="approval", level=level, dry_run=True, reason=(
+                f"dry run, not executed: {action.action} on {case.target} at level {level} would wait for a "
+                f"human ({ask}); no approver is asked in a dry run"))
         if ask and not approved:
             return Decision(
                 verdict="needs_approval", rule="approval", reason=f"{ask}; waiting for a human", level=level
             )
-        dry_run = policy.mode == "dry_run"
         why = f"approved by a human ({ask})" if ask else "all guardrail rules pass"
         prefix = "dry run, not executed: " if dry_run else ""
         return Decision(

@@ -47,8 +47,9 @@ class Jobs:
 
 
 def _notifier(clock: Clock, **notifications) -> tuple[ChatOpsNotifier, FakeRobot]:
+    """A notifier under working hours that defer (the default sends at any hour: test_the_default_sends_at_night)."""
     robot = FakeRobot()
-    policy = Policy.model_validate({"notifications": notifications})
+    policy = Policy.model_validate({"notifications": {"outside_hours": "defer", **notifications}})
     return ChatOpsNotifier(clock=clock, policy=policy, default=Route(dingtalk=robot)), robot
 
 
@@ -76,6 +77,15 @@ def test_working_hours_defer_or_send():
     assert len(robot.sent) == 1
 
 
+def test_the_default_sends_at_night_and_at_weekends():
+    """A notebook left holding a GPU on Friday night is warned then, not on Monday morning: deferring is opt-in."""
+    robot = FakeRobot()
+    for at in (WED_10_SHANGHAI + timedelta(hours=12), WED_10_SHANGHAI + timedelta(days=3)):
+        notifier = ChatOpsNotifier(clock=Clock(at), policy=Policy(), default=Route(dingtalk=robot))
+        assert notifier.notify("alice", "s", WARNING, job_id=f"ml-team/nb-{at:%a}").status == "sent"
+    assert len(robot.sent) == 2
+
+
 def test_one_message_per_job_and_violation_per_period():
     clock = Clock(WED_10_SHANGHAI)
     notifier, robot = _notifier(clock)
@@ -100,7 +110,7 @@ def test_routes_per_project():
 
 def test_deferred_warning_is_skipped_not_failed_and_does_not_start_the_notice():
     deps, cluster = simulated_deps(parse_scenario(SCENARIO), Policy(), PolicyModel())
-    night = Policy.model_validate({"notifications": {"working_hours": "00:00-00:01", "timezone": "UTC",
+    night = Policy.model_validate({"notifications": {"outside_hours": "defer", "working_hours": "00:00-00:01", "timezone": "UTC",
                                                      "weekdays_only": False}})
     robot = FakeRobot()
     deps.notifier = ChatOpsNotifier(clock=cluster, policy=night, default=Route(dingtalk=robot))

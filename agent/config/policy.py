@@ -473,12 +473,17 @@ class Approvals(_Section):
 
 
 class Notifications(_Section):
-    """When owners may be messaged (ChatOps); approval cards to approvers are not held back."""
+    """When owners may be messaged (ChatOps); approval cards to approvers are not held back.
+
+    A warning goes out when the waste is found, at any hour (`outside_hours: send`): the notice is the owner's
+    chance to keep the job, and a job left holding GPUs for the night or the weekend is the waste this tool
+    exists for. `defer` holds owner warnings, and so every stop they announce, until working hours.
+    """
 
     working_hours: str = "09:00-19:00"
     timezone: str = "Asia/Shanghai"
     weekdays_only: bool = True
-    outside_hours: Literal["defer", "send"] = "defer"
+    outside_hours: Literal["defer", "send"] = "send"
 
     @field_validator("working_hours")
     @classmethod

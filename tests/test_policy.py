@@ -131,7 +131,12 @@ def test_policy_check_prints_what_the_file_added_and_removed(tmp_path, capsys):
     assert main(["policy", "check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "protection added: user oncall-bot" in out and "built-in protection kept: all" in out
-    assert "removed" not in out
+    assert "removed" not in out and "NOTE" not in out
+
+    path = _write(tmp_path, "notifications: {outside_hours: defer}\n")
+    assert main(["policy", "check", str(path)]) == 0
+    assert (f"{path}: NOTE: owner warnings, and so every stop, wait for working hours (09:00-19:00 Asia/Shanghai, "
+            "weekdays): jobs left idle overnight or over a weekend are not reclaimed until then") in capsys.readouterr().out
 
 
 # --- 2. Values that would crash or switch off a sweep are refused, naming file and key --------------------------

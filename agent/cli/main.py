@@ -143,6 +143,11 @@ def cmd_policy_check(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{args.file}: WARNING: built-in protection removed: {', '.join(removed)}")
     else:
         print(f"{args.file}: built-in protection kept: all")
+    n = policy.notifications
+    if n.outside_hours == "defer":
+        days = "weekdays" if n.weekdays_only else "every day"
+        print(f"{args.file}: NOTE: owner warnings, and so every stop, wait for working hours ({n.working_hours} "
+              f"{n.timezone}, {days}): jobs left idle overnight or over a weekend are not reclaimed until then")
     return 0
 
 

@@ -18,6 +18,10 @@ KNOWN_MISSES: dict[str, str] = {
     "generation-eval-low-power-no-profiling": "a working eval reported as a zombie (its owner warned); without DCGM "
     "profiling fields, power at 31-39 % of board power cannot tell memory-bound decoding from a hung spin, so the "
     "stop waits for a person (ActivityRule.idle_draw_share) and none happens",
+    "rank0-nfs-checkpoint-workers-wait": "the three waiting worker pods are reported as zombies and their owner warned "
+    "(every sign of a hung collective, and rank 0's CPU-side save to NFS shows nothing the steward reads); the stop "
+    "waits for a person, because rank 0's pod is neither flagged nor seen working (agent/detectors/gang.py), and none "
+    "happens",
 }
 
 

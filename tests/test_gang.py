@@ -58,3 +58,32 @@ def test_only_pods_of_the_same_job_protect_each_other():
     # batch/v1 `job-name` is not a gang: a parallel Job's pods are independent workers.
     assert gang_of(pod("w", "n1", {"job-name": "sft"})) is None
     assert gang_of(pod("w", "n1", {"volcano.sh/job-name": "sft"})) == ("llm", "volcano.sh/job-name", "sft")
+
+
+def test_a_stop_needs_the_whole_job_behind_it():
+    """Rank 0 writes a checkpoint to NFS on the CPU: its own GPU idles, its other 3 spin in the barrier, and the
+    node's NFS client moves the bytes, so nothing the pod shows is work, nor idle, nor hung. Its flagged siblings
+    are still warned, but their stop waits for a person: a stop kills the whole job on the word of part of it."""
+    from tests.test_detectors import gpu
+
+    obs = cluster(100.0, master_log_at=AT - timedelta(hours=2))  # "Saving checkpoint ...", then nothing
+    master = [g for g in obs.gpus if g.job == "llm/master-0"]
+    obs.gpus[obs.gpus.index(master[0])] = gpu("llm/master-0", [0.0] * 24, node="n1", index=0)
+    found = {f.target: f for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
+    assert set(found) == {"llm/worker-0", "llm/worker-1"}  # master-0 is neither: 3 GPUs pinned, 1 at 0 %
+    for f in found.values():
+        assert f.stop_needs_approval and "llm/master-0" in f.stop_needs_approval
+        assert "stop needs a person" in f.evidence
+    # Every pod flagged (the survivors of a dead rank): no pod is unexplained.
+    assert all("neither idle nor hung" not in (f.stop_needs_approval or "")
+               for f in run_detectors(cluster(100.0), POLICY))
+
+
+def test_one_pods_doubt_is_the_whole_jobs():
+    """Every pod flagged, but the pinned pods' zombie stops need a person (no power reading, no profiling fields: a
+    memory-bound rank looks the same): the idle-looking pod's stop would kill them too, so it needs a person."""
+    found = {f.target: f for f in run_detectors(cluster(100.0), POLICY)}
+    assert found["llm/worker-0"].stop_needs_approval and "no power reading" in found["llm/worker-0"].stop_needs_approval
+    idle = found["llm/worker-1"]
+    assert idle.kind == "idle" and "llm/master-0" in (idle.stop_needs_approval or "")
+    assert "a stop of any pod kills it too" in idle.stop_needs_approval

@@ -73,6 +73,7 @@ DIFFICULTY: dict[str, str] = {
     "rank0-eval-workers-wait": "hard",
     "vendor-labelled-servers-rare-requests": "hard",
     "generation-eval-low-power-no-profiling": "hard",
+    "rank0-nfs-checkpoint-workers-wait": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

@@ -5,6 +5,10 @@ stopping one kills the job. While rank 0 runs an evaluation alone, the other ran
 100 % by NCCL's polling kernel (zombie-like) or at 0 % in a gloo barrier (idle-like). Judged pod by pod, they
 look hung or idle; judged as a job, the job is working. A real hang has no working rank: the survivors of a dead
 rank all wait, so a stoppable finding stands only when no other pod of the job shows work.
+
+A stop of one pod kills the whole job, so it needs the whole job behind it: when a live pod of the job is neither
+flagged nor seen working (rank 0 writing a checkpoint to NFS on the CPU, its 7 other GPUs spinning in the barrier:
+nothing the pod's own counters show), the siblings' findings stand for a warning, but their stop needs a person.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
 def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: ClusterSignals,
                         policy: Policy) -> list[Finding]:
     """The findings without idle, zombie and keep-alive findings on pods whose distributed job has another pod
-    showing work: they wait for it (a barrier, an evaluation on rank 0), and a stop would kill the job."""
+    showing work: they wait for it (a barrier, an evaluation on rank 0), and a stop would kill the job. Where a
+    live pod of the job is neither flagged nor seen working, the findings stay, their stop needing a person."""
     flagged = {f.target for f in findings if f.target_type == "job" and f.kind in WAITING_KINDS}
     if not flagged:
         return findings
@@ -78,7 +83,41 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
         if key is not None:
             gangs.setdefault(key, []).append(job)
     # Each gang judged once: a flagged pod waits when an unflagged pod of its gang shows work.
-    working = {key for key, pods in gangs.items() if any(p.id in flagged for p in pods)
-               and any(shows_work(p, obs, signals, policy) is not None for p in pods if p.id not in flagged)}
-    waiting = {p.id for key in working for p in gangs[key] if p.id in flagged}
-    return [f for f in findings if not (f.target_type == "job" and f.kind in WAITING_KINDS and f.target in waiting)]
+    waiting: set[str] = set()
+    doubt: dict[str, str] = {}
+    in_doubt = {f.target: f.stop_needs_approval for f in findings
+                if f.target_type == "job" and f.kind in WAITING_KINDS and f.stop_needs_approval}
+    for (_, label, value), pods in gangs.items():
+        held = [p for p in pods if p.id in flagged]
+        others = [p for p in pods if p.id not in flagged and p.state == "running"]
+        if not held:
+            continue
+        if any(shows_work(p, obs, signals, policy) is not None for p in others):
+            waiting.update(p.id for p in held)
+            continue
+        unsure = sorted(p.id for p in held if p.id in in_doubt)
+        if others:
+            names = ", ".join(sorted(p.id for p in others)[:3]) + (" ..." if len(others) > 3 else "")
+            why = (f"{len(others)} other running pod(s) of its distributed job ({label}={value}: {names}) are "
+                   f"neither idle nor hung by the steward's reading, nor seen working: a stop kills the whole job on "
+                   f"the word of part of it")
+        elif unsure:
+            # One pod's stop needs a person: the others' stop would kill that pod too.
+            why = (f"the stop of {unsure[0]}, of the same distributed job ({label}={value}), needs a person "
+                   f"({in_doubt[unsure[0]]}): a stop of any pod kills it too")
+        else:
+            continue
+        doubt.update((p.id, why) for p in held if not (p.id in in_doubt and not others and p.id in unsure))
+    out = []
+    for f in findings:
+        if f.target_type != "job" or f.kind not in WAITING_KINDS:
+            out.append(f)
+        elif f.target in waiting:
+            continue
+        elif f.target in doubt:
+            why = "; ".join(w for w in (f.stop_needs_approval, doubt[f.target]) if w)
+            out.append(f.model_copy(update={"stop_needs_approval": why,
+                                            "evidence": f"{f.evidence}; stop needs a person: {doubt[f.target]}"}))
+        else:
+            out.append(f)
+    return out

@@ -73,14 +73,23 @@ def test_hung_collective_with_spinning_cpu_is_a_zombie_on_profiling_fields():
 
 def test_a_pinned_gpu_that_really_computes_is_not_a_zombie_whatever_its_log_says():
     # Each signal alone that shows real work clears the job: slow or quiet, not hung.
-    for real in ({"sm": 0.85}, {"tensor": 0.4}, {"dram": 0.3}, {"power": 380.0}, {"nvlink": 18_000.0},
-                 {"pcie": 900.0}):
+    for real in ({"sm": 0.85, "power": 150.0}, {"tensor": 0.4}, {"dram": 0.3}, {"power": 380.0},
+                 {"nvlink": 18_000.0}, {"pcie": 900.0}):
         assert ZombieDetector(POLICY).detect(hung_job(**real)) == [], real
 
 
+def test_sm_residency_alone_at_an_idle_gpus_draw_is_a_spin():
+    """Two stuck NCCL communicators keep 30-40 % of SMs resident while the pipes, memory, links and power idle: SM
+    activity counts resident blocks, so alone, at an idle GPU's draw (90 W of 400 W), it is no work."""
+    [f] = ZombieDetector(POLICY).detect(hung_job(sm=0.38))
+    assert f.kind == "zombie" and f.stop_needs_approval is None
+    # Unknown power: SM alone still clears the job (nothing says the GPU idles).
+    assert ZombieDetector(POLICY).detect(hung_job(sm=0.38, power=None)) == []
+
+
 def test_one_gpu_that_computes_clears_the_job_even_when_another_lacks_the_field():
-    series = [gpu("ml/train", [100.0] * N, 0, **{**HUNG, "sm": 0.9})]
-    series += [gpu("ml/train", [100.0] * N, i, **{**HUNG, "sm": None}) for i in (1, 2, 3)]
+    series = [gpu("ml/train", [100.0] * N, 0, **{**HUNG, "tensor": 0.4})]
+    series += [gpu("ml/train", [100.0] * N, i, **{**HUNG, "tensor": None}) for i in (1, 2, 3)]
     obs = observe([job()], series, [io("ml/train", N, cpu=400.0)], {"ml/train": progress("ml/train", AT - timedelta(hours=1))})
     assert ZombieDetector(POLICY).detect(obs) == []
 

@@ -74,6 +74,7 @@ DIFFICULTY: dict[str, str] = {
     "vendor-labelled-servers-rare-requests": "hard",
     "generation-eval-low-power-no-profiling": "hard",
     "rank0-nfs-checkpoint-workers-wait": "hard",
+    "hang-two-communicators-sm": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

@@ -115,6 +115,12 @@ class GpuActivity:
         for name, mbps in (("NVLink", self.nvlink_mbps), ("PCIe", self.pcie_mbps)):
             if mbps is not None and mbps > rule.interconnect_max_mbps:
                 out.append(f"{name} {mbps:.1f} MB/s > {rule.interconnect_max_mbps:g} MB/s")
+        # SM activity counts resident blocks, and a polling kernel is resident (two stuck NCCL communicators read
+        # 30-40 %): alone, at an idle GPU's draw, it is a spin, not math. Real math shows in the pipes, in memory
+        # traffic or in power.
+        idle_draw = self.power_share is not None and self.power_share <= rule.idle_draw_share
+        if len(out) == 1 and out[0].startswith("SM active") and idle_draw:
+            return []
         return out
 
     def doubt(self, rule: ActivityRule) -> str | None:

@@ -272,6 +272,13 @@ def test_overprovisioned_four_requested_one_working():
     assert "4 GPUs requested, 1 working" in f.evidence
 
 
+def test_overprovisioned_only_over_a_window_the_job_lived_through():
+    # 55 minutes old, its slices full: one GPU preprocesses before all four train. Not "unused over 1h" yet.
+    gpus = [gpu("ml/train", [70.0] * 24, index=0)] + [gpu("ml/train", [0.0] * 24, index=i) for i in (1, 2, 3)]
+    young = job(started_at=AT - timedelta(minutes=55))
+    assert OverprovisionedDetector(POLICY).detect(observe([young], gpus, [io("ml/train", 24, cpu=200.0)])) == []
+
+
 def test_not_overprovisioned_when_half_or_more_work_or_none_do():
     gpus = [gpu("ml/train", [70.0] * 24, index=i) for i in (0, 1, 2)] + [gpu("ml/train", [0.0] * 24, index=3)]
     assert OverprovisionedDetector(POLICY).detect(observe([job()], gpus)) == []

@@ -25,6 +25,10 @@ class OverprovisionedDetector:
         for job in obs.jobs:
             if job.state != "running" or job.gpus < rule.min_gpus:
                 continue
+            # Judged only over a window the job has lived through, as idle is: a 55-minute-old job did not keep
+            # GPUs unused "over 1h", however its slices round (and its first hour may be a one-GPU preprocessing).
+            if job.started_at is not None and (obs.at - job.started_at).total_seconds() < rule.window:
+                continue
             series = signals.jobs.get(job.id)
             if series is None:
                 continue

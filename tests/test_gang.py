@@ -70,10 +70,21 @@ def test_a_stop_needs_the_whole_job_behind_it():
     master = [g for g in obs.gpus if g.job == "llm/master-0"]
     obs.gpus[obs.gpus.index(master[0])] = gpu("llm/master-0", [0.0] * 24, node="n1", index=0)
     found = {f.target: f for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
-    assert set(found) == {"llm/worker-0", "llm/worker-1"}  # master-0 is neither: 3 GPUs pinned, 1 at 0 %
+    # master-0, 3 GPUs pinned and 1 at 0 %, reads as a rank stuck on the host: a hang whose stop needs a person.
+    assert "idle beside pinned ones" in (found.pop("llm/master-0").stop_needs_approval or "")
+    assert set(found) == {"llm/worker-0", "llm/worker-1"}
     for f in found.values():
         assert f.stop_needs_approval and "llm/master-0" in f.stop_needs_approval
         assert "stop needs a person" in f.evidence
+    # master-0 unread (its log not read, so it cannot be called hung) and showing nothing: neither flagged nor seen
+    # working, the siblings' stop still needs a person.
+    obs = cluster(100.0, master_log_at=AT - timedelta(hours=2))
+    master = [g for g in obs.gpus if g.job == "llm/master-0"]
+    obs.gpus[obs.gpus.index(master[0])] = gpu("llm/master-0", [0.0] * 24, node="n1", index=0)
+    del obs.logs["llm/master-0"]
+    found = {f.target: f for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
+    assert set(found) == {"llm/worker-0", "llm/worker-1"}
+    assert all("neither idle nor hung" in (f.stop_needs_approval or "") for f in found.values())
     # Every pod flagged (the survivors of a dead rank): no pod is unexplained.
     assert all("neither idle nor hung" not in (f.stop_needs_approval or "")
                for f in run_detectors(cluster(100.0), POLICY))

@@ -78,6 +78,24 @@ def test_a_pinned_gpu_that_really_computes_is_not_a_zombie_whatever_its_log_says
         assert ZombieDetector(POLICY).detect(hung_job(**real)) == [], real
 
 
+def test_one_rank_stuck_on_the_host_beside_spinning_ones_is_a_hang_whose_stop_needs_a_person():
+    """Rank 0 stuck before the collective (its GPU at 0 %), ranks 1-3 spinning in it: a hang, but the same shape as
+    rank 0 writing a checkpoint on the CPU while the others wait, so the stop needs a person."""
+    obs = hung_job()
+    stuck = gpu("ml/train", [0.0] * N, 0, **{**HUNG, "sm": 0.0, "power": 60.0})
+    obs.gpus[0] = stuck
+    [f] = ZombieDetector(POLICY).detect(obs)
+    assert f.kind == "zombie" and "(3 pinned, 1 idle)" in f.evidence
+    assert f.stop_needs_approval and "1 of 4 GPUs idle beside pinned ones" in f.stop_needs_approval
+    # A GPU in between (working at 50 %) is not a hang; every GPU at 0 % is the idle detector's case.
+    between = hung_job()
+    between.gpus[0] = gpu("ml/train", [50.0] * N, 0, **HUNG)
+    assert ZombieDetector(POLICY).detect(between) == []
+    assert ZombieDetector(POLICY).detect(observe([job()], [gpu("ml/train", [0.0] * N, i, **HUNG) for i in range(4)],
+                                                 [io("ml/train", N, cpu=400.0)],
+                                                 {"ml/train": progress("ml/train", AT - timedelta(minutes=60))})) == []
+
+
 def test_sm_residency_alone_at_an_idle_gpus_draw_is_a_spin():
     """Two stuck NCCL communicators keep 30-40 % of SMs resident while the pipes, memory, links and power idle: SM
     activity counts resident blocks, so alone, at an idle GPU's draw (90 W of 400 W), it is no work."""

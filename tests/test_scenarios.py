@@ -75,6 +75,7 @@ DIFFICULTY: dict[str, str] = {
     "generation-eval-low-power-no-profiling": "hard",
     "rank0-nfs-checkpoint-workers-wait": "hard",
     "hang-two-communicators-sm": "hard",
+    "one-rank-stuck-seven-spin": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

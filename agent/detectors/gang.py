@@ -101,13 +101,14 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
             why = (f"{len(others)} other running pod(s) of its distributed job ({label}={value}: {names}) are "
                    f"neither idle nor hung by the steward's reading, nor seen working: a stop kills the whole job on "
                    f"the word of part of it")
-        elif unsure:
-            # One pod's stop needs a person: the others' stop would kill that pod too.
-            why = (f"the stop of {unsure[0]}, of the same distributed job ({label}={value}), needs a person "
-                   f"({in_doubt[unsure[0]]}): a stop of any pod kills it too")
-        else:
+            doubt.update((p.id, why) for p in held)
             continue
-        doubt.update((p.id, why) for p in held if not (p.id in in_doubt and not others and p.id in unsure))
+        for p in held:
+            # Another pod's stop needs a person: this one's stop would kill that pod too.
+            other = next((u for u in unsure if u != p.id), None)
+            if other is not None:
+                doubt[p.id] = (f"the stop of {other}, of the same distributed job ({label}={value}), needs a person "
+                               f"({in_doubt[other]}): a stop of any pod kills it too")
     out = []
     for f in findings:
         if f.target_type != "job" or f.kind not in WAITING_KINDS:

@@ -23,7 +23,8 @@ class ZombieDetector:
     CPU clears no one (a hung collective's host threads spin) unless the policy asks for a quiet CPU. With DCGM
     profiling fields, SM/tensor/DRAM activity, power and NVLink/PCIe traffic must all be near idle; without them,
     power where the GPU model is known, and the log and network/disk I/O decide. The evidence names the signals.
-    A quiet GPU is the idle detector's case, so the two kinds never overlap.
+    A job whose every GPU is quiet is the idle detector's case, so the two kinds never overlap; pinned and idle
+    GPUs side by side (one rank stuck on the host) are a hang whose stop needs a person (`_mixed_doubt`).
     """
 
     def __init__(self, policy: Policy) -> None:
@@ -46,7 +47,12 @@ class ZombieDetector:
         if w.all_quiet(self.idle.util_threshold_pct):
             return None
         busy = [v for v in w.gpu_avg_util if v is not None]
-        if len(busy) < job.gpus or min(busy) < self.rule.busy_threshold_pct:
+        if len(busy) < job.gpus:
+            return None
+        # Every GPU pinned; or pinned and idle side by side (one rank stuck on the host while the others spin in the
+        # collective it never joined): nothing in between, which is a GPU working.
+        quiet = self.idle.util_threshold_pct
+        if any(quiet < v < self.rule.busy_threshold_pct for v in busy) or max(busy) < self.rule.busy_threshold_pct:
             return None
         if w.io_known < self.idle.min_coverage:
             return None  # frozen I/O must be seen, not assumed
@@ -84,20 +90,35 @@ class ZombieDetector:
             if activity.real_work(self.activity):
                 continue  # the GPU computes, draws power or talks to its peers: slow or quiet, not hung
             finding = self._finding(job, w, logs, activity, last, silent, obs.at)
-            doubt = activity.doubt(self.activity)
-            if doubt is not None:
-                finding = finding.model_copy(update={"stop_needs_approval": doubt})
+            doubts = [activity.doubt(self.activity), self._mixed_doubt(w)]
+            if any(doubts):
+                finding = finding.model_copy(update={"stop_needs_approval": "; ".join(d for d in doubts if d)})
             if tail is not None and stop_after is not None:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)
         return findings
+
+    def _shape(self, w: JobWindow) -> str:
+        pinned = [v or 0.0 for v in w.gpu_avg_util if (v or 0.0) >= self.rule.busy_threshold_pct]
+        idle = len(w.gpu_avg_util) - len(pinned)
+        head = f"busy at min {min(pinned):.0f}%"
+        return f"{head} ({len(pinned)} pinned, {idle} idle)" if idle else head
+
+    def _mixed_doubt(self, w: JobWindow) -> str | None:
+        """Why a hang with some GPUs idle beside pinned ones needs a person to stop it: one rank working on the CPU
+        (rank 0 writing a checkpoint) idles its GPU while the others wait pinned, which reads the same."""
+        idle = sum(1 for v in w.gpu_avg_util if v is not None and v < self.rule.busy_threshold_pct)
+        if not idle:
+            return None
+        return (f"{idle} of {len(w.gpu_avg_util)} GPUs idle beside pinned ones: a rank stuck on the host, or one "
+                f"working on the CPU (a rank-0 checkpoint save) while the others wait, read the same")
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress, activity: GpuActivity, last: datetime,
                  silent: float, at: datetime) -> Finding:
         gap = f", usual gap {format_duration(logs.typical_gap_s)}" if logs.typical_gap_s else ""
         used = ["log progress", "network/disk I/O", *activity.signals()]
         evidence = (
-            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} busy at min {min(v or 0.0 for v in w.gpu_avg_util):.0f}% "
+            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} {self._shape(w)} "
             f"avg util over {format_duration(w.seconds)} (coverage {w.coverage:.0%}) but {log_summary(logs)}: "
             f"silent {format_duration(silent)}{gap}; {w.io_summary()}; {activity.summary()}; "
             f"judged on {', '.join(used)}; likely hung (e.g. a stuck NCCL collective)"

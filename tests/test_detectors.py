@@ -102,6 +102,26 @@ def test_idle_found_with_since_at_start_of_quiet_stretch():
     assert "no log progress since 10:48" in f.evidence and "CPU 0.4%" in f.evidence
 
 
+def test_a_stalled_log_beside_a_spinning_core_is_idle_whose_stop_needs_a_person():
+    """A deadlocked DataLoader worker spins one core (pytorch/pytorch#9753) while the GPUs idle and the log, which
+    advanced every 30 s, is silent for 72 min: judged idle, its stop for a person. CPU work without a log cadence
+    (a compile, a tokeniser that never logged) stays protected."""
+    utils = busy_then_quiet(10, 14)
+    spin = [io("ml/train", 24, cpu=100.0)]
+    obs = observe([job()], job_gpus("ml/train", utils), spin,
+                  {"ml/train": progress("ml/train", AT - timedelta(minutes=72))})
+    [f] = IdleGpuDetector(POLICY).detect(obs)
+    assert f.kind == "idle" and f.stop_needs_approval and "deadlocked DataLoader" in f.stop_needs_approval
+    assert "log that advanced every 30s has been silent for 1h12m" in f.evidence
+    no_cadence = observe([job()], job_gpus("ml/train", utils), spin,
+                         {"ml/train": progress("ml/train", AT - timedelta(minutes=72), gap=None)})
+    assert IdleGpuDetector(POLICY).detect(no_cadence) == []
+    # A log silent for less than the window is not stalled: protected by the CPU as before.
+    recent = observe([job()], job_gpus("ml/train", busy_then_quiet(11, 13)), spin,
+                     {"ml/train": progress("ml/train", AT - timedelta(minutes=50))})
+    assert IdleGpuDetector(POLICY).detect(recent) == []
+
+
 def test_idle_needs_the_whole_window_quiet():
     obs = observe([job()], job_gpus("ml/train", busy_then_quiet(14, 10)), [io("ml/train", 24)])
     assert IdleGpuDetector(POLICY).detect(obs) == []

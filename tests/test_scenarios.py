@@ -76,6 +76,7 @@ DIFFICULTY: dict[str, str] = {
     "rank0-nfs-checkpoint-workers-wait": "hard",
     "hang-two-communicators-sm": "hard",
     "one-rank-stuck-seven-spin": "hard",
+    "dataloader-deadlock-spinning-worker": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

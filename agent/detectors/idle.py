@@ -72,6 +72,7 @@ class IdleGpuDetector:
         self.rule = policy.detectors.idle
         self.longtail = policy.detectors.longtail
         self.warn_in_grace = policy.warning.during_grace
+        self.cadence_factor = policy.detectors.zombie.log_cadence_factor
 
     def quiet_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
         """The job's window when its GPUs look idle (before logs and long-tail checks), else None."""
@@ -100,6 +101,9 @@ class IdleGpuDetector:
             logs = obs.logs.get(job.id)
             tail = long_tail(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
                              min_coverage=self.rule.min_coverage, blip_gpu_s=self.rule.blip_gpu_seconds)
+            spin = self._cpu_only(window, logs, tail, obs.at)
+            if spin is not None:
+                tail = None  # only a busy CPU held it back, beside a log long stalled: judged, its stop for a person
             stop_after = in_grace(tail, obs.at, self.warn_in_grace)
             if tail is not None and stop_after is None:
                 continue
@@ -111,10 +115,36 @@ class IdleGpuDetector:
             if worked is not None and worked > since:
                 since = worked
             finding = self._finding(job, window, logs, since, obs.at, blips)
+            if spin is not None:
+                finding = finding.model_copy(update={"stop_needs_approval": spin,
+                                                     "evidence": f"{finding.evidence}; {spin}"})
             if tail is not None and stop_after is not None:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)
         return findings
+
+    def _cpu_only(self, window: JobWindow, logs: LogProgress | None, tail: LongTail | None,
+                  at: datetime) -> str | None:
+        """Why a quiet job that only its CPU protects is judged all the same, its stop needing a person; None when
+        something else protects it too, or its log never kept a cadence to fall silent from.
+
+        A deadlocked DataLoader worker spins a core at 100 % (pytorch/pytorch#9753) like real CPU work does. A log
+        that advanced every G and has been silent for max(window, zombie cadence factor x G) tells them apart well
+        enough to warn, not to stop on its own."""
+        if tail is None or tail.grace_left_s is not None or not tail.reason.startswith("process CPU"):
+            return None
+        if long_tail(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
+                     min_coverage=self.rule.min_coverage, cpu=False, blip_gpu_s=self.rule.blip_gpu_seconds) is not None:
+            return None
+        last, gap = (logs.last_progress_at, logs.typical_gap_s) if logs is not None else (None, None)
+        if last is None or not gap:
+            return None
+        silent = (at - last).total_seconds()
+        if silent < max(self.rule.window, self.cadence_factor * gap):
+            return None
+        return (f"only the CPU is busy (up to {window.cpu_max:.0f}% of a core), while the log that advanced every "
+                f"{format_duration(gap)} has been silent for {format_duration(silent)}: a deadlocked DataLoader "
+                f"worker spins a core the same way, so the stop needs a person")
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime,
                  blips: float = 0.0) -> Finding:

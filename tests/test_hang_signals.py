@@ -227,6 +227,26 @@ def test_a_steady_low_level_in_every_slice_is_a_keepalive_too():
     assert KeepAliveDetector(POLICY).detect(squatter([6.0] * N, uneven)) == []
 
 
+def test_a_burst_is_judged_at_its_own_power_not_its_slices():
+    """A 90-second notebook cell at 260 W on an A100 reads 39 % of board power in its 5-minute slice: under the
+    idle line, as a keep-alive's ping would. Its duty (slice average over its highest utilisation: 12 of 40) puts
+    the cell itself at about 70 + (157 - 70) / 0.3 = 360 W: real work, no keep-alive finding."""
+    from agent.detectors.keepalive import burst_power_share
+
+    maxes, avgs = blips(util=40.0)  # slice average a fifth of the max
+    avgs = [12.0 if m else 0.0 for m in maxes]
+    power = [157.0 if m else 70.0 for m in maxes]
+    cells = squatter(maxes, avgs, power=power)
+    assert KeepAliveDetector(POLICY).detect(cells) == []
+    w = group_signals(cells).jobs["ml/squat"].window(3600, 2)
+    share, diluted = burst_power_share(w, 400.0, 2.0) or (0.0, 0.0)
+    assert abs(diluted - 157 / 400) < 1e-9 and abs(share - (70 + 87 / 0.3) / 400) < 1e-9
+    # A ping that barely moves power stays a keep-alive: 74 W in the slice, 70 W idle, duty 0.2 -> 90 W.
+    pings = squatter(*blips(), power=[74.0 if m else 70.0 for m in blips()[0]])
+    [f] = KeepAliveDetector(POLICY).detect(pings)
+    assert f.stop_needs_approval
+
+
 def test_no_keepalive_without_the_whole_pattern():
     detector = KeepAliveDetector(POLICY)
     irregular = [0.0] * N

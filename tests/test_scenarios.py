@@ -77,6 +77,7 @@ DIFFICULTY: dict[str, str] = {
     "hang-two-communicators-sm": "hard",
     "one-rank-stuck-seven-spin": "hard",
     "dataloader-deadlock-spinning-worker": "hard",
+    "student-notebook-cells": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

@@ -111,6 +111,38 @@ def pattern_began(w: JobWindow, level_pct: float) -> datetime:
     return series.at - timedelta(seconds=max(series.length, m * r) * s)
 
 
+def burst_power_share(w: JobWindow, board_w: float | None, quiet_pct: float) -> tuple[float, float] | None:
+    """(the highest share of board power a burst itself may draw, the slice average it was read from) over the
+    window's GPUs; None when power or the board is unknown, or no slice holds a burst.
+
+    A slice average dilutes a burst shorter than the slice with the idle minutes around it: a notebook cell that
+    drew 65 % for 90 s reads 39 % in its 5-minute slice. The share of the slice the burst lasted is about its
+    average utilisation over its highest; the idle draw is the GPU's own quietest slice in the window. So a
+    burst draws about idle + (slice power - idle) / duty, read in the job's favour (a higher estimate only
+    clears it)."""
+    if not board_w:
+        return None
+    n = w.slices
+    best: tuple[float, float] | None = None
+    for g in w.series.gpus:
+        power = align_end(g.power_w_slices, n) if g.power_w_slices else []
+        if not power:
+            continue
+        maxes, avgs = align_end(g.util_max, n), align_end(g.util_avg, n)
+        known = [p for p in power if p is not None]
+        if not known:
+            continue
+        idle = min(known)
+        for p, top, mean in zip(power, maxes, avgs, strict=True):
+            if p is None or top is None or mean is None or top <= quiet_pct or mean <= 0:
+                continue
+            duty = min(1.0, mean / top)
+            burst = (idle + (p - idle) / duty) / board_w
+            if best is None or burst > best[0]:
+                best = (burst, p / board_w)
+    return best
+
+
 class KeepAliveDetector:
     """Short regular bursts over the idle window, no log progress seen, frozen I/O, near-idle power or tensor."""
 
@@ -163,6 +195,9 @@ class KeepAliveDetector:
             activity = GpuActivity.of(w, self.idle.min_coverage)
             if activity.real_work(self.activity):
                 continue
+            burst = burst_power_share(w, activity.board_w, self.idle.util_threshold_pct)
+            if burst is not None and burst[0] > self.activity.idle_power_share:
+                continue  # the bursts themselves draw a working GPU's power: short work, not pings
             if not activity.tensor_known and activity.power_share is None:
                 continue  # neither the tensor pipe nor power can show the bursts do no work
             # The stretch began after the last progress the log showed, the job's start and the last work the

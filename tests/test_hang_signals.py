@@ -168,6 +168,9 @@ def test_board_power_by_dcgm_model_name():
     assert board_power_w("NVIDIA A100 80GB PCIe") == 300.0
     assert board_power_w("NVIDIA H100 80GB HBM3") == 700.0 and board_power_w("NVIDIA H100 PCIe") == 350.0
     assert board_power_w("NVIDIA L4") == 72.0 and board_power_w("NVIDIA L40S") == 350.0
+    assert board_power_w("NVIDIA RTX PRO 6000 Blackwell Server Edition") == 600.0
+    assert board_power_w("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition") == 300.0
+    assert board_power_w("NVIDIA RTX 6000 Ada Generation") == 300.0 and board_power_w("NVIDIA H20") == 400.0
     assert board_power_w("trace-gpu") is None
 
 

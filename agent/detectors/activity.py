@@ -26,6 +26,9 @@ BOARD_POWER_W: tuple[tuple[re.Pattern[str], float], ...] = tuple((re.compile(p),
     (r"\bA100\b.*\bPCIE\b", 300.0), (r"\bA100\b", 400.0), (r"\bA800\b.*\bPCIE\b", 300.0), (r"\bA800\b", 400.0),
     (r"\bL40S\b", 350.0), (r"\bL40\b", 300.0), (r"\bL20\b", 275.0), (r"\bL4\b", 72.0),
     (r"\bA40\b", 300.0), (r"\bA30\b", 165.0), (r"\bA10\b", 150.0), (r"\bT4\b", 70.0), (r"\bV100\b", 300.0),
+    # Workstation and server RTX cards clusters also run (Max-Q before its family, as PCIe above).
+    (r"\bRTX PRO 6000\b.*\bMAX Q\b", 300.0), (r"\bRTX PRO 6000\b", 600.0), (r"\bRTX 6000 ADA\b", 300.0),
+    (r"\bRTX A6000\b", 300.0), (r"\bRTX 4090\b", 450.0),
 ))
 
 

@@ -382,6 +382,24 @@ def test_queued_jobs_are_demand_a_scale_down_keeps_room_for():
     assert OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"jobs": three})) == []
 
 
+def test_a_request_spelled_as_the_nodes_spell_the_model_is_demand_too():
+    """The pool is named `A100-80GB`; its nodes report GPU feature discovery's `NVIDIA-A100-SXM4-80GB`, and a pod
+    selects that label, as Slurm jobs ask for `nvidia_a100_80gb`-style GRES types. The scheduler matches the
+    node's label, so the job fits, and a scale-down must keep room for it."""
+    obs = pool_obs(4, nodes=8)
+    obs = obs.model_copy(update={
+        "pools": [p.model_copy(update={"gpu_model": "A100-80GB"}) for p in obs.pools],
+        "nodes": [n.model_copy(update={"gpu_model": "NVIDIA-A100-SXM4-80GB"}) for n in obs.nodes]})
+    gfd = [job(f"batch/gfd-{i}", gpus=8, node=None, state="pending", gpu_model="NVIDIA-A100-SXM4-80GB") for i in range(2)]
+    other = job("batch/h100", gpus=8, node=None, state="pending", gpu_model="NVIDIA-H100-80GB-HBM3")
+    [f] = OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"jobs": [*obs.jobs, *gfd, other]}))
+    assert f.metrics["queued_gpus"] == 16 and f.metrics["suggested_nodes"] == 7
+    # A pool scaled to zero has no node to ask: the pool's short name inside the request counts as a fit.
+    empty = obs.model_copy(update={"nodes": [], "jobs": [*obs.jobs, *gfd]})
+    from agent.detectors.pools import _fits_pool
+    assert all(_fits_pool(j, empty.pools[0], empty) for j in gfd) and not _fits_pool(other, empty.pools[0], empty)
+
+
 def test_node_with_quiet_gpus_but_a_job_is_not_empty():
     obs = pool_obs(3, nodes=4)
     nodes = [n.model_copy(update={"jobs": ["ml/sleeper"]}) if n.name == "p-3" else n for n in obs.nodes]

@@ -247,11 +247,24 @@ def _place(job: JobInfo, free: dict[str, int]) -> bool:
     return True
 
 
+def _fits_pool(job: JobInfo, pool: PoolInfo, obs: Observation) -> bool:
+    """Whether a pending job's GPU model request can run in the pool: judged against the models its nodes report
+    (the labels the scheduler matches, e.g. GPU feature discovery's `NVIDIA-H100-80GB-HBM3` or Slurm's
+    `nvidia_h100_80gb_hbm3`), and against the pool's own model either way round, so a request spelled differently
+    from the pool's short name (`A100-80GB`) still counts as demand: a shrink that strands queued work is the
+    worse mistake."""
+    if not job.gpu_model or not pool.gpu_model:
+        return True
+    models = {n.gpu_model for n in obs.nodes if n.pool == pool.name and n.gpu_model}
+    return (any(gpu_model_matches(job.gpu_model, m) for m in models) or gpu_model_matches(job.gpu_model, pool.gpu_model)
+            or gpu_model_matches(pool.gpu_model, job.gpu_model))
+
+
 def _queued_for(obs: Observation, pool: PoolInfo, min_wait_s: float) -> list[JobInfo]:
-    """Pending GPU jobs that could run in the pool (its GPU model), waiting at least `min_wait_s`, oldest first."""
+    """Pending GPU jobs that could run in the pool (`_fits_pool`), waiting at least `min_wait_s`, oldest first."""
     out = []
     for j in obs.jobs:
-        if j.state != "pending" or j.gpus <= 0 or (pool.gpu_model and not gpu_model_matches(j.gpu_model, pool.gpu_model)):
+        if j.state != "pending" or j.gpus <= 0 or not _fits_pool(j, pool, obs):
             continue
         waited = (obs.at - j.submitted_at).total_seconds() if j.submitted_at is not None else None
         if waited is not None and waited < min_wait_s:

@@ -126,9 +126,11 @@ def reclaimed_gpu_hours(scenario: Scenario, cluster: SimCluster, actions: list[d
 class ScriptedApprovals:
     """Plays a scenario's scripted human answers: each answers the first request it meets, once.
 
-    An answer names a job id; when the id is reused (namesakes), it answers only requests about the
-    job that id names at the answer's `at`: never a leftover request about an earlier namesake, nor one a later
-    namesake makes after it (an answer due before any request waits for that run's).
+    An answer names a job id. A person answers a card they see: when a request about the id was open at the
+    answer's `at`, the answer goes to the newest such request, whatever run it is about (a card about an earlier
+    namesake is then answered, and the guardrail refuses to carry it out against the run now under the id). When
+    none was open, the answer waits for a request about the job the id names at its `at` (namesakes): never one a
+    later namesake makes.
     """
 
     def __init__(self, scenario: Scenario, service: SweepService, cluster: SimCluster | None = None) -> None:
@@ -142,9 +144,9 @@ class ScriptedApprovals:
         for answer in list(self.pending):
             if answer.at > offset_s:
                 continue
-            for item in self.service.deps.approvals.pending():
-                if item.target != answer.job or not self._current(item, answer.at):
-                    continue
+            about = [item for item in self.service.deps.approvals.pending() if item.target == answer.job]
+            seen = [item for item in about if self._open_at(item, answer.at)]
+            for item in seen[-1:] if seen else [item for item in about if self._current(item, answer.at)]:
                 try:
                     done.append(self.service.answer(item.id, answer.decision, by=answer.by, reason="scripted answer"))
                 except ApprovalError:
@@ -153,6 +155,12 @@ class ScriptedApprovals:
                 break
         return done
 
+
+    def _open_at(self, item: Any, answer_at: float) -> bool:
+        """Whether a request was already open at the answer's time (a card its answerer could have seen)."""
+        if self.cluster is None:
+            return False
+        return self.cluster.offset_of(item.requested_at) <= answer_at + 1e-6
 
     def _current(self, item: Any, answer_at: float) -> bool:
         """Whether a request is about the job its target named at the answer's time (requests without a uid: yes;

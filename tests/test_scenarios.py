@@ -209,6 +209,34 @@ def test_an_answer_given_before_any_request_does_not_approve_a_later_namesakes_s
 
 
 @pytest.mark.medium
+def test_an_open_question_about_a_gone_namesake_neither_approves_nor_blocks_the_next_runs_stop() -> None:
+    # alice's gpu/bash idles, is warned, and its stop is put to a person at ~130m; alice leaves at 140m and bob's
+    # gpu/bash (new uid) trains from 142m, then idles from 200m. The lead approves at 150m: the card open then is
+    # alice's, so it is carried out against nothing (bob's run is another job). Bob is warned on his own, and his
+    # stop is asked on its own: alice's open card (12 h expiry) once kept it from being asked at all.
+    from sim.scenario import parse_scenario
+
+    idle = [{"duration": "10m", "gpu_util": 50, "gpu_mem_gb": 20, "cpu_pct": 150}, {"gpu_util": 0, "cpu_pct": 0.5}]
+    work = [{"duration": "58m", "gpu_util": 85, "gpu_mem_gb": 30, "cpu_pct": 200, "log": "loss", "log_every": "1m"},
+            {"gpu_util": 0, "cpu_pct": 0.5, "log": "silent"}]
+    scenario = parse_scenario({
+        "name": "namesake-open-question", "duration": "6h", "pools": [{"name": "a100", "nodes": 1}],
+        "jobs": [{"id": "gpu/bash", "scheduler": "slurm", "user": "alice", "gpus": 1, "end": "140m", "phases": idle},
+                 {"id": "gpu/bash", "scheduler": "slurm", "user": "bob", "gpus": 1, "submit": "142m", "phases": work}],
+        "approvals": [{"job": "gpu/bash", "decision": "approve", "at": "150m", "by": "lead"}],
+        "truth": [{"job": "gpu/bash", "waste": "idle", "since": "10m"}]})
+    policy = Policy.model_validate({"levels": {"max_auto": 1, "require_approval": [2, 3, 4]},
+                                    "approvals": {"expire_after": "12h"}})
+    r = run_scenario(scenario, policy, PolicyModel())
+    assert stops(r) == []
+    [refused] = acts(r, action="terminate", status="blocked")
+    assert "is now a different job" in refused["reason"]
+    warned = {a["uid"] for a in acts(r, "gpu/bash", "notify", "executed")}
+    asked = [a for a in acts(r, status="pending_approval") if a["action"] == "terminate"]
+    assert len(warned) == 2 and asked and all(a["at_s"] > 200 * 60 for a in asked)
+
+
+@pytest.mark.medium
 def test_zombie_is_found_only_after_the_zombie_window() -> None:
     r = run("zombie-pinned-gpu")
     f = finding(r, "cv-team/detector-train", "zombie")

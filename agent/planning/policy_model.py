@@ -188,8 +188,9 @@ class PolicyModel:
         jobs = obs.jobs_by_id()
         proposals: list[ProposedAction] = []
         notes: list[str] = []
-        # One open question per target and action: a changed finding does not open a second request.
-        waiting = {(a.action, a.target) for a in deps.approvals.pending()}
+        # One open question per target and action: a changed finding does not open a second request. Per run: an
+        # open question about an earlier namesake (another user's `bash`) does not stand for this one.
+        waiting = {(a.action, a.target, a.target_uid) for a in deps.approvals.pending()}
         for f in findings:
             job = jobs.get(f.target) if f.target_type == "job" else None
             if job is not None:
@@ -211,7 +212,7 @@ class PolicyModel:
                 proposal = again
                 if proposal.action != "notify":
                     notes.append(f"{f.target}: {proposal.action} asked again after an unanswered request")
-            if (proposal.action, proposal.target) in waiting:
+            if (proposal.action, proposal.target, proposal.target_uid) in waiting:
                 continue
             if proposal.action == "notify":
                 proposal = proposal.model_copy(update={"message": warning_message(f, policy, now, deps.language)})

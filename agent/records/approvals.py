@@ -116,6 +116,14 @@ class Approval(BaseModel):
         return int(self.payload.get("round") or 1)
 
     @property
+    def target_uid(self) -> str | None:
+        """The immutable identity of the job (or pool plan) the request is about, from its guarded action; None
+        for a request made without one."""
+        proposal = (self.payload.get("guarded_action") or {}).get("proposal") or {}
+        uid = proposal.get("target_uid")
+        return str(uid) if uid else None
+
+    @property
     def approvers(self) -> list[str]:
         """Whom this request is addressed to (policy approvals.escalation); empty: the configured approvers."""
         return [str(x) for x in self.payload.get("approvers") or []]

@@ -219,7 +219,8 @@ def test_group_robot_sends_markdown_and_cards_and_surfaces_errcode():
     try:
         bot = wecom.WeComRobot(server.base + server.key)
         bot.send(wecom.markdown_message("**idle**", mention_user_ids=["alice"]))
-        bot.send(wecom.approval_card("Approve?", "force_terminate x", [("Approve", "http://a"), ("Deny", "http://d")]))
+        bot.send(wecom.approval_card("Approve?", "force_terminate x", "", [("Approve", "http://a"), ("Deny", "http://d")],
+                                     "http://steward/"))
         assert "<@alice>" in server.messages[0]["markdown"]["content"]
         assert server.messages[1]["template_card"]["jump_list"][1]["url"] == "http://d"
         with pytest.raises(wecom.WeComError) as err:

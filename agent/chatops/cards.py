@@ -39,8 +39,7 @@ def card_text(approval: Approval, language: str, finding: Finding | None = None,
         evidence = describe(finding, language) if finding is not None else ""
         text = (f"### {title}\n\n级别 {approval.level}。原因：{why}\n\n"
                 + (f"依据：{evidence}\n\n" if evidence else "")
-                + f"截止：{expires}（逾期视为拒绝）\n\n"
-                f"也可回复 `approve {approval.id}` 或 `deny {approval.id}`。")
+                + f"截止：{expires}（逾期未答复则本次请求失效，不会执行）\n\n请求编号：`{approval.id}`")
         if approval.round > 1:
             text += f"\n\n第 {approval.round} 次询问：之前的请求无人答复，浪费仍在。"
         if whom:
@@ -48,8 +47,8 @@ def card_text(approval: Approval, language: str, finding: Finding | None = None,
     else:
         size = f" -> {nodes} nodes" if nodes is not None else ""
         title = f"Approval needed: {approval.action} {approval.target}{size}"
-        text = (f"### {title}\n\nLevel {approval.level}. Why: {reason}\n\nAnswer by {expires} (silence is a no).\n\n"
-                f"Or reply `approve {approval.id}` / `deny {approval.id}`.")
+        text = (f"### {title}\n\nLevel {approval.level}. Why: {reason}\n\nAnswer by {expires} (unanswered by then, "
+                f"this request lapses and nothing is done).\n\nRequest `{approval.id}`")
         if approval.round > 1:
             text += f"\n\nAsked for the {_ordinal(approval.round)} time: the earlier request went unanswered and " \
                     "the waste goes on."
@@ -90,9 +89,15 @@ def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "
         buttons = [(labels[0], links.url(approval.id, "approve", now_s())),
                    (labels[1], links.url(approval.id, "deny", now_s()))]
         ding, wecom_robot = route.dingtalk, route.wecom
+        # DingTalk does not sign who sent a reply, so only the card's buttons answer there; a WeCom app callback is
+        # signed, so its users may also reply. WeCom's text card holds a few lines: the reason and the evidence.
+        reply = (f"也可回复 `approve {approval.id}` 或 `deny {approval.id}`。" if language == "zh"
+                 else f"Or reply `approve {approval.id}` / `deny {approval.id}`.")
+        lines = [line for line in text.splitlines()[1:] if line.strip()]
         messages: list[tuple[str, dingtalk.DingTalkRobot | wecom.WeComRobot | None, dict[str, Any]]] = [
             ("dingtalk", ding, dingtalk.action_card(title, text, buttons)),
-            ("wecom", wecom_robot, wecom.approval_card(title, text.splitlines()[2] if "\n" in text else text, buttons)),
+            ("wecom", wecom_robot, wecom.approval_card(title, lines[0] if lines else title,
+                                                       "\n".join([*lines[1:], reply]), buttons, links.public_url + "/")),
         ]
         if approval.approvers:  # route the question to its escalation group: @-mention each member
             ping = f"{approval.id}：{title}" if language == "zh" else f"{approval.id}: {title}"

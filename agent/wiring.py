@@ -91,9 +91,9 @@ def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> Stewar
         metrics: MetricsSource = prometheus_metrics_from_settings(settings)
         notifier: Notifier = kubernetes_notifier_from_settings(settings, policy.warning.min_notice, clock=clock)
         if settings.pool_provider == "capi":
-            from tools.capi import capi_pools_from_settings
+            from tools.capi import CapiPoolConfig, capi_pools_from_settings
 
-            pools = capi_pools_from_settings(settings, k8s)
+            pools = capi_pools_from_settings(settings, k8s, CapiPoolConfig(currency=settings.currency))
     elif settings.backend == "slurm":
         from tools.slurm import slurm_scheduler_from_settings
 
@@ -108,7 +108,7 @@ def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> Stewar
         from tools.aws_pools import AwsPoolConfig, aws_pools_from_settings
 
         config = AwsPoolConfig(region=settings.aws_region, endpoint_url=settings.aws_endpoint_url,
-                               reserve_fraction=policy.reserve.fraction)
+                               reserve_fraction=policy.reserve.fraction, currency=settings.currency)
         pools = aws_pools_from_settings(settings, scheduler.list_nodes, config)
     elif settings.pool_provider not in ("none", "capi"):
         raise ValueError(f"STEWARD_POOL_PROVIDER={settings.pool_provider!r}: use none, capi or aws")
@@ -117,5 +117,5 @@ def cluster_deps(settings: Settings, policy: Policy, planner: Planner) -> Stewar
         metrics=metrics, scheduler=scheduler, logs=logs, pools=pools,
         notifier=_chatops_or(settings, notifier, clock, policy, scheduler), clock=clock, policy=policy,
         audit=audit, approvals=ApprovalStore(settings.store("approvals"), audit), planner=planner,
-        language=settings.language, changes=ChangeStore(settings.store("changes")),
+        language=settings.language, changes=ChangeStore(settings.store("changes")), currency=settings.currency,
     )

@@ -54,6 +54,23 @@ def _sweep_once(api, prometheus, tmp_path):
 
 
 
+def test_the_currency_prices_are_in_is_a_setting(tmp_path, monkeypatch):
+    """A team whose steward.io/price-per-gpu-hour annotations are in yuan says so once: every cost shown follows."""
+    from pydantic import ValidationError
+
+    api = FakeKubernetesApi().start()
+    try:
+        monkeypatch.setenv("STEWARD_CURRENCY", "CNY")
+        settings = Settings(backend="kubernetes", kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path,
+                            prometheus_url="http://127.0.0.1:9")
+        assert cluster_deps(settings, Policy(), PolicyModel()).currency == "CNY"
+    finally:
+        api.stop()
+    monkeypatch.setenv("STEWARD_CURRENCY", "yuan")
+    with pytest.raises(ValidationError, match="currency"):
+        Settings()
+
+
 def test_unknown_backend_is_named():
     with pytest.raises(ValueError, match="STEWARD_BACKEND='nomad'"):
         cluster_deps(Settings(backend="nomad", prometheus_url="http://127.0.0.1:9"), Policy(), PolicyModel())

@@ -94,7 +94,10 @@ class Settings(BaseSettings):
     # How often a GPU is sampled: the slower of dcgm-exporter's collect interval (-c) and the scrape interval.
     # It sets how many samples a full slice holds; a sweep says so when the data shows it is set too short.
     prometheus_sample_interval_s: float = Field(30.0, gt=0)
-    prometheus_selector: str = ""  # extra matchers for every query, e.g. cluster="gpu-prod" on a shared Thanos
+    prometheus_selector: str = ""
+    # The currency GPU prices are in (STEWARD_CURRENCY, ISO 4217: USD, CNY, EUR ...): the steward.io/price-per-gpu-hour
+    # annotations, the pools' prices and every cost shown. Nothing is converted: it names the unit prices are in.
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")  # extra matchers for every query, e.g. cluster="gpu-prod" on a shared Thanos
     kubeconfig: Path | None = None  # None: in-cluster service account, else ~/.kube/config
     slurm_bin_dir: Path | None = None  # where squeue/scontrol/scancel/sacct live; None = PATH
     aws_region: str | None = None  # EC2 Auto Scaling node pools (docs/cloud-pools.md); None = boto3's default

@@ -124,3 +124,15 @@ def test_deferred_warning_is_skipped_not_failed_and_does_not_start_the_notice():
     assert robot.sent == []
     assert cluster.get_job("ml-team/notebook").state == "running"  # never warned, so never stopped
     assert deps.audit.entries(kind="execution", status="failed") == []
+
+
+def test_an_owner_reads_the_stop_time_in_the_teams_zone():
+    """16:25 UTC is 00:25 the next day in Beijing: an owner told "16:25 UTC" reads the wrong evening."""
+    from agent.planning.policy_model import owner_time
+
+    at = datetime(2026, 11, 2, 16, 25, tzinfo=UTC)
+    assert owner_time(at, Policy(), "zh") == "2026-11-03 00:25（北京时间）"
+    assert owner_time(at, Policy(), "en") == "2026-11-03 00:25 Asia/Shanghai"
+    berlin = Policy.model_validate({"notifications": {"timezone": "Europe/Berlin"}})
+    assert owner_time(at, berlin, "zh") == "2026-11-02 17:25 Europe/Berlin"
+    assert owner_time(at, Policy.model_validate({"notifications": {"timezone": "UTC"}}), "en") == "2026-11-02 16:25 UTC"

@@ -101,6 +101,18 @@ def stop_deadline(finding: Finding | None, policy: Policy, now: datetime) -> dat
     return deadline
 
 
+def owner_time(moment: datetime, policy: Policy, language: str) -> str:
+    """A time an owner reads in a warning: in the team's zone (policy notifications.timezone, the one its working
+    hours are in), named the way its readers name it (北京时间 for Asia/Shanghai in Chinese)."""
+    from zoneinfo import ZoneInfo
+
+    key = policy.notifications.timezone
+    local = moment.astimezone(ZoneInfo(key))
+    if language == "zh" and key in ("Asia/Shanghai", "Asia/Chongqing", "Asia/Harbin", "PRC"):
+        return f"{local:%Y-%m-%d %H:%M}（北京时间）"
+    return f"{local:%Y-%m-%d %H:%M} {'UTC' if key in ('UTC', 'Etc/UTC') else key}"
+
+
 def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
     words = KIND_WORDS.get(language, KIND_WORDS["en"])
     label = "运行手册：" if language == "zh" else "Runbook: "
@@ -118,7 +130,7 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
         return render(
             template_name("notify_warning", language), now,
             waste_gpu_hours=f"{finding.waste_gpu_hours:.1f}", waste_cost=money(finding.waste_cost, finding.currency),
-            deadline=deadline.strftime("%Y-%m-%d %H:%M UTC"), grace=grace_words, **common,
+            deadline=owner_time(deadline, policy, language), grace=grace_words, **common,
         )
     advice = {
         "overprovisioned": f"request {max(1, int(finding.metrics.get('gpus_working', 1)))} GPU(s) next time",

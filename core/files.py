@@ -59,9 +59,15 @@ def read_yaml(path: str | Path, error: type[Exception]) -> Any:
     """Parsed YAML, or `error` naming the file and why it could not be read or parsed."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error(f"{path}: not UTF-8 at byte {exc.start} (line {line}); save the file as UTF-8 (an editor's GBK or "
+                    f"ANSI encoding is not read)") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -75,3 +75,10 @@ def test_unreadable_and_non_yaml_files_are_named(tmp_path, capsys):
     broken.write_text("levels: [unclosed\n")
     assert main(["policy", "check", str(broken)]) == 2
     assert "broken.yaml: not valid YAML" in capsys.readouterr().err
+    # Saved as GBK by a Chinese Windows editor: named, with where, never a traceback (a policy and a scenario alike).
+    gbk = tmp_path / "gbk.yaml"
+    gbk.write_bytes("protection:\n  namespaces: [中文]\n".encode("gbk"))
+    assert main(["policy", "check", str(gbk)]) == 2
+    assert "gbk.yaml: not UTF-8 at byte 27 (line 2)" in capsys.readouterr().err
+    assert main(["sweep", "--scenario", str(gbk)]) == 2
+    assert "gbk.yaml: not UTF-8" in capsys.readouterr().err

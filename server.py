@@ -25,6 +25,14 @@ log = logging.getLogger("steward.server")
 WEB_DIR = Path(__file__).parent / "agent" / "web"
 
 
+def invalid_summary(errors: list[dict]) -> str:
+    """One line saying what is wrong with a request, in English and Chinese (the `detail` list stays for programs)."""
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return "the body is not valid JSON / 请求体不是合法的 JSON"
+    parts = [f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', '')}" for e in errors[:3]]
+    return "; ".join(parts) + " / 请求参数有误：" + "；".join(p.split(": ", 1)[0] for p in parts)
+
+
 def create_app(settings: Settings, *, service: StewardRuntime | None = None, extra_routers: Iterable[APIRouter] = (),
                listeners: Iterable[Callable[[StewardEvent], None]] = (), notifier: Any = None,
                chat_model: Any = None, start_s: float | None = None, speed: float | None = None,
@@ -74,9 +82,28 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        # ASCII-escaped: the errors echo the input, which may hold text UTF-8 cannot encode (a lone surrogate).
-        body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True, default=repr)
+        # ASCII-escaped: the errors echo the input, which may hold text UTF-8 cannot encode (a lone surrogate);
+        # an echoed input is cut short (a 5,000-character message need not come back whole).
+        errors = [{**e, "input": e["input"][:200] + " …"} if isinstance(e.get("input"), str)
+                  and len(e["input"]) > 200 else e for e in exc.errors()]
+        body = json.dumps({"detail": jsonable_encoder(errors), "message": invalid_summary(errors)},
+                          ensure_ascii=True, default=repr)
         return Response(body, status_code=422, media_type="application/json")
+
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        detail = exc.detail
+        if exc.status_code == 400 and detail == "There was an error parsing the body":
+            detail = ("the body could not be read: send UTF-8 JSON (Content-Type: application/json) / "
+                      "请求体无法读取：请发送 UTF-8 编码的 JSON")
+        elif exc.status_code == 413:  # a streamed body over the limit (one that declares its length is refused
+            # before a byte is read, by Starlette's own plain "Content Too Large")
+            detail = (f"the body is larger than {settings.max_body_bytes:,} bytes (STEWARD_MAX_BODY_BYTES): not "
+                      f"read, nothing done / 请求体超过 {settings.max_body_bytes:,} 字节上限，未读取，未执行")
+        return Response(json.dumps({"detail": detail}, ensure_ascii=False), status_code=exc.status_code,
+                        media_type="application/json", headers=getattr(exc, "headers", None))
 
     from agent.records.store import StoreUnavailable
 

@@ -89,8 +89,9 @@ def test_oversized_bodies_are_refused_before_they_are_read(tmp_path):
     auth = (("authorization", "Bearer approver-token"), ("content-type", "application/json"))
     status, _, pulled = asgi_request(app, "POST", "/api/chat", headers=auth, content_length=50 * 2**20, blocks=800)
     assert (status, pulled) == (413, 0)  # Content-Length says too much: nothing is read
-    status, _, pulled = asgi_request(app, "POST", "/api/chat", headers=auth, blocks=800)  # streamed, no length
+    status, body, pulled = asgi_request(app, "POST", "/api/chat", headers=auth, blocks=800)  # streamed, no length
     assert status == 413 and pulled <= app.state.settings.max_body_bytes + len(BLOCK)
+    assert "STEWARD_MAX_BODY_BYTES" in str(body) and "65,536" in str(body), body
 
 
 # --- finding 5: proxy mode ------------------------------------------------------------------------------
@@ -196,7 +197,16 @@ def test_bad_inputs_are_4xx_not_500(tmp_path):
         assert surrogate.status_code == 422 and surrogate.json()["detail"]
         assert c.post("/api/approvals/" + "a" * 5000, json={"decision": "approve"}).status_code == 422
         huge = c.post("/api/exemptions", json={"job": "j" * 500_000, "duration": "4h"})
-        assert huge.status_code == 413
+        assert huge.status_code == 413 and "Too Large" in huge.text
+        # Each says what is wrong, in both languages: not UTF-8, not JSON, a field.
+        latin = c.post("/api/chat", content='{"message": "caf\xe9"}'.encode("latin-1"),
+                       headers={"Content-Type": "application/json"})
+        assert latin.status_code in (400, 422), latin.text
+        assert "UTF-8" in latin.text
+        broken = c.post("/api/chat", content=b'{"message": ', headers={"Content-Type": "application/json"})
+        assert broken.status_code == 422 and broken.json()["message"].startswith("the body is not valid JSON")
+        echoed = c.post("/api/chat", json={"message": "m" * 5000})
+        assert echoed.status_code == 422 and len(echoed.text) < 2000, echoed.text[:300]
         long = c.post("/api/exemptions", json={"job": "j" * 10_000, "duration": "4h"})
         assert long.status_code == 422
         assert c.post("/api/exemptions", json={"job": "x", "duration": "4h", "reason": "r" * 2001}).status_code == 422

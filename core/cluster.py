@@ -74,6 +74,11 @@ class FinishedJob(_Record):
     reason: str = ""  # the exit reason or code where the scheduler gives one (CUDA OOM, OOMKilled, exit 1); "" = unknown
 
 
+# The label a Slurm job's JobInfo carries when it is a component of a heterogeneous job (its het_job_id): the
+# components live and die together (scancel of the leader cancels all), like the pods of a PyTorchJob.
+SLURM_HET_JOB_LABEL = "slurm.het_job_id"
+
+
 def gpu_model_matches(wanted: str | None, model: str) -> bool:
     """Whether a node's GPU model satisfies a request: every word of the request is a word of the model
     ("H100" matches "NVIDIA-H100-80GB-HBM3", "a100" matches "A100-80GB"); no request matches any model."""

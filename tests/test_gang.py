@@ -98,3 +98,18 @@ def test_one_pods_doubt_is_the_whole_jobs():
     idle = found["llm/worker-1"]
     assert idle.kind == "idle" and "llm/master-0" in (idle.stop_needs_approval or "")
     assert "a stop of any pod kills it too" in idle.stop_needs_approval
+
+
+def test_the_components_of_a_slurm_heterogeneous_job_are_one_job():
+    """Component 0 (one GPU, a coordinator) idles while component 1 trains on 8 in another partition: scancel of
+    component 0 cancels both, so it waits for its sibling like a rank does (a probe stopped it at 120m)."""
+    from core.cluster import SLURM_HET_JOB_LABEL
+
+    het = {SLURM_HET_JOB_LABEL: "31"}
+    jobs = [pod("het-0", "n1", het, namespace="gpu"), pod("het-1", "n2", het, namespace="gpu-big")]
+    gpus = job_gpus("gpu/het-0", [85.0] * 6 + [0.0] * 18, node="n1") + job_gpus("gpu-big/het-1", [55.0] * 24, node="n2")
+    nodes = [NodeInfo(name=n, pool="a100", gpus=8, jobs=[j.id for j in jobs if j.node == n]) for n in ("n1", "n2")]
+    obs = observe(jobs, gpus, [io(j.id, 24) for j in jobs], {}, nodes=nodes)
+    assert kinds(obs) == {}
+    alone = [pod("het-0", "n1", {}, namespace="gpu"), jobs[1]]
+    assert kinds(observe(alone, gpus, [io(j.id, 24) for j in alone], {}, nodes=nodes)) == {"gpu/het-0": "idle"}

@@ -61,6 +61,18 @@ def test_squeue_json_old_and_new_shapes():
         jobs_from_json("slurm_load_jobs error")
 
 
+def test_heterogeneous_job_components_carry_their_het_job_id():
+    """scancel of a heterogeneous job's leader cancels every component (scancel(1)): the components are one job."""
+    leader = {"job_id": 31, "name": "het", "partition": "gpu", "user_name": "eve", "job_state": ["RUNNING"],
+              "nodes": "gpu05", "node_count": {"set": True, "number": 1}, "tres_alloc_str": "cpu=2,gres/gpu=1",
+              "het_job_id": {"set": True, "infinite": False, "number": 31}, "het_job_offset": {"set": True, "number": 0}}
+    member = dict(leader, job_id=32, partition="gpu-big", nodes="gpu06", tres_alloc_str="cpu=64,gres/gpu=8",
+                  het_job_id=31, het_job_offset=1)
+    alone = dict(leader, job_id=33, het_job_id={"set": True, "number": 0}, het_job_offset={"set": False, "number": 0})
+    jobs = jobs_from_json(json.dumps({"jobs": [leader, member, alone]}))
+    assert [(j.job_id, j.het_job_id) for j in jobs] == [("31", "31"), ("32", "31"), ("33", None)]
+
+
 def test_squeue_text_output():
     line = SEP.join(["7_3", "gpu,debug", "erin", "(null)", "normal", "RUNNING", "2", "gres:gpu:2",
                      "2026-11-29T15:27:31", "n[1-2]", "name with | pipe"])

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from core.cluster import JobInfo, LogLine, NodeInfo, StopResult
+from core.cluster import SLURM_HET_JOB_LABEL, JobInfo, LogLine, NodeInfo, StopResult
 from tools.slurm_cli import SlurmCli, SlurmError
 from tools.slurm_logs import expand_output_path, tail_log
 from tools.slurm_parse import (
@@ -27,6 +27,7 @@ from tools.slurm_parse import (
 )
 
 JOB_ID_LABEL = "slurm.job_id"
+HET_JOB_LABEL = SLURM_HET_JOB_LABEL
 OutputMode = Literal["auto", "json", "text"]
 _GONE_STATES = frozenset({"completed", "failed", "cancelled"})
 
@@ -110,7 +111,8 @@ class SlurmScheduler:
         return JobInfo(
             id=steward_id, uid=f"slurm:{job.job_id}", scheduler="slurm", namespace=job.partition, name=job.name, user=job.user,
             project=job.account, qos=job.qos, gpus=job.gpus, node=job.nodes[0] if job.nodes else None,
-            state=state, labels={JOB_ID_LABEL: job.job_id, "slurm.nodes": ",".join(job.nodes)},
+            state=state, labels={JOB_ID_LABEL: job.job_id, "slurm.nodes": ",".join(job.nodes),
+                                 **({HET_JOB_LABEL: job.het_job_id} if job.het_job_id else {})},
             owner_kind="batch", started_at=job.started_at, stop_requested_at=asked,
             submitted_at=job.submitted_at, gpu_model=job.gpu_type or None,
             pending_reason=job.reason if state == "pending" else None,

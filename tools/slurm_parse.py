@@ -56,6 +56,9 @@ class SlurmJob:
     reason: str | None = None  # squeue's Reason for a pending job: Resources, Priority, QOSMaxGRESPerUser, ...
     submitted_at: datetime | None = None
     gpu_type: str = ""  # the typed GRES the job asks for ("a100"), "" = any
+    # The heterogeneous job this is a component of (squeue --json het_job_id): scancel of a component's leader
+    # cancels them all, so the components are one job to judge (agent/detectors/gang.py). None: not one.
+    het_job_id: str | None = None
 
     @property
     def steward_state(self) -> JobState:
@@ -193,6 +196,7 @@ def jobs_from_json(text: str) -> list[SlurmJob]:
             gpus=_job_gpus(raw, count), nodes=nodes, started_at=_epoch(raw.get("start_time")),
             reason=_text(raw.get("state_reason")), submitted_at=_epoch(raw.get("submit_time")),
             gpu_type=gpu_type(",".join(str(raw.get(k) or "") for k in ("tres_per_job", "tres_per_node"))),
+            het_job_id=str(_number(raw.get("het_job_id"))) if _number(raw.get("het_job_id")) else None,
         ))
     return jobs
 

@@ -19,22 +19,23 @@ from agent.config.policy import Policy
 from agent.detectors.activity import GpuActivity
 from agent.detectors.signals import ClusterSignals
 from core.actions import Finding
-from core.cluster import JobInfo
+from core.cluster import SLURM_HET_JOB_LABEL, JobInfo
 from core.observation import Observation
 
 # Labels the gang-scheduling operators put on every pod of one job (Kubeflow training operator, Volcano,
 # LeaderWorkerSet, JobSet). Not batch/v1 `job-name`: the pods of a parallel Job are independent workers.
 GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
-               "jobset.sigs.k8s.io/jobset-name")
+               "jobset.sigs.k8s.io/jobset-name", SLURM_HET_JOB_LABEL)
 WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
 
 
 def gang_of(job: JobInfo) -> tuple[str, str, str] | None:
-    """(namespace, label, value) naming the distributed job this pod belongs to; None for a job of its own."""
+    """(namespace, label, value) naming the distributed job this pod belongs to; None for a job of its own. A Slurm
+    heterogeneous job's components may sit in different partitions: its id is the cluster's, not a partition's."""
     for label in GANG_LABELS:
         value = job.labels.get(label)
         if value:
-            return job.namespace, label, value
+            return ("" if label == SLURM_HET_JOB_LABEL else job.namespace), label, value
     return None
 
 

@@ -78,6 +78,7 @@ DIFFICULTY: dict[str, str] = {
     "one-rank-stuck-seven-spin": "hard",
     "dataloader-deadlock-spinning-worker": "hard",
     "student-notebook-cells": "hard",
+    "fixed-window-scale-down-then-batch": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }
@@ -335,6 +336,15 @@ def test_pool_is_resized_in_the_evening_window_after_approval() -> None:
     resized = acts(r, "a100-ondemand", "resize_pool", "executed")
     assert len(resized) == 1 and resized[0]["at_s"] >= 210 * 60 and resized[0]["removed_nodes"] >= 1
     assert finding(r, "h100-reserved", "oversized") is None
+    assert stops(r) == []
+
+
+@pytest.mark.hard
+def test_a_fixed_window_scale_down_plans_its_way_back_for_queued_work() -> None:
+    r = run("fixed-window-scale-down-then-batch")
+    down, back = acts(r, "a100-ondemand", "resize_pool", "executed")
+    assert down["at_s"] < 4 * HOUR and back["uid"].startswith("scale-down:")
+    assert 4 * HOUR < back["at_s"] <= 5 * HOUR + 600  # approved at 00:00, long before the 06:00 planned time
     assert stops(r) == []
 
 

@@ -191,7 +191,9 @@ def _oversized(f: Finding, m: Metrics) -> str:
         f"{duration_zh(m['empty_window_s'])}{listed}；作业占用 {m['used_gpus']:g}/{m['total_gpus']:g} 块 GPU；"
         f"保留 {m['reserve_fraction']:.0%} 余量、最少 {m['min_nodes']:g} 个节点 -> 建议缩至 {m['suggested_nodes']:g} 个节点；"
         f"可释放 {f.gpus} 块 GPU（单价 {m['price_per_gpu_hour']:g} {f.currency}/GPU 小时）"
-        + (_forecast_zh(f, m) if m.get("forecast") else "")
+        + (_forecast_zh(f, m) if m.get("forecast") else
+           f"；{datetime.fromtimestamp(m['scale_up_at'], UTC):%H:%M} UTC 扩容回 {m['scale_up_nodes']:g} 个节点"
+           f"（时间窗结束前预留提前量；若排队作业找不到位置则提前）" if m.get("scale_up_at") else "")
     )
 
 

@@ -149,6 +149,8 @@ class OversizedPoolDetector:
                 planned, forecast_note = self._planned(pool, suggested, obs.at, *found)
             elif not clock_open:
                 continue
+            else:
+                planned, forecast_note = self._way_back(pool, obs.at)
             gpus = (pool.nodes - suggested) * pool.gpus_per_node
             since = obs.at - timedelta(seconds=min(s for _, s in empty) * obs.slice_s)
             hours = (obs.at - since).total_seconds() / 3600.0
@@ -190,6 +192,22 @@ class OversizedPoolDetector:
                 )
             )
         return findings
+
+    def _way_back(self, pool: PoolInfo, at: datetime) -> tuple[dict[str, float], str]:
+        """A scale-down in the fixed window plans its way back too: to the pool's size, a lead before the window
+        ends (or, with no window, a lead after the longest a fixed night lasts: 12 h), earlier when queued work
+        that fits finds no room (PlannedScaleUpDetector). Every shrink the steward makes can be undone by it."""
+        rule = self.rule
+        if rule.scale_down_end is not None:
+            end = datetime.combine(at.astimezone(UTC).date(), rule.scale_down_end.replace(tzinfo=None), tzinfo=UTC)
+            if end <= at:
+                end += timedelta(days=1)
+        else:
+            end = at + timedelta(hours=12)
+        scale_up = max(at + timedelta(seconds=rule.scale_up_lead), end - timedelta(seconds=rule.scale_up_lead))
+        note = (f"; scale back up to {pool.nodes} nodes at {scale_up:%H:%M} UTC (the window's end less the "
+                f"{format_duration(rule.scale_up_lead)} lead), earlier if queued work finds no room")
+        return {"scale_up_at": scale_up.timestamp(), "scale_up_nodes": float(pool.nodes)}, note
 
     def _planned(self, pool: PoolInfo, suggested: int, at: datetime, plan: LowWindowPlan, start: float, end: float,
                  scale_up: float) -> tuple[dict[str, float], str]:
@@ -278,7 +296,8 @@ def _jobs_listed(jobs: list[JobInfo]) -> str:
 
 
 class PlannedScaleUpDetector:
-    """The scale-up back a forecast scale-down planned (docs/forecast.md): due at its `scale_up_at`, or earlier
+    """The scale-up back a scale-down planned (docs/forecast.md; a forecast window's, or the fixed window's end less
+    the lead): due at its `scale_up_at`, or earlier
     when pending GPU jobs that fit the pool's nodes find no room; back to the recorded size, never above max_nodes.
 
     Reads the executed scale-down from the guardrail's history; a pool whose size changed since (someone else
@@ -316,7 +335,7 @@ class PlannedScaleUpDetector:
             capped = f" (capped at max_nodes {pool.max_nodes})" if target < down.scale_up_nodes else ""
             gpus = (target - pool.nodes) * pool.gpus_per_node
             evidence = (f"pool {pool.name} was scaled down from {down.nodes_before or down.scale_up_nodes} to "
-                        f"{down.target_nodes} nodes at {down.at:%H:%M} UTC for a forecast low-load window; {why}: "
+                        f"{down.target_nodes} nodes at {down.at:%H:%M} UTC for a low-load window; {why}: "
                         f"scale back up to {target} nodes{capped}, {gpus} GPUs at {pool.price_per_gpu_hour:g} "
                         f"{pool.currency}/GPU-hour")
             findings.append(Finding(

@@ -161,6 +161,21 @@ def test_slurm_user_quota_is_stuck_only_when_the_user_runs_nothing_else() -> Non
     assert detector.detect(_obs([fresh], nodes)) == []  # too new to judge
 
 
+def test_a_dependency_that_can_never_be_met_is_stuck() -> None:
+    """afterok on a job that failed: Slurm keeps the job queued for ever (DependencyNeverSatisfied); a plain
+    Dependency reason may still clear and is left alone."""
+    from agent.detectors.queue import CAUSE_DEPENDENCY
+
+    nodes = [NodeInfo(name="n0", pool="a100", gpus=8, gpu_model="A100-80GB")]
+    never = _job("gpu/postproc", 1, state="pending", node=None, scheduler="slurm", user="erin",
+                 pending_reason="DependencyNeverSatisfied", submitted_at=AT - timedelta(hours=3))
+    (f,) = StuckPendingDetector(Policy()).detect(_obs([never], nodes))
+    assert f.metrics["cause"] == CAUSE_DEPENDENCY and "fix or rerun the job it depends on" in f.evidence
+    assert "它所依赖的作业" in describe(f, "zh")
+    waiting = never.model_copy(update={"pending_reason": "Dependency"})
+    assert StuckPendingDetector(Policy()).detect(_obs([waiting], nodes)) == []
+
+
 def test_queue_view_counts_fragmented_gpus() -> None:
     nodes = [NodeInfo(name=f"n{i}", pool="a100", gpus=8, gpu_model="A100-80GB") for i in range(3)]
     jobs = [_job(f"ml/busy{i}", 5, node=f"n{i}") for i in range(3)]  # 3 free on every node

@@ -35,7 +35,10 @@ NEVER_REASONS = frozenset({
 USER_QUOTA_REASONS = frozenset({"QOSMaxGRESPerUser", "AssocMaxGRESPerUser", "QOSMaxGRESPerAccount"})
 
 # metrics["cause"] codes, so the Chinese text (agent/detectors/evidence.py) renders from numbers.
-CAUSE_NODE_TOO_SMALL, CAUSE_CLUSTER_TOO_SMALL, CAUSE_NO_MODEL, CAUSE_QUOTA = 1.0, 2.0, 3.0, 4.0
+CAUSE_NODE_TOO_SMALL, CAUSE_CLUSTER_TOO_SMALL, CAUSE_NO_MODEL, CAUSE_QUOTA, CAUSE_DEPENDENCY = 1.0, 2.0, 3.0, 4.0, 5.0
+# A dependency that can never be met (afterok on a job that failed): Slurm keeps such a job queued for ever unless
+# the cluster sets kill_invalid_depend (slurm.conf DependencyParameters).
+NEVER_DEPENDENCY_REASONS = frozenset({"DependencyNeverSatisfied"})
 _BLOCKS = re.compile(r"; blocks the queue: (.*)$")
 
 
@@ -89,6 +92,10 @@ class StuckPendingDetector:
                 return (CAUSE_CLUSTER_TOO_SMALL, f"asks for {job.gpus} GPUs; the cluster has {total}",
                         f"request at most {total} GPUs")
         reason = job.pending_reason or ""
+        if reason in NEVER_DEPENDENCY_REASONS:
+            return (CAUSE_DEPENDENCY, "a job it depends on ended in a way its dependency rules out (afterok on a "
+                                      "failed job): waiting never clears",
+                    "fix or rerun the job it depends on and resubmit, or cancel it")
         if reason in NEVER_REASONS:
             return (CAUSE_QUOTA, f"the scheduler holds it for {reason}, a per-job limit waiting never clears",
                     "resubmit within the partition's and QOS limits, or ask the admins to raise them")
@@ -272,6 +279,9 @@ def stuck_pending_zh(finding: Finding) -> str:
         have = re.search(r"\(models: ([^)]*)\)", finding.evidence)
         why = f"申请的 GPU 型号 {model.group(1) if model else ''} 在任何节点或节点池中都没有"
         fix = f"改为申请现有型号：{have.group(1) if have else ''}"
+    elif cause == CAUSE_DEPENDENCY:
+        why = "它所依赖的作业已以依赖条件排除的方式结束（如 afterok 依赖的作业失败），单靠等待无法解除"
+        fix = "修复或重跑被依赖的作业后重新提交，或取消该作业"
     elif cause == CAUSE_QUOTA:
         why = "调度器因配额/作业上限而挂起它，单靠等待无法解除"
         fix = "在分区和 QOS 限额内重新提交（减少 GPU 数量），或请管理员提高配额"

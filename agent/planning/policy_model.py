@@ -258,6 +258,10 @@ class PolicyModel:
                 return None
             return ProposedAction(action="resize_pool", target_nodes=target, reason=f.evidence, **base)
         if f.kind not in STOPPABLE_KINDS:
+            if f.kind == "doomed":
+                # About the workload across its runs (the same user, command and image failing the same way): one
+                # message per period, not one per resubmitted run.
+                warned = _last(history, "notify", f.target, f.kind, done)
             if warned is None or now - warned >= repeat:
                 return ProposedAction(action="notify", reason=f.evidence, **base)
             return None

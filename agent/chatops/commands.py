@@ -242,10 +242,12 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
     if request.seconds <= 0 or request.seconds > limit:
         return refuse(job.id, f"A keep lasts more than 0 and at most {format_duration(limit)}.",
                       f"保留时长须大于 0 且不超过 {format_duration(limit)}。")
-    reason = " ".join(words) or _t(lang, "kept from chat", "通过聊天保留")
+    reason = " ".join(words) or ("通过聊天保留" if lang == "zh" else "kept from chat")
     until = now + timedelta(seconds=request.seconds)
     deps.audit.record("exemption", at=now, run_id=run_id, target=job.id, status="granted", reason=reason,
                       data={"until": until.isoformat(), "by": by, **(data or {})})
-    return _t(lang, f"OK: {job.id} is kept until {until:%Y-%m-%d %H:%M} UTC ({reason}). The steward will not "
-                    "stop it before then.",
-              f"好的：{job.id} 将保留至 {until:%Y-%m-%d %H:%M} UTC（{reason}），在此之前不会被停止。")
+    from agent.planning.policy_model import owner_time  # the owner's zone, as the warning they answer
+
+    return _t(lang, f"OK: {job.id} is kept until {owner_time(until, deps.policy, 'en')} ({reason}). The steward "
+                    "will not stop it before then.",
+              f"好的：{job.id} 将保留至 {owner_time(until, deps.policy, 'zh')}（{reason}），在此之前不会被停止。")

@@ -135,6 +135,27 @@ def test_blocker_finding_moves_first_and_reads_in_chinese() -> None:
         "coverage": 1.0, "gpu_util_pct_0": 50, "gpu_util_pct_1": 0, "gpu_util_pct_2": 0, "gpu_util_pct_3": 0}}), "zh")
 
 
+def test_a_job_held_by_its_own_quota_or_with_room_elsewhere_is_blocked_by_nobody() -> None:
+    """frank waits on his QOS quota, and another node has 8 free GPUs: carol's idle notebook blocks neither him nor
+    a pod that fits the free node (queue.md: it may miss a blocker, never invent one)."""
+    from agent.detectors.queue import mark_blockers
+    from core.actions import Finding
+
+    nodes = [NodeInfo(name="n0", pool="a100", gpus=8, gpu_model="A100-80GB"),
+             NodeInfo(name="n1", pool="a100", gpus=8, gpu_model="A100-80GB")]
+    nb = _job("ml/nb", 4, user="carol", node="n0")
+    busy = _job("ml/busy", 4, node="n0")
+    idle = Finding(kind="idle", target="ml/nb", since=AT, detected_at=AT, evidence="idle", gpus=4)
+    quota = _job("gpu/frank", 8, state="pending", node=None, scheduler="slurm", user="frank",
+                 pending_reason="QOSMaxGRESPerUser", submitted_at=AT - timedelta(hours=1))
+    fits = _job("vision/train", 4, state="pending", node=None, pending_reason="Unschedulable",
+                submitted_at=AT - timedelta(hours=1))
+    assert mark_blockers([idle], _obs([busy, nb, quota, fits], nodes)) == [idle]
+    # n1 full: the pod now waits for capacity, and freeing carol's 4 GPUs on n0 makes room for it.
+    full = [busy, nb, fits, _job("ml/other", 8, node="n1")]
+    assert mark_blockers([idle], _obs(full, nodes))[0].metrics["blocked_jobs"] == 1
+
+
 def test_waiting_job_that_would_not_fit_even_after_the_stop_blocks_nobody() -> None:
     nb = _job("ml/nb", 2, user="carol")
     waiter = _job("vision/train", 8, state="pending", node=None, submitted_at=AT - timedelta(hours=1))

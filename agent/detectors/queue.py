@@ -148,6 +148,23 @@ def waiting_jobs(obs: Observation, findings: list[Finding], after_s: float = 0.0
             and ((w := pending_for(j, obs.at)) is None or w >= after_s)]
 
 
+# Scheduler reasons that are not a lack of free GPUs: a quota or limit (Slurm QOS*/Assoc*), a dependency, a hold,
+# a begin time. A job held for one of them is not blocked by whoever holds GPUs.
+_NOT_CAPACITY = re.compile(r"^(QOS|Assoc)|^(Dependency|DependencyNeverSatisfied|BeginTime|JobHeldUser|JobHeldAdmin|"
+                           r"PartitionDown|PartitionInactive|Reservation)$")
+
+
+def waits_for_capacity(job: JobInfo, free: dict[str, int], model: dict[str, str]) -> bool:
+    """Whether a pending job waits for GPUs to free up: its scheduler gives no other reason, and no node of its
+    model has room for it now (a Kubernetes pod on one node, a Slurm job across nodes)."""
+    if _NOT_CAPACITY.search(job.pending_reason or ""):
+        return False
+    room = [g for node, g in free.items() if gpu_model_matches(job.gpu_model, model.get(node, ""))]
+    if job.scheduler == "kubernetes":
+        return not any(g >= job.gpus for g in room)
+    return sum(room) < job.gpus
+
+
 def mark_blockers(findings: list[Finding], obs: Observation) -> list[Finding]:
     """Blocked queue: an idle or hung job holds GPUs that, freed, would let a waiting job start on that node.
 
@@ -165,6 +182,8 @@ def mark_blockers(findings: list[Finding], obs: Observation) -> list[Finding]:
             on_node.setdefault(job.node, []).append(i)
     waiters: dict[int, list[JobInfo]] = {}
     for w in waiting_jobs(obs, findings, BLOCKED_AFTER_S):
+        if not waits_for_capacity(w, free, model):
+            continue  # held by a quota, a dependency or a hold, or room is already free: freeing GPUs is not it
         for node, idxs in sorted(on_node.items()):
             if (w.node is not None and w.node != node) or not gpu_model_matches(w.gpu_model, model.get(node, "")):
                 continue

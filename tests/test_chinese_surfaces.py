@@ -140,3 +140,21 @@ def test_every_tab_of_the_web_ui_in_chinese(tmp_path):
         browser.close()
     assert errors == []
     assert {tab: leftovers(text, PEOPLE) for tab, text in texts.items()} == {tab: [] for tab in texts}
+
+
+def test_the_pending_approvals_answer_reads_in_chinese():
+    """有哪些待审批: the action and its level in Chinese, the expiry with its date when it is another day."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.api.answerer import ChatContext, _approvals
+    from agent.records.approvals import Approval
+    from core.observation import Observation
+
+    now = datetime(2026, 11, 2, 22, 0, tzinfo=UTC)
+    card = Approval(id="apr_x", proposal_key="k", target="a100-ondemand", action="resize_pool", level=4,
+                    requested_at=now, expires_at=now + timedelta(hours=4), status="pending")
+    ctx = ChatContext(findings=[], observation=Observation(at=now, slice_s=300, lookback_s=3600), tools={},
+                      audit=None, pending=[card], now=now, currency="CNY")  # type: ignore[arg-type]
+    zh = _approvals(ctx, "zh")
+    assert "（级别 4），2026-11-03 02:00 UTC 过期" in zh and "resize_pool" not in zh and "level" not in zh
+    assert "resize_pool **a100-ondemand** (level 4), expires 2026-11-03 02:00 UTC" in _approvals(ctx, "en")

@@ -390,9 +390,12 @@ def _approvals(ctx: ChatContext, lang: Lang) -> str:
     if not ctx.pending:
         return _t(lang, "No approvals are waiting.", "目前没有待审批的操作。")
     lines = [_t(lang, f"{len(ctx.pending)} actions wait for a human:", f"有 {len(ctx.pending)} 项操作等待人工审批：")]
+    from agent.graph.report import action_label
+
     for a in ctx.pending:
-        lines.append(f"- `{a.id}` {a.action} **{a.target}** (level {a.level}), "
-                     + _t(lang, f"expires {a.expires_at:%H:%M} UTC", f"{a.expires_at:%H:%M} UTC 过期"))
+        when = _when(a.expires_at, ctx.now)
+        lines.append(_t(lang, f"- `{a.id}` {a.action} **{a.target}** (level {a.level}), expires {when}",
+                        f"- `{a.id}` {action_label(a.action, 'zh')} **{a.target}**（级别 {a.level}），{when} 过期"))
     return "\n".join(lines)
 
 

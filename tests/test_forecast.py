@@ -192,3 +192,34 @@ def test_cli_forecast_text_in_chinese(tmp_path, capsys):
     assert main(["forecast", "--history", str(path), "--lang", "zh"]) == 0
     out = capsys.readouterr().out
     assert "资源池 pool.csv：容量 64" in out and "模型：" in out and "01-09 00:00 UTC" in out
+
+
+def test_a_pool_quiet_half_the_day_gets_a_window_its_kept_nodes_can_carry():
+    """Quiet 19:00-07:00 (4 GPUs with noise), busy by day (24-30): the quietest quarter of hours sits inside the
+    night's own noise, so no hour's upper bound is under it and the quantile line finds no window. A scale-down
+    that keeps 16 GPUs (less the reserve) is safe while even the upper bound fits in them: the night is a window,
+    and the scale-up is planned a lead before the morning."""
+    from datetime import UTC, datetime
+
+    import numpy as np
+
+    from agent.config.policy import Policy
+    from agent.detectors.pools import OversizedPoolDetector
+    from core.cluster import PoolInfo
+
+    rng = np.random.default_rng(7)
+    end = datetime(2026, 11, 4, 19, 0, tzinfo=UTC)  # the history's last hour ends at 19:00
+    hours = 21 * 24
+    load = [float(4 + rng.integers(0, 3)) if (h % 24 >= 19 or h % 24 < 7) else float(24 + rng.integers(0, 7))
+            for h in range(hours)]  # hour 0 is 19:00 21 days back
+    load = load[19:] + load[:19]
+    pool = PoolInfo(name="a100", gpus_per_node=8, nodes=4, min_nodes=1, price_per_gpu_hour=4.1,
+                    billing="on-demand", load_history=load, load_history_end=end)
+    detector = OversizedPoolDetector(Policy())
+    at = datetime(2026, 11, 4, 19, 30, tzinfo=UTC)
+    assert isinstance(detector.forecast_window(pool, at), str)  # the quantile line alone: no window
+    plan, start, stop, scale_up = detector.forecast_window(pool, at, keep_gpus=16 - 3.2)  # type: ignore[misc]
+    assert start <= at.timestamp() < stop and scale_up == stop - 3600
+    assert datetime.fromtimestamp(stop, UTC).hour in (6, 7)  # the night, not the next day
+    # Kept capacity under tonight's upper bound: no window.
+    assert isinstance(detector.forecast_window(pool, at, keep_gpus=2.0), str)

@@ -60,9 +60,16 @@ class OversizedPoolDetector:
             return True
         return self.rule.scale_down == "auto" and len(pool.load_history) >= MIN_FORECAST_H
 
-    def forecast_window(self, pool: PoolInfo, at: datetime) -> tuple[LowWindowPlan, float, float, float] | str:
+    def forecast_window(self, pool: PoolInfo, at: datetime,
+                        keep_gpus: float | None = None) -> tuple[LowWindowPlan, float, float, float] | str:
         """(plan, window start, window end, scale-up time) when `at` is inside a predicted low-load window with
-        time to spare before the planned scale-up; otherwise why not."""
+        time to spare before the planned scale-up; otherwise why not.
+
+        `keep_gpus`: the load the pool can carry as the scale-down leaves it (its kept nodes' GPUs less the
+        reserve). A window is then also every run of hours from now whose forecast upper bound stays within it,
+        and no window outlasts that run: a scale-down is safe while even the upper bound fits in what it keeps.
+        (The quietest-quarter line alone finds no window on a pool quiet for more than ~8 h a day: its quiet
+        hours' own noise straddles the line.)"""
         try:
             plan = pool_forecast(pool)
         except ForecastError as exc:
@@ -73,6 +80,16 @@ class OversizedPoolDetector:
             return (f"no forecast for pool {pool.name} at {at:%Y-%m-%d %H:%M} UTC, so no scale-down: its load history "
                     "ends more than 24 h before (or after) now")
         window = plan.window_at(now)
+        if keep_gpus is not None:
+            hour = int((now - plan.first_hour) // HOUR)
+            fits = 0
+            while hour + fits < len(plan.upper) and plan.upper[hour + fits] <= keep_gpus + 1e-9:
+                fits += 1
+            if fits:
+                start, end = plan.first_hour + hour * HOUR, plan.first_hour + (hour + fits) * HOUR
+                window = (window[0], min(window[1], end)) if window is not None else (start, end)
+            else:
+                window = None
         if window is None:
             upcoming = [f"{_clock(a)}-{_clock(b)}" for a, b in plan.windows if a > now]
             return (f"pool {pool.name} is outside its predicted low-load windows ({plan.model}); "
@@ -142,7 +159,7 @@ class OversizedPoolDetector:
             planned: dict[str, float] = {}
             forecast_note = ""
             if self._uses_forecast(pool):
-                found = self.forecast_window(pool, obs.at)
+                found = self.forecast_window(pool, obs.at, suggested * pool.gpus_per_node - self.reserve * total)
                 if isinstance(found, str):
                     self.notes[pool.name] = found
                     continue

@@ -82,3 +82,14 @@ def test_unreadable_and_non_yaml_files_are_named(tmp_path, capsys):
     assert "gbk.yaml: not UTF-8 at byte 27 (line 2)" in capsys.readouterr().err
     assert main(["sweep", "--scenario", str(gbk)]) == 2
     assert "gbk.yaml: not UTF-8" in capsys.readouterr().err
+
+
+def test_a_bad_environment_variable_is_named_as_it_is_set(monkeypatch, capsys):
+    monkeypatch.setenv("STEWARD_DISPLAY_TZ", "Beijing")
+    assert main(["sweep"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: STEWARD_DISPLAY_TZ: ") and "Asia/Shanghai" in err and "pydantic" not in err
+    monkeypatch.delenv("STEWARD_DISPLAY_TZ")
+    monkeypatch.setenv("STEWARD_API_TOKENS", "notjson")
+    assert main(["sweep"]) == 2
+    assert "STEWARD_API_TOKENS: not valid JSON" in capsys.readouterr().err

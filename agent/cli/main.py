@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -221,13 +222,31 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def environment_errors(exc: ValueError) -> list[str]:
+    """One line per STEWARD_* variable that does not parse, named as it is set (not pydantic's field name)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        named = re.search(r'error parsing value for field "(\w+)"', str(exc))
+        if named:  # pydantic-settings could not decode a complex value (a list, a dict) as JSON
+            return [f"STEWARD_{named.group(1).upper()}: not valid JSON (this variable takes a JSON value)"]
+        return [f"the STEWARD_* environment does not parse: {exc}"]
+    out = []
+    for e in errors():
+        field = ".".join(str(x) for x in e.get("loc", ())) or "?"
+        msg = str(e.get("msg", "")).removeprefix("Value error, ")
+        if e.get("type") == "json_invalid" or "error parsing value" in msg:
+            msg = "not valid JSON (this variable takes a JSON value)"
+        out.append(f"STEWARD_{field.upper()}: {msg}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         settings = Settings()
     except ValueError as exc:  # pydantic's ValidationError: a STEWARD_* variable of the wrong type
-        print(f"error: the STEWARD_* environment does not parse: {exc}", file=sys.stderr)
+        print("error: " + "\n".join(environment_errors(exc)), file=sys.stderr)
         return 2
     if settings.runbooks_enabled is None:  # the commands people run ground their answers in runbooks
         settings = settings.model_copy(update={"runbooks_enabled": True})

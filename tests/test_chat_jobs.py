@@ -148,3 +148,14 @@ def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_pa
         [result] = [e for e in events if e["type"] == "tool_result"]
         assert result["name"] == "job_status" and result["status"] == "ok"
         assert f"**{JOB}** (carol, 1 GPU)" in result["summary"] and "kept until" in result["summary"]
+
+
+def test_chat_times_follow_the_display_zone(tmp_path):
+    """STEWARD_DISPLAY_TZ=Asia/Shanghai: 15:35 UTC reads 23:35 Asia/Shanghai, as the UI and the report say it."""
+    tokens = {"carol-token": ApiToken(name="carol", role="viewer"), "lead-token": ApiToken(name="lead", role="approver")}
+    settings = settings_for(tmp_path, api_tokens=tokens).model_copy(update={"display_tz": "Asia/Shanghai"})
+    with client_for(settings, start_s=90 * 60) as c:
+        sweep_to(c, 95)
+        _, events = ask(c, f"why did you flag {JOB}?", CAROL)
+        answer = events[-1]["answer"]
+        assert "23:35 Asia/Shanghai warned the owner" in answer and "UTC" not in answer, answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from langchain_core.tools import StructuredTool
@@ -77,6 +77,7 @@ class ChatContext:
     policy: Policy | None = None
     job: str | None = None  # the job the chat is about (the UI's finding or approval), when the question names none
     keep: KeepFn | None = None  # grants `keep` through the ChatOps path; None: this chat cannot keep jobs
+    zone: tzinfo = UTC  # the time zone people read times in (STEWARD_DISPLAY_TZ)
 
 
 def _t(lang: Lang, en: str, zh: str) -> str:
@@ -145,10 +146,14 @@ def _status(status: str | None, lang: Lang) -> str:
     return STATUS_ZH.get(status or "", status or "") if lang == "zh" else (status or "")
 
 
-def _when(at: datetime | str, now: datetime) -> str:
-    """HH:MM UTC today, with the date when it is another day."""
+def _when(at: datetime | str, now: datetime, zone: tzinfo = UTC) -> str:
+    """HH:MM in the display zone (STEWARD_DISPLAY_TZ) today, with the date when it is another day there."""
+    from agent.graph.report import zone_name
+
     at = datetime.fromisoformat(at) if isinstance(at, str) else at
-    return f"{at:%H:%M} UTC" if at.date() == now.date() else f"{at:%Y-%m-%d %H:%M} UTC"
+    local, today = at.astimezone(zone), now.astimezone(zone)
+    name = zone_name(zone)
+    return f"{local:%H:%M} {name}" if local.date() == today.date() else f"{local:%Y-%m-%d %H:%M} {name}"
 
 
 def _detail(e: AuditEntry, lang: Lang) -> str:
@@ -189,7 +194,7 @@ def actions_today(ctx: ChatContext, lang: Lang) -> str:
                         f"- {e.at:%H:%M} {_action(e.action, lang)}：**{e.target}**（级别 {e.level}{by}）："
                         f"{_status(e.status, lang)}{_detail(e, lang)}"))
     for e in kept:
-        until = _when(e.data.get("until") or e.at, ctx.now)
+        until = _when(e.data.get("until") or e.at, ctx.now, ctx.zone)
         lines.append(_t(lang, f"- {e.at:%H:%M} **{e.target}** kept until {until} by {e.data.get('by', '?')} ({e.reason})",
                         f"- {e.at:%H:%M} **{e.target}** 由 {e.data.get('by', '?')} 保留至 {until}（{e.reason}）"))
     return "\n".join(lines)
@@ -267,16 +272,16 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
                         f"原因：{kind_label(finding.kind, lang)}。{describe(finding, lang)}{_rb(finding)}"))
     elif found:
         last = found[-1]
-        lines.append(_t(lang, f"Why: {last.status} at {_when(last.at, now)}. {last.reason}",
-                        f"原因：{_when(last.at, now)} 判定为{kind_label(last.status or '', lang)}。{last.reason}"))
+        lines.append(_t(lang, f"Why: {last.status} at {_when(last.at, now, ctx.zone)}. {last.reason}",
+                        f"原因：{_when(last.at, now, ctx.zone)} 判定为{kind_label(last.status or '', lang)}。{last.reason}"))
     elif not done:
         lines.append(_t(lang, "It is not flagged: no detector found waste on it, and nothing was done to it in "
                               "the last 24 h.", "它没有被标记：检测器未发现浪费，过去 24 小时内也未对它执行任何操作。"))
     for e in done:
         deadline = e.data.get("deadline")
-        due = _t(lang, f"; earliest stop {_when(deadline, now)}", f"；最早停止时间 {_when(deadline, now)}") if deadline else ""
-        lines.append(_t(lang, f"- {_when(e.at, now)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
-                        f"- {_when(e.at, now)} {_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
+        due = _t(lang, f"; earliest stop {_when(deadline, now, ctx.zone)}", f"；最早停止时间 {_when(deadline, now, ctx.zone)}") if deadline else ""
+        lines.append(_t(lang, f"- {_when(e.at, now, ctx.zone)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
+                        f"- {_when(e.at, now, ctx.zone)} {_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
                         f"{due}"))
     lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
     return "\n".join(lines)
@@ -290,47 +295,47 @@ def _next_step(ctx: ChatContext, job: Any, finding: Finding | None, done: list[A
     keep_hint = _t(lang, " The owner can reply `keep 4h <reason>` to keep it.", "所有者可回复 `keep 4h 原因` 暂缓。")
     if kept:
         last = max(kept, key=lambda e: e.data["until"])
-        until = _when(last.data["until"], now)
+        until = _when(last.data["until"], now, ctx.zone)
         return _t(lang, f"Next: nothing. It is kept until {until} by {last.data.get('by', '?')} ({last.reason}); "
                         "no stop before then.",
                   f"接下来：不做任何操作。它由 {last.data.get('by', '?')} 保留至 {until}（{last.reason}），在此之前不会被停止。")
     if job is None or job.state in _GONE:
         stopped = [e for e in done if e.action in ("terminate", "force_terminate") and e.status == "executed"]
         if stopped:
-            return _t(lang, f"Next: nothing; it was stopped at {_when(stopped[-1].at, now)}.",
-                      f"接下来：不再操作；它已于 {_when(stopped[-1].at, now)} 被停止。")
+            return _t(lang, f"Next: nothing; it was stopped at {_when(stopped[-1].at, now, ctx.zone)}.",
+                      f"接下来：不再操作；它已于 {_when(stopped[-1].at, now, ctx.zone)} 被停止。")
         return _t(lang, "Next: nothing; it has ended.", "接下来：不再操作；该作业已结束。")
     if waiting:
         a = waiting[-1]
-        return _t(lang, f"Next: {a.action} waits for an approver (`{a.id}`, expires {_when(a.expires_at, now)}); "
+        return _t(lang, f"Next: {a.action} waits for an approver (`{a.id}`, expires {_when(a.expires_at, now, ctx.zone)}); "
                         "nothing is done without that answer.",
-                  f"接下来：{_action(a.action, lang)}正在等待审批（`{a.id}`，{_when(a.expires_at, now)} 过期）；"
+                  f"接下来：{_action(a.action, lang)}正在等待审批（`{a.id}`，{_when(a.expires_at, now, ctx.zone)} 过期）；"
                   "未获批准不会执行。")
     terms = [e for e in done if e.action == "terminate" and e.status == "executed"]
     if job.state == "stopping" or terms:
         at = terms[-1].at if terms else now
-        return _t(lang, f"Next: it was asked to stop; if it has not exited by {_when(at + timedelta(seconds=grace), now)}"
+        return _t(lang, f"Next: it was asked to stop; if it has not exited by {_when(at + timedelta(seconds=grace), now, ctx.zone)}"
                         " (the grace period), a forced stop may be proposed, which needs its own decision.",
-                  f"接下来：已请求其停止；若到 {_when(at + timedelta(seconds=grace), now)}（宽限期结束）仍未退出，"
+                  f"接下来：已请求其停止；若到 {_when(at + timedelta(seconds=grace), now, ctx.zone)}（宽限期结束）仍未退出，"
                   "可能会提议强制停止，这需要单独决策。")
     warned = [e for e in done if e.action == "notify" and e.status == "executed"]
     if warned and warned[-1].data.get("deadline"):
         deadline = datetime.fromisoformat(warned[-1].data["deadline"])
         if deadline > now:
-            return _t(lang, f"Next: the owner was warned at {_when(warned[-1].at, now)}; if it is still wasting at "
-                            f"{_when(deadline, now)}, a sweep after that asks it to stop (SIGTERM).{keep_hint}",
-                      f"接下来：已于 {_when(warned[-1].at, now)} 警告所有者；若到 {_when(deadline, now)} 仍在浪费，"
+            return _t(lang, f"Next: the owner was warned at {_when(warned[-1].at, now, ctx.zone)}; if it is still wasting at "
+                            f"{_when(deadline, now, ctx.zone)}, a sweep after that asks it to stop (SIGTERM).{keep_hint}",
+                      f"接下来：已于 {_when(warned[-1].at, now, ctx.zone)} 警告所有者；若到 {_when(deadline, now, ctx.zone)} 仍在浪费，"
                       f"之后的巡检会请求其停止（SIGTERM）。{keep_hint}")
-        return _t(lang, f"Next: the notice period ended at {_when(deadline, now)}; the next sweep asks it to stop "
+        return _t(lang, f"Next: the notice period ended at {_when(deadline, now, ctx.zone)}; the next sweep asks it to stop "
                         f"(SIGTERM) if it is still wasting and the policy allows.{keep_hint}",
-                  f"接下来：通知期已于 {_when(deadline, now)} 结束；若仍在浪费且策略允许，下一次巡检会请求其停止"
+                  f"接下来：通知期已于 {_when(deadline, now, ctx.zone)} 结束；若仍在浪费且策略允许，下一次巡检会请求其停止"
                   f"（SIGTERM）。{keep_hint}")
     if finding is None:
         return _t(lang, "Next: nothing is planned for it.", "接下来：没有针对它的计划。")
     if warned:
-        return _t(lang, f"Next: the owner was advised at {_when(warned[-1].at, now)}; that is advice only, nothing "
+        return _t(lang, f"Next: the owner was advised at {_when(warned[-1].at, now, ctx.zone)}; that is advice only, nothing "
                         "is stopped for it.",
-                  f"接下来：已于 {_when(warned[-1].at, now)} 向所有者提出建议；仅为建议，不会因此停止作业。")
+                  f"接下来：已于 {_when(warned[-1].at, now, ctx.zone)} 向所有者提出建议；仅为建议，不会因此停止作业。")
     return _t(lang, f"Next: the next sweep warns the owner; a stop can come no sooner than "
                     f"{format_duration(notice)} after a delivered warning.{keep_hint}",
               f"接下来：下一次巡检会警告所有者；警告送达至少 {format_duration(notice)} 后才可能停止。{keep_hint}")
@@ -393,7 +398,7 @@ def _approvals(ctx: ChatContext, lang: Lang) -> str:
     from agent.graph.report import action_label
 
     for a in ctx.pending:
-        when = _when(a.expires_at, ctx.now)
+        when = _when(a.expires_at, ctx.now, ctx.zone)
         lines.append(_t(lang, f"- `{a.id}` {a.action} **{a.target}** (level {a.level}), expires {when}",
                         f"- `{a.id}` {action_label(a.action, 'zh')} **{a.target}**（级别 {a.level}），{when} 过期"))
     return "\n".join(lines)

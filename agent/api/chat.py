@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
@@ -22,7 +22,7 @@ log = logging.getLogger("steward.chat")
 
 
 def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None = None,
-                 job: str | None = None) -> tuple[ChatContext, str]:
+                 job: str | None = None, zone: tzinfo = UTC) -> tuple[ChatContext, str]:
     """The context, and a notice to put before the answer when it could not read the cluster fresh.
 
     A running sweep holds the graph lock (the first one for as long as it builds the runbook index): chat
@@ -41,7 +41,7 @@ def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None
     tools = {t.name: t for t in make_tools(tool_ctx) if not is_mutating(t)}
     ctx = ChatContext(findings=rt.findings(), observation=obs, tools=tools, audit=deps.audit,
                       pending=deps.approvals.pending(), now=obs.at, currency=deps.currency, policy=deps.policy,
-                      job=job, keep=_keeper(rt, who) if who is not None else None)
+                      job=job, keep=_keeper(rt, who) if who is not None else None, zone=zone)
     ctx.tools.update({t.name: t for t in chat_tools(ctx, lang)})
     return ctx, notice
 
@@ -83,10 +83,11 @@ def _sse(event: ChatEvent) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event, default=str, ensure_ascii=False)}\n\n"
 
 
-def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = None) -> Iterator[str]:
+def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = None,
+                zone: tzinfo = UTC) -> Iterator[str]:
     lang = reply_language(body.message, body.lang)  # a Chinese question in the English UI gets Chinese
     try:
-        ctx, notice = chat_context(rt, lang, who=who, job=body.job)
+        ctx, notice = chat_context(rt, lang, who=who, job=body.job, zone=zone)
         # `keep` is a command, not a question: it goes the one audited path, with or without a model.
         if rt.chat_model is not None and classify(body.message) != "keep":
             from agent.api.llm_chat import answer_with_model
@@ -116,8 +117,9 @@ def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = N
                                              "Each data line is a JSON object with a 'type' field."}})
 def chat(request: Request, body: ChatRequest, who: Viewer) -> Response:
     rt: StewardRuntime = request.app.state.runtime
+    zone = request.app.state.settings.zone()
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if rt.chat_model is None or classify(body.message) == "keep":
         # The built-in answerer has every event at once: one write, not a thread hop per event.
-        return Response("".join(chat_events(rt, body, who)), media_type="text/event-stream", headers=headers)
-    return StreamingResponse(chat_events(rt, body, who), media_type="text/event-stream", headers=headers)
+        return Response("".join(chat_events(rt, body, who, zone)), media_type="text/event-stream", headers=headers)
+    return StreamingResponse(chat_events(rt, body, who, zone), media_type="text/event-stream", headers=headers)

@@ -38,8 +38,10 @@ def installed(tmp_path_factory):
     venv.EnvBuilder(with_pip=True, clear=True).create(root / "venv")
     bin_dir = root / "venv" / "bin"
     pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q"]
-    _run([*pip, "-r", str(REPO / "requirements.lock")], root, pip_env)
+    # As the README installs it: the complete lock as it is, then `pip check` that its pins agree.
+    _run([*pip, "--no-deps", "-r", str(REPO / "requirements.lock")], root, pip_env)
     _run([*pip, "--no-deps", str(wheel)], root, pip_env)
+    _run([str(bin_dir / "python"), "-m", "pip", "check"], root, pip_env)
     work = root / "elsewhere"
     work.mkdir()
     return wheel, bin_dir, work, env

@@ -187,24 +187,33 @@ def test_a_long_tail_lookback_shorter_than_the_notice_still_lets_the_stop_land()
     assert stopped[0]["at_s"] - warned[0]["at_s"] == HOUR
 
 
+NOTEBOOK_IDLE = [{"duration": "10m", "gpu_util": 50, "gpu_mem_gb": 20, "cpu_pct": 150}, {"gpu_util": 0, "cpu_pct": 0.5}]
+
+
+def _two_bash_runs(name: str, first: dict[str, Any], second: dict[str, Any], *, approve_at: str) -> ScenarioRun:
+    """Two Slurm runs under one name (`srun --pty bash`), stops put to a person (approvals kept 12 h), and one
+    scripted "approve" for gpu/bash at `approve_at`."""
+    from sim.scenario import parse_scenario
+
+    base = {"id": "gpu/bash", "scheduler": "slurm", "gpus": 1}
+    scenario = parse_scenario({
+        "name": name, "duration": "6h", "pools": [{"name": "a100", "nodes": 1}],
+        "jobs": [{**base, **first}, {**base, **second}],
+        "approvals": [{"job": "gpu/bash", "decision": "approve", "at": approve_at, "by": "lead"}],
+        "truth": [{"job": "gpu/bash", "waste": "idle", "since": "10m"}]})
+    policy = Policy.model_validate({"levels": {"max_auto": 1, "require_approval": [2, 3, 4]},
+                                    "approvals": {"expire_after": "12h"}})
+    return run_scenario(scenario, policy, PolicyModel())
+
+
 @pytest.mark.medium
 def test_an_answer_given_before_any_request_does_not_approve_a_later_namesakes_stop() -> None:
     # The lead approves "stop gpu/bash" at 90m, while the first run is current and before any request; that run
     # ends at 100m and a second gpu/bash (new uid) idles from 110m. The answer was about the first run: the
     # second's stop request stays pending (it used to be approved by the early answer and carried out at 235m).
-    from sim.scenario import parse_scenario
 
-    idle = [{"duration": "10m", "gpu_util": 50, "gpu_mem_gb": 20, "cpu_pct": 150}, {"gpu_util": 0, "cpu_pct": 0.5}]
-    scenario = parse_scenario({
-        "name": "early-approval-namesake", "duration": "6h", "pools": [{"name": "a100", "nodes": 1}],
-        "jobs": [{"id": "gpu/bash", "scheduler": "slurm", "gpus": 1, "end": "100m", "phases": idle},
-                 {"id": "gpu/bash", "scheduler": "slurm", "gpus": 1, "submit": "110m",
-                  "phases": [{"gpu_util": 0, "gpu_mem_gb": 6, "cpu_pct": 0.5}]}],
-        "approvals": [{"job": "gpu/bash", "decision": "approve", "at": "90m", "by": "lead"}],
-        "truth": [{"job": "gpu/bash", "waste": "idle", "since": "10m"}]})
-    policy = Policy.model_validate({"levels": {"max_auto": 1, "require_approval": [2, 3, 4]},
-                                    "approvals": {"expire_after": "12h"}})
-    r = run_scenario(scenario, policy, PolicyModel())
+    r = _two_bash_runs("early-approval-namesake", {"end": "100m", "phases": NOTEBOOK_IDLE},
+                       {"submit": "110m", "phases": [{"gpu_util": 0, "gpu_mem_gb": 6, "cpu_pct": 0.5}]}, approve_at="90m")
     assert stops(r) == []
     assert [a["action"] for a in acts(r, status="pending_approval")] == ["terminate"]
 
@@ -215,20 +224,10 @@ def test_an_open_question_about_a_gone_namesake_neither_approves_nor_blocks_the_
     # gpu/bash (new uid) trains from 142m, then idles from 200m. The lead approves at 150m: the card open then is
     # alice's, so it is carried out against nothing (bob's run is another job). Bob is warned on his own, and his
     # stop is asked on its own: alice's open card (12 h expiry) once kept it from being asked at all.
-    from sim.scenario import parse_scenario
-
-    idle = [{"duration": "10m", "gpu_util": 50, "gpu_mem_gb": 20, "cpu_pct": 150}, {"gpu_util": 0, "cpu_pct": 0.5}]
     work = [{"duration": "58m", "gpu_util": 85, "gpu_mem_gb": 30, "cpu_pct": 200, "log": "loss", "log_every": "1m"},
             {"gpu_util": 0, "cpu_pct": 0.5, "log": "silent"}]
-    scenario = parse_scenario({
-        "name": "namesake-open-question", "duration": "6h", "pools": [{"name": "a100", "nodes": 1}],
-        "jobs": [{"id": "gpu/bash", "scheduler": "slurm", "user": "alice", "gpus": 1, "end": "140m", "phases": idle},
-                 {"id": "gpu/bash", "scheduler": "slurm", "user": "bob", "gpus": 1, "submit": "142m", "phases": work}],
-        "approvals": [{"job": "gpu/bash", "decision": "approve", "at": "150m", "by": "lead"}],
-        "truth": [{"job": "gpu/bash", "waste": "idle", "since": "10m"}]})
-    policy = Policy.model_validate({"levels": {"max_auto": 1, "require_approval": [2, 3, 4]},
-                                    "approvals": {"expire_after": "12h"}})
-    r = run_scenario(scenario, policy, PolicyModel())
+    r = _two_bash_runs("namesake-open-question", {"user": "alice", "end": "140m", "phases": NOTEBOOK_IDLE},
+                       {"user": "bob", "submit": "142m", "phases": work}, approve_at="150m")
     assert stops(r) == []
     [refused] = acts(r, action="terminate", status="blocked")
     assert "is now a different job" in refused["reason"]

@@ -147,7 +147,7 @@ def test_cli_backtest_json_shape(tmp_path, capsys):
     assert "needs at least 72" in capsys.readouterr().err
 
 
-def test_cli_forecast_of_the_demo_pools_windows_from_history_and_says_why_not_without(capsys):
+def test_cli_forecast_of_the_demo_pools_windows_from_history_and_says_why_not_without(capsys, monkeypatch):
     assert main(["forecast", "--json"]) == 0
     demo = {p["pool"]: p for p in json.loads(capsys.readouterr().out)["pools"]}
     assert set(demo) == {"a100-ondemand", "h100-reserved"}
@@ -161,6 +161,10 @@ def test_cli_forecast_of_the_demo_pools_windows_from_history_and_says_why_not_wi
     assert main(["forecast", "--lang", "zh"]) == 0
     out = capsys.readouterr().out
     assert "历史不足 72 小时" in out and "低负载窗口：11-02 17:00 至 11-02 22:00 UTC（5 小时）" in out
+    # A team in Beijing reads the same window in its own hours (STEWARD_DISPLAY_TZ), the zone named.
+    monkeypatch.setenv("STEWARD_DISPLAY_TZ", "Asia/Shanghai")
+    assert main(["forecast", "--lang", "zh"]) == 0
+    assert "低负载窗口：11-03 01:00 至 11-03 06:00 Asia/Shanghai（5 小时）" in capsys.readouterr().out
 
 
 def test_cli_forecast_of_a_recorded_series(tmp_path, capsys):

@@ -91,7 +91,10 @@ def _size(a: Approval, w: dict[str, str]) -> str:
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.graph.report import action_label, status_label
+
     w = _words(args, settings)
+    lang = "zh" if (args.lang or settings.language) == "zh" else "en"
     data_dir = args.data_dir or settings.data_dir
     store = _existing_store(args, settings, w)
     if store is None:
@@ -108,15 +111,16 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if pending:
         print(w["pending"].format(n=len(pending)))
         for a in pending:
-            print(f"  {a.id}  {a.action} {a.target}{_size(a, w)} ({w['level']} {a.level}), {w['expires']} "
-                  f"{a.expires_at:%Y-%m-%d %H:%M} UTC")
+            print(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)} ({w['level']} {a.level}), "
+                  f"{w['expires']} {settings.local(a.expires_at)}")
         print(w["answer_with"])
     if recent:
         print(("\n" if pending else "") + w["recent"])
         for a in recent:
-            when = f"{a.answered_at:%Y-%m-%d %H:%M} UTC" if a.answered_at else ""
+            when = settings.local(a.answered_at) if a.answered_at else ""
             why = f": {a.answer_reason}" if a.answer_reason else ""
-            print(f"  {a.id}  {a.action} {a.target}: {a.status} {when} {a.answered_by or ''}{why}".rstrip())
+            print(f"  {a.id}  {action_label(a.action, lang)} {a.target}: {status_label(a.status, lang)} {when} "
+                  f"{a.answered_by or ''}{why}".rstrip())
     return 0
 
 

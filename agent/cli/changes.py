@@ -24,10 +24,10 @@ from agent.config.settings import Settings
 WORDS = {
     "en": {"recorded": "recorded change #{id} ({kind}) {target} at {at}", "known": "already recorded: change #{id}",
            "none": "no changes recorded", "unknown": "no change #{id}", "bad": "invalid {field}: {msg}",
-           "header": "id  kind       at (UTC)          source    flagged  target: description"},
+           "header": "id  kind       at ({zone})          source    flagged  target: description"},
     "zh": {"recorded": "已记录变更 #{id}（{kind}）{target}，时间 {at}", "known": "已有此变更：#{id}",
            "none": "尚无变更记录", "unknown": "没有变更 #{id}", "bad": "字段 {field} 无效：{msg}",
-           "header": "编号 类型       时间 (UTC)        来源      已标记   对象：说明"},
+           "header": "编号 类型       时间 ({zone})        来源      已标记   对象：说明"},
 }
 
 
@@ -85,7 +85,7 @@ def cmd_record(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps({"change": change.model_dump(mode="json"), "recorded": added}, ensure_ascii=False, indent=2))
     else:
         print((words["recorded"] if added else words["known"]).format(
-            id=change.id, kind=change.kind, target=change.target, at=f"{change.at:%Y-%m-%d %H:%M}"))
+            id=change.id, kind=change.kind, target=change.target, at=settings.local(change.at)))
     return 0
 
 
@@ -99,10 +99,11 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if not found:
         print(words["none"])
         return 0
-    print(words["header"])
+    print(words["header"].format(zone=settings.display_tz))
+    zone = settings.zone()
     for c in found:
         flagged = "yes" if c.flagged_at else "-"
-        print(f"{c.id:<3} {c.kind:<10} {c.at:%Y-%m-%d %H:%M}  {c.source:<9} {flagged:<8} {c.target}: {c.description}")
+        print(f"{c.id:<3} {c.kind:<10} {c.at.astimezone(zone):%Y-%m-%d %H:%M}  {c.source:<9} {flagged:<8} {c.target}: {c.description}")
     return 0
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,8 @@ def pool_forecast(p: PoolHistory) -> dict[str, Any]:
     return doc
 
 
-def _print_pool(doc: dict[str, Any], zh: bool) -> None:
+def _print_pool(doc: dict[str, Any], zh: bool, zone: tzinfo, zone_name: str) -> None:
+    """One pool's forecast, its hours in the display zone (STEWARD_DISPLAY_TZ)."""
     cap = f"{doc['capacity']:g}" if doc["capacity"] is not None else "?"
     now = doc["now"]
     if zh:
@@ -103,17 +104,17 @@ def _print_pool(doc: dict[str, Any], zh: bool) -> None:
     print(f"  模型：{doc['model']}；低负载：区间上界不超过 {doc['low_threshold']:g}" if zh else
           f"  model: {doc['model']}; low load: upper bound <= {doc['low_threshold']:g}")
     for h in doc["hours"]:
-        at = datetime.fromisoformat(h["at"])
+        at = datetime.fromisoformat(h["at"]).astimezone(zone)
         mark = "  <- " + ("低" if zh else "low") if h["low"] else ""
-        print(f"  {at:%m-%d %H:00} UTC  " if zh else f"  {at:%a %H:00}  ", end="")
+        print(f"  {at:%m-%d %H:%M} {zone_name}  " if zh else f"  {at:%a %H:%M} {zone_name}  ", end="")
         print(f"{h['mean']:7.1f}  [{h['lower']:6.1f}, {h['upper']:6.1f}]{mark}")
     if not doc["windows"]:
         print("  未来 24 小时没有预测到低负载窗口。" if zh else "  No low-load window predicted in the next 24 h.")
     for w in doc["windows"]:
-        a, b = datetime.fromisoformat(w["start"]), datetime.fromisoformat(w["end"])
+        a, b = (datetime.fromisoformat(w[k]).astimezone(zone) for k in ("start", "end"))
         hours = (b - a).total_seconds() / 3600
-        print(f"  低负载窗口：{a:%m-%d %H:00} 至 {b:%m-%d %H:00} UTC（{hours:g} 小时）" if zh else
-              f"  Low-load window: {a:%a %H:00} to {b:%a %H:00} UTC ({hours:g} h)")
+        print(f"  低负载窗口：{a:%m-%d %H:%M} 至 {b:%m-%d %H:%M} {zone_name}（{hours:g} 小时）" if zh else
+              f"  Low-load window: {a:%a %H:%M} to {b:%a %H:%M} {zone_name} ({hours:g} h)")
 
 
 def cmd_forecast(args: argparse.Namespace, settings: Any) -> int:
@@ -134,7 +135,7 @@ def cmd_forecast(args: argparse.Namespace, settings: Any) -> int:
         print(json.dumps({"pools": docs}, ensure_ascii=False, indent=2))
         return 0
     for doc in docs:
-        _print_pool(doc, zh)
+        _print_pool(doc, zh, settings.zone(), settings.display_tz)
     return 0
 
 

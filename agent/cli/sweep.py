@@ -194,7 +194,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         for a in pending:
             if language == "zh":
                 print(f"  {a.id}  {action_label(a.action, language)} {a.target}（{w['level']} {a.level}），"
-                      f"{w['expires']} {a.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {settings.display_tz}")
+                      f"{w['expires']} {settings.local(a.expires_at)}")
             else:
                 print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} "
                       f"{a.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {settings.display_tz}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Literal
 
@@ -154,6 +154,10 @@ class Settings(BaseSettings):
         from zoneinfo import ZoneInfo
 
         return ZoneInfo(self.display_tz)
+
+    def local(self, moment: datetime) -> str:
+        """A moment as people read it: date and minute in the display zone, the zone named."""
+        return f"{moment.astimezone(self.zone()):%Y-%m-%d %H:%M} {self.display_tz}"
 
     @field_validator("database_url")
     @classmethod

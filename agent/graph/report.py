@@ -33,6 +33,7 @@ STATUS_ZH = {
     "executed": "已执行", "blocked": "已拦截", "pending_approval": "待审批", "dry_run": "演练（未执行）",
     "failed": "失败", "refused": "被调度器拒绝", "skipped": "已跳过", "denied_by_human": "被人工拒绝",
     "expired": "已过期", "approve": "批准", "deny": "拒绝", "expire": "过期",
+    "approved": "已批准", "denied": "已拒绝", "pending": "待审批",
 }
 
 

@@ -47,6 +47,18 @@ def test_a_single_failure_is_not_flagged():
     assert judge(CRASH_LOOP, RunHistory([failure(3000.0)]), JOB, now=3600.0) is None
 
 
+@pytest.mark.parametrize("reason", ["NODE_FAIL", "PREEMPTED", "Evicted", "NodeLost", "Preempting (exit 137)",
+                                    "DisruptionTarget: spot instance reclaimed"])
+def test_runs_the_infrastructure_ended_are_no_failures_of_the_job(reason):
+    """A spot pool reclaiming the node three times in a row says nothing about whether the job works."""
+    history = RunHistory([failure(t, reason=reason) for t in (1000.0, 2000.0, 3000.0)])
+    assert judge(CRASH_LOOP, history, JOB, now=3600.0) is None
+    assert judge(PLAIN_RULE, history, JOB, now=3600.0) is None
+    # The job's own failures still count, and an exit code that merely mentions a word does not hide one.
+    assert judge(CRASH_LOOP, RunHistory([failure(t, reason="Error (exit 1)") for t in (1000.0, 2000.0, 3000.0)]),
+                 JOB, now=3600.0) is not None
+
+
 def test_an_outcome_not_yet_known_at_decision_time_is_not_used():
     # The third failure becomes known at t=5000: a decision at t=4000 sees two failures and a success before them.
     history = RunHistory([failure(500.0, state="completed"), failure(1000.0), failure(2000.0), failure(5000.0)])

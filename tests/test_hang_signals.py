@@ -250,6 +250,27 @@ def test_a_burst_is_judged_at_its_own_power_not_its_slices():
     assert f.stop_needs_approval
 
 
+def test_bursts_in_every_slice_are_not_judged_by_power_alone():
+    """Gradient accumulation: 30 s of math (90 %) in every 5-minute slice reads 101 W of 400 W in each. No slice
+    shows the idle draw, so power cannot say whether the bursts work; without the tensor pipe there is no finding
+    (read as idle at its quietest slice, the bursts drew nothing and the job was stopped as a keep-alive)."""
+    every = squatter([90.0] * N, [9.0] * N, tensor=None, power=[101.0] * N)
+    assert KeepAliveDetector(POLICY).detect(every) == []
+    # With the tensor pipe idle throughout, the DCGM counters show the bursts do no math: a keep-alive.
+    [f] = KeepAliveDetector(POLICY).detect(squatter([90.0] * N, [9.0] * N, tensor=0.0, power=[101.0] * N))
+    assert f.stop_needs_approval
+    # An idle A100 elsewhere in the sweep shows what idle draws here (60 W): the bursts drew about
+    # 60 + 41 / 0.1 = 470 W, real work; pings that lift the slice to 66 W drew about 120 W, a keep-alive.
+    def beside_an_idle_gpu(power: float) -> Observation:
+        obs = squatter([90.0] * N, [9.0] * N, tensor=None, power=[power] * N)
+        free = gpu(None, [0.0] * N, 7, tensor=None, power=[60.0] * N)  # type: ignore[arg-type]
+        return obs.model_copy(update={"gpus": [*obs.gpus, free]})
+
+    assert KeepAliveDetector(POLICY).detect(beside_an_idle_gpu(101.0)) == []
+    [f] = KeepAliveDetector(POLICY).detect(beside_an_idle_gpu(66.0))
+    assert f.stop_needs_approval
+
+
 def test_no_keepalive_without_the_whole_pattern():
     detector = KeepAliveDetector(POLICY)
     irregular = [0.0] * N

@@ -79,6 +79,8 @@ DIFFICULTY: dict[str, str] = {
     "dataloader-deadlock-spinning-worker": "hard",
     "student-notebook-cells": "hard",
     "fixed-window-scale-down-then-batch": "hard",
+    "grad-accum-burst-every-slice": "hard",
+    "spot-requeue-node-fail": "medium",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

@@ -111,15 +111,34 @@ def pattern_began(w: JobWindow, level_pct: float) -> datetime:
     return series.at - timedelta(seconds=max(series.length, m * r) * s)
 
 
-def burst_power_share(w: JobWindow, board_w: float | None, quiet_pct: float) -> tuple[float, float] | None:
+def idle_draws(signals: ClusterSignals, slices: int, quiet_pct: float) -> dict[str, float]:
+    """Per GPU model, the lowest power any GPU of it drew in a quiet slice of the newest `slices` (at most
+    `quiet_pct` utilisation): what an idle one of that model draws on this cluster now."""
+    lowest: dict[str, float] = {}
+    for series in signals.by_node.values():
+        for g in series:
+            if not g.power_w_slices or not g.model:
+                continue
+            for p, top in zip(align_end(g.power_w_slices, slices), align_end(g.util_max, slices), strict=True):
+                if p is not None and top is not None and top <= quiet_pct and p > 0:
+                    lowest[g.model] = min(p, lowest.get(g.model, p))
+    return lowest
+
+
+def burst_power_share(w: JobWindow, board_w: float | None, quiet_pct: float,
+                      fleet_idle: dict[str, float] | None = None) -> tuple[float, float] | None:
     """(the highest share of board power a burst itself may draw, the slice average it was read from) over the
-    window's GPUs; None when power or the board is unknown, or no slice holds a burst.
+    window's GPUs; None when power or the board is unknown, no slice holds a burst, or nothing shows the idle
+    draw.
 
     A slice average dilutes a burst shorter than the slice with the idle minutes around it: a notebook cell that
     drew 65 % for 90 s reads 39 % in its 5-minute slice. The share of the slice the burst lasted is about its
     average utilisation over its highest; the idle draw is the GPU's own quietest slice in the window. So a
     burst draws about idle + (slice power - idle) / duty, read in the job's favour (a higher estimate only
-    clears it)."""
+    clears it). Where every slice holds a burst (work whose cycle matches the slice: 30 s of math in every 5
+    minutes), no slice shows the idle draw and the quietest one's includes a burst: the idle draw is then what
+    idle GPUs of the same model draw in the same sweep (`fleet_idle`, idle_draws), and where none is seen the GPU
+    is not read at all, since any idle draw assumed for it would decide the answer."""
     if not board_w:
         return None
     n = w.slices
@@ -132,7 +151,12 @@ def burst_power_share(w: JobWindow, board_w: float | None, quiet_pct: float) -> 
         known = [p for p in power if p is not None]
         if not known:
             continue
-        idle = min(known)
+        if any(p is not None and top is not None and top <= quiet_pct for p, top in zip(power, maxes, strict=True)):
+            idle = min(known)
+        elif fleet_idle and g.model in fleet_idle:
+            idle = min(fleet_idle[g.model], min(known))
+        else:
+            continue
         for p, top, mean in zip(power, maxes, avgs, strict=True):
             if p is None or top is None or mean is None or top <= quiet_pct or mean <= 0:
                 continue
@@ -174,6 +198,7 @@ class KeepAliveDetector:
     def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
         signals = signals or group_signals(obs)
         findings = []
+        fleet_idle: dict[str, float] | None = None  # read once, when a pattern needs it
         for job in obs.jobs:
             if job.started_at is not None and (obs.at - job.started_at).total_seconds() < self.idle.window:
                 continue  # judged only over a window the job has lived through
@@ -195,11 +220,13 @@ class KeepAliveDetector:
             activity = GpuActivity.of(w, self.idle.min_coverage)
             if activity.real_work(self.activity):
                 continue
-            burst = burst_power_share(w, activity.board_w, self.idle.util_threshold_pct)
+            if fleet_idle is None:
+                fleet_idle = idle_draws(signals, w.slices, self.idle.util_threshold_pct)
+            burst = burst_power_share(w, activity.board_w, self.idle.util_threshold_pct, fleet_idle)
             if burst is not None and burst[0] > self.activity.idle_power_share:
                 continue  # the bursts themselves draw a working GPU's power: short work, not pings
-            if not activity.tensor_known and activity.power_share is None:
-                continue  # neither the tensor pipe nor power can show the bursts do no work
+            if not activity.tensor_known and burst is None:
+                continue  # neither the tensor pipe nor the bursts' own power can show they do no work
             # The stretch began after the last progress the log showed, the job's start and the last work the
             # pattern cannot explain: a fixed point, so a warning sent in it keeps announcing the stop while the
             # stop waits for a human, and real work after a warning ends what that warning announced.

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from agent.config.policy import Policy
-from agent.detectors.signals import ClusterSignals, group_signals
+from agent.detectors.history import align_end
+from agent.detectors.signals import ClusterSignals, JobWindow, group_signals, valid_pct
 from core.actions import Finding
 from core.durations import format_duration
 from core.observation import Observation
@@ -35,7 +36,7 @@ class OverprovisionedDetector:
             w = series.window(rule.window, job.gpus)
             if w.coverage < self.min_coverage or len(series.gpus) < job.gpus or None in w.gpu_avg_util:
                 continue  # a GPU we cannot see might be the working one
-            working = w.working_gpus(rule.working_util_pct)
+            working = worked(w, rule.working_util_pct)
             if working < 1 or job.gpus / working < rule.ratio:
                 continue
             unused = job.gpus - working
@@ -44,7 +45,8 @@ class OverprovisionedDetector:
                 since = job.started_at
             utils = ", ".join(f"{v:.0f}%" for v in sorted((v or 0.0 for v in w.gpu_avg_util), reverse=True))
             evidence = (
-                f"{job.gpus} GPUs requested, {working} working (avg util >= {rule.working_util_pct:g}%) over "
+                f"{job.gpus} GPUs requested, {working} working (util >= {rule.working_util_pct:g}% on average or in "
+                f"any slice) over "
                 f"{format_duration(w.seconds)} (coverage {w.coverage:.0%}); per-GPU avg util {utils}; "
                 f"{unused} GPU{'s' if unused != 1 else ''} unused"
             )
@@ -71,3 +73,15 @@ class OverprovisionedDetector:
                 )
             )
         return findings
+
+
+def worked(w: JobWindow, line: float) -> int:
+    """GPUs that worked in the window: at the working line on average, or in any slice. A GPU that reached it
+    was used, in bursts: the GPUs of a parallel job coming out of a quiet hour average a few percent each, and
+    none of them is unused."""
+    count = 0
+    for avg, g in zip(w.gpu_avg_util, w.series.gpus, strict=False):
+        peak = max((v for v in (valid_pct(x) for x in align_end(g.util_max, w.slices)) if v is not None), default=None)
+        if (avg is not None and avg >= line) or (peak is not None and peak >= line):
+            count += 1
+    return count

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -19,6 +20,17 @@ from core.durations import format_duration
 
 KeyKind = Literal["identity", "user_gpus"]
 FAILED = "failed"
+
+# Ends the infrastructure chose, not the job: a node lost or failed, a preemption, a spot reclaim, an eviction. A
+# run ended that way says nothing about whether the job works, so it is no failure in a streak (Slurm states and
+# reasons, Kubernetes pod reasons and the DisruptionTarget condition).
+INFRASTRUCTURE_ENDS = re.compile(r"\b(node_?fail|boot_fail|preempt\w*|evicted|nodelost|node_?shutdown|shutdown|"
+                                 r"disruptiontarget|spot\w*|reclaim\w*|terminationbyk(?:ubelet)?)\b", re.IGNORECASE)
+
+
+def infrastructure_end(reason: str) -> bool:
+    """Whether a failure reason names an end the infrastructure chose (NODE_FAIL, Evicted, Preempted, ...)."""
+    return bool(reason) and INFRASTRUCTURE_ENDS.search(reason) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +47,8 @@ class FinishedRun:
 
     @property
     def failed(self) -> bool:
-        return self.state == FAILED
+        """Failed by its own doing: a run the infrastructure ended (infrastructure_end) is not counted."""
+        return self.state == FAILED and not infrastructure_end(self.reason)
 
     @property
     def gpu_hours(self) -> float:

@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,6 +32,18 @@ def invalid_summary(errors: list[dict]) -> str:
         return "the body is not valid JSON / 请求体不是合法的 JSON"
     parts = [f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', '')}" for e in errors[:3]]
     return "; ".join(parts) + " / 请求参数有误：" + "；".join(p.split(": ", 1)[0] for p in parts)
+
+
+def _finite(value: object) -> object:
+    """`value` with every NaN or Infinity written as text: JSON has no such numbers, and an error echoing one
+    back must still parse."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def create_app(settings: Settings, *, service: StewardRuntime | None = None, extra_routers: Iterable[APIRouter] = (),
@@ -74,8 +87,10 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     from agent.api import chat, routes, runbook_pages
     from agent.api.guard import RequestGuard
 
+    # No /docs or /redoc: FastAPI's pages load their scripts from a public CDN, which a cluster's browsers may not
+    # reach and an operator's browser should not be sent to; the schema is served at /openapi.json.
     app = FastAPI(title="GPU Steward", version="0.1.0", lifespan=lifespan, max_body_size=settings.max_body_bytes,
-                  description="Finds and reclaims wasted GPUs through a deterministic guardrail, with approvals "
+                  docs_url=None, redoc_url=None, description="Finds and reclaims wasted GPUs through a deterministic guardrail, with approvals "
                               "and an audit trail.")
     app.state.settings = settings
     app.add_middleware(RequestGuard, settings=settings, bind_host=bind_host)  # before any route reads a body
@@ -86,8 +101,8 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
         # an echoed input is cut short (a 5,000-character message need not come back whole).
         errors = [{**e, "input": e["input"][:200] + " …"} if isinstance(e.get("input"), str)
                   and len(e["input"]) > 200 else e for e in exc.errors()]
-        body = json.dumps({"detail": jsonable_encoder(errors), "message": invalid_summary(errors)},
-                          ensure_ascii=True, default=repr)
+        body = json.dumps({"detail": _finite(jsonable_encoder(errors)), "message": invalid_summary(errors)},
+                          ensure_ascii=True, default=repr, allow_nan=False)
         return Response(body, status_code=422, media_type="application/json")
 
     from starlette.exceptions import HTTPException as StarletteHTTPException

@@ -39,3 +39,25 @@ def format_duration(seconds: float) -> str:
     if hours == 0:
         return f"{minutes}m"
     return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+
+
+# Units as people type them in chat and forms: `4 hours`, `30 mins`, `4小时`, `2天`.
+_UNIT_WORDS = re.compile(r"(\d+(?:\.\d+)?)\s*[个個]?(小时|小時|分钟|分鐘|天|hours?|hrs?|minutes?|mins?|days?)(?![A-Za-z])",
+                         re.IGNORECASE)
+_UNIT_OF = {"小时": "h", "小時": "h", "分钟": "m", "分鐘": "m", "天": "d", "hour": "h", "hr": "h", "minute": "m",
+            "min": "m", "day": "d"}
+
+
+def spoken_units(text: str) -> str:
+    """`text` with every spoken duration written the short way (`4 hours` -> `4h`, `30分钟` -> `30m`)."""
+    def short(m: re.Match[str]) -> str:
+        word = m.group(2)
+        return f"{m.group(1)}{_UNIT_OF.get(word.lower().rstrip('s') if word.isascii() else word, 'h')}"
+
+    return _UNIT_WORDS.sub(short, text)
+
+
+def parse_spoken_duration(value: str) -> float:
+    """parse_duration that also takes the units people type (`4 hours`, `4小时`)."""
+    return parse_duration(spoken_units(value.strip()).replace(" ", "").lower())
+

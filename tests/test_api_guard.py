@@ -8,6 +8,7 @@ before the body was read" is observed, not inferred. Everything runs on the simu
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -207,6 +208,11 @@ def test_bad_inputs_are_4xx_not_500(tmp_path):
         assert broken.status_code == 422 and broken.json()["message"].startswith("the body is not valid JSON")
         echoed = c.post("/api/chat", json={"message": "m" * 5000})
         assert echoed.status_code == 422 and len(echoed.text) < 2000, echoed.text[:300]
+        # A NaN or 1e999 echoed back still makes a body any strict JSON parser reads.
+        for number in (b"NaN", b"1e999", b"-Infinity"):
+            odd = c.post("/api/exemptions", content=b'{"job": "x", "duration": ' + number + b'}',
+                         headers={"Content-Type": "application/json"})
+            assert odd.status_code == 422 and json.loads(odd.text, parse_constant=_no_constant)["detail"], odd.text
         long = c.post("/api/exemptions", json={"job": "j" * 10_000, "duration": "4h"})
         assert long.status_code == 422
         assert c.post("/api/exemptions", json={"job": "x", "duration": "4h", "reason": "r" * 2001}).status_code == 422
@@ -277,3 +283,7 @@ def test_approver_token_still_works_through_the_guard(tmp_path):
         assert c.post("/api/sweeps", headers=APPROVER).status_code == 200
         assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200
         assert c.get("/").status_code == 200 and c.get("/openapi.json").status_code == 200
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"not JSON: {name}")

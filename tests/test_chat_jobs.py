@@ -67,7 +67,7 @@ def test_why_and_what_next_while_warned_in_both_languages(client):
     start, events = ask(client, "为什么要停止 jupyter 任务?", CAROL, lang="en")
     answer = events[-1]["answer"]
     assert start["lang"] == "zh" and JOB in answer
-    assert "原因：空闲" in answer and "15:35 UTC 警告了所有者" in answer and "16:35 UTC" in answer
+    assert "原因：空闲" in answer and "15:35（UTC）警告了所有者" in answer and "16:35（UTC）" in answer
 
 
 def test_why_after_the_stop_names_the_stop_from_the_audit(client):
@@ -76,7 +76,9 @@ def test_why_after_the_stop_names_the_stop_from_the_audit(client):
     assert "no longer running" in answer and "16:35 UTC asked it to stop (SIGTERM): executed" in answer
     assert "Why: idle" in answer and "it was stopped at 16:35 UTC" in answer
     zh = ask(client, f"为什么停止了 {JOB}？", CAROL)[1][-1]["answer"]
-    assert "已不在运行" in zh and "已于 16:35 UTC 被停止" in zh
+    assert "已不在运行" in zh and "已于 16:35（UTC）被停止" in zh
+    # The audited finding reads in Chinese too, rendered from the numbers the audit kept.
+    assert "1 块 GPU 利用率最高 0.0%" in zh and "GPU at max" not in zh
 
 
 def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client):
@@ -88,6 +90,10 @@ def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client
     assert rt.deps.audit.entries(kind="exemption") == []
     refused = rt.deps.audit.entries(kind="decision", status="refused")
     assert refused[0].action == "keep" and refused[0].target == JOB and refused[0].data["by"] == "web:bob"
+    # The Chinese audit view says the keep was not taken and why, not that a guardrail rule failed.
+    zh = client.get("/api/audit", params={"kind": "decision", "lang": "zh"}, headers=CAROL).json()
+    texts = [e["text"] for e in zh["entries"] if e["action"] == "keep"]
+    assert texts and texts[0].startswith("未受理保留：只有作业所有者 carol") and "护栏" not in texts[0]
     # More than an owner may: refused.
     assert "at most 24h" in ask(client, f"keep {JOB} for 3d", CAROL)[1][-1]["answer"]
     # The owner, in the job's context.
@@ -123,7 +129,7 @@ def test_what_was_done_today(client):
     start, events = ask(client, "what did you do today?", CAROL)
     answer = events[-1]["answer"]
     assert start["intent"] == "today" and f"Today (2026-11-02) I took {len(done)} actions:" in answer
-    assert f"15:35 warned the owner: **{JOB}** (level 1): executed (inbox to carol: sent)" in answer
+    assert f"15:35 UTC warned the owner: **{JOB}** (level 1): executed (inbox to carol: sent)" in answer
     zh = ask(client, "今天做了什么？", CAROL)[1][-1]["answer"]
     assert f"今天（2026-11-02）共执行了 {len(done)} 项操作" in zh and "警告了所有者" in zh and "已执行" in zh
 
@@ -159,3 +165,38 @@ def test_chat_times_follow_the_display_zone(tmp_path):
         _, events = ask(c, f"why did you flag {JOB}?", CAROL)
         answer = events[-1]["answer"]
         assert "23:35 Asia/Shanghai warned the owner" in answer and "UTC" not in answer, answer
+
+
+def test_cost_forecast_and_a_job_named_by_its_owner(client):
+    """What a platform team asks beyond waste: the week's cost per team, the pools' plans, "carol's notebook"."""
+    sweep_to(client, 100)
+    start, events = ask(client, "上周各团队花了多少钱？", CAROL)
+    zh = events[-1]["answer"]
+    assert start["intent"] == "cost" and "各团队" in zh and "ml-team" in zh and "GPU 小时" in zh
+    assert "steward report" in zh
+    start, events = ask(client, "what did each team spend this week?", CAROL)
+    assert start["intent"] == "cost" and "By team:" in events[-1]["answer"]
+    # The pools: the demo's on-demand pool sits in its predicted quiet evening by now.
+    start, events = ask(client, "明天晚上什么时候可以缩容？", CAROL)
+    assert start["intent"] == "forecast" and "a100-ondemand" in events[-1]["answer"]
+    # A user, not a job: her one job answers; another user's several are listed.
+    start, events = ask(client, "why did you warn carol's notebook?", BOB)
+    assert start["intent"] == "job" and JOB in events[-1]["answer"] and "Why: idle" in events[-1]["answer"]
+
+
+def test_a_model_that_is_down_still_gets_the_question_answered(tmp_path):
+    """The model's endpoint refuses connections (a closed port on loopback): the built-in answerer replies, and
+    says the model is away, instead of an error event and no answer."""
+    from agent.config.settings import Settings
+    from agent.planning.llm_planner import make_chat_model
+    from tests.conftest import free_port
+
+    model = make_chat_model(Settings(llm_base_url=f"http://127.0.0.1:{free_port()}/v1", llm_model="m",
+                                     llm_api_key="x", llm_timeout_s=2))
+    tokens = {"carol-token": ApiToken(name="carol", role="viewer"), "lead-token": ApiToken(name="lead", role="approver")}
+    with client_for(settings_for(tmp_path, api_tokens=tokens), start_s=90 * 60, chat_model=model) as c:
+        sweep_to(c, 95)
+        events = sse_events(c.post("/api/chat", json={"message": "who is wasting GPUs?"}, headers=CAROL).text)
+        assert not [e for e in events if e["type"] == "error"], events
+        answer = events[-1]["answer"]
+        assert events[-1]["type"] == "done" and "The model is unavailable" in answer and JOB in answer

@@ -156,5 +156,5 @@ def test_the_pending_approvals_answer_reads_in_chinese():
     ctx = ChatContext(findings=[], observation=Observation(at=now, slice_s=300, lookback_s=3600), tools={},
                       audit=None, pending=[card], now=now, currency="CNY")  # type: ignore[arg-type]
     zh = _approvals(ctx, "zh")
-    assert "（级别 4），2026-11-03 02:00 UTC 过期" in zh and "resize_pool" not in zh and "level" not in zh
+    assert "（级别 4），2026-11-03 02:00（UTC）过期" in zh and "resize_pool" not in zh and "level" not in zh
     assert "resize_pool **a100-ondemand** (level 4), expires 2026-11-03 02:00 UTC" in _approvals(ctx, "en")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -57,7 +58,12 @@ def test_html_is_self_contained_with_charts_in_both_languages(tmp_path: Path) ->
         assert word in page and "<svg" in page
         assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
         assert "https://" not in page
-    assert "GPU 周报" in render_markdown(report, "zh")
+    assert "GPU 成本摘要" in render_markdown(report, "zh")
+    # The span is read in the reader's zone, named: UTC by default, 北京时间 for a Beijing team.
+    utc_until, bj_until = f"{until:%Y-%m-%d %H:%M}", f"{until.astimezone(ZoneInfo('Asia/Shanghai')):%Y-%m-%d %H:%M}"
+    assert f"至 {utc_until}（UTC），共" in render_markdown(report, "zh")
+    assert f"至 {bj_until}（北京时间），共" in render_markdown(report, "zh", zone=ZoneInfo("Asia/Shanghai"))
+    assert f"to {bj_until} Asia/Shanghai," in render_html(report, "en", ZoneInfo("Asia/Shanghai"))
 
 
 def test_steward_sweep_then_report_on_a_fresh_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -71,6 +77,6 @@ def test_steward_sweep_then_report_on_a_fresh_data_dir(tmp_path: Path, monkeypat
     capsys.readouterr()
     assert main(["report", "--since", "7d", "--out", str(tmp_path / "out"), "--lang", "zh"]) == 0
     printed = capsys.readouterr().out
-    assert "GPU 周报" in printed and "GPU 成本" in printed
+    assert "GPU 成本摘要" in printed and "GPU 成本" in printed
     assert (tmp_path / "out" / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert (tmp_path / "out" / "digest.md").exists()

@@ -298,6 +298,25 @@ def test_unbound_link_needs_a_named_approver():
     assert world.client.post("/chatops/approve", data={"token": token, "by": "mallory"}).status_code == 403
     assert world.client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 200
     assert world.deps.approvals.get(approval.id).status == "denied"
+    # With no approvers configured, an unbound link names nobody who may answer: refused, whatever name is typed.
+    open_world = World(approvers=())
+    approval = open_world.pending_force_kill()
+    token = open_world.links.token(approval.id, "approve", NOW)
+    assert open_world.client.post("/chatops/approve", data={"token": token, "by": "anyone"}).status_code == 403
+    assert open_world.deps.approvals.get(approval.id).status == "pending"
+
+
+def test_a_chat_id_that_names_a_mapped_user_does_not_speak_for_them():
+    """WeCom ids and cluster logins are often the same pinyin: `bob` on WeCom is not the cluster's bob when the
+    cluster's bob is mapped to `wc-bob`, neither as an approver nor as a job's owner."""
+    from agent.chatops.directory import UserDirectory
+
+    d = UserDirectory(users={"bob": {"wecom": "wc-bob"}, "carol": {"wecom": "wc-carol"}}, approvers=["bob"])
+    assert d.cluster_user("wecom", "wc-bob") == "bob" and d.is_approver("wecom", "wc-bob")
+    assert d.cluster_user("wecom", "bob") == "unverified:bob" and not d.is_approver("wecom", "bob")
+    assert d.cluster_user("wecom", "carol") == "unverified:carol"
+    # An id nobody is mapped to still speaks for the cluster user of its name (no directory entry to contradict it).
+    assert d.cluster_user("wecom", "dave") == "dave" and d.cluster_user("dingtalk", "bob") == "bob"
 
 
 def test_approval_card_listener_posts_action_card_with_signed_links(robot):

@@ -134,5 +134,5 @@ def test_an_owner_reads_the_stop_time_in_the_teams_zone():
     assert owner_time(at, Policy(), "zh") == "2026-11-03 00:25（北京时间）"
     assert owner_time(at, Policy(), "en") == "2026-11-03 00:25 Asia/Shanghai"
     berlin = Policy.model_validate({"notifications": {"timezone": "Europe/Berlin"}})
-    assert owner_time(at, berlin, "zh") == "2026-11-02 17:25 Europe/Berlin"
+    assert owner_time(at, berlin, "zh") == "2026-11-02 17:25（Europe/Berlin）"
     assert owner_time(at, Policy.model_validate({"notifications": {"timezone": "UTC"}}), "en") == "2026-11-02 16:25 UTC"

@@ -141,7 +141,7 @@ def test_the_report_people_read_is_in_the_display_zone_and_the_audited_one_in_ut
     zh = _Deps()
     zh.language = "zh"
     text = report_for_people("", state, zh, ZoneInfo("Asia/Shanghai"))  # type: ignore[arg-type]
-    assert text.startswith("GPU Steward 巡检时间 2026-11-03 01:55 Asia/Shanghai：") and "开始于 11-02 23:40" in text
+    assert text.startswith("GPU Steward 巡检时间 2026-11-03 01:55（北京时间）：") and "开始于 11-02 23:40" in text
     assert report_for_people("as audited", state, _Deps(), UTC) == "as audited"  # type: ignore[arg-type]
 
 
@@ -226,7 +226,7 @@ def test_dingtalk_and_wecom_cards_are_all_chinese_in_zh(client):
     approval = _stop_request(finding)
     title, text = card_text(approval, "zh", finding, ZoneInfo("Asia/Shanghai"))
     assert title == f"待审批：强制停止 {finding.target}"
-    assert "级别 3 高于自动执行上限 2" in text and "截止：2026-11-03 03:55 Asia/Shanghai" in text
+    assert "级别 3 高于自动执行上限 2" in text and "截止：2026-11-03 03:55（北京时间）" in text
     assert "依据：" in text and "force_terminate" not in text
     ding, wecom = _Robot(), _Robot()
     listener = approval_card_listener(Route(dingtalk=ding, wecom=wecom),  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -88,8 +89,12 @@ def test_the_proposal_carries_the_saving_and_the_risk_in_english_and_chinese():
     assert f"{m['forecast_risk']:.1%} of backtest hours" in f.evidence
     assert "scale back up to 4 nodes at 22:00 UTC" in f.evidence
     zh = describe(f, "zh")
-    assert "低负载窗口 18:00-23:00 UTC" in zh and "22:00 UTC 扩容回 4 个节点" in zh and "262.40 USD" in zh
+    assert "低负载窗口 18:00-23:00（UTC）" in zh and "22:00（UTC）扩容回 4 个节点" in zh and "262.40 USD" in zh
     assert f"{m['forecast_risk']:.1%}" in zh
+    # A Beijing team reads the window in its own hours, said so; the English evidence (the audit's) stays UTC.
+    beijing = describe(f, "zh", ZoneInfo("Asia/Shanghai"))
+    assert "低负载窗口 02:00-07:00（北京时间）" in beijing and "06:00（北京时间）扩容回 4 个节点" in beijing
+    assert describe(f, "en", ZoneInfo("Asia/Shanghai")) == f.evidence
 
 
 def test_no_forecast_no_scale_down_and_the_note_says_why():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -100,7 +101,9 @@ def test_the_scale_up_is_proposed_only_once_its_planned_time_has_come():
     assert f.kind == "pool_scale_up" and f.target_type == "pool" and f.metrics["target_nodes"] == 4 and f.gpus == 16
     assert "scaled down from 4 to 2 nodes at 18:30 UTC" in f.evidence and "scale back up to 4 nodes" in f.evidence
     zh = describe(f, "zh")
-    assert "计划的扩容时间 22:00 UTC 已到" in zh and "扩容回 4 个节点" in zh
+    assert "计划的扩容时间 22:00（UTC）已到" in zh and "扩容回 4 个节点" in zh
+    beijing = describe(f, "zh", ZoneInfo("Asia/Shanghai"))
+    assert "于 02:30（北京时间）为预测的低负载窗口缩容" in beijing and "计划的扩容时间 06:00（北京时间）已到" in beijing
     # The planner proposes it under the scale-down's identity: one scale-up per scale-down.
     deps = SimpleNamespace(policy=Policy(), approvals=SimpleNamespace(pending=lambda: []), language="en")
     [p] = PolicyModel().plan([f], pool_obs(at(22)), h, deps).proposals  # type: ignore[arg-type]
@@ -208,7 +211,7 @@ def test_queued_low_priority_work_that_fits_a_predicted_window_is_suggested():
     assert "18:00-23:00 UTC" in f.evidence and "batch/sweep-1 (8 GPUs)" in f.evidence and "ml/urgent" not in f.evidence
     assert "24 idle GPUs" in f.evidence
     zh = describe(f, "zh")
-    assert "低负载窗口 18:00-23:00 UTC" in zh and "batch/sweep-1（8 块 GPU）" in zh and "空闲 24 块 GPU" in zh
+    assert "低负载窗口 18:00-23:00（UTC）" in zh and "batch/sweep-1（8 块 GPU）" in zh and "空闲 24 块 GPU" in zh
     # Advice only: the planner proposes nothing for it.
     deps = SimpleNamespace(policy=FILL, approvals=SimpleNamespace(pending=lambda: []), language="en")
     assert PolicyModel().plan([f], fill_obs(at(18, 30), jobs), History(), deps).proposals == []  # type: ignore[arg-type]

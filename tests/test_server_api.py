@@ -156,6 +156,14 @@ def test_exemption_is_audited_and_honoured_by_history(client):
     assert entry["data"]["until"] == resp.json()["until"].replace("Z", "+00:00") and entry["data"]["by"] == "local-dev"
     bad = client.post("/api/exemptions", json={"job": "x", "duration": "soon"})
     assert bad.status_code == 422 and "soon" in bad.json()["detail"]
+    # The Chinese UI: a duration as people type it, and errors in Chinese alone.
+    zh = client.post("/api/exemptions", params={"lang": "zh"}, json={"job": "cv-team/augment-worker",
+                                                                     "duration": "2小时", "reason": "演示"})
+    assert zh.status_code == 201, zh.text
+    assert client.post("/api/exemptions", params={"lang": "zh"}, json={"job": "ml-team/nonexistent", "duration": "4h"}
+                       ).json()["detail"] == "当前没有名为 'ml-team/nonexistent' 的作业、节点或资源池"
+    assert client.post("/api/exemptions", params={"lang": "zh"}, json={"job": "x", "duration": "40d"}
+                       ).json()["detail"] == "豁免时长须大于 0 且不超过 30 天"
 
 
 def test_audit_pagination_and_savings(client):
@@ -271,6 +279,14 @@ def test_extra_routers_and_listeners(tmp_path):
 def test_runbook_pages_make_references_links(client):
     assert client.get("/healthz").json()["runbooks_route"] is True
     page = client.get("/runbooks/idle-gpu-job")
-    assert page.status_code == 200 and "idle-gpu-job" in page.text and "<pre>" in page.text
-    assert "GPU" in client.get("/runbooks/idle-gpu-job", params={"lang": "zh"}).text
+    assert page.status_code == 200 and "idle-gpu-job" in page.text
+    # Rendered, not dumped: headings and lists, the front matter shown once as the line under the title.
+    assert "<h2>" in page.text and "<li>" in page.text and "max_level:" not in page.text
+    zh = client.get("/runbooks/idle-gpu-job", params={"lang": "zh"}).text
+    assert '<html lang="zh-CN">' in zh and "<h2>症状</h2>" in zh and "自动处理最高级别 3" in zh
+    # A runbook's text is never markup that runs in the reader's browser.
+    from agent.api.runbook_pages import render_markdown
+
+    assert "<script>" not in render_markdown("<script>alert(1)</script>\n\n[x](javascript:alert(1))")
+    assert 'href="javascript:' not in render_markdown("[x](javascript:alert(1))")
     assert client.get("/runbooks/no-such-runbook").status_code == 404

@@ -12,7 +12,7 @@ from langchain_core.tools import StructuredTool
 
 from agent.chatops.commands import JOB_STATE_ZH, KeepRequest, parse_keep
 from agent.config.policy import Policy
-from agent.detectors.evidence import describe, kind_label
+from agent.detectors.evidence import describe, describe_record, kind_label
 from agent.records.approvals import Approval
 from agent.records.audit import AuditEntry, AuditLog
 from agent.records.cost import money
@@ -23,17 +23,22 @@ from core.observation import Observation
 from core.text import plural
 
 Lang = Literal["en", "zh"]
-Intent = Literal["keep", "job", "approvals", "savings", "today", "waste", "help"]
+Intent = Literal["keep", "job", "approvals", "cost", "forecast", "savings", "today", "waste", "help"]
 ChatEvent = dict[str, Any]
 KeepFn = Callable[[KeepRequest | str, str | None, Lang], str]  # (parsed keep, the chat's job, language) -> reply
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _GPU_MODEL = re.compile(r"(?<![A-Za-z0-9])([AHBL]\d{2,3}|V100|T4|L4|MI\d{3})(?![0-9])", re.IGNORECASE)
 _INTENTS: list[tuple[Intent, tuple[str, ...]]] = [
+    ("forecast", ("forecast", "predict", "scale down", "scale-down", "scale up", "quiet hours", "low-load", "预测",
+                  "缩容", "扩容", "低负载")),
     ("job", ("why", "what will happen", "what happens", "what's next", "what next", "when will", "status of",
              "为什么", "为何", "原因", "会怎样", "会怎么样", "什么时候", "何时", "接下来", "状态")),
     ("approvals", ("approv", "pending", "waiting for", "审批", "待批", "批准", "待处理")),
-    ("savings", ("saving", "saved", "reclaim", "money", "cost", "节省", "省了", "回收", "省下", "成本")),
+    ("cost", ("spend", "spent", "cost per", "cost by", "costs", "bill", "花了", "花费", "费用", "开销", "账单", "多少钱",
+              "成本")),
+
+    ("savings", ("saving", "saved", "reclaim", "money", "cost", "节省", "省了", "回收", "省下")),
     ("today", ("today", "did you do", "have you done", "what happened", "今天", "做了什么", "干了什么", "做了哪些")),
     ("waste", ("wast", "idle", "zombie", "who", "over-provision", "overprovision", "浪费", "谁", "闲置", "空闲",
                "僵尸", "占用")),
@@ -120,7 +125,7 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
     for f, job, gpu in rows:
         who = job.get("user") or f.owner or "-"
         if lang == "zh":
-            lines.append(f"- **{f.target}**（{who}，{f.gpus}× {gpu}）{kind_label(f.kind, lang)}：{describe(f, lang)}{_rb(f)}")
+            lines.append(f"- **{f.target}**（{who}，{f.gpus}× {gpu}）{kind_label(f.kind, lang)}：{describe(f, lang, ctx.zone)}{_rb(f)}")
         else:
             lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {f.evidence}{_rb(f)}")
     return "\n".join(lines)
@@ -146,14 +151,24 @@ def _status(status: str | None, lang: Lang) -> str:
     return STATUS_ZH.get(status or "", status or "") if lang == "zh" else (status or "")
 
 
-def _when(at: datetime | str, now: datetime, zone: tzinfo = UTC) -> str:
+def _when(at: datetime | str, now: datetime, zone: tzinfo = UTC, lang: str = "en") -> str:
     """HH:MM in the display zone (STEWARD_DISPLAY_TZ) today, with the date when it is another day there."""
-    from agent.graph.report import zone_name
+    from core.zones import zone_suffix
 
     at = datetime.fromisoformat(at) if isinstance(at, str) else at
     local, today = at.astimezone(zone), now.astimezone(zone)
-    name = zone_name(zone)
-    return f"{local:%H:%M} {name}" if local.date() == today.date() else f"{local:%Y-%m-%d %H:%M} {name}"
+    return f"{local:{'%H:%M' if local.date() == today.date() else '%Y-%m-%d %H:%M'}}{zone_suffix(zone, lang)}"
+
+
+def _audited_evidence(e: AuditEntry, lang: Lang, zone: tzinfo) -> str:
+    """A finding the audit log kept, in the reader's language: rendered from its numbers where the entry has them
+    (entries before they were kept show the detector's English)."""
+    data = e.data or {}
+    if lang != "zh" or not isinstance(data.get("metrics"), dict):
+        return e.reason or ""
+    return describe_record({"kind": e.status, "target": e.target, "since": data.get("since") or e.at,
+                            "detected_at": e.at, "evidence": e.reason or "", "gpus": data.get("gpus", 0),
+                            "metrics": data["metrics"], "stop_after": data.get("stop_after")}, lang, zone)
 
 
 def _detail(e: AuditEntry, lang: Lang) -> str:
@@ -178,10 +193,11 @@ def _today(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
 
 
 def actions_today(ctx: ChatContext, lang: Lang) -> str:
-    """What the steward did since midnight UTC: actions carried out and exemptions granted, from the audit log."""
-    day = ctx.now.replace(hour=0, minute=0, second=0, microsecond=0)
-    done = [e for e in ctx.audit.entries(kind="execution", since=day, limit=500, newest_first=False) if e.at <= ctx.now]
-    kept = [e for e in ctx.audit.entries(kind="exemption", since=day, limit=100, newest_first=False) if e.at <= ctx.now]
+    """What the steward did since midnight where its reader is (STEWARD_DISPLAY_TZ): actions carried out and
+    exemptions granted, from the audit log."""
+    day = ctx.now.astimezone(ctx.zone).replace(hour=0, minute=0, second=0, microsecond=0)
+    done = [e for e in ctx.audit.entries(kind="execution", since=day.astimezone(UTC), limit=500, newest_first=False) if e.at <= ctx.now]
+    kept = [e for e in ctx.audit.entries(kind="exemption", since=day.astimezone(UTC), limit=100, newest_first=False) if e.at <= ctx.now]
     if not done and not kept:
         return _t(lang, "Nothing yet today: no actions were taken.", "今天还没有执行任何操作。")
     lines = [_t(lang, f"Today ({day:%Y-%m-%d}) I took {plural(len(done), 'action')}:",
@@ -189,14 +205,16 @@ def actions_today(ctx: ChatContext, lang: Lang) -> str:
     for e in done[-20:]:
         who = e.data.get("approved_by")
         by = _t(lang, f", approved by {who}", f"，由 {who} 批准") if who else ""
-        lines.append(_t(lang, f"- {e.at:%H:%M} {_action(e.action, lang)}: **{e.target}** (level {e.level}{by}): "
+        at = _when(e.at, ctx.now, ctx.zone, lang)
+        lines.append(_t(lang, f"- {at} {_action(e.action, lang)}: **{e.target}** (level {e.level}{by}): "
                               f"{e.status}{_detail(e, lang)}",
-                        f"- {e.at:%H:%M} {_action(e.action, lang)}：**{e.target}**（级别 {e.level}{by}）："
+                        f"- {at} {_action(e.action, lang)}：**{e.target}**（级别 {e.level}{by}）："
                         f"{_status(e.status, lang)}{_detail(e, lang)}"))
     for e in kept:
-        until = _when(e.data.get("until") or e.at, ctx.now, ctx.zone)
-        lines.append(_t(lang, f"- {e.at:%H:%M} **{e.target}** kept until {until} by {e.data.get('by', '?')} ({e.reason})",
-                        f"- {e.at:%H:%M} **{e.target}** 由 {e.data.get('by', '?')} 保留至 {until}（{e.reason}）"))
+        until = _when(e.data.get("until") or e.at, ctx.now, ctx.zone, lang)
+        at = _when(e.at, ctx.now, ctx.zone, lang)
+        lines.append(_t(lang, f"- {at} **{e.target}** kept until {until} by {e.data.get('by', '?')} ({e.reason})",
+                        f"- {at} **{e.target}** 由 {e.data.get('by', '?')} 保留至 {until}（{e.reason}）"))
     return "\n".join(lines)
 
 
@@ -232,10 +250,33 @@ def named_jobs(ctx: ChatContext, text: str) -> list[str]:
     return hits
 
 
+def _owner_named(ctx: ChatContext, text: str) -> tuple[str, list[str]] | None:
+    """(the user the question names, the jobs chat knows of theirs), when it names a user rather than a job
+    ("why did you stop alice's notebook?"): a job of theirs matching another word of the question, else all."""
+    owners = {j.id: j.user for j in ctx.observation.jobs} | {f.target: f.owner for f in ctx.findings if f.owner}
+    words = {w.lower() for w in _TOKEN.findall(text)}
+    users = sorted({u for u in owners.values() if u and u.lower() in words})
+    if len(users) != 1:
+        return None
+    theirs = sorted(j for j, u in owners.items() if u == users[0])
+    matching = [j for j in theirs if any(w in j.lower().split("/", 1)[-1] for w in words - {users[0].lower()}
+                                         if w not in _NOT_NAMES)]
+    return users[0], matching or theirs
+
+
 def _job(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
     named = named_jobs(ctx, text)
     if not named and ctx.job:
         named = [ctx.job]
+    if not named and (owner := _owner_named(ctx, text)) is not None:
+        user, theirs = owner
+        if len(theirs) != 1:
+            listed = (", " if lang == "en" else "、").join(theirs[:8])
+            return _t(lang, f"{user}'s jobs: {listed}. Which one?" if theirs else
+                      f"No job of {user}'s runs now, was flagged, or was acted on in the last day.",
+                      f"{user} 的作业：{listed}。请问是哪一个？" if theirs else
+                      f"{user} 现在没有运行中的作业，最近一天也没有被标记或处理过的作业。")
+        named = theirs
     if not named:
         return _t(lang, "Which job? Name it, e.g. \"why did you stop ml-team/jupyter-carol?\"",
                   "请指明作业，例如“为什么要停止 ml-team/jupyter-carol？”")
@@ -269,19 +310,20 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
         lines.append(_t(lang, f"**{job_id}** is no longer running.", f"**{job_id}** 已不在运行。"))
     if finding is not None:
         lines.append(_t(lang, f"Why: {finding.kind}. {finding.evidence}{_rb(finding)}",
-                        f"原因：{kind_label(finding.kind, lang)}。{describe(finding, lang)}{_rb(finding)}"))
+                        f"原因：{kind_label(finding.kind, lang)}。{describe(finding, lang, ctx.zone)}{_rb(finding)}"))
     elif found:
         last = found[-1]
-        lines.append(_t(lang, f"Why: {last.status} at {_when(last.at, now, ctx.zone)}. {last.reason}",
-                        f"原因：{_when(last.at, now, ctx.zone)} 判定为{kind_label(last.status or '', lang)}。{last.reason}"))
+        lines.append(_t(lang, f"Why: {last.status} at {_when(last.at, now, ctx.zone, lang)}. {last.reason}",
+                        f"原因：{_when(last.at, now, ctx.zone, lang)}判定为{kind_label(last.status or '', lang)}。"
+                        f"{_audited_evidence(last, lang, ctx.zone)}"))
     elif not done:
         lines.append(_t(lang, "It is not flagged: no detector found waste on it, and nothing was done to it in "
                               "the last 24 h.", "它没有被标记：检测器未发现浪费，过去 24 小时内也未对它执行任何操作。"))
     for e in done:
         deadline = e.data.get("deadline")
-        due = _t(lang, f"; earliest stop {_when(deadline, now, ctx.zone)}", f"；最早停止时间 {_when(deadline, now, ctx.zone)}") if deadline else ""
-        lines.append(_t(lang, f"- {_when(e.at, now, ctx.zone)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
-                        f"- {_when(e.at, now, ctx.zone)} {_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
+        due = _t(lang, f"; earliest stop {_when(deadline, now, ctx.zone, lang)}", f"；最早停止时间 {_when(deadline, now, ctx.zone, lang)}") if deadline else ""
+        lines.append(_t(lang, f"- {_when(e.at, now, ctx.zone, lang)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
+                        f"- {_when(e.at, now, ctx.zone, lang)}{_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
                         f"{due}"))
     lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
     return "\n".join(lines)
@@ -292,50 +334,50 @@ def _next_step(ctx: ChatContext, job: Any, finding: Finding | None, done: list[A
     now = ctx.now
     notice = ctx.policy.warning.min_notice if ctx.policy else 1800.0
     grace = ctx.policy.stop.grace_period if ctx.policy else 300.0
-    keep_hint = _t(lang, " The owner can reply `keep 4h <reason>` to keep it.", "所有者可回复 `keep 4h 原因` 暂缓。")
+    keep_hint = _t(lang, " The owner can reply `keep 4h <reason>` to keep it.", "所有者可回复 `保留 4h 原因` 暂缓。")
     if kept:
         last = max(kept, key=lambda e: e.data["until"])
-        until = _when(last.data["until"], now, ctx.zone)
+        until = _when(last.data["until"], now, ctx.zone, lang)
         return _t(lang, f"Next: nothing. It is kept until {until} by {last.data.get('by', '?')} ({last.reason}); "
                         "no stop before then.",
                   f"接下来：不做任何操作。它由 {last.data.get('by', '?')} 保留至 {until}（{last.reason}），在此之前不会被停止。")
     if job is None or job.state in _GONE:
         stopped = [e for e in done if e.action in ("terminate", "force_terminate") and e.status == "executed"]
         if stopped:
-            return _t(lang, f"Next: nothing; it was stopped at {_when(stopped[-1].at, now, ctx.zone)}.",
-                      f"接下来：不再操作；它已于 {_when(stopped[-1].at, now, ctx.zone)} 被停止。")
+            return _t(lang, f"Next: nothing; it was stopped at {_when(stopped[-1].at, now, ctx.zone, lang)}.",
+                      f"接下来：不再操作；它已于 {_when(stopped[-1].at, now, ctx.zone, lang)}被停止。")
         return _t(lang, "Next: nothing; it has ended.", "接下来：不再操作；该作业已结束。")
     if waiting:
         a = waiting[-1]
-        return _t(lang, f"Next: {a.action} waits for an approver (`{a.id}`, expires {_when(a.expires_at, now, ctx.zone)}); "
+        return _t(lang, f"Next: {a.action} waits for an approver (`{a.id}`, expires {_when(a.expires_at, now, ctx.zone, lang)}); "
                         "nothing is done without that answer.",
-                  f"接下来：{_action(a.action, lang)}正在等待审批（`{a.id}`，{_when(a.expires_at, now, ctx.zone)} 过期）；"
+                  f"接下来：{_action(a.action, lang)}正在等待审批（`{a.id}`，{_when(a.expires_at, now, ctx.zone, lang)}过期）；"
                   "未获批准不会执行。")
     terms = [e for e in done if e.action == "terminate" and e.status == "executed"]
     if job.state == "stopping" or terms:
         at = terms[-1].at if terms else now
-        return _t(lang, f"Next: it was asked to stop; if it has not exited by {_when(at + timedelta(seconds=grace), now, ctx.zone)}"
+        return _t(lang, f"Next: it was asked to stop; if it has not exited by {_when(at + timedelta(seconds=grace), now, ctx.zone, lang)}"
                         " (the grace period), a forced stop may be proposed, which needs its own decision.",
-                  f"接下来：已请求其停止；若到 {_when(at + timedelta(seconds=grace), now, ctx.zone)}（宽限期结束）仍未退出，"
+                  f"接下来：已请求其停止；若到 {_when(at + timedelta(seconds=grace), now, ctx.zone, lang)}（宽限期结束）仍未退出，"
                   "可能会提议强制停止，这需要单独决策。")
     warned = [e for e in done if e.action == "notify" and e.status == "executed"]
     if warned and warned[-1].data.get("deadline"):
         deadline = datetime.fromisoformat(warned[-1].data["deadline"])
         if deadline > now:
-            return _t(lang, f"Next: the owner was warned at {_when(warned[-1].at, now, ctx.zone)}; if it is still wasting at "
-                            f"{_when(deadline, now, ctx.zone)}, a sweep after that asks it to stop (SIGTERM).{keep_hint}",
-                      f"接下来：已于 {_when(warned[-1].at, now, ctx.zone)} 警告所有者；若到 {_when(deadline, now, ctx.zone)} 仍在浪费，"
+            return _t(lang, f"Next: the owner was warned at {_when(warned[-1].at, now, ctx.zone, lang)}; if it is still wasting at "
+                            f"{_when(deadline, now, ctx.zone, lang)}, a sweep after that asks it to stop (SIGTERM).{keep_hint}",
+                      f"接下来：已于 {_when(warned[-1].at, now, ctx.zone, lang)}警告所有者；若到 {_when(deadline, now, ctx.zone, lang)}仍在浪费，"
                       f"之后的巡检会请求其停止（SIGTERM）。{keep_hint}")
-        return _t(lang, f"Next: the notice period ended at {_when(deadline, now, ctx.zone)}; the next sweep asks it to stop "
+        return _t(lang, f"Next: the notice period ended at {_when(deadline, now, ctx.zone, lang)}; the next sweep asks it to stop "
                         f"(SIGTERM) if it is still wasting and the policy allows.{keep_hint}",
-                  f"接下来：通知期已于 {_when(deadline, now, ctx.zone)} 结束；若仍在浪费且策略允许，下一次巡检会请求其停止"
+                  f"接下来：通知期已于 {_when(deadline, now, ctx.zone, lang)}结束；若仍在浪费且策略允许，下一次巡检会请求其停止"
                   f"（SIGTERM）。{keep_hint}")
     if finding is None:
         return _t(lang, "Next: nothing is planned for it.", "接下来：没有针对它的计划。")
     if warned:
-        return _t(lang, f"Next: the owner was advised at {_when(warned[-1].at, now, ctx.zone)}; that is advice only, nothing "
+        return _t(lang, f"Next: the owner was advised at {_when(warned[-1].at, now, ctx.zone, lang)}; that is advice only, nothing "
                         "is stopped for it.",
-                  f"接下来：已于 {_when(warned[-1].at, now, ctx.zone)} 向所有者提出建议；仅为建议，不会因此停止作业。")
+                  f"接下来：已于 {_when(warned[-1].at, now, ctx.zone, lang)}向所有者提出建议；仅为建议，不会因此停止作业。")
     return _t(lang, f"Next: the next sweep warns the owner; a stop can come no sooner than "
                     f"{format_duration(notice)} after a delivered warning.{keep_hint}",
               f"接下来：下一次巡检会警告所有者；警告送达至少 {format_duration(notice)} 后才可能停止。{keep_hint}")
@@ -391,6 +433,77 @@ def _savings(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
     return head
 
 
+def _cost(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
+    """GPU cost per team over the last 7 days, from the usage every sweep records (what `steward report` shows)."""
+    from agent.records.usage import build_report
+
+    yield {"type": "tool_call", "name": "cost_report", "args": {"days": 7}}
+    r = build_report(ctx.audit, ctx.now - timedelta(days=7), ctx.now)
+    yield {"type": "tool_result", "name": "cost_report", "status": "ok" if r.sweeps else "no_data",
+           "summary": f"{r.cost:.2f} {r.currency}"}
+    if not r.sweeps:
+        return _t(lang, "No usage recorded in the last 7 days yet: every sweep records it.",
+                  "最近 7 天还没有用量记录：每次巡检都会记录。")
+    span = f"{_when(r.since, ctx.now, ctx.zone, lang)} - {_when(r.until, ctx.now, ctx.zone, lang)}"
+    lines = [_t(lang, f"GPU cost {span}: {money(r.cost, r.currency)} for {r.gpu_hours:,.1f} GPU-hours "
+                      f"({money(r.waste_cost, r.currency)} of it on waste found). By team:",
+                f"{span} 的 GPU 成本：{money(r.cost, r.currency)}，共 {r.gpu_hours:,.1f} GPU 小时"
+                f"（其中发现的浪费 {money(r.waste_cost, r.currency)}）。各团队：")]
+    lines += [_t(lang, f"- **{t.name}**: {money(t.cost, r.currency)} ({t.gpu_hours:,.1f} GPU-hours)",
+                 f"- **{t.name}**：{money(t.cost, r.currency)}（{t.gpu_hours:,.1f} GPU 小时）") for t in r.by_team[:8]]
+    lines.append(_t(lang, "The full report (users, jobs, pools, suggestions): `steward report`.",
+                    "完整报告（用户、作业、节点池、建议）：`steward report`。"))
+    return "\n".join(lines)
+
+
+POOL_KINDS = ("oversized", "pool_scale_up", "quiet_fill")
+
+
+def _span(start: float, end: float, ctx: ChatContext, lang: Lang) -> str:
+    """A window as people read it: 17:00-22:00 UTC, dates only where a day is crossed."""
+    from core.zones import zone_suffix
+
+    a, b = (datetime.fromtimestamp(t, UTC).astimezone(ctx.zone) for t in (start, end))
+    today = ctx.now.astimezone(ctx.zone).date()
+    first = f"{a:%H:%M}" if a.date() == today else f"{a:%m-%d %H:%M}"
+    return f"{first}-{b:%H:%M}{zone_suffix(ctx.zone, lang)}" if b.date() == a.date() else \
+        f"{first}-{b:%m-%d %H:%M}{zone_suffix(ctx.zone, lang)}"
+
+
+def _forecast(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
+    """Each pool's predicted low-load windows in the next 24 h (the forecast a scale-down waits for), and what the
+    latest sweep plans for the pools now."""
+    from agent.detectors.pools import pool_forecast
+    from agent.history.forecast import ForecastError
+
+    yield {"type": "tool_call", "name": "pool_forecast", "args": {}}
+    lines = [_t(lang, "Predicted low-load windows (next 24 h):", "预测的低负载窗口（未来 24 小时）：")]
+    now = ctx.now.timestamp()
+    for pool in ctx.observation.pools:
+        try:
+            plan = pool_forecast(pool)
+        except ForecastError as exc:
+            lines.append(_t(lang, f"- **{pool.name}**: no forecast ({exc})",
+                            f"- **{pool.name}**：暂无预测（负载历史不足，或后端不保存负载历史）"))
+            continue
+        spans = [_span(a, b, ctx, lang) for a, b in plan.windows if b > now]
+        joined = ("; " if lang == "en" else "；").join(spans)
+        lines.append(_t(lang, f"- **{pool.name}** ({plan.model}): {joined or 'none'}",
+                        f"- **{pool.name}**（{plan.model}）：{joined or '无'}"))
+    yield {"type": "tool_result", "name": "pool_forecast", "status": "ok", "summary": f"{len(lines) - 1} pools"}
+    plans = [f for f in ctx.findings if f.kind in POOL_KINDS]
+    if plans:
+        lines.append(_t(lang, "Planned now:", "当前计划："))
+        lines += [_t(lang, f"- **{f.target}** ({f.kind}): {f.evidence}",
+                     f"- **{f.target}**（{kind_label(f.kind, lang)}）：{describe(f, lang, ctx.zone)}") for f in plans]
+    else:
+        lines.append(_t(lang, "No pool change is planned now: a scale-down waits for a pool to be inside a window "
+                              "with empty nodes to spare. `steward forecast` prints each pool's hours.",
+                        "当前没有节点池调整计划：缩容要等节点池进入低负载窗口且有空余节点。"
+                        "`steward forecast` 可查看各节点池逐小时的预测。"))
+    return "\n".join(lines)
+
+
 def _approvals(ctx: ChatContext, lang: Lang) -> str:
     if not ctx.pending:
         return _t(lang, "No approvals are waiting.", "目前没有待审批的操作。")
@@ -398,19 +511,21 @@ def _approvals(ctx: ChatContext, lang: Lang) -> str:
     from agent.graph.report import action_label
 
     for a in ctx.pending:
-        when = _when(a.expires_at, ctx.now, ctx.zone)
+        when = _when(a.expires_at, ctx.now, ctx.zone, lang)
         lines.append(_t(lang, f"- `{a.id}` {a.action} **{a.target}** (level {a.level}), expires {when}",
-                        f"- `{a.id}` {action_label(a.action, 'zh')} **{a.target}**（级别 {a.level}），{when} 过期"))
+                        f"- `{a.id}` {action_label(a.action, 'zh')} **{a.target}**（级别 {a.level}），{when}过期"))
     return "\n".join(lines)
 
 
 HELP = {
     "en": "I can answer: who is wasting GPUs (e.g. \"who is wasting A100s right now?\"), why a job was flagged or "
           "stopped and what happens to it next (\"why did you stop ml-team/jupyter-carol?\"), what I did today, "
-          "how much was saved, and which approvals are pending. Owners can say `keep <job> 4h <reason>`.",
+          "how much was saved, what each team's GPUs cost this week, the pools' scale-down plans, and which "
+          "approvals are pending. Owners can say `keep 4h <job> <reason>`.",
     "zh": "我可以回答：谁在浪费 GPU（例如“谁在浪费 A100？”）、某个作业为什么被标记或停止以及接下来会怎样"
-          "（例如“为什么要停止 ml-team/jupyter-carol？”）、今天做了什么、节省了多少、有哪些待审批操作。"
-          "作业所有者可以发送 `保留 <作业> 4h 原因`。",
+          "（例如“为什么要停止 ml-team/jupyter-carol？”）、今天做了什么、节省了多少、本周各团队的 GPU 成本、"
+          "节点池的缩容计划、有哪些待审批操作。"
+          "作业所有者可以发送 `保留 4h <作业> <原因>`。",
 }
 
 
@@ -433,6 +548,10 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
         reply = yield from _savings(ctx, lang)
     elif intent == "approvals":
         reply = _approvals(ctx, lang)
+    elif intent == "cost":
+        reply = yield from _cost(ctx, lang)
+    elif intent == "forecast":
+        reply = yield from _forecast(ctx, lang)
     else:
         reply = HELP[lang]
     for chunk in re.findall(r"\S+\s*|\s+", reply):

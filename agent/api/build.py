@@ -116,6 +116,7 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
                         chat_model=chat_model)
     rt.chat_bounds = _chat_bounds(settings)
     rt.digest = digest_of(settings)
+    rt.zone = settings.zone()
     return rt
 
 
@@ -135,6 +136,7 @@ def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRun
     rt = StewardRuntime(service, schedule_of(settings), lease=make_lease(settings), chat_model=chat_model)
     rt.chat_bounds = _chat_bounds(settings)
     rt.digest = digest_of(settings)
+    rt.zone = settings.zone()
     return rt
 
 
@@ -142,7 +144,7 @@ def digest_of(settings: Settings) -> DigestSchedule | None:
     """The scheduled cost digest (STEWARD_DIGEST_CRON), or None when it is not set."""
     if not settings.digest_cron:
         return None
-    return DigestSchedule(settings.digest_cron, language=settings.language)
+    return DigestSchedule(settings.digest_cron, language=settings.language, zone=settings.zone())
 
 
 def _chat_bounds(settings: Settings) -> dict[str, int]:

@@ -72,15 +72,40 @@ def _t(lang: Lang, en: str, zh: str) -> str:
 
 
 def _stale_notice(rt: StewardRuntime, at: datetime, lang: Lang) -> str:
+    from agent.detectors.evidence import zone_suffix
+
+    read = f"{at.astimezone(rt.zone):%H:%M}{zone_suffix(rt.zone, lang)}"
     if rt.latest is None:
-        return _t(lang, f"(The first sweep is still running: no findings yet. Jobs and metrics as read at "
-                        f"{at:%H:%M} UTC.)", f"（首次巡检仍在进行，暂无发现；以下为 {at:%H:%M} UTC 读取的作业与指标。）")
-    return _t(lang, f"(A sweep is running; this answer uses the cluster as read at {at:%H:%M} UTC.)",
-              f"（巡检正在进行；以下回答基于 {at:%H:%M} UTC 读取的集群状态。）")
+        return _t(lang, f"(The first sweep is still running: no findings yet. Jobs and metrics as read at {read}.)",
+                  f"（首次巡检仍在进行，暂无发现；以下为 {read} 读取的作业与指标。）")
+    return _t(lang, f"(A sweep is running; this answer uses the cluster as read at {read}.)",
+              f"（巡检正在进行；以下回答基于 {read} 读取的集群状态。）")
 
 
 def _sse(event: ChatEvent) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event, default=str, ensure_ascii=False)}\n\n"
+
+
+def _or_offline(events: Iterator[ChatEvent], ctx: ChatContext, message: str, lang: Lang) -> Iterator[ChatEvent]:
+    """The model's events; when the model fails before it has said anything (its endpoint down, a timeout), the
+    built-in answerer's, after a line saying so: a question is still answered while the model is away."""
+    said = False
+    try:
+        for event in events:
+            said = said or event["type"] in ("token", "done")
+            yield event
+    except Exception as exc:
+        if said:
+            raise
+        log.warning("chat model unavailable, answered offline: %s: %s", type(exc).__name__, exc)
+        note = _t(lang, f"(The model is unavailable ({type(exc).__name__}); the built-in answerer replies.)",
+                  f"（模型不可用（{type(exc).__name__}），以下由内置应答器回答。）")
+        yield {"type": "token", "text": f"{note}\n\n"}
+        for event in answer(ctx, message, lang):
+            if event["type"] == "done":
+                event = {**event, "answer": f"{note}\n\n{event['answer']}"}
+            if event["type"] != "start":
+                yield event
 
 
 def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = None,
@@ -95,7 +120,8 @@ def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = N
             def count(n: int) -> None:
                 rt.llm_tokens_total += n
 
-            events = answer_with_model(rt.chat_model, ctx, body.message, lang, count_tokens=count, **rt.chat_bounds)
+            events = _or_offline(answer_with_model(rt.chat_model, ctx, body.message, lang, count_tokens=count,
+                                                   **rt.chat_bounds), ctx, body.message, lang)
         else:
             events = answer(ctx, body.message, lang)
         for event in events:

@@ -46,7 +46,7 @@ from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.audit import AuditEntry
 from agent.records.savings import compute_savings
 from core.actions import Finding
-from core.durations import parse_duration
+from core.durations import parse_spoken_duration
 from core.observation import Observation
 
 router = APIRouter()
@@ -59,6 +59,12 @@ def runtime_of(request: Request) -> StewardRuntime:
     return request.app.state.runtime
 
 
+def configured_language(request: Request) -> Literal["en", "zh"] | None:
+    """STEWARD_LANGUAGE when the operator set it; None leaves the UI to the reader's browser."""
+    settings = request.app.state.settings
+    return "zh" if settings.language == "zh" else "en" if "language" in settings.model_fields_set else None
+
+
 @router.get("/healthz", response_model=Health, tags=["ops"],
             responses={503: {"model": Health, "description": "degraded: `reasons` says why; the process is up"}})
 def healthz(request: Request, response: Response) -> Health:
@@ -69,7 +75,7 @@ def healthz(request: Request, response: Response) -> Health:
         response.status_code = 503
     return Health(status="degraded" if problems else "ok", cluster_time=rt.deps.clock.now(),
                   planner=rt.deps.planner.name, auth_mode=auth_mode(request.app.state.settings),
-                  display_tz=request.app.state.settings.display_tz,
+                  display_tz=request.app.state.settings.display_tz, language=configured_language(request),
                   schedule=rt.scheduler.schedule.describe(), leader=rt.scheduler.leader, runbooks_route=has_runbooks,
                   reasons=[HealthReason(reason=p.reason, detail=p.detail) for p in problems])
 
@@ -107,7 +113,8 @@ def finding_views(rt: StewardRuntime, lang: str = "en", template: str | None = N
     states = rt.finding_states(found)
     obs = rt.newest_observation()
     sparks = finding_sparks(found, rt.sweep_observation())
-    return [FindingView(**{**f.model_dump(), "evidence": describe(f, lang)}, **states.get(f.target, {}),
+    zone = rt.zone
+    return [FindingView(**{**f.model_dump(), "evidence": describe(f, lang, zone)}, **states.get(f.target, {}),
                         **_placement(f, obs, template), util=sparks.get(f.target)) for f in found]
 
 
@@ -143,7 +150,7 @@ def approval_view(rt: StewardRuntime, a: Approval, lang: str = "en", template: s
     if finding is not None:
         hourly = finding.waste_cost / finding.waste_gpu_hours * finding.gpus if finding.waste_gpu_hours else None
         view = view.model_copy(update={"owner": finding.owner, "gpus": finding.gpus,
-                                       "evidence": describe(finding, lang),
+                                       "evidence": describe(finding, lang, rt.zone),
                                        "cost_per_hour": round(hourly, 2) if hourly is not None else None,
                                        "currency": finding.currency, "finding_kind": finding.kind,
                                        "metrics_url": _placement(finding, rt.newest_observation(),
@@ -238,21 +245,26 @@ def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who:
 
 @router.post("/api/exemptions", response_model=ExemptionResult, status_code=201, tags=["approvals"],
              responses={422: {"model": ErrorBody}, 503: {"model": ErrorBody}})
-def exempt(request: Request, body: ExemptionRequest, who: Approver) -> ExemptionResult:
+def exempt(request: Request, body: ExemptionRequest, who: Approver, lang: UiLang = "en") -> ExemptionResult:
+    """Errors in the reader's language (`lang`): a duration as people type it (`4h`, `4 hours`, `4小时`)."""
+    def refuse(status: int, en: str, zh: str) -> HTTPException:
+        return HTTPException(status, zh if lang == "zh" else en)
+
     try:
-        seconds = parse_duration(body.duration)
-    except ValueError as exc:
-        raise HTTPException(422, f"duration {body.duration!r}: {exc}") from None
+        seconds = parse_spoken_duration(body.duration)
+    except ValueError:
+        raise refuse(422, f"duration {body.duration!r} is not a duration: write e.g. 30m, 4h or 2d",
+                     f"时长 {body.duration!r} 无法识别：请写成 30m、4h、2d 或 4小时") from None
     if seconds <= 0 or seconds > 30 * 86400:
-        raise HTTPException(422, "an exemption lasts more than 0 and at most 30 days")
+        raise refuse(422, "an exemption lasts more than 0 and at most 30 days", "豁免时长须大于 0 且不超过 30 天")
     rt = runtime_of(request)
     known = rt.knows_target(body.job)
     if known is None:
-        raise HTTPException(503, "the first sweep is still reading the cluster; try again in a moment / "
-                                "首次巡检仍在读取集群，请稍后再试")
+        raise refuse(503, "the first sweep is still reading the cluster; try again in a moment",
+                     "首次巡检仍在读取集群，请稍后再试")
     if not known:
-        raise HTTPException(422, f"{body.job!r} is not a job, node or pool the steward sees now / "
-                                f"当前没有名为 {body.job!r} 的作业、节点或资源池")
+        raise refuse(422, f"{body.job!r} is not a job, node or pool the steward sees now",
+                     f"当前没有名为 {body.job!r} 的作业、节点或资源池")
     seq, until = rt.exempt(body.job, seconds, by=who.name, reason=body.reason)
     return ExemptionResult(job=body.job, until=until, by=who.name, audit_seq=seq)
 

@@ -30,10 +30,32 @@ def runbook_page(runbook_id: Annotated[str, PathParam(max_length=100)], request:
     if book is None:
         raise HTTPException(status_code=404, detail=f"no runbook with id {runbook_id!r}")
     text = (directory / Path(book.path).name).read_text(encoding="utf-8")
-    page = (f"<!doctype html><html lang=\"{book.language}\"><head><meta charset=\"utf-8\">"
+    zh = book.language == "zh"
+    about = (f"编号 <code>{html.escape(book.id)}</code> · 自动处理最高级别 {book.max_level} · 审阅于 {book.reviewed}" if zh
+             else f"id <code>{html.escape(book.id)}</code> · max automatic level {book.max_level} · "
+                  f"reviewed {book.reviewed}")
+    page = (f"<!doctype html><html lang=\"{'zh-CN' if zh else 'en'}\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(book.title)}</title>"
-            "<style>body{font:15px/1.55 system-ui,sans-serif;max-width:860px;margin:2rem auto;padding:0 1rem}"
-            "pre{white-space:pre-wrap}</style></head>"
-            f"<body><h1>{html.escape(book.title)}</h1><p>id <code>{html.escape(book.id)}</code> · max automatic "
-            f"level {book.max_level} · reviewed {book.reviewed}</p><pre>{html.escape(text)}</pre></body></html>")
+            "<style>body{font:15px/1.6 system-ui,sans-serif;max-width:860px;margin:2rem auto;padding:0 1rem}"
+            "code{background:#f3f3f3;padding:0 .2em;overflow-wrap:anywhere}"
+            "pre{background:#f3f3f3;padding:.6em;overflow-x:auto}pre code{padding:0}</style></head>"
+            f"<body><h1>{html.escape(book.title)}</h1><p>{about}</p>{render_markdown(_body(text))}</body></html>")
     return HTMLResponse(page)
+
+
+def _body(text: str) -> str:
+    """The runbook without its front matter (shown above as id, level and review date)."""
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        if end != -1:
+            return text[end + 4:]
+    return text
+
+
+def render_markdown(text: str) -> str:
+    """CommonMark to HTML with raw HTML in the source escaped, not passed through: a runbook is text, never markup
+    that runs in the reader's browser."""
+    from markdown_it import MarkdownIt
+
+    return str(MarkdownIt("commonmark", {"html": False}).render(text))

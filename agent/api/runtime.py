@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,6 +96,7 @@ class StewardRuntime:
         self.sweeps_total = 0
         self.llm_tokens_total = 0
         self.chat_bounds: dict[str, int] = {}  # max_tool_calls_per_turn / max_tool_args_bytes from settings
+        self.zone: tzinfo = UTC  # the time zone people read times in (STEWARD_DISPLAY_TZ)
         self.tick_s = tick_s
         # Readers outside a sweep (chat, exemptions) wait this long for a running sweep, then use the newest
         # reading this process holds: a first sweep that builds the runbook index must not block them.

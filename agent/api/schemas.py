@@ -30,6 +30,8 @@ class Health(BaseModel):
     leader: bool
     runbooks_route: bool = False
     display_tz: str = Field("UTC", description="The time zone people read times in (STEWARD_DISPLAY_TZ).")
+    language: Literal["en", "zh"] | None = Field(None, description="The team's language when the operator set one "
+                                                 "(STEWARD_LANGUAGE): the UI's default before a reader picks one.")
     reasons: list[HealthReason] = Field(default_factory=list, description="Why it is degraded (empty when ok).")
 
 

@@ -15,9 +15,10 @@ from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks
 from agent.chatops.notifier import Route
 from agent.detectors.evidence import describe
-from agent.graph.report import action_label, decision_reason, zone_name
+from agent.graph.report import action_label, decision_reason
 from agent.records.approvals import Approval
 from core.actions import Finding
+from core.zones import zone_suffix
 
 log = logging.getLogger("steward.chatops")
 
@@ -30,13 +31,13 @@ def card_text(approval: Approval, language: str, finding: Finding | None = None,
     proposal, decision = ga.get("proposal", {}), ga.get("decision", {})
     reason = proposal.get("reason", "")
     nodes = proposal.get("target_nodes")
-    expires = f"{approval.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {zone_name(zone)}"
+    expires = f"{approval.expires_at.astimezone(zone):%Y-%m-%d %H:%M}{zone_suffix(zone, language)}"
     whom = ", ".join(approval.approvers)
     if language == "zh":
         size = f" → {nodes} 个节点" if nodes is not None else ""
         title = f"待审批：{action_label(approval.action, language)} {approval.target}{size}"
         why = decision_reason(str(decision.get("rule") or "approval"), str(decision.get("reason") or ""), language)
-        evidence = describe(finding, language) if finding is not None else ""
+        evidence = describe(finding, language, zone) if finding is not None else ""
         text = (f"### {title}\n\n级别 {approval.level}。原因：{why}\n\n"
                 + (f"依据：{evidence}\n\n" if evidence else "")
                 + f"截止：{expires}（逾期未答复则本次请求失效，不会执行）\n\n请求编号：`{approval.id}`")

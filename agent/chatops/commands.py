@@ -13,7 +13,7 @@ from agent.detectors.evidence import describe, kind_label
 from agent.graph.deps import StewardDeps
 from agent.records.approvals import ApprovalError
 from core.actions import Finding
-from core.durations import format_duration, parse_duration
+from core.durations import format_duration, parse_duration, spoken_units
 
 Answer = Callable[[str, str, str], str]  # (question, user, language) -> reply
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days
@@ -64,11 +64,14 @@ def findings_summary(service: StewardService, lang: str) -> str:
         return _t(lang, "No waste found right now.", "当前未发现浪费。")
     head = _t(lang, f"{len(findings)} finding(s) now:", f"当前发现 {len(findings)} 项：")
     if lang == "zh":
-        lines = [f"- {f.target}：{kind_label(f.kind, lang)}。{describe(f, lang)}" for f in findings[:10]]
+        from agent.planning.policy_model import team_zone  # the group's zone, as its warnings and keep replies
+
+        zone = team_zone(service.deps.policy)
+        lines = [f"- {f.target}：{kind_label(f.kind, lang)}。{describe(f, lang, zone)}" for f in findings[:10]]
     else:
         lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings[:10]]
-    tail = _t(lang, "Reply `keep 4h <reason>` to keep your job, `approve <id>` / `deny <id>` to answer a request.",
-              "回复 `keep 4h 原因` 可暂缓你的作业；审批人回复 `approve <id>` / `deny <id>` 处理审批。")
+    tail = _t(lang, "Reply `keep 4h <job> <reason>` to keep your job, `approve <id>` / `deny <id>` to answer a request.",
+              "回复 `保留 4h <作业> <原因>` 可暂缓你的作业；审批人回复 `approve <id>` / `deny <id>` 处理审批。")
     return "\n".join([head, *lines, tail])
 
 
@@ -148,16 +151,8 @@ class KeepRequest:
 
 
 _KEEP_WORD = re.compile(r"^(?:keep|保留)(?=\s|$|\d)\s*(.*)$", re.IGNORECASE | re.DOTALL)
-_UNIT_WORDS = re.compile(r"(\d+(?:\.\d+)?)\s*[个個]?(小时|小時|分钟|分鐘|天|hours?|hrs?|minutes?|mins?|days?)(?![A-Za-z])",
-                         re.IGNORECASE)
-_UNIT_OF = {"小时": "h", "小時": "h", "分钟": "m", "分鐘": "m", "天": "d", "hour": "h", "hr": "h", "minute": "m",
-            "min": "m", "day": "d"}
 _WITH_UNIT = re.compile(r"^\d+(?:\.\d+)?[smhd]$", re.IGNORECASE)
 _FILLER = {"for", "please", "请", "再"}
-
-
-def _unit(word: str) -> str:
-    return _UNIT_OF.get(word.lower().rstrip("s") if word.isascii() else word, "h")
 
 
 def parse_keep(text: str) -> KeepRequest | str | None:
@@ -170,7 +165,7 @@ def parse_keep(text: str) -> KeepRequest | str | None:
     found = _KEEP_WORD.match(text.strip())
     if found is None:
         return None
-    rest = _UNIT_WORDS.sub(lambda m: f"{m.group(1)}{_unit(m.group(2))}", found.group(1))
+    rest = spoken_units(found.group(1))
     words = rest.split()
     at = next((i for i, w in enumerate(words) if _WITH_UNIT.match(w)), None)
     if at is None and words and re.fullmatch(r"\d+(?:\.\d+)?", words[0]):
@@ -204,13 +199,14 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
     now = deps.clock.now()
 
     def refuse(target: str | None, en: str, zh: str) -> str:
+        # Not a guardrail rule: the steward could not take the keep as said; the audit says so in both languages.
         deps.audit.record("decision", at=now, run_id=run_id, target=target, action="keep", status="refused",
-                          reason=en, data={"by": by, **(data or {})})
+                          reason=en, data={"by": by, "reason_zh": f"未受理保留：{zh}", **(data or {})})
         return _t(lang, en, zh)
 
     if isinstance(request, str):
         return refuse(None, f"`{request or 'keep'}` has no duration; try `keep 4h <reason>`.",
-                      f"`{request or '保留'}` 缺少时长，例如 `keep 4h 原因`。")
+                      f"`{request or '保留'}` 缺少时长，例如 `保留 4h 原因`。")
     job = deps.scheduler.get_job(request.job) if request.job else None
     words = request.words if job is not None or request.job is None else [request.job, *request.words]
     if job is None and request.job and "/" in request.job:  # plainly a job name the cluster does not know
@@ -230,7 +226,7 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
         if len(candidates) != 1:
             names = ", ".join(j.id for j in candidates[:5]) or _t(lang, "none", "无")
             return refuse(None, f"Which job? Say `keep {request.duration} <job> <reason>` (yours: {names}).",
-                          f"请指明作业：`keep {request.duration} <作业> <原因>`（你的作业：{names}）。")
+                          f"请指明作业：`保留 {request.duration} <作业> <原因>`（你的作业：{names}）。")
         job = candidates[0]
     if job.state not in _LIVE_STATES:
         return refuse(job.id, f"{job.id} is {job.state} already, so there is nothing to keep.",

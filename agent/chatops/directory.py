@@ -19,10 +19,18 @@ class UserDirectory:
         return cls(users=dict(settings.chatops_users), approvers=list(settings.chatops_approvers))
 
     def cluster_user(self, platform: str, chat_id: str) -> str:
+        """The cluster user a chat id speaks for: the one mapped to it, else the id itself, except where the id is
+        the name of a cluster user mapped to another id on this platform: only that id speaks for them there
+        (WeCom user ids and cluster logins are often the same pinyin names), so it is `unverified:<id>`."""
         for user, ids in self.users.items():
             if ids.get(platform) == chat_id:
                 return user
-        return chat_id
+        return f"unverified:{chat_id}" if self._names_someone_else(platform, chat_id) else chat_id
+
+    def _names_someone_else(self, platform: str, chat_id: str) -> bool:
+        """`chat_id` is the name of a cluster user whose id on `platform` is another one."""
+        mapped = self.users.get(chat_id, {}).get(platform)
+        return mapped is not None and mapped != chat_id
 
     def chat_id(self, platform: str, cluster_user: str) -> str | None:
         return self.users.get(cluster_user, {}).get(platform)
@@ -31,4 +39,9 @@ class UserDirectory:
         return self.users.get(cluster_user, {}).get("mobile")
 
     def is_approver(self, platform: str, chat_id: str) -> bool:
-        return bool(chat_id) and (chat_id in self.approvers or self.cluster_user(platform, chat_id) in self.approvers)
+        """Listed by chat id or by the cluster user the id speaks for; a bare id that names someone else is
+        neither."""
+        if not chat_id:
+            return False
+        listed = chat_id in self.approvers and not self._names_someone_else(platform, chat_id)
+        return listed or self.cluster_user(platform, chat_id) in self.approvers

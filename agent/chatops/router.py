@@ -179,9 +179,11 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
             by = claim.r
         else:
             by = form.get("by", "").strip()
-            if not by or (directory.approvers and by not in directory.approvers):
-                return _page("Not an approver / 非审批人", "<p>name one of the configured approvers / "
-                                                        "请填写已配置的审批人</p>", 403)
+            # The docs' promise: an unbound link names a configured approver; with none configured, nobody.
+            if not by or by not in directory.approvers:
+                return _page("Not an approver / 非审批人", "<p>name one of the configured approvers "
+                                                        "(STEWARD_CHATOPS_APPROVERS) / 请填写已配置的审批人"
+                                                        "（STEWARD_CHATOPS_APPROVERS）</p>", 403)
         try:
             spent.spend(claim, by, now_s())
         except LinkRefused as exc:

@@ -112,12 +112,12 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
         print(w["pending"].format(n=len(pending)))
         for a in pending:
             print(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)} ({w['level']} {a.level}), "
-                  f"{w['expires']} {settings.local(a.expires_at)}")
+                  f"{w['expires']} {settings.local(a.expires_at, lang)}")
         print(w["answer_with"])
     if recent:
         print(("\n" if pending else "") + w["recent"])
         for a in recent:
-            when = settings.local(a.answered_at) if a.answered_at else ""
+            when = settings.local(a.answered_at, lang) if a.answered_at else ""
             why = f": {a.answer_reason}" if a.answer_reason else ""
             print(f"  {a.id}  {action_label(a.action, lang)} {a.target}: {status_label(a.status, lang)} {when} "
                   f"{a.answered_by or ''}{why}".rstrip())

@@ -85,7 +85,7 @@ def cmd_record(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps({"change": change.model_dump(mode="json"), "recorded": added}, ensure_ascii=False, indent=2))
     else:
         print((words["recorded"] if added else words["known"]).format(
-            id=change.id, kind=change.kind, target=change.target, at=settings.local(change.at)))
+            id=change.id, kind=change.kind, target=change.target, at=settings.local(change.at, _lang(settings, args))))
     return 0
 
 

@@ -18,12 +18,13 @@ from agent.graph.deps import StewardDeps
 from agent.graph.report import action_label, pad, report_for_people, status_label
 from core.durations import format_duration
 from core.text import plural
+from core.zones import zone_suffix
 from sim.scenario import demo_scenario_path, load_scenario
 
 WORDS = {
     "en": {
         "header": "GPU Steward on simulated cluster '{name}' ({about})",
-        "sweeping": "Sweeping every {every}m from {start} to {end} {zone} ({sweeps}; planner: {planner}).",
+        "sweeping": "Sweeping every {every}m from {start} to {end}{zone} ({sweeps}; planner: {planner}).",
         "timeline": "What the agent did along the way (time, action, target, why, level, result):",
         "level": "level",
         "answered": "{decision}d by {by}",
@@ -41,7 +42,7 @@ WORDS = {
     },
     "zh": {
         "header": "GPU Steward 模拟集群 '{name}'（{about}）",
-        "sweeping": "从 {start} 到 {end}（{zone}）每 {every} 分钟巡检一次（共 {n} 次；规划器：{planner}）。",
+        "sweeping": "从 {start} 到 {end}{zone}，每 {every} 分钟巡检一次（共 {n} 次；规划器：{planner}）。",
         "timeline": "巡检过程中的操作（时间、操作、目标、原因、级别、结果）：",
         "level": "级别",
         "answered": "{by} 已{decision_zh}",
@@ -182,7 +183,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
     about = scenario.description.strip().splitlines()[0] if scenario.description else ""
     print(w["header"].format(name=scenario.name, about=about))
     print(w["sweeping"].format(every=int(every // 60), start=f"{scenario.start.astimezone(zone):%Y-%m-%d %H:%M}",
-                               end=clock(cluster.now()), zone=settings.display_tz,
+                               end=clock(cluster.now()), zone=zone_suffix(zone, language),
                                n=len(times), sweeps=plural(len(times), "sweep"), planner=deps.planner.name) + "\n")
     if timeline and not args.once:
         print(w["timeline"])
@@ -194,7 +195,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         for a in pending:
             if language == "zh":
                 print(f"  {a.id}  {action_label(a.action, language)} {a.target}（{w['level']} {a.level}），"
-                      f"{w['expires']} {settings.local(a.expires_at)}")
+                      f"{w['expires']} {settings.local(a.expires_at, language)}")
             else:
                 print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} "
                       f"{a.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {settings.display_tz}")

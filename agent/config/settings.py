@@ -155,9 +155,12 @@ class Settings(BaseSettings):
 
         return ZoneInfo(self.display_tz)
 
-    def local(self, moment: datetime) -> str:
-        """A moment as people read it: date and minute in the display zone, the zone named."""
-        return f"{moment.astimezone(self.zone()):%Y-%m-%d %H:%M} {self.display_tz}"
+    def local(self, moment: datetime, language: str = "en") -> str:
+        """A moment as people read it: date and minute in the display zone, the zone named (北京时间 in Chinese)."""
+        from core.zones import zone_suffix
+
+        zone = self.zone()
+        return f"{moment.astimezone(zone):%Y-%m-%d %H:%M}{zone_suffix(zone, language)}"
 
     @field_validator("database_url")
     @classmethod

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from core.actions import Finding
+from core.zones import zone_suffix
 
 if TYPE_CHECKING:
     from agent.detectors.signals import JobWindow
@@ -44,6 +47,32 @@ XID_MEANINGS_ZH: dict[int, str] = {
 _GPU_PROBLEM = re.compile(r"^gpu(\d+)_(xid|temp_c)$")
 _POOL_NAMES = re.compile(r"\(([^()]*)\); jobs hold")
 Metrics = dict[str, float]
+
+# The zone the Chinese evidence being rendered states its times in (describe's `zone`); the English evidence is
+# the detector's own text, in UTC and saying so, as the audit log keeps it.
+_ZONE: ContextVar[tzinfo] = ContextVar("evidence_zone", default=UTC)
+
+
+def zh_time(epoch: float, date: bool = False) -> str:
+    """A time in Chinese evidence, in the zone it is being rendered for, the zone named."""
+    zone = _ZONE.get()
+    return f"{datetime.fromtimestamp(epoch, zone):{'%Y-%m-%d %H:%M' if date else '%H:%M'}}{zone_suffix(zone, 'zh')}"
+
+
+def zh_span(start: float, end: float) -> str:
+    """A window of hours in Chinese evidence (14:00-19:00（北京时间）)."""
+    zone = _ZONE.get()
+    return (f"{datetime.fromtimestamp(start, zone):%H:%M}-{datetime.fromtimestamp(end, zone):%H:%M}"
+            f"{zone_suffix(zone, 'zh')}")
+
+
+@contextmanager
+def _rendering_in(zone: tzinfo) -> Iterator[None]:
+    token = _ZONE.set(zone)
+    try:
+        yield
+    finally:
+        _ZONE.reset(token)
 
 
 def log_metrics(logs: LogProgress | None, at: datetime) -> Metrics:
@@ -86,7 +115,7 @@ def _log(f: Finding, m: Metrics) -> str:
     if "log_progress_age_s" in m:
         last = f.detected_at - timedelta(seconds=m["log_progress_age_s"])
         step = f"（步数 {m['log_last_step']:g}）" if "log_last_step" in m else ""
-        return f"日志自 {last:%H:%M} 起无进展{step}"
+        return f"日志自 {zh_time(last.timestamp())}起无进展{step}"
     if m["log_lines"]:
         return f"最近 {m['log_lines']:g} 行日志无进展"
     return "日志为空"
@@ -105,7 +134,7 @@ def _io(m: Metrics) -> str:
 
 def _idle(f: Finding, m: Metrics) -> str:
     blip = f"，其间仅有零星活动（共 {m['blip_gpu_s']:.0f} GPU·秒）" if m.get("blip_gpu_s") else ""
-    grace = (f"；按该作业自身的工作节奏仍在宽限期内，{f.stop_after:%Y-%m-%d %H:%M} UTC 前不会停止"
+    grace = (f"；按该作业自身的工作节奏仍在宽限期内，{zh_time(f.stop_after.timestamp(), date=True)}前不会停止"
              if f.stop_after is not None and "grace_left_s" in m else "")
     return (
         f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续 {duration_zh(m['quiet_s'])}{blip}"
@@ -163,7 +192,7 @@ def _keepalive(f: Finding, m: Metrics) -> str:
 def _overprovisioned(f: Finding, m: Metrics) -> str:
     utils = [m[f"gpu_util_pct_{k}"] for k in range(int(m["gpus_requested"]))]
     return (
-        f"申请 {m['gpus_requested']:g} 块 GPU，仅 {m['gpus_working']:g} 块在工作（平均利用率 ≥ {m['working_util_pct']:g}%），"
+        f"申请 {m['gpus_requested']:g} 块 GPU，仅 {m['gpus_working']:g} 块在工作（平均或任一时间片利用率 ≥ {m['working_util_pct']:g}%），"
         f"统计时长 {duration_zh(m['window_s'])}（样本覆盖率 {m['coverage']:.0%}）；"
         f"各卡平均利用率 {'、'.join(f'{v:.0f}%' for v in utils)}；{f.gpus} 块 GPU 未使用"
     )
@@ -192,7 +221,7 @@ def _oversized(f: Finding, m: Metrics) -> str:
         f"保留 {m['reserve_fraction']:.0%} 余量、最少 {m['min_nodes']:g} 个节点 -> 建议缩至 {m['suggested_nodes']:g} 个节点；"
         f"可释放 {f.gpus} 块 GPU（单价 {m['price_per_gpu_hour']:g} {f.currency}/GPU 小时）"
         + (_forecast_zh(f, m) if m.get("forecast") else
-           f"；{datetime.fromtimestamp(m['scale_up_at'], UTC):%H:%M} UTC 扩容回 {m['scale_up_nodes']:g} 个节点"
+           f"；{zh_time(m['scale_up_at'])}扩容回 {m['scale_up_nodes']:g} 个节点"
            f"（时间窗结束前预留提前量；若排队作业找不到位置则提前）" if m.get("scale_up_at") else "")
     )
 
@@ -201,14 +230,11 @@ _FORECAST_MODEL = re.compile(r"; forecast \(([^,]+),")
 
 
 def _forecast_zh(f: Finding, m: Metrics) -> str:
-    def clock(epoch: float) -> str:
-        return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M")
-
     model = _FORECAST_MODEL.search(f.evidence)
     return (
         f"；负载预测（{model.group(1) if model else '默认模型'}，{m['history_hours'] // 24:g} 天历史）：低负载窗口 "
-        f"{clock(m['window_start'])}-{clock(m['window_end'])} UTC（区间上界不超过 {m['low_threshold_gpus']:.1f} 块 GPU）；"
-        f"{clock(m['scale_up_at'])} UTC 扩容回 {m['scale_up_nodes']:g} 个节点；节省 {m['saving_gpu_hours']:.1f} GPU 小时，"
+        f"{zh_span(m['window_start'], m['window_end'])}（区间上界不超过 {m['low_threshold_gpus']:.1f} 块 GPU）；"
+        f"{zh_time(m['scale_up_at'])}扩容回 {m['scale_up_nodes']:g} 个节点；节省 {m['saving_gpu_hours']:.1f} GPU 小时，"
         f"{m['saving']:.2f} {f.currency}；风险：回测中 {m['forecast_risk']:.1%} 的小时负载超过预测上界"
         f"（{m['backtest_origins']:g} 天）"
     )
@@ -253,8 +279,9 @@ def _blocked(f: Finding) -> str:
     return blocked_zh(f)
 
 
-def describe(finding: Finding, language: str) -> str:
-    """The evidence in `language`; the detector's English whenever a number it needs is missing."""
+def describe(finding: Finding, language: str, zone: tzinfo = UTC) -> str:
+    """The evidence in `language`; the detector's English whenever a number it needs is missing. Chinese evidence
+    states its times in `zone` (the reader's: STEWARD_DISPLAY_TZ, or the team's for an owner's warning)."""
     render = _ZH.get(finding.kind) if language == "zh" else None
     if render is _idle and "keepalive_bursts" in finding.metrics:
         render = _keepalive
@@ -269,16 +296,17 @@ def describe(finding: Finding, language: str) -> str:
     if render is None:
         return finding.evidence
     try:
-        return render(finding, finding.metrics) + (_blocked(finding) if language == "zh" else "")
+        with _rendering_in(zone):
+            return render(finding, finding.metrics) + (_blocked(finding) if language == "zh" else "")
     except (KeyError, ValueError, TypeError, OverflowError):
         return finding.evidence
 
 
-def describe_record(record: dict[str, Any], language: str) -> str:
+def describe_record(record: dict[str, Any], language: str, zone: tzinfo = UTC) -> str:
     """describe() for a finding kept in graph state as a dict."""
     if language != "zh":
         return str(record.get("evidence", ""))
     try:
-        return describe(Finding.model_validate(record), language)
+        return describe(Finding.model_validate(record), language, zone)
     except ValidationError:
         return str(record.get("evidence", ""))

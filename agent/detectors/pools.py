@@ -424,19 +424,20 @@ _JOBS = re.compile(r"fit: (.*); start them")
 
 
 def plan_zh(f: Finding) -> str:
-    """A scale-up back or a quiet-window fill in Chinese, from its numbers."""
+    """A scale-up back or a quiet-window fill in Chinese, from its numbers (times in describe()'s zone)."""
+    from agent.detectors.evidence import zh_span, zh_time
+
     m = f.metrics
     if f.kind == "pool_scale_up":
-        why = (f"计划的扩容时间 {_clock(m['scale_up_at'])} UTC 已到" if m.get("due") else
+        why = (f"计划的扩容时间 {zh_time(m['scale_up_at'])}已到" if m.get("due") else
                f"{m['waiting_jobs']:g} 个排队的 GPU 作业（共 {m['waiting_gpus']:g} 块 GPU）在计划的 "
-               f"{_clock(m['scale_up_at'])} UTC 之前找不到空位")
+               f"{zh_time(m['scale_up_at'])}之前找不到空位")
         capped = f"（受 max_nodes 限制，计划为 {m['planned_nodes']:g}）" if m["target_nodes"] < m["planned_nodes"] else ""
-        return (f"节点池 {f.target} 于 {_clock(m['scaled_down_at'])} UTC 为预测的低负载窗口缩容至 {m['nodes']:g} 个节点；"
+        return (f"节点池 {f.target} 于 {zh_time(m['scaled_down_at'])}为预测的低负载窗口缩容至 {m['nodes']:g} 个节点；"
                 f"{why}：扩容回 {m['target_nodes']:g} 个节点{capped}，{f.gpus} 块 GPU"
                 f"（单价 {m['price_per_gpu_hour']:g} {f.currency}/GPU 小时）")
     jobs = _JOBS.search(f.evidence)
     listed = jobs.group(1).replace(" GPUs)", " 块 GPU）").replace(" (", "（").replace(", ", "、") if jobs else ""
-    return (f"节点池 {f.target} 处于（或一小时内进入）预测的低负载窗口 {_clock(m['window_start'])}-"
-            f"{_clock(m['window_end'])} UTC，空闲 {m['idle_gpus']:g} 块 GPU（保留 {m['reserve_fraction']:.0%} 余量）；"
+    return (f"节点池 {f.target} 处于（或一小时内进入）预测的低负载窗口 {zh_span(m['window_start'], m['window_end'])}，空闲 {m['idle_gpus']:g} 块 GPU（保留 {m['reserve_fraction']:.0%} 余量）；"
             f"{m['fill_jobs']:g} 个排队的低优先级作业可以放下：{listed}；可在空闲容量上启动它们"
-            f"（{m['fill_gpus']:g} 块 GPU），直到 {_clock(m['window_end'])} UTC")
+            f"（{m['fill_gpus']:g} 块 GPU），直到 {zh_time(m['window_end'])}")

@@ -5,16 +5,16 @@ markdown digest short enough for a DingTalk or WeCom message, in English or Chin
 from __future__ import annotations
 
 import html
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 
-from agent.detectors.evidence import duration_zh, kind_label
+from agent.detectors.evidence import duration_zh, kind_label, zone_suffix
 from agent.records.cost import money
 from agent.records.usage import CostReport, CostRow, Suggestion
 from core.durations import format_duration
 
 W = {
     "en": {
-        "title": "GPU cost and savings", "period": "{since} to {until} UTC, {sweeps} sweeps",
+        "title": "GPU cost and savings", "period": "{since} to {until}{zone}, {sweeps} sweeps",
         "total": "GPU cost", "gpu_hours": "GPU-hours", "on_demand": "on-demand", "reserved": "reserved",
         "waste": "Waste found", "saved": "Saved by actions", "actions": "actions",
         "by_team": "Cost per team", "by_user": "Cost per user", "by_job": "Most expensive jobs", "by_pool": "Cost per pool",
@@ -22,12 +22,12 @@ W = {
         "savings_time": "Savings over the period (cumulative)", "queue": "Queue wait (jobs that started)",
         "suggestions": "Suggestions", "none": "none", "name": "name", "cost": "cost", "team": "team", "user": "user",
         "kind": "kind", "findings": "findings", "jobs": "jobs", "mean": "mean wait", "max": "longest wait",
-        "job": "job", "digest": "GPU weekly digest", "top": "Top teams",
+        "job": "job", "digest": "GPU cost digest", "top": "Top teams",
         "footer": "Cost = GPU-hours x the pool's price; a job holds its GPUs from one sweep to the next. Savings: GPUs "
                   "executed stops and resizes freed, from then to the period's end (the audit log). Waste: what the "
                   "findings measured.",
         "s_overprovisioned": "{user}: {job} used {used} of {gpus} GPUs for {hours}: request {used}",
-        "s_idle": "{user}: {job} held {gpus} GPUs idle for {hours}: stop it when done, or use a smaller notebook",
+        "s_idle": "{user}: {job} held {gpus} GPUs idle for {hours}: stop it when done, and wait without GPUs",
         "s_zombie": "{user}: {job} held {gpus} GPUs with no progress for {hours}: check it for a hang and add a timeout",
         "s_doomed": "{user}: {job} kept failing the same way: fix the cause before resubmitting",
         "s_crash_loop": "{user}: {job} is a crash loop: fix the cause before resubmitting",
@@ -38,7 +38,7 @@ W = {
         "credit_note": "recorded by the steward; the scheduler applies the grant (PriorityClass, QOS or quota)",
     },
     "zh": {
-        "title": "GPU 成本与节省", "period": "{since} 至 {until}（UTC），共 {sweeps} 次巡检",
+        "title": "GPU 成本与节省", "period": "{since} 至 {until}{zone}，共 {sweeps} 次巡检",
         "total": "GPU 成本", "gpu_hours": "GPU 小时", "on_demand": "按需", "reserved": "预留",
         "waste": "发现的浪费", "saved": "操作节省", "actions": "次操作",
         "by_team": "各团队成本", "by_user": "各用户成本", "by_job": "成本最高的作业", "by_pool": "各节点池成本",
@@ -46,11 +46,11 @@ W = {
         "savings_time": "本期累计节省", "queue": "排队等待（已启动的作业）",
         "suggestions": "建议", "none": "无", "name": "名称", "cost": "成本", "team": "团队", "user": "用户",
         "kind": "类型", "findings": "发现数", "jobs": "作业数", "mean": "平均等待", "max": "最长等待",
-        "job": "作业", "digest": "GPU 周报", "top": "成本最高的团队",
+        "job": "作业", "digest": "GPU 成本摘要", "top": "成本最高的团队",
         "footer": "成本 = GPU 小时 × 节点池单价；作业从一次巡检到下一次巡检占用其 GPU。节省：已执行的停止与缩容"
                   "释放的 GPU，从释放起算到本期结束（来自审计日志）。浪费：各项发现测得的数值。",
         "s_overprovisioned": "{user}：{job} 申请 {gpus} 块 GPU，{hours}内只用了 {used} 块：请申请 {used} 块",
-        "s_idle": "{user}：{job} 占用 {gpus} 块 GPU 空闲了 {hours}：用完请及时停止，或改用更小的 Notebook",
+        "s_idle": "{user}：{job} 占用 {gpus} 块 GPU 空闲了 {hours}：用完请及时停止，等待时不必占用 GPU",
         "s_zombie": "{user}：{job} 占用 {gpus} 块 GPU {hours}无进展：请检查是否卡死并设置超时",
         "s_doomed": "{user}：{job} 反复以同样方式失败：请先修复原因再重新提交",
         "s_crash_loop": "{user}：{job} 处于崩溃循环：请先修复原因再重新提交",
@@ -149,11 +149,18 @@ def _cost_rows(rows: list[CostRow], r: CostReport, w: dict[str, str], extra: str
     return out
 
 
-def render_html(r: CostReport, lang: str = "en") -> str:
+def _period(r: CostReport, lang: str, zone: tzinfo) -> str:
+    """The report's span in the reader's zone (STEWARD_DISPLAY_TZ), the zone named."""
+    return _w(lang)["period"].format(since=f"{r.since.astimezone(zone):%Y-%m-%d %H:%M}",
+                                     until=f"{r.until.astimezone(zone):%Y-%m-%d %H:%M}",
+                                     zone=zone_suffix(zone, lang), sweeps=r.sweeps)
+
+
+def render_html(r: CostReport, lang: str = "en", zone: tzinfo = UTC) -> str:
     w = _w(lang)
     cur = r.currency
     head = [w["name"], w["gpu_hours"], w["cost"], w["on_demand"], w["reserved"]]
-    period = w["period"].format(since=f"{r.since:%Y-%m-%d %H:%M}", until=f"{r.until:%Y-%m-%d %H:%M}", sweeps=r.sweeps)
+    period = _period(r, lang, zone)
     sections = [
         f"<h1>{html.escape(w['title'])}</h1><p>{html.escape(period)}</p>",
         '<div class="cards">'
@@ -191,13 +198,13 @@ def render_html(r: CostReport, lang: str = "en") -> str:
             f"<style>{style}</style></head><body>{''.join(sections)}</body></html>\n")
 
 
-def render_markdown(r: CostReport, lang: str = "en", limit: int = 5) -> str:
+def render_markdown(r: CostReport, lang: str = "en", limit: int = 5, zone: tzinfo = UTC) -> str:
     """A digest for DingTalk / WeCom markdown messages: headline numbers, top teams, waste, suggestions."""
     w = _w(lang)
     cur = r.currency
     sep = "：" if lang == "zh" else ": "
     lines = [f"### {w['digest']}",
-             w["period"].format(since=f"{r.since:%Y-%m-%d %H:%M}", until=f"{r.until:%Y-%m-%d %H:%M}", sweeps=r.sweeps),
+             _period(r, lang, zone),
              "",
              f"- **{w['total']}**{sep}{money(r.cost, cur)} ({r.gpu_hours:,.1f} {w['gpu_hours']}; {w['on_demand']} "
              f"{money(r.on_demand, cur)}, {w['reserved']} {money(r.reserved, cur)})",
@@ -210,7 +217,8 @@ def render_markdown(r: CostReport, lang: str = "en", limit: int = 5) -> str:
         lines.append("")
     if r.waste:
         lines.append(f"**{w['waste_kind']}**")
-        lines += [f"- {kind_label(x.kind, lang)}{sep}{money(x.cost, cur)} ({x.findings} {w['findings']})"
+        lines += [f"- {kind_label(x.kind, lang)}{sep}{money(x.cost, cur)}"
+                  + (f"（{x.findings} 项发现）" if lang == "zh" else f" ({x.findings} findings)")
                   for x in r.waste[:limit]]
         lines.append("")
     if r.queue:

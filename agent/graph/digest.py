@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
 from agent.graph.cost_report import render_markdown
@@ -34,7 +34,7 @@ class DigestError(ValueError):
 
 
 class DigestSchedule:
-    def __init__(self, cron: str, *, period_s: float = 7 * 86400.0, language: str = "en",
+    def __init__(self, cron: str, *, period_s: float = 7 * 86400.0, language: str = "en", zone: tzinfo = UTC,
                  catch_up_s: float = CATCH_UP_S, retry_s: float = RETRY_S) -> None:
         from croniter import croniter
 
@@ -43,7 +43,7 @@ class DigestSchedule:
                               "Mondays 09:00 UTC)")
         if period_s <= 0:
             raise DigestError(f"digest period must be positive, got {period_s!r}")
-        self.cron, self.period_s, self.language = cron, period_s, language
+        self.cron, self.period_s, self.language, self.zone = cron, period_s, language, zone
         self.catch_up_s, self.retry_s = catch_up_s, retry_s
         self._done: datetime | None = None  # the newest instant already settled (sent, or skipped as stale)
         self._retry_at: datetime | None = None
@@ -77,7 +77,7 @@ class DigestSchedule:
         if not is_leader():
             return "not_leader"
         report = build_report(deps.audit, due - timedelta(seconds=self.period_s), due)
-        body = render_markdown(report, self.language)
+        body = render_markdown(report, self.language, zone=self.zone)
         subject = "GPU 成本周报" if self.language == "zh" else "GPU cost digest"
         result = deps.notifier.notify(RECIPIENT, subject, body)
         sent = result.status == "sent"

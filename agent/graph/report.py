@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from agent.detectors.evidence import describe_record, duration_zh, kind_label
 from agent.records.cost import money
 from core.durations import format_duration
+from core.zones import zone_name, zone_suffix
 
 if TYPE_CHECKING:
     from agent.graph.deps import StewardDeps
@@ -215,11 +216,6 @@ def _local(value: str, zone: tzinfo) -> datetime:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(zone)
 
 
-def zone_name(zone: tzinfo) -> str:
-    """The name people see after a time: the IANA key (Asia/Shanghai), UTC for UTC."""
-    return "UTC" if zone is UTC else str(getattr(zone, "key", None) or zone.tzname(None) or "UTC")
-
-
 def _when(value: str, at: str, zone: tzinfo = UTC) -> str:
     """HH:MM in the display zone; with the date when it is another day than the sweep's."""
     local = _local(value, zone)
@@ -258,7 +254,7 @@ def _finding_lines(f: dict[str, Any], at: str, words: dict[str, str], lang: str,
         waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU 小时 {money_str}".rstrip() if f["gpus"] else ""
         return [f"  {label}{f['target']}  {f['gpus']} 块 GPU  {words['since']} {_when(f['since'], at, zone)}"
                 f"（{duration_zh(seconds)}）  {waste}".rstrip(),
-                f"  {'':<15} {describe_record(f, lang)}{rb}"]
+                f"  {'':<15} {describe_record(f, lang, zone)}{rb}"]
     waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU-h {money_str}".rstrip() if f["gpus"] else ""
     return [f"  {f['kind'].upper():<15} {f['target']}  {f['gpus']} GPUs  {words['since']} "
             f"{_when(f['since'], at, zone)} ({format_duration(seconds)})  {waste}".rstrip(),
@@ -287,7 +283,7 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
         return "\n".join(lines)
     at = state.get("at", "")
     observed = state.get("observed", {})
-    stamp = f"{_local(at, zone):%Y-%m-%d %H:%M} {zone_name(zone)}" if at else "?"
+    stamp = f"{_local(at, zone):%Y-%m-%d %H:%M}{zone_suffix(zone, lang)}" if at else "?"
     if zh:
         header = (f"{words['sweep']} {stamp}：{observed.get('jobs', 0)} 个作业，"
                   f"{observed.get('gpus', 0)} 块 GPU，{observed.get('nodes', 0)} 个节点"

@@ -7,13 +7,13 @@ the guardrail will allow anyway; the guardrail still checks every proposal.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
 
 from agent.config.policy import Policy
-from agent.detectors.evidence import describe, duration_zh
+from agent.detectors.evidence import describe, duration_zh, zone_suffix
 from agent.guardrail.decide import protection_reason
 from agent.guardrail.protection import denial_in_force
 from agent.planning.prompts import render, template_name
@@ -104,13 +104,15 @@ def stop_deadline(finding: Finding | None, policy: Policy, now: datetime) -> dat
 def owner_time(moment: datetime, policy: Policy, language: str) -> str:
     """A time an owner reads in a warning: in the team's zone (policy notifications.timezone, the one its working
     hours are in), named the way its readers name it (北京时间 for Asia/Shanghai in Chinese)."""
+    zone = team_zone(policy)
+    return f"{moment.astimezone(zone):%Y-%m-%d %H:%M}{zone_suffix(zone, language)}"
+
+
+def team_zone(policy: Policy) -> tzinfo:
+    """The owners' zone (policy notifications.timezone): the one their working hours and warnings are in."""
     from zoneinfo import ZoneInfo
 
-    key = policy.notifications.timezone
-    local = moment.astimezone(ZoneInfo(key))
-    if language == "zh" and key in ("Asia/Shanghai", "Asia/Chongqing", "Asia/Harbin", "PRC"):
-        return f"{local:%Y-%m-%d %H:%M}（北京时间）"
-    return f"{local:%Y-%m-%d %H:%M} {'UTC' if key in ('UTC', 'Etc/UTC') else key}"
+    return ZoneInfo(policy.notifications.timezone)
 
 
 def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
@@ -120,7 +122,7 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
     common = {
         "job": finding.target,
         "kind_words": words[finding.kind],
-        "evidence": describe(finding, language),
+        "evidence": describe(finding, language, team_zone(policy)),
         "runbook_line": runbook,
     }
     if finding.kind in STOPPABLE_KINDS:

@@ -1,7 +1,7 @@
 // Entry point: tabs, language toggle, polling of the current view and the cluster clock.
 import { followSSE, getHealth, postJSON } from "./api.js";
 import { ask, renderSuggestions } from "./chat.js";
-import { applyLabels, t, toggleLang } from "./i18n.js";
+import { adoptServerLang, applyLabels, t, toggleLang } from "./i18n.js";
 import { hhmm, state, when, zone } from "./render.js";
 import { bindAudit, bindExemptForm, bindFindings, loadApprovals, loadAudit, loadFindings, loadSavings } from "./views.js";
 
@@ -10,9 +10,12 @@ let current = "chat";
 
 function show(view) {
   current = view;
-  document.querySelectorAll(".tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+  document.querySelectorAll(".tabs button").forEach((b) => {
+    b.classList.toggle("active", b.dataset.view === view);
+    b.setAttribute("aria-selected", String(b.dataset.view === view));
+  });
   document.querySelectorAll(".view").forEach((v) => v.classList.toggle("active", v.id === `view-${view}`));
-  if (location.hash !== `#${view}`) history.replaceState(null, "", `#${view}`);
+  if (location.hash !== `#${view}`) history.pushState(null, "", `#${view}`);
   refresh();
 }
 
@@ -22,7 +25,9 @@ async function refresh() {
     showDegraded(health.reasons || []);
     state.runbooksRoute = health.runbooks_route;
     state.tz = health.display_tz || "UTC";
+    if (adoptServerLang(health.language)) renderSuggestions(submit);
     document.getElementById("clock").textContent = `${hhmm(health.cluster_time)} ${zone()}`;
+    if (state.status) statusLine(state.status);  // a status that came before the zone was known
     const mode = document.getElementById("mode");
     mode.textContent = t(`mode.${health.auth_mode}`);
     mode.className = `mode ${health.auth_mode}`;
@@ -61,16 +66,7 @@ function showStatus(s) {
   if (s.display_tz) state.tz = s.display_tz;
   document.getElementById("ended").hidden = !s.scenario_ended;
   document.getElementById("clock").textContent = `${hhmm(s.cluster_time)} ${zone()}`;
-  const line = document.getElementById("sweep-state");
-  if (s.running) {
-    line.textContent = `${t(s.last_run_id ? "status.running" : "status.running_first")} ${when(s.running_since)} ${zone()}…`;
-  } else if (s.last_finished_at) {
-    const next = s.next_due && !s.scenario_ended ? ` · ${t("status.next")} ${when(s.next_due)} ${zone()}` : "";
-    line.textContent = `${t("status.last")} ${when(s.last_finished_at)} ${zone()}${next}`;
-  } else {
-    line.textContent = t("status.none_yet");
-  }
-  line.className = `sweep-state${s.running ? " running" : ""}`;
+  statusLine(s);
   const button = document.getElementById("sweep-now");
   button.hidden = s.role !== "approver";
   button.disabled = s.running;
@@ -82,6 +78,20 @@ function showStatus(s) {
     lastRun = s.last_run_id;
     refresh();
   }
+}
+
+// The sweep line: running since, or last and next, in the display zone.
+function statusLine(s) {
+  const line = document.getElementById("sweep-state");
+  if (s.running) {
+    line.textContent = `${t(s.last_run_id ? "status.running" : "status.running_first")} ${when(s.running_since)} ${zone()}…`;
+  } else if (s.last_finished_at) {
+    const next = s.next_due && !s.scenario_ended ? ` · ${t("status.next")} ${when(s.next_due)} ${zone()}` : "";
+    line.textContent = `${t("status.last")} ${when(s.last_finished_at)} ${zone()}${next}`;
+  } else {
+    line.textContent = t("status.none_yet");
+  }
+  line.className = `sweep-state${s.running ? " running" : ""}`;
 }
 
 async function follow() {
@@ -134,6 +144,11 @@ applyLabels();
 renderSuggestions(submit);
 const start = location.hash.slice(1);
 show(start in loaders ? start : "chat");
+// A link to #findings (an approval card's "see finding") or the Back button moves between tabs.
+window.addEventListener("hashchange", () => {
+  const view = location.hash.slice(1);
+  if (view in loaders && view !== current) show(view);
+});
 setInterval(() => { if (!document.hidden) refresh(); }, 3000);
 follow();
 

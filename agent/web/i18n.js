@@ -7,12 +7,13 @@ const WORDS = {
     "approvals.pending": "Waiting for a human", "approvals.recent": "Recent answers", "approvals.none": "Nothing is waiting for approval.",
     "approvals.approve": "Approve", "approvals.deny": "Deny", "approvals.reason": "Reason (optional)",
     "approvals.expires": "expires", "approvals.requested": "requested", "approvals.why": "Why",
-    "exempt.title": "Exempt a job", "exempt.job": "namespace/job", "exempt.reason": "reason", "exempt.submit": "Exempt",
+    "exempt.title": "Exempt a job", "exempt.job": "namespace/job", "exempt.reason": "reason", "exempt.duration": "duration (30m, 4h, 2d)", "exempt.submit": "Exempt",
     "exempt.done": "Exempt until", "findings.title": "Findings of the latest sweep", "findings.none": "No waste found.",
     "savings.over_time": "Reclaimed over time", "savings.by_team": "Waste by team (latest sweep)",
     "savings.gpu_hours": "GPU-hours reclaimed", "savings.money": "Money reclaimed", "savings.actions": "Actions that freed GPUs",
     "savings.waste_now": "Waste found now", "savings.empty": "Nothing reclaimed yet.",
-    "audit.all": "all kinds", "audit.filter": "Filter",
+    "audit.all": "all kinds", "audit.filter": "Filter", "audit.none": "No entries match.",
+    "audit.prev": "Previous page", "audit.next": "Next page", "lang.toggle": "Switch language",
     "col.action": "Action", "col.target": "Target", "col.level": "Level", "col.status": "Status", "col.by": "By",
     "col.when": "When", "col.kind": "Kind", "col.owner": "Owner", "col.since": "Since", "col.waste_h": "Waste GPU-h",
     "col.cost": "Cost", "col.evidence": "Evidence", "col.reason": "Reason", "col.util": "GPU util",
@@ -63,12 +64,13 @@ const WORDS = {
     "approvals.pending": "等待人工审批", "approvals.recent": "最近的审批", "approvals.none": "目前没有待审批的操作。",
     "approvals.approve": "批准", "approvals.deny": "拒绝", "approvals.reason": "理由（可选）",
     "approvals.expires": "过期时间", "approvals.requested": "申请时间", "approvals.why": "原因",
-    "exempt.title": "豁免作业", "exempt.job": "命名空间/作业", "exempt.reason": "理由", "exempt.submit": "豁免",
+    "exempt.title": "豁免作业", "exempt.job": "命名空间/作业", "exempt.reason": "理由", "exempt.duration": "时长（如 30m、4h、2d）", "exempt.submit": "豁免",
     "exempt.done": "豁免至", "findings.title": "最近一次巡检的发现", "findings.none": "未发现浪费。",
     "savings.over_time": "累计回收", "savings.by_team": "各团队浪费（最近一次巡检）",
     "savings.gpu_hours": "回收 GPU 小时", "savings.money": "节省金额", "savings.actions": "释放 GPU 的操作",
     "savings.waste_now": "当前发现的浪费", "savings.empty": "尚未回收。",
-    "audit.all": "全部类型", "audit.filter": "筛选",
+    "audit.all": "全部类型", "audit.filter": "筛选", "audit.none": "没有符合条件的记录。",
+    "audit.prev": "上一页", "audit.next": "下一页", "lang.toggle": "切换语言",
     "col.action": "操作", "col.target": "对象", "col.level": "级别", "col.status": "状态", "col.by": "审批人",
     "col.when": "时间", "col.kind": "类型", "col.owner": "负责人", "col.since": "开始于", "col.waste_h": "浪费 GPU 小时",
     "col.cost": "成本", "col.evidence": "依据", "col.reason": "原因", "col.util": "GPU 利用率",
@@ -124,7 +126,16 @@ const WORDS = {
   },
 };
 
+// The reader's own pick, else the team's language the operator set (STEWARD_LANGUAGE, via /healthz), else the browser's.
 export let lang = localStorage.getItem("steward.lang") || (navigator.language.startsWith("zh") ? "zh" : "en");
+
+// The server's configured language, when the reader has not picked one: true when it changed the page's language.
+export function adoptServerLang(serverLang) {
+  if (!serverLang || localStorage.getItem("steward.lang") || serverLang === lang) return false;
+  lang = serverLang;
+  applyLabels();
+  return true;
+}
 
 export function t(key) {
   return (WORDS[lang] && WORDS[lang][key]) ?? WORDS.en[key] ?? key;
@@ -137,6 +148,17 @@ export function tv(prefix, value) {
   return text === key ? String(value ?? "") : text;
 }
 
+// The code a label stands for ("已执行" -> "executed"), looked up under the prefixes given; else the text itself.
+export function untranslate(prefixes, text) {
+  for (const words of [WORDS[lang], WORDS.en]) {
+    for (const [key, value] of Object.entries(words || {})) {
+      const [prefix, code] = [key.slice(0, key.indexOf(".")), key.slice(key.indexOf(".") + 1)];
+      if (prefixes.includes(prefix) && String(value).toLowerCase() === text.toLowerCase()) return code;
+    }
+  }
+  return text;
+}
+
 // A colon as the language writes it after a label: "Why: " / "原因：".
 export function colon() {
   return lang === "zh" ? "：" : ": ";
@@ -146,6 +168,7 @@ export function applyLabels(root = document) {
   document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
   root.querySelectorAll("[data-i18n]").forEach((el) => { el.textContent = t(el.dataset.i18n); });
   root.querySelectorAll("[data-i18n-placeholder]").forEach((el) => { el.placeholder = t(el.dataset.i18nPlaceholder); });
+  root.querySelectorAll("[data-i18n-aria]").forEach((el) => el.setAttribute("aria-label", t(el.dataset.i18nAria)));
   document.getElementById("lang-toggle").textContent = lang === "zh" ? "EN" : "中文";
 }
 

@@ -1,4 +1,6 @@
 // Safe text rendering: escape first, then a little markdown (bold, code, bullets) and runbook links.
+import { lang } from "./i18n.js";
+
 export const state = { runbooksRoute: false, tz: "UTC" };
 
 export function esc(text) {
@@ -10,7 +12,7 @@ export function inline(text) {
     .replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>")
     .replace(/`([^`]+)`/g, "<code>$1</code>")
     .replace(/\[rb:([a-z0-9][a-z0-9._-]*)\]/gi, (_, id) => state.runbooksRoute
-      ? `<a class="rb" href="/runbooks/${encodeURIComponent(id)}" target="_blank" rel="noopener">${id}</a>`
+      ? `<a class="rb" href="/runbooks/${encodeURIComponent(id)}?lang=${lang}" target="_blank" rel="noopener">${id}</a>`
       : `<span class="rb">${id}</span>`);
 }
 

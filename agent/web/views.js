@@ -1,7 +1,7 @@
 // Approvals inbox and exemptions, findings table, savings and audit views.
 import { download, getJSON, postJSON } from "./api.js";
 import { barChart, sparkline, timeChart } from "./chart.js";
-import { colon, lang, t, tv } from "./i18n.js";
+import { colon, lang, t, tv, untranslate } from "./i18n.js";
 import { esc, inline, markdown, money, state, when, zone } from "./render.js";
 
 const tbody = (id) => document.querySelector(`#${id} tbody`);
@@ -142,7 +142,7 @@ export function bindExemptForm() {
     const note = document.getElementById("exempt-note");
     const body = Object.fromEntries(new FormData(form));
     try {
-      const r = await postJSON("/api/exemptions", body);
+      const r = await postJSON(`/api/exemptions?lang=${lang}`, body);
       note.className = "form-note ok";
       note.textContent = `${r.job}${colon()}${t("exempt.done")} ${when(r.until)} ${zone()}`;
       loadExemptions();
@@ -269,10 +269,7 @@ export function bindFindings() {
   }));
   document.querySelectorAll("button.export").forEach((b) => b.addEventListener("click", async () => {
     const q = new URLSearchParams({ format: b.dataset.format, lang });
-    if (b.dataset.what === "audit") {
-      const filter = new FormData(document.getElementById("audit-filter"));
-      for (const key of ["kind", "target", "status"]) if (filter.get(key)) q.set(key, filter.get(key));
-    }
+    if (b.dataset.what === "audit") auditQuery(q);
     try {
       await download(`/api/${b.dataset.what}/export?${q}`, `steward-${b.dataset.what}.${b.dataset.format}`);
     } catch (err) {
@@ -302,17 +299,27 @@ export async function loadSavings() {
 
 const audit = { offset: 0, limit: 50, next: null };
 
-export async function loadAudit() {
+// The audit filter as the API takes it: a status or finding kind typed as the table shows it ("已执行", "空闲")
+// is sent as its code.
+function auditQuery(q) {
   const form = new FormData(document.getElementById("audit-filter"));
-  const q = new URLSearchParams({ limit: audit.limit, offset: audit.offset, lang });
-  for (const key of ["kind", "target", "status"]) if (form.get(key)) q.set(key, form.get(key));
+  for (const key of ["kind", "target", "status"]) {
+    const value = String(form.get(key) || "").trim();
+    if (value) q.set(key, key === "status" ? untranslate(["status", "kind"], value) : value);
+  }
+  return q;
+}
+
+export async function loadAudit() {
+  const q = auditQuery(new URLSearchParams({ limit: audit.limit, offset: audit.offset, lang }));
   const page = await getJSON(`/api/audit?${q}`);
   audit.next = page.next_offset;
   tbody("audit-table").innerHTML = page.entries.map((e) => `<tr>
     <td class="num muted">${e.seq}</td><td class="nowrap">${when(e.at)}</td><td><span class="kind ${esc(e.kind)}">${esc(tv("akind", e.kind))}</span></td>
     <td>${esc(e.action ? tv("action", e.action) : "")}</td><td class="mono">${esc(e.target || "")}</td>
     <td>${esc(e.status ? tv(e.kind === "finding" ? "kind" : "status", e.status) : "")}</td>
-    <td class="evidence">${inline((e.text || e.reason || "").split("\n")[0])}</td></tr>`).join("");
+    <td class="evidence">${inline((e.text || e.reason || "").split("\n")[0])}</td></tr>`).join("")
+    || `<tr><td colspan="7" class="empty">${esc(t("audit.none"))}</td></tr>`;
   labelCells("audit-table");
 }
 

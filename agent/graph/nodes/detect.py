@@ -27,7 +27,7 @@ def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
                           status=f.kind, reason=f.evidence,
                           data={"kind": f.kind, "since": f.since.isoformat(), "gpus": f.gpus,
                                 "waste_gpu_hours": f.waste_gpu_hours, "waste_cost": f.waste_cost,
-                                "runbook": f.runbook,
+                                "runbook": f.runbook, "metrics": f.metrics,  # the numbers evidence is rendered from
                                 "stop_after": f.stop_after.isoformat() if f.stop_after else None})
     if obs.jobs or obs.pools:
         record_usage(deps, obs, state["run_id"])

@@ -117,6 +117,29 @@ def test_restart_while_pending_then_approve(tmp_path):
         assert pool.nodes < 4
 
 
+def test_a_restarted_demo_keeps_what_the_steward_did(tmp_path):
+    """The simulated cluster is rebuilt from its scenario on a restart: the stops (and resizes) the audit says were
+    carried out are carried out again at their times, so a stopped job is not running again, found idle again
+    and stopped twice."""
+    settings = settings_for(tmp_path)
+    with client_for(settings, start_s=150 * 60) as first:
+        rt = first.app.state.runtime
+        for _ in range(14):  # to 18:40: carol's notebook was warned at 17:35 and stopped at 18:35
+            with rt.graph_lock:
+                rt.sim_clock.cluster.advance(300)
+            assert first.post("/api/sweeps").status_code == 200
+        stopped = {e.target for e in rt.deps.audit.entries(kind="execution", status="executed")
+                   if e.action == "terminate"}
+        assert "ml-team/jupyter-carol" in stopped
+    with client_for(settings) as second:
+        rt = second.app.state.runtime
+        for job in stopped:
+            assert rt.deps.scheduler.get_job(job).state in ("cancelled", "stopping"), job
+        assert second.post("/api/sweeps").status_code == 200
+        again = [e for e in rt.deps.audit.entries(kind="execution", status="executed") if e.action == "terminate"]
+        assert sorted(e.target for e in again) == sorted(stopped)  # none stopped a second time
+
+
 def test_roles_with_api_tokens(tmp_path):
     tokens = {"viewer-token": ApiToken(name="vic", role="viewer"), "approver-token": ApiToken(name="ann", role="approver")}
     with client_for(settings_for(tmp_path, api_tokens=tokens)) as c:

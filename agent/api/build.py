@@ -106,6 +106,7 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     service = SweepService(deps, checkpointer=checkpointer(settings), run_prefix=scenario.name)
     state_file = data_dir / "sim-clock.json"
     start = SimClock.resume_offset(state_file, scenario.name, start_s or 0.0)
+    restore_actions(cluster, deps.audit, scenario.name, min(start, scenario.duration))
     cluster.advance_to(min(start, scenario.duration))
     clock = SimClock(cluster, settings.sim_speed if speed is None else speed, start, state_file)
     if chat_model is None and settings.llm_configured:
@@ -118,6 +119,30 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     rt.digest = digest_of(settings)
     rt.zone = settings.zone()
     return rt
+
+
+RESTORED = ("terminate", "force_terminate", "resize_pool")
+
+
+def restore_actions(cluster: Any, audit: Any, scenario: str, upto_s: float) -> int:
+    """The stops and resizes the steward carried out on this scenario before a restart, carried out again at their
+    own times: the simulated cluster is rebuilt from its scenario, and without them a job the steward stopped
+    would run again and a pool it shrank would be whole, as no real cluster would show. How many were."""
+    done = 0
+    for e in audit.entries(kind="execution", status="executed", limit=100_000, newest_first=False):
+        if e.action not in RESTORED or not e.target or not str(e.run_id or "").startswith(scenario):
+            continue
+        at = cluster.offset_of(e.at)
+        if at < 0 or at > upto_s:
+            continue
+        cluster.advance_to(max(at, cluster.offset_s))
+        if e.action == "resize_pool" and e.data.get("target_nodes") is not None:
+            cluster.resize_pool(e.target, int(e.data["target_nodes"]), reason="restored after a restart")
+        elif e.action != "resize_pool":
+            cluster.stop_job(e.target, force=e.action == "force_terminate", uid=e.data.get("target_uid"),
+                             reason="restored after a restart")
+        done += 1
+    return done
 
 
 def cluster_runtime(settings: Settings, *, chat_model: Any = None) -> StewardRuntime:

@@ -76,7 +76,7 @@ def test_verify_accepts_a_fresh_log(log_dir, capsys):
     count = AuditLog(log_dir / "audit.sqlite").count()
     assert f"OK: {count} entries" in out and f"head seq {count} sha256 " in out
     code, out = verify(capsys, "--data-dir", str(log_dir), "--lang", "zh")
-    assert code == 0 and "校验通过" in out
+    assert code == 0 and "校验通过" in out and f"共 {count} 条记录；链头序号 {count}" in out and "OK" not in out
 
 
 def test_verify_names_an_edited_entry_whose_triggers_were_dropped(log_dir, capsys):

@@ -70,6 +70,13 @@ def test_why_and_what_next_while_warned_in_both_languages(client):
     assert "原因：空闲" in answer and "15:35（UTC）警告了所有者" in answer and "16:35（UTC）" in answer
 
 
+def test_a_stop_in_the_sweep_that_read_the_job_running_is_not_contradicted(client):
+    """The 16:35 sweep read the notebook running, then stopped it: chat must not say "running now" above "stopped"."""
+    sweep_to(client, 155)
+    answer = ask(client, f"why did you stop {JOB}?", CAROL)[1][-1]["answer"]
+    assert "no longer running" in answer and "running now" not in answer and "it was stopped at 16:35" in answer
+
+
 def test_why_after_the_stop_names_the_stop_from_the_audit(client):
     sweep_to(client, 160)  # 16:40: carol's notebook was stopped at 16:35
     answer = ask(client, f"why did you stop {JOB}?", CAROL)[1][-1]["answer"]

@@ -195,7 +195,7 @@ def test_cli_forecast_text_in_chinese(tmp_path, capsys):
     path = write_series(tmp_path / "pool.csv", weekly_load(24 * 4, noise=1.0))
     assert main(["forecast", "--history", str(path), "--lang", "zh"]) == 0
     out = capsys.readouterr().out
-    assert "资源池 pool.csv：容量 64" in out and "模型：" in out and "01-09 00:00 UTC" in out
+    assert "资源池 pool.csv：容量 64 块 GPU" in out and "模型：" in out and "01-09 00:00 UTC" in out
 
 
 def test_a_pool_quiet_half_the_day_gets_a_window_its_kept_nodes_can_carry():

@@ -140,6 +140,16 @@ def test_a_restarted_demo_keeps_what_the_steward_did(tmp_path):
         assert sorted(e.target for e in again) == sorted(stopped)  # none stopped a second time
 
 
+def test_a_denied_proposal_shows_on_its_finding(client):
+    approval_id = sweep_with_approval(client)
+    pool = next(f for f in client.get("/api/findings").json()["findings"] if f["target"] == "a100-ondemand")
+    assert pool["denied_until"] is None
+    assert client.post(f"/api/approvals/{approval_id}", json={"decision": "deny", "reason": "keep capacity"}
+                       ).status_code == 200
+    pool = next(f for f in client.get("/api/findings").json()["findings"] if f["target"] == "a100-ondemand")
+    assert pool["denied_until"] is not None  # not a "new" finding: a person said no, and until when that holds
+
+
 def test_roles_with_api_tokens(tmp_path):
     tokens = {"viewer-token": ApiToken(name="vic", role="viewer"), "approver-token": ApiToken(name="ann", role="approver")}
     with client_for(settings_for(tmp_path, api_tokens=tokens)) as c:

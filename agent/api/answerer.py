@@ -296,6 +296,10 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
     history = [e for e in ctx.audit.entries(target=job_id, since=now - timedelta(days=1), limit=500,
                                             newest_first=False) if e.at <= now]
     job = next((j for j in ctx.observation.jobs if j.id == job_id), None)
+    if job is not None and any(e.kind == "execution" and e.action in ("terminate", "force_terminate")
+                               and e.status == "executed" and str(e.data.get("detail", "")).startswith("stopped")
+                               and e.at >= ctx.observation.at for e in history):
+        job = None  # the sweep read it running, then a stop ended it: it is not "running now"
     finding = next((f for f in ctx.findings if f.target == job_id), None)
     found = [e for e in history if e.kind == "finding"]
     done = [e for e in history if e.kind == "execution" and e.action in ACTION_WORDS]

@@ -344,7 +344,7 @@ class StewardRuntime:
         out: dict[str, dict[str, Any]] = {}
         for f in findings:
             state: dict[str, Any] = {"warned_at": None, "stop_due_at": None, "stopped_at": None,
-                                     "stopping_since": None, "exempt_until": None,
+                                     "stopping_since": None, "exempt_until": None, "denied_until": None,
                                      "approval_id": pending.get(f.target)}
             for h in history.entries:
                 if h.target != f.target or h.at < f.since or h.status != "executed":
@@ -359,6 +359,9 @@ class StewardRuntime:
             if state["stopping_since"] and state["stopped_at"] is None and f.target in gone_at:
                 state["stopped_at"] = gone_at[f.target]
             state["exempt_until"] = max((x.until for x in history.exemptions if x.target == f.target), default=None)
+            hold = timedelta(seconds=self.deps.policy.approvals.denial_holds_for)
+            denied = [d.at for d in history.denials if d.target == f.target and d.at + hold > now]
+            state["denied_until"] = max(denied) + hold if denied and hold else None
             out[f.target] = state
         return out
 

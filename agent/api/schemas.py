@@ -52,6 +52,9 @@ class FindingView(Finding):
     stopping_since: datetime | None = Field(None, description="SIGTERM sent; the job had not exited then.")
     stopped_at: datetime | None = Field(None, description="When the job was seen gone after a stop.")
     exempt_until: datetime | None = None
+    denied_until: datetime | None = Field(None, description="A human denied the action proposed on it; that "
+                                          "action is neither asked again nor done until then (approvals."
+                                          "denial_holds_for).")
     approval_id: str | None = Field(None, description="A pending approval request on this target.")
     namespace: str | None = Field(None, description="Kubernetes namespace or Slurm partition of a job finding.")
     team: str | None = Field(None, description="The job's project (team / cost centre), else its namespace.")

@@ -71,6 +71,10 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
                           "head": result.head.to_json() if result.head else None, "bad_seq": result.bad_seq,
                           "bad_entry": result.bad_entry or None, "problem": result.problem or None,
                           "notes": result.notes}, ensure_ascii=False, indent=2))
+    elif result.ok and words is WORDS["zh"]:
+        older = f"（另有 {result.legacy} 条早于哈希链，不受保护）" if result.legacy else ""
+        head = f"链头序号 {result.head.seq}，sha256 {result.head.hash}" if result.head else "为空"
+        print(words["ok"].format(path=shown, text=f"共 {result.entries} 条记录{older}；{head}"))
     elif result.ok:
         print(words["ok"].format(path=shown, text=result.describe()))
     else:

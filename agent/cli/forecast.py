@@ -91,9 +91,10 @@ def _print_pool(doc: dict[str, Any], zh: bool, zone: tzinfo, zone_name: str) -> 
     cap = f"{doc['capacity']:g}" if doc["capacity"] is not None else "?"
     now = doc["now"]
     if zh:
-        print(f"资源池 {doc['pool']}：容量 {cap}，当前使用 {now:g}（最近一小时均值），历史 {doc['history_hours']} 小时")
+        print(f"资源池 {doc['pool']}：容量 {cap} 块 GPU，当前已分配 {now:g} 块（最近一小时均值），"
+              f"历史 {doc['history_hours']} 小时")
     else:
-        print(f"Pool {doc['pool']}: capacity {cap}, {now:g} in use (last hour's mean), "
+        print(f"Pool {doc['pool']}: capacity {cap} GPUs, {now:g} allocated (last hour's mean), "
               f"{doc['history_hours']} h of history")
     if doc["model"] is None:
         need = doc["needs_hours"]
@@ -103,11 +104,17 @@ def _print_pool(doc: dict[str, Any], zh: bool, zone: tzinfo, zone_name: str) -> 
         return
     print(f"  模型：{doc['model']}；低负载：区间上界不超过 {doc['low_threshold']:g}" if zh else
           f"  model: {doc['model']}; low load: upper bound <= {doc['low_threshold']:g}")
+    def label(iso: str) -> str:
+        at = datetime.fromisoformat(iso).astimezone(zone)
+        return f"{at:%m-%d %H:%M} {zone_name}" if zh else f"{at:%a %H:%M} {zone_name}"
+
+    width = len(label(doc["hours"][0]["at"])) if doc["hours"] else 10
+    # Column heads (the labels' own width: Chinese characters are two columns wide, the heads are padded by hand)
+    print(f"  {'时间':<{width - 2}}  {'预测':>5}  [90% 区间]（已分配 GPU 数）" if zh else
+          f"  {'hour':<{width}}  {'mean':>7}  [90% interval] (allocated GPUs)")
     for h in doc["hours"]:
-        at = datetime.fromisoformat(h["at"]).astimezone(zone)
         mark = "  <- " + ("低" if zh else "low") if h["low"] else ""
-        print(f"  {at:%m-%d %H:%M} {zone_name}  " if zh else f"  {at:%a %H:%M} {zone_name}  ", end="")
-        print(f"{h['mean']:7.1f}  [{h['lower']:6.1f}, {h['upper']:6.1f}]{mark}")
+        print(f"  {label(h['at'])}  {h['mean']:7.1f}  [{h['lower']:6.1f}, {h['upper']:6.1f}]{mark}")
     if not doc["windows"]:
         print("  未来 24 小时没有预测到低负载窗口。" if zh else "  No low-load window predicted in the next 24 h.")
     for w in doc["windows"]:

@@ -34,7 +34,7 @@ const WORDS = {
     "findings.first_running": "The first sweep is still running (it reads the cluster and builds the runbook index); findings appear when it finishes.",
     "findings.no_sweep": "No sweep has run yet.",
     "col.state": "Status", "col.outcome": "Outcome", "col.until": "Until", "col.granted": "Granted",
-    "state.stopped": "stopped", "state.stopping": "SIGTERM sent", "state.exempt_until": "exempt until",
+    "state.stopped": "stopped", "state.stopping": "SIGTERM sent", "state.exempt_until": "exempt until", "state.denied_until": "denied, held until",
     "state.warned": "warned", "state.stop_due": "stop due", "state.awaiting": "awaiting approval", "state.open": "new",
     "approvals.per_hour": "/hour", "approvals.see_finding": "finding", "approvals.report": "Full report",
     "approvals.dismiss": "Close", "approvals.no_recent": "No answers yet.",
@@ -48,7 +48,8 @@ const WORDS = {
     "status.dry_run": "dry run", "kind.overprovisioned": "over-provisioned", "kind.node_health": "node health",
     "kind.idle_serving": "idle service", "kind.stuck_pending": "stuck pending", "kind.crash_loop": "crash loop",
     "kind.pool_scale_up": "planned scale-up", "kind.quiet_fill": "quiet-window fill",
-    "col.gpus": "GPUs", "action.drain_node": "drain node", "tool.ok": "ok", "tool.error": "error",
+    "col.gpus": "GPUs", "action.drain_node": "drain node", "action.keep": "keep", "action.cordon": "cordon",
+    "action.post_digest": "post digest", "level": "L", "clock.title": "cluster time", "tool.ok": "ok", "tool.error": "error",
     "col.namespace": "Namespace", "col.team": "Team", "col.pool": "Pool", "filter.all": "all",
     "export.csv": "Export CSV", "export.json": "Export JSON", "findings.shown": "shown", "approvals.metrics": "metrics",
     "akind.finding": "finding", "akind.proposal": "proposal", "akind.decision": "decision", "akind.approval": "approval",
@@ -91,7 +92,7 @@ const WORDS = {
     "findings.first_running": "首次巡检仍在进行（读取集群并建立运行手册索引），完成后显示发现。",
     "findings.no_sweep": "尚未进行巡检。",
     "col.state": "状态", "col.outcome": "结果", "col.until": "截止", "col.granted": "授予时间",
-    "state.stopped": "已停止", "state.stopping": "已发送 SIGTERM", "state.exempt_until": "豁免至",
+    "state.stopped": "已停止", "state.stopping": "已发送 SIGTERM", "state.exempt_until": "豁免至", "state.denied_until": "已拒绝，保持至",
     "state.warned": "已提醒", "state.stop_due": "最早停止", "state.awaiting": "等待审批", "state.open": "新发现",
     "approvals.per_hour": "/小时", "approvals.see_finding": "查看发现", "approvals.report": "完整报告",
     "approvals.dismiss": "关闭", "approvals.no_recent": "暂无审批记录。",
@@ -102,7 +103,8 @@ const WORDS = {
     "savings.by_pool": "资源池与节点的浪费（最近一次巡检）", "savings.no_waste": "最近一次巡检未发现浪费。",
     "unit.gpu_hours": "GPU 小时",
     "action.notify": "警告", "action.terminate": "优雅停止", "action.force_terminate": "强制停止", "action.resize_pool": "调整节点池",
-    "action.drain_node": "排空节点", "col.gpus": "GPU 数",
+    "action.drain_node": "排空节点", "col.gpus": "GPU 数", "action.keep": "保留", "action.cordon": "封锁节点",
+    "action.post_digest": "发送成本摘要", "level": "级别 ", "clock.title": "集群时间",
     "col.namespace": "命名空间", "col.team": "团队", "col.pool": "资源池", "filter.all": "全部",
     "export.csv": "导出 CSV", "export.json": "导出 JSON", "findings.shown": "条显示", "approvals.metrics": "指标",
     "akind.finding": "发现", "akind.proposal": "提议", "akind.decision": "护栏判定", "akind.intent": "准备执行",
@@ -169,6 +171,7 @@ export function applyLabels(root = document) {
   root.querySelectorAll("[data-i18n]").forEach((el) => { el.textContent = t(el.dataset.i18n); });
   root.querySelectorAll("[data-i18n-placeholder]").forEach((el) => { el.placeholder = t(el.dataset.i18nPlaceholder); });
   root.querySelectorAll("[data-i18n-aria]").forEach((el) => el.setAttribute("aria-label", t(el.dataset.i18nAria)));
+  root.querySelectorAll("[data-i18n-title]").forEach((el) => { el.title = t(el.dataset.i18nTitle); });
   document.getElementById("lang-toggle").textContent = lang === "zh" ? "EN" : "中文";
 }
 

@@ -33,7 +33,7 @@ export async function loadApprovals() {
     if (!list.children.length) list.innerHTML = `<p class="empty">${esc(t("approvals.none"))}</p>`;
   }
   tbody("recent-table").innerHTML = data.recent.map((a) => `<tr>
-    <td>${esc(tv("action", a.action))}</td><td class="mono">${esc(a.target)}</td><td>L${a.level}</td>
+    <td>${esc(tv("action", a.action))}</td><td class="mono">${esc(a.target)}</td><td>${esc(t("level"))}${a.level}</td>
     <td><span class="pill ${esc(a.status)}">${esc(tv("status", a.status))}</span></td><td>${esc(a.answered_by || "—")}</td>
     <td class="nowrap">${when(a.answered_at || a.expires_at)}</td><td>${esc(a.answer_reason || "—")}</td>
     <td>${a.outcome ? `<span class="pill ${esc(a.outcome)}">${esc(tv("status", a.outcome))}</span> <span class="muted outcome-detail">${esc(a.outcome_detail || "")}</span>` : "—"}</td></tr>`).join("")
@@ -66,7 +66,7 @@ function approvalCard(a) {
   el.className = `card level-${a.level}`;
   el.dataset.id = a.id;
   el.innerHTML = `<div class="card-head"><span class="action">${esc(tv("action", a.action))}</span>
-      <span class="mono target">${esc(a.target)}</span><span class="lvl">L${a.level}</span></div>
+      <span class="mono target">${esc(a.target)}</span><span class="lvl">${esc(t("level"))}${a.level}</span></div>
     <div class="card-body"><p class="context">${contextLine(a)}</p>${sizeLines(a)}
       ${a.evidence ? `<p class="evidence">${inline(a.evidence)}</p>` : `<p>${inline(proposalWhy)}</p>`}
       <p class="muted">${esc(t("approvals.why"))}${colon()}${inline(why)}</p>
@@ -163,6 +163,7 @@ function findingState(f) {
   if (f.stopped_at) pills.push(["stopped", `${t("state.stopped")} ${when(f.stopped_at)}`]);
   else if (f.stopping_since) pills.push(["stopping", `${t("state.stopping")} ${when(f.stopping_since)}`]);
   if (f.exempt_until) pills.push(["exempt", `${t("state.exempt_until")} ${when(f.exempt_until)}`]);
+  if (f.denied_until) pills.push(["denied", `${t("state.denied_until")} ${when(f.denied_until)}`]);
   if (f.warned_at && !f.stopped_at) {
     pills.push(["warned", `${t("state.warned")} ${when(f.warned_at)}`]);
     if (!f.stopping_since) pills.push(["due", `${t("state.stop_due")} ${when(f.stop_due_at)}`]);

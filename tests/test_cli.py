@@ -58,6 +58,15 @@ def test_policy_check_names_file_and_key(tmp_path, capsys):
     assert main(["policy", "check", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: levels.max_auto" in err and f"{bad}: warning.min_notice" in err and "'soon'" in err
+    # In Chinese: said in Chinese, the validator's own words kept (they name the keys as the file has them).
+    assert main(["policy", "check", str(bad), "--lang", "zh"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("错误：策略文件无效") and f"{bad}: levels.max_auto" in err
+    good = tmp_path / "good.yaml"
+    good.write_text("version: 1\nnotifications: {outside_hours: defer}\n")
+    assert main(["policy", "check", str(good), "--lang", "zh"]) == 0
+    out = capsys.readouterr().out
+    assert "校验通过" in out and "内置保护全部保留" in out and "注意：给所有者的警告" in out
 
 
 def test_bad_scenario_names_file_and_key(tmp_path, capsys):

@@ -134,20 +134,33 @@ def meets_answer_key(documents: dict[str, list[dict[str, Any]]]) -> bool:
 
 
 def cmd_policy_check(args: argparse.Namespace, settings: Settings) -> int:
-    policy = load_policy(args.file)
-    print(f"{args.file}: ok (mode {policy.mode}; max automatic level {policy.levels.max_auto}, "
-          f"ceiling {policy.levels.max}; approval for levels {policy.levels.require_approval})")
+    zh = (args.lang or settings.language) == "zh"
+    try:
+        policy = load_policy(args.file)
+    except PolicyError as exc:
+        if not zh:
+            raise
+        print(f"错误：策略文件无效（以下为校验器的原文，字段名即策略中的键）：{exc}", file=sys.stderr)
+        return 2
+    f, lv = args.file, policy.levels
+    print(f"{f}：校验通过（模式 {policy.mode}；自动执行最高级别 {lv.max_auto}，上限 {lv.max}；需要审批的级别 "
+          f"{lv.require_approval}）" if zh else f"{f}: ok (mode {policy.mode}; max automatic level {lv.max_auto}, "
+          f"ceiling {lv.max}; approval for levels {lv.require_approval})")
     added, removed = policy.protection.added(), policy.protection.removed()
-    print(f"{args.file}: protection added: {', '.join(added) if added else 'none'}")
+    listed = "、".join(added) if zh else ", ".join(added)
+    print(f"{f}：新增保护：{listed or '无'}" if zh else f"{f}: protection added: {listed or 'none'}")
     # Giving up a built-in protection is allowed, but never silently.
     if removed:
-        print(f"{args.file}: WARNING: built-in protection removed: {', '.join(removed)}")
+        print(f"{f}：警告：移除了内置保护：{'、'.join(removed)}" if zh else
+              f"{f}: WARNING: built-in protection removed: {', '.join(removed)}")
     else:
-        print(f"{args.file}: built-in protection kept: all")
+        print(f"{f}：内置保护全部保留" if zh else f"{f}: built-in protection kept: all")
     n = policy.notifications
     if n.outside_hours == "defer":
-        days = "weekdays" if n.weekdays_only else "every day"
-        print(f"{args.file}: NOTE: owner warnings, and so every stop, wait for working hours ({n.working_hours} "
+        days = ("仅工作日" if n.weekdays_only else "每天") if zh else ("weekdays" if n.weekdays_only else "every day")
+        print(f"{f}：注意：给所有者的警告（因而所有停止）都要等到工作时间（{n.working_hours} {n.timezone}，{days}）："
+              "夜间或周末闲置的作业要到那时才会回收" if zh else
+              f"{f}: NOTE: owner warnings, and so every stop, wait for working hours ({n.working_hours} "
               f"{n.timezone}, {days}): jobs left idle overnight or over a weekend are not reclaimed until then")
     return 0
 
@@ -187,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
     check = policy_sub.add_parser("check", help="validate a policy file")
     check.add_argument("file", type=Path)
+    check.add_argument("--lang", choices=["en", "zh"], help="language of the report (default: STEWARD_LANGUAGE)")
     check.set_defaults(handler=cmd_policy_check)
     example = policy_sub.add_parser("example", help="print the example policy (every key, with its default)")
     example.set_defaults(handler=cmd_policy_example)

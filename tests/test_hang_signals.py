@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agent.config.policy import Policy, parse_policy
+from agent.config.policy import Policy, parse_policy, stretch_span
 from agent.detectors.activity import GpuActivity, board_power_w
 from agent.detectors.engine import log_candidates, run_detectors
 from agent.detectors.evidence import describe
@@ -420,6 +420,8 @@ def test_a_zombie_that_logged_every_20_minutes_is_still_seen_when_its_notice_run
         return bool(ZombieDetector(POLICY).detect(obs))
 
     assert not zombie_at(55) and zombie_at(65) and zombie_at(125) and zombie_at(130)
+    # Its stop may wait for a person (a force stop's approval): the log read covers as long as that can count.
+    assert zombie_at(4 * 60) and span.total_seconds() >= stretch_span(POLICY)
 
 
 def test_a_keepalive_stretch_start_stays_put_and_sees_work_in_maxima_and_minima():

@@ -81,6 +81,8 @@ DIFFICULTY: dict[str, str] = {
     "fixed-window-scale-down-then-batch": "hard",
     "grad-accum-burst-every-slice": "hard",
     "spot-requeue-node-fail": "medium",
+    "eval-slow-results-upload": "hard",
+    "uneven-shards-partial-idle": "medium",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

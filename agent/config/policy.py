@@ -162,6 +162,10 @@ class LongTailRule(_Section):
     # says nothing about how long it pauses (it gave day-long servers 6 h of grace after 1-2 h pauses).
     quiet_share: float = Field(0.0, ge=0, le=1)
     io_threshold_mbps: float = Field(1.0, ge=0)
+    # Network or disk I/O averaging at least this over the window, though under io_threshold_mbps, is data moving
+    # slowly (a results upload of many small files) or chatter the steward cannot tell from it: the job is still
+    # warned, and its stop needs a person. An idle process moves kilobytes a second.
+    io_trickle_mbps: float = Field(0.1, ge=0)
     cpu_active_pct: float = Field(50.0, ge=0)
     # A job whose GPUs did less work than this over its whole observed life (GPU-seconds, sum of util x time, an
     # upper bound) gets no long-tail grace: it has no working history to protect. The scorer's "material" work.

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from agent.config.policy import LongTailRule, Policy
 from agent.detectors.evidence import io_metrics, log_metrics
+from agent.detectors.history import align_end
 from agent.detectors.longtail import LongTail, long_tail
 from agent.detectors.signals import ClusterSignals, JobSeries, JobWindow, group_signals
 from core.actions import Finding
@@ -115,6 +116,7 @@ class IdleGpuDetector:
             if worked is not None and worked > since:
                 since = worked
             finding = self._finding(job, window, logs, since, obs.at, blips)
+            spin = spin or self._trickle(window)
             if spin is not None:
                 finding = finding.model_copy(update={"stop_needs_approval": spin,
                                                      "evidence": f"{finding.evidence}; {spin}"})
@@ -122,6 +124,21 @@ class IdleGpuDetector:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)
         return findings
+
+    def _trickle(self, window: JobWindow) -> str | None:
+        """Why a quiet job's stop needs a person when its network or disk moves data steadily but under the
+        active line (longtail.io_trickle_mbps to io_threshold_mbps, on average over the window); else None."""
+        io = window.series.io
+        floor, line = self.longtail.io_trickle_mbps, self.longtail.io_threshold_mbps
+        if io is None or floor <= 0:
+            return None
+        for name, column in (("network", io.net_rx_mbps), ("disk read", io.disk_read_mbps)):
+            known = [v for v in align_end(column, window.slices) if v is not None]
+            mean = sum(known) / len(known) if known else 0.0
+            if floor <= mean < line:
+                return (f"{name} averages {mean:.2f} MB/s over the window (under {line:g} MB/s, at least "
+                        f"{floor:g}): a slow transfer (a results upload) reads the same, so the stop needs a person")
+        return None
 
     def _cpu_only(self, window: JobWindow, logs: LogProgress | None, tail: LongTail | None,
                   at: datetime) -> str | None:

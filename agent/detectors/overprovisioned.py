@@ -8,6 +8,7 @@ from agent.config.policy import Policy
 from agent.detectors.history import align_end
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals, valid_pct
 from core.actions import Finding
+from core.cluster import GpuHistory
 from core.durations import format_duration
 from core.observation import Observation
 
@@ -76,12 +77,23 @@ class OverprovisionedDetector:
 
 
 def worked(w: JobWindow, line: float) -> int:
-    """GPUs that worked in the window: at the working line on average, or in any slice. A GPU that reached it
-    was used, in bursts: the GPUs of a parallel job coming out of a quiet hour average a few percent each, and
-    none of them is unused."""
+    """GPUs that worked: at the working line on average over the window, or in any of its slices, or over any
+    coarse slice of the job's lookback (a day). A GPU that reached it was used: the GPUs of a parallel job coming
+    out of a quiet hour average a few percent each, and the ranks of a job that trained on all 8 GPUs for hours
+    and now finishes an uneven last shard on 2 did not ask for 6 too many."""
+    past = {(h.node, h.gpu): h for h in w.series.history_gpus}
     count = 0
     for avg, g in zip(w.gpu_avg_util, w.series.gpus, strict=False):
         peak = max((v for v in (valid_pct(x) for x in align_end(g.util_max, w.slices)) if v is not None), default=None)
-        if (avg is not None and avg >= line) or (peak is not None and peak >= line):
+        if (avg is not None and avg >= line) or (peak is not None and peak >= line) or _worked_before(
+                past.get((g.node, g.gpu)), line):
             count += 1
     return count
+
+
+def _worked_before(history: GpuHistory | None, line: float) -> bool:
+    """Whether a coarse slice of the GPU's lookback held work at the line: by its mean, else by its max."""
+    if history is None:
+        return False
+    level = history.util_avg or history.util_max
+    return any(v is not None and v >= line for v in (valid_pct(x) for x in level))

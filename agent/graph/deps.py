@@ -64,9 +64,12 @@ def log_span(policy: Policy) -> float:
     """Seconds of log a sweep reads back for a quiet or pinned job: twice the detectors' windows, plus the notice,
     so a hung job flagged once its silence reached three of its usual gaps still shows its last progress line
     when the notice runs out (with 2 windows alone, a job logging every 20 minutes lost its zombie finding, and
-    so its stop, just before the stop was due)."""
+    so its stop, just before the stop was due); and never less than a stretch can matter (stretch_span: as long as
+    a warning or an approval about it can count), or a hung job whose stop waits for a person loses the progress
+    line that makes it a hang (the demo's hung detector-train lost its finding 3 h into its silence, and was
+    never stopped)."""
     d = policy.detectors
-    return 2 * max(d.zombie.window, d.idle.window) + policy.warning.min_notice
+    return max(2 * max(d.zombie.window, d.idle.window) + policy.warning.min_notice, stretch_span(policy))
 
 
 def sweep_grid(policy: Policy) -> SweepGrid:

@@ -43,6 +43,7 @@ class Finding(_Record):
     waste_cost: float = 0.0
     currency: str = "USD"
     owner: str | None = None
+    team: str | None = None  # the job's project (Slurm account), else its namespace: who the cost report bills
     runbook: str | None = None
     # Why a stop on this finding alone needs a human (e.g. a keep-alive pattern, which real work can resemble);
     # None = the policy's levels decide. The guardrail asks for approval whatever the automatic level.

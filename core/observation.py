@@ -41,6 +41,9 @@ class Observation(BaseModel):
     # Coarse max/sample counts over the long-tail lookback (agent/detectors/history.py); empty when not read.
     history: list[GpuHistory] = []
     history_slice_s: float = 0.0
+    # What an idle GPU of each model drew, read across the cluster by the sweep (agent/detectors/keepalive.py,
+    # idle_draws): handed to a re-check that reads one job alone, which sees no idle GPU to measure it on.
+    fleet_idle_w: dict[str, float] = {}
     logs: dict[str, LogProgress] = {}
     # Jobs that ended recently (the doomed-job detector's history); empty when the scheduler reports none.
     finished: list[FinishedJob] = []

@@ -207,3 +207,26 @@ def test_a_model_that_is_down_still_gets_the_question_answered(tmp_path):
         assert not [e for e in events if e["type"] == "error"], events
         answer = events[-1]["answer"]
         assert events[-1]["type"] == "done" and "The model is unavailable" in answer and JOB in answer
+
+
+def test_questions_operators_ask_beyond_one_job(client):
+    """From a probe's 48 questions: the cluster's free GPUs, hung jobs only, waste by team, savings not cost,
+    a job named in a "what happened" question, a user's jobs, and a pending stop named as an action in Chinese."""
+    sweep_to(client, 100)
+
+    def intent_and_answer(question: str) -> tuple[str, str]:
+        start, events = ask(client, question, CAROL)
+        return start["intent"], events[-1]["answer"]
+
+    intent, zh = intent_and_answer("集群现在还剩多少张空闲的卡")
+    assert intent == "status" and "空闲" in zh and "块中空闲" in zh
+    intent, en = intent_and_answer("what's the status of the cluster")
+    assert intent == "status" and "free" in en and "jobs running" in en
+    intent, hung = intent_and_answer("which jobs are hung?")
+    assert intent == "waste" and "cv-team/detector-train" in hung and "research/lr-sweep" not in hung
+    intent, teams = intent_and_answer("which team is wasting the most?")
+    assert teams.startswith("By team: ")
+    assert intent_and_answer("这周省了多少钱？")[0] == "savings"
+    assert intent_and_answer("what happened to detector-train")[0] == "job"
+    intent, frank = intent_and_answer("what is frank running?")
+    assert intent == "job" and "gpu-long/resnet-ablation" in frank

@@ -23,7 +23,7 @@ from core.observation import Observation
 from core.text import plural
 
 Lang = Literal["en", "zh"]
-Intent = Literal["keep", "job", "approvals", "cost", "forecast", "savings", "today", "waste", "help"]
+Intent = Literal["keep", "job", "approvals", "cost", "forecast", "savings", "status", "today", "waste", "help"]
 ChatEvent = dict[str, Any]
 KeepFn = Callable[[KeepRequest | str, str | None, Lang], str]  # (parsed keep, the chat's job, language) -> reply
 
@@ -32,16 +32,17 @@ _GPU_MODEL = re.compile(r"(?<![A-Za-z0-9])([AHBL]\d{2,3}|V100|T4|L4|MI\d{3})(?![
 _INTENTS: list[tuple[Intent, tuple[str, ...]]] = [
     ("forecast", ("forecast", "predict", "scale down", "scale-down", "scale up", "quiet hours", "low-load", "预测",
                   "缩容", "扩容", "低负载")),
+    ("status", ("status of the cluster", "cluster status", "state of the cluster", "free gpu", "gpus free",
+                "available gpu", "gpus available", "spare gpu", "集群状态", "集群现在", "集群情况", "还剩", "剩多少",
+                "剩余", "空闲的卡", "空闲卡", "可用的卡", "可用卡")),
     ("job", ("why", "what will happen", "what happens", "what's next", "what next", "when will", "status of",
              "为什么", "为何", "原因", "会怎样", "会怎么样", "什么时候", "何时", "接下来", "状态")),
     ("approvals", ("approv", "pending", "waiting for", "审批", "待批", "批准", "待处理")),
-    ("cost", ("spend", "spent", "cost per", "cost by", "costs", "bill", "花了", "花费", "费用", "开销", "账单", "多少钱",
-              "成本")),
-
-    ("savings", ("saving", "saved", "reclaim", "money", "cost", "节省", "省了", "回收", "省下")),
+    ("savings", ("saving", "saved", "save", "reclaim", "节省", "省了", "回收", "省下")),
+    ("cost", ("spend", "spent", "cost", "bill", "花了", "花费", "费用", "开销", "账单", "多少钱", "成本")),
     ("today", ("today", "did you do", "have you done", "what happened", "今天", "做了什么", "干了什么", "做了哪些")),
-    ("waste", ("wast", "idle", "zombie", "who", "over-provision", "overprovision", "浪费", "谁", "闲置", "空闲",
-               "僵尸", "占用")),
+    ("waste", ("wast", "idle", "zombie", "hung", "stuck", "who", "over-provision", "overprovision", "浪费",
+               "谁", "闲置", "空闲", "僵尸", "卡死", "卡住", "挂起", "占用")),
 ]
 
 
@@ -100,6 +101,11 @@ def _call(ctx: ChatContext, name: str, args: dict[str, Any]) -> Generator[ChatEv
     return result
 
 
+# A question about one kind of waste ("which jobs are hung?") lists that kind only.
+_KIND_WORDS = {"zombie": ("hung", "stuck", "zombie", "卡死", "卡住", "挂起", "僵尸"),
+               "idle": ("idle", "空闲", "闲置"), "overprovisioned": ("overprovision", "over-provision", "超配")}
+
+
 def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
     listed = yield from _call(ctx, "list_jobs", {"only_with_findings": True})
     model = _GPU_MODEL.search(text)
@@ -108,7 +114,10 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
     pool_model = {p.name: p.gpu_model.upper() for p in ctx.observation.pools}
     jobs = {row["job"]: row for row in (listed.get("data") or [])}
     rows = []
+    kinds = {kind for kind, words in _KIND_WORDS.items() if any(w in text.lower() for w in words)}
     for f in sorted(ctx.findings, key=lambda f: -f.waste_cost):
+        if kinds and f.kind not in kinds:
+            continue
         gpu = pool_model.get(f.target) if f.target_type == "pool" else node_model.get((jobs.get(f.target) or {}).get("node") or "")
         if want and want not in (gpu or ""):
             continue
@@ -120,8 +129,10 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
         return _t(lang, f"Nobody is wasting{scope} GPUs right now: the latest sweep found no waste{scope}.",
                   f"目前没有人在浪费{scope} GPU：最近一次巡检没有发现{scope}浪费。")
     total = sum(f.waste_cost for f, _, _ in rows)
-    lines = [_t(lang, f"{len(rows)} findings on{scope} GPUs, {money(total, ctx.currency)} wasted so far:",
+    lines = [_t(lang, f"{plural(len(rows), 'finding')} on{scope} GPUs, {money(total, ctx.currency)} wasted so far:",
                 f"发现 {len(rows)} 处{scope} GPU 浪费，累计 {money(total, ctx.currency)}：")]
+    if re.search(r"\bteams?\b|团队|哪个组|各组", text, re.IGNORECASE) and (teams := _team_totals(ctx, lang)):
+        lines.insert(0, teams)
     for f, job, gpu in rows:
         who = job.get("user") or f.owner or "-"
         if lang == "zh":
@@ -353,9 +364,13 @@ def _next_step(ctx: ChatContext, job: Any, finding: Finding | None, done: list[A
         return _t(lang, "Next: nothing; it has ended.", "接下来：不再操作；该作业已结束。")
     if waiting:
         a = waiting[-1]
-        return _t(lang, f"Next: {a.action} waits for an approver (`{a.id}`, expires {_when(a.expires_at, now, ctx.zone, lang)}); "
+        from agent.graph.report import action_label
+
+        noun = {"terminate": "a graceful stop", "force_terminate": "a forced stop", "resize_pool": "the pool resize",
+                "drain_node": "the node drain"}.get(a.action, a.action)
+        return _t(lang, f"Next: {noun} waits for an approver (`{a.id}`, expires {_when(a.expires_at, now, ctx.zone, lang)}); "
                         "nothing is done without that answer.",
-                  f"接下来：{_action(a.action, lang)}正在等待审批（`{a.id}`，{_when(a.expires_at, now, ctx.zone, lang)}过期）；"
+                  f"接下来：{action_label(a.action, 'zh')}正在等待审批（`{a.id}`，{_when(a.expires_at, now, ctx.zone, lang)}过期）；"
                   "未获批准不会执行。")
     terms = [e for e in done if e.action == "terminate" and e.status == "executed"]
     if job.state == "stopping" or terms:
@@ -428,7 +443,7 @@ def _savings(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
     yield {"type": "tool_result", "name": "compute_savings", "status": "ok",
            "summary": f"{s.reclaimed_gpu_hours} GPU-h"}
     head = _t(lang, f"Reclaimed so far: {s.reclaimed_gpu_hours:.1f} GPU-hours, {money(s.reclaimed_money, s.currency)} "
-                    f"from {s.actions} actions.",
+                    f"from {plural(s.actions, 'action')}.",
               f"累计回收 {s.reclaimed_gpu_hours:.1f} GPU 小时，节省 {money(s.reclaimed_money, s.currency)}"
               f"（{s.actions} 项操作）。")
     if s.waste_by_team:
@@ -508,6 +523,50 @@ def _forecast(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
     return "\n".join(lines)
 
 
+def _cluster(ctx: ChatContext, lang: Lang) -> str:
+    """The cluster now, as the latest sweep read it: GPUs held and free per node model, jobs, findings, requests."""
+    obs = ctx.observation
+    held: dict[str, list[int]] = {}  # model -> [total, held]
+    by_id = obs.jobs_by_id()
+    for n in obs.nodes:
+        used = sum(by_id[j].gpus for j in n.jobs if j in by_id and by_id[j].state in ("running", "stopping"))
+        row = held.setdefault(n.gpu_model or "?", [0, 0])
+        row[0] += n.gpus
+        row[1] += min(used, n.gpus)
+    running = sum(1 for j in obs.jobs if j.state == "running")
+    waiting = sum(1 for j in obs.jobs if j.state == "pending")
+    sep = "、" if lang == "zh" else ", "
+    gpus = sep.join(_t(lang, f"{m}: {t - h} of {t} free", f"{m}：{t} 块中空闲 {t - h} 块") for m, (t, h) in held.items())
+    kinds: dict[str, int] = {}
+    for f in ctx.findings:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    found = sep.join(f"{kind_label(k, lang) if lang == 'zh' else k} {n}" for k, n in sorted(kinds.items()))
+    at = _when(obs.at, ctx.now, ctx.zone, lang)
+    return _t(lang, f"The cluster as read at {at}: {running} jobs running, {waiting} waiting; GPUs {gpus or 'none'}; "
+                    f"findings: {found or 'none'}; {plural(len(ctx.pending), 'request')} waiting for a human.",
+              f"{at}读取的集群：{running} 个作业运行中，{waiting} 个排队；GPU {gpus or '无'}；发现：{found or '无'}；"
+              f"{len(ctx.pending)} 项操作等待人工审批。")
+
+
+def _team_totals(ctx: ChatContext, lang: Lang) -> str:
+    """Waste found now, summed by team (a job's project or namespace), largest first."""
+    from agent.records.savings import team_of
+
+    totals: dict[str, list[float]] = {}
+    for f in ctx.findings:
+        team = team_of(f)
+        if team is not None:
+            row = totals.setdefault(team, [0.0, 0.0])
+            row[0] += f.waste_cost
+            row[1] += f.waste_gpu_hours
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    sep = "、" if lang == "zh" else ", "
+    listed = sep.join(_t(lang, f"{t} {money(c, ctx.currency)} ({h:.1f} GPU-h)", f"{t} {money(c, ctx.currency)}"
+                                                                                f"（{h:.1f} GPU 小时）")
+                      for t, (c, h) in ranked)
+    return _t(lang, f"By team: {listed}.", f"按团队：{listed}。") if ranked else ""
+
+
 def _approvals(ctx: ChatContext, lang: Lang) -> str:
     if not ctx.pending:
         return _t(lang, "No approvals are waiting.", "目前没有待审批的操作。")
@@ -537,8 +596,13 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
     """Tool calls as they happen, then the answer in small chunks (the same events the model path streams)."""
     lang = lang or detect_language(text)
     intent = classify(text)
-    if intent in ("help", "waste") and named_jobs(ctx, text) and "who" not in text.lower() and "谁" not in text:
-        intent = "job"  # "is ml-team/x idle?": the job's own story answers it
+    if intent in ("help", "waste", "today", "approvals", "savings") and named_jobs(ctx, text) \
+            and "who" not in text.lower() and "谁" not in text:
+        intent = "job"  # "is ml-team/x idle?", "what happened to x?": the job's own story answers it
+    elif intent == "help" and _owner_named(ctx, text) is not None:
+        intent = "job"  # "what is frank running?": frank's jobs
+    elif intent == "help" and re.search(r"\bstatus\b|\bcluster\b|集群|概况|总览", text, re.IGNORECASE):
+        intent = "status"
     yield {"type": "start", "intent": intent, "lang": lang, "answerer": "offline"}
     if intent == "keep":
         reply = yield from _keep(ctx, text, lang)
@@ -552,6 +616,8 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
         reply = yield from _savings(ctx, lang)
     elif intent == "approvals":
         reply = _approvals(ctx, lang)
+    elif intent == "status":
+        reply = _cluster(ctx, lang)
     elif intent == "cost":
         reply = yield from _cost(ctx, lang)
     elif intent == "forecast":

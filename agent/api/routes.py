@@ -114,8 +114,9 @@ def finding_views(rt: StewardRuntime, lang: str = "en", template: str | None = N
     obs = rt.newest_observation()
     sparks = finding_sparks(found, rt.sweep_observation())
     zone = rt.zone
-    return [FindingView(**{**f.model_dump(), "evidence": describe(f, lang, zone)}, **states.get(f.target, {}),
-                        **_placement(f, obs, template), util=sparks.get(f.target)) for f in found]
+    # Where the target sits now (its placement's team among it) over what the finding recorded.
+    return [FindingView(**{**f.model_dump(), "evidence": describe(f, lang, zone), **states.get(f.target, {}),
+                           **_placement(f, obs, template)}, util=sparks.get(f.target)) for f in found]
 
 
 def _template(request: Request) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any, Literal, Protocol
 
 from agent.chatops.directory import UserDirectory
@@ -66,7 +66,8 @@ def findings_summary(service: StewardService, lang: str) -> str:
     if lang == "zh":
         from agent.planning.policy_model import team_zone  # the group's zone, as its warnings and keep replies
 
-        zone = team_zone(service.deps.policy)
+        policy = getattr(service.deps, "policy", None)
+        zone = team_zone(policy) if policy is not None else UTC
         lines = [f"- {f.target}：{kind_label(f.kind, lang)}。{describe(f, lang, zone)}" for f in findings[:10]]
     else:
         lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings[:10]]

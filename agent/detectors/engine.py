@@ -70,6 +70,7 @@ def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | No
                     "waste_cost": round(gpu_hours * price, 2),
                     "currency": obs.currency,
                     "owner": job.user,
+                    "team": job.project or job.namespace,
                     "runbook": None,
                 }
             )

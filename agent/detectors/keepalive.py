@@ -19,7 +19,7 @@ from agent.detectors.evidence import io_metrics, log_metrics
 from agent.detectors.history import align_end
 from agent.detectors.idle import ACTIVE_STATES, log_summary
 from agent.detectors.longtail import long_tail_reason
-from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from agent.detectors.signals import ClusterSignals, JobWindow, group_signals, window_slices
 from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
@@ -125,6 +125,17 @@ def idle_draws(signals: ClusterSignals, slices: int, quiet_pct: float) -> dict[s
     return lowest
 
 
+def fleet_idle_of(obs: Observation, policy: Policy) -> dict[str, float]:
+    """idle_draws over the observation's whole cluster and its detectors' idle window, and what it carries."""
+    rule = policy.detectors.idle
+    measured = idle_draws(group_signals(obs), window_slices(rule.window, obs.slice_s), rule.util_threshold_pct)
+    return _lowest(measured, obs.fleet_idle_w)
+
+
+def _lowest(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {m: min(v for v in (a.get(m), b.get(m)) if v is not None) for m in a.keys() | b.keys()}
+
+
 def burst_power_share(w: JobWindow, board_w: float | None, quiet_pct: float,
                       fleet_idle: dict[str, float] | None = None) -> tuple[float, float] | None:
     """(the highest share of board power a burst itself may draw, the slice average it was read from) over the
@@ -221,7 +232,7 @@ class KeepAliveDetector:
             if activity.real_work(self.activity):
                 continue
             if fleet_idle is None:
-                fleet_idle = idle_draws(signals, w.slices, self.idle.util_threshold_pct)
+                fleet_idle = _lowest(idle_draws(signals, w.slices, self.idle.util_threshold_pct), obs.fleet_idle_w)
             burst = burst_power_share(w, activity.board_w, self.idle.util_threshold_pct, fleet_idle)
             if burst is not None and burst[0] > self.activity.idle_power_share:
                 continue  # the bursts themselves draw a working GPU's power: short work, not pings

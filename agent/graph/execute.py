@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent.detectors.engine import run_detectors
+from agent.detectors.keepalive import fleet_idle_of
 from agent.guardrail.decide import Facts, decide
 from agent.planning.policy_model import stop_deadline, warning_message
 from core.actions import (
@@ -73,7 +74,10 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
     if run_findings is not None and obs.at == now:
         findings = run_findings  # no time has passed since the sweep's own reading
     else:
-        findings = run_detectors(deps.observe_job(job, now), deps.policy)
+        alone = deps.observe_job(job, now)
+        # One job alone shows no idle GPU: what idle GPUs draw comes from the sweep's reading of the cluster.
+        alone.fleet_idle_w = fleet_idle_of(obs, deps.policy)
+        findings = run_detectors(alone, deps.policy)
     return Facts(now=now, job=job, findings=[f for f in findings if f.target == target],
                  cluster_gpus=obs.cluster_gpus())
 

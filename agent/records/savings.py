@@ -59,9 +59,12 @@ def _price(audit: AuditLog, target: str, fallback: float) -> float:
 
 
 def team_of(f: Finding) -> str | None:
-    """The team a job finding belongs to (its namespace/project); None for pools and nodes."""
+    """The team a job finding belongs to: its project (Slurm account) or namespace, as the cost report bills it;
+    for a finding recorded before it carried one, the id's first part. None for pools and nodes."""
     if f.target_type != "job":
         return None
+    if f.team:
+        return f.team
     return f.target.split("/", 1)[0] if "/" in f.target else (f.owner or f.target)
 
 

@@ -23,6 +23,10 @@ class LogProgress(BaseModel):
     last_progress_at: datetime | None = None
     typical_gap_s: float | None = None  # median gap between progress lines
     last_step: float | None = None
+    # Requests the log shows the job answering (a POST to a path that is neither a health check nor a notebook
+    # server's own API): a service at work, however rare (agent/detectors/serving.py). One path, without its query.
+    requests: int = 0
+    request_path: str | None = None
     tail: list[str] = []
 
 

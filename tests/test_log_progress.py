@@ -129,3 +129,20 @@ def test_retry_poll_reconnect_and_health_probe_counters_are_not_progress():
         assert analyse_log("j", lines(texts), NOW).progress_lines == 0, texts[0]
     # Real progress with similar numbers still counts.
     assert analyse_log("j", lines([f"tokenised shard {i}/50" for i in range(1, 7)]), NOW).progress_lines == 6
+
+
+def test_requests_a_service_answers_are_counted_and_probes_and_notebook_calls_are_not():
+    """A POST to a path that is neither a health check nor a notebook server's own API is a caller's request."""
+    from tools.log_progress import request_path
+
+    assert request_path('"POST /sdapi/v1/txt2img HTTP/1.1" 200 req=8812') == "/sdapi/v1/txt2img"
+    assert request_path('INFO: 10.0.0.1:5123 - "POST /v1/completions HTTP/1.1" 200 OK') == "/v1/completions"
+    assert request_path('10.1.1.1 - - [02/Dec/2026:10:00:00] "POST /predict?key=s3cret HTTP/1.1" 200 512') == "/predict"
+    for probe in ("GET /healthz 200 1ms", "POST /healthz 200", "POST /api/kernels/abc/interrupt 204",
+                  "[I ServerApp] 201 POST /api/sessions (127.0.0.1) 3ms", "GET /v1/models 200", "POST / 200"):
+        assert request_path(probe) is None, probe
+    at = datetime(2026, 11, 3, 2, 0, tzinfo=UTC)
+    lines = [LogLine(at=at - timedelta(minutes=m), text=f'"POST /sdapi/v1/txt2img HTTP/1.1" 200 req={m}')
+             for m in (130, 70)] + [LogLine(at=at - timedelta(minutes=5), text="GET /healthz 200 1ms")]
+    progress = analyse_log("imagegen/sdxl", lines, at)
+    assert progress.requests == 2 and progress.request_path == "/sdapi/v1/txt2img"

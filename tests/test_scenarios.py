@@ -83,6 +83,7 @@ DIFFICULTY: dict[str, str] = {
     "spot-requeue-node-fail": "medium",
     "eval-slow-results-upload": "hard",
     "uneven-shards-partial-idle": "medium",
+    "sd-unlabelled-hourly-requests": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
 }

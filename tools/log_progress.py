@@ -36,6 +36,24 @@ _PROGRESS_HINT = re.compile(
 _STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
 
 
+# An access-log line of a request a service answered: POST (or PUT) to a path, with a status code.
+_REQUEST = re.compile(r"\b(?:POST|PUT)\s+(/[^\s?\"']*)[^\s\"']*(?:\s+HTTP/[\d.]+)?\"?\s+(?:[-:=]\s*)?([1-5]\d\d)\b")
+# Paths that are not a caller's request: probes, metrics, and a notebook server's own API (the browser tab of an
+# open, idle notebook keeps calling it).
+_NOT_A_REQUEST = re.compile(
+    r"^/(?:health\w*|ready\w*|live\w*|ping|metrics|status|favicon\.ico|api/(?:kernels|sessions|contents|terminals"
+    r"|events|workspaces|collaboration|me|nbconvert|kernelspecs|lab|config)|lab|tree|notebooks?|files|static|lsp"
+    r"|user/|hub/)", re.I)
+
+
+def request_path(text: str) -> str | None:
+    """The path of a request an access-log line shows a service answering (no query string), else None."""
+    m = _REQUEST.search(text)
+    if m is None or _NOT_A_REQUEST.match(m.group(1)) or m.group(1) == "/":
+        return None
+    return m.group(1)
+
+
 def _shape(text: str) -> tuple[str, tuple[str, ...]]:
     """(template, numbers): lines with the same words are comparable; their numbers are the counters."""
     text = _CLOCK.sub(" ", text)
@@ -53,10 +71,13 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
     progress_at: list[datetime] = []
     last_step: float | None = None
     last_line_at: datetime | None = None
+    requests, path = 0, None
     for line in lines:
         at = min(line.at, now) if _comparable(line.at, now) else line.at  # clock skew: never in the future
         last_line_at = at if last_line_at is None else max(last_line_at, at)
         text = line.text[:_MAX_CHARS]
+        if (served := request_path(text)) is not None:
+            requests, path = requests + 1, served
         template, numbers = _shape(text)
         if not numbers:
             continue
@@ -80,6 +101,8 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         last_progress_at=max(progress_at) if progress_at else None,
         typical_gap_s=float(median(gaps)) if gaps else None,
         last_step=last_step,
+        requests=requests,
+        request_path=redactor.redact(path) if path else None,
         tail=[redactor.redact(line.text[:_TAIL_CHARS]) for line in lines[-_TAIL:]],
     )
 

@@ -79,6 +79,9 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
         why = serving_reason(job, rule) if job is not None else None
         if why is None and seen_requests is not None:
             why = "serves vLLM request metrics"
+        logs = obs.logs.get(f.target)
+        if why is None and job is not None and logs is not None and logs.requests:
+            why = f"its log shows it answering requests ({logs.requests} in the log read, e.g. POST {logs.request_path})"
         if job is None or why is None:
             out.append(f)
             continue

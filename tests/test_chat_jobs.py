@@ -230,3 +230,11 @@ def test_questions_operators_ask_beyond_one_job(client):
     assert intent_and_answer("what happened to detector-train")[0] == "job"
     intent, frank = intent_and_answer("what is frank running?")
     assert intent == "job" and "gpu-long/resnet-ablation" in frank
+
+
+def test_chat_says_it_cannot_stop_a_job_and_names_a_protection(client):
+    sweep_to(client, 100)
+    zh = ask(client, "能帮我把 detector-train 直接杀掉吗", CAROL)[1][-1]["answer"]
+    assert zh.startswith("聊天无法停止作业") and "cv-team/detector-train" in zh
+    en = ask(client, "is prod/llm-serving gonna get killed?", CAROL)[1][-1]["answer"]
+    assert "It is protected (" in en and "never stops it" in en

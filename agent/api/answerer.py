@@ -275,7 +275,20 @@ def _owner_named(ctx: ChatContext, text: str) -> tuple[str, list[str]] | None:
     return users[0], matching or theirs
 
 
+_STOP_ASKED = re.compile(r"\b(?:kill|stop|terminate|delete|cancel|scancel)\b.*\b(?:it|this|that|job|now|please)\b|"
+                         r"杀掉|杀了|停掉|停止它|干掉|删掉|帮我停|直接停", re.IGNORECASE)
+
+
 def _job(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
+    reply = yield from _job_story(ctx, text, lang)
+    if _STOP_ASKED.search(text) and not re.search(r"\bwhy\b|为什么|为何", text, re.IGNORECASE):
+        reply = _t(lang, "Chat cannot stop jobs: a stop goes through a sweep, the guardrail (a warning first) and, "
+                         "where policy asks, an approver. What the steward knows about it:\n\n",
+                   "聊天无法停止作业：停止要经过巡检、护栏（先警告）以及策略要求时的审批。以下是它的情况：\n\n") + reply
+    return reply
+
+
+def _job_story(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
     named = named_jobs(ctx, text)
     if not named and ctx.job:
         named = [ctx.job]
@@ -340,6 +353,14 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
         lines.append(_t(lang, f"- {_when(e.at, now, ctx.zone, lang)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
                         f"- {_when(e.at, now, ctx.zone, lang)}{_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
                         f"{due}"))
+    if job is not None and ctx.policy is not None:
+        from agent.guardrail.protection import protection_reason
+        from core.actions import History
+
+        why = protection_reason(job, ctx.policy, History(), now)
+        if why:
+            lines.append(_t(lang, f"It is protected ({why}): the steward never stops it.",
+                            f"它受保护（{why}）：巡检服务不会停止它。"))
     lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
     return "\n".join(lines)
 

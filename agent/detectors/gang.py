@@ -54,7 +54,7 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
     window = series.window(d.idle.window, job.gpus)
     start = window.at - timedelta(seconds=window.seconds)
     if logs is not None and logs.last_progress_at is not None and logs.last_progress_at >= start:
-        return f"its log advanced at {logs.last_progress_at:%H:%M}"
+        return f"its log advanced at {logs.last_progress_at:%H:%M} UTC"
     io = d.longtail.io_threshold_mbps
     for name, value in (("network", window.net_max), ("disk", window.disk_max)):
         if value is not None and value >= io:

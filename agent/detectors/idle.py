@@ -23,7 +23,7 @@ def log_summary(logs: LogProgress | None) -> str:
         return "log not inspected"
     if logs.last_progress_at is not None:
         step = f" (step {logs.last_step:g})" if logs.last_step is not None else ""
-        return f"no log progress since {logs.last_progress_at:%H:%M}{step}"
+        return f"no log progress since {logs.last_progress_at:%H:%M} UTC{step}"
     if logs.lines:
         return f"no progress in the last {logs.lines} log lines"
     return "log empty"

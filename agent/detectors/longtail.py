@@ -65,7 +65,7 @@ def long_tail_reason(
     last = logs.last_progress_at if logs is not None else None
     if last is not None and last >= window.at - timedelta(seconds=window.seconds):
         step = f" (step {logs.last_step:g})" if logs is not None and logs.last_step is not None else ""
-        return f"log still advancing: last progress line at {last:%H:%M}{step}"
+        return f"log still advancing: last progress line at {last:%H:%M} UTC{step}"
     if window.series.degraded:
         return f"metrics incomplete ({'; '.join(window.series.degraded)}): cannot rule out a working job"
     if not periodic or never_worked(window.series, rule, quiet_pct) is not None:

@@ -114,7 +114,9 @@ def test_zh_warning_carries_chinese_evidence():
     f = _idle().model_copy(update={"waste_gpu_hours": 4.7, "waste_cost": 9.4})
     text = warning_message(f, Policy(), AT, "zh")
     assert "原因：4 块 GPU 利用率最高 0.0%" in text and "util for" not in text and "宽限 5 分钟" in text
-    assert f.evidence in warning_message(f, Policy(), AT, "en")
+    # The English warning is the detector's evidence with its times in the team's zone (Beijing by default).
+    en = warning_message(f, Policy(), AT, "en")
+    assert f.evidence.replace("10:48 UTC", "18:48 Asia/Shanghai") in en and "UTC" not in en
 
 
 def test_demo_sweep_in_chinese_warns_with_chinese_evidence(capsys, tmp_path, monkeypatch):
@@ -145,3 +147,19 @@ def test_chat_answers_in_chinese_carry_chinese_evidence(tmp_path):
         sweep_with_approval(client)
         zh = sse_events(client.post("/api/chat", json={"message": "谁在浪费 GPU？"}).text)[-1]["answer"]
     assert "节点池过大：按需节点池 a100-ondemand" in zh and "on-demand pool" not in zh
+
+
+def test_english_evidence_reads_its_utc_times_in_the_readers_zone():
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from agent.detectors.evidence import localised
+
+    at = datetime(2026, 11, 2, 23, 30, tzinfo=UTC)
+    text = "no log progress since 22:10 UTC; window 17:00-22:00 UTC; no stop before 2026-11-03 01:00 UTC"
+    assert localised(text, at, UTC) == text
+    assert localised(text, at, ZoneInfo("Asia/Shanghai")) == (
+        "no log progress since 06:10 Asia/Shanghai; window 01:00-06:00 Asia/Shanghai; "
+        "no stop before 2026-11-03 09:00 Asia/Shanghai")
+    # A time without a date is the one nearest the detection: 00:20 UTC after a 23:30 detection is the next day's.
+    assert localised("scale up at 00:20 UTC", at, ZoneInfo("Asia/Shanghai")) == "scale up at 08:20 Asia/Shanghai"

@@ -12,7 +12,7 @@ from langchain_core.tools import StructuredTool
 
 from agent.chatops.commands import JOB_STATE_ZH, KeepRequest, parse_keep
 from agent.config.policy import Policy
-from agent.detectors.evidence import describe, describe_record, kind_label
+from agent.detectors.evidence import describe, describe_record, kind_label, localised
 from agent.records.approvals import Approval
 from agent.records.audit import AuditEntry, AuditLog
 from agent.records.cost import money
@@ -138,7 +138,7 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
         if lang == "zh":
             lines.append(f"- **{f.target}**（{who}，{f.gpus}× {gpu}）{kind_label(f.kind, lang)}：{describe(f, lang, ctx.zone)}{_rb(f)}")
         else:
-            lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {f.evidence}{_rb(f)}")
+            lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {describe(f, lang, ctx.zone)}{_rb(f)}")
     return "\n".join(lines)
 
 
@@ -176,7 +176,7 @@ def _audited_evidence(e: AuditEntry, lang: Lang, zone: tzinfo) -> str:
     (entries before they were kept show the detector's English)."""
     data = e.data or {}
     if lang != "zh" or not isinstance(data.get("metrics"), dict):
-        return e.reason or ""
+        return localised(e.reason or "", e.at, zone)
     return describe_record({"kind": e.status, "target": e.target, "since": data.get("since") or e.at,
                             "detected_at": e.at, "evidence": e.reason or "", "gpus": data.get("gpus", 0),
                             "metrics": data["metrics"], "stop_after": data.get("stop_after")}, lang, zone)
@@ -337,11 +337,12 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
     else:
         lines.append(_t(lang, f"**{job_id}** is no longer running.", f"**{job_id}** 已不在运行。"))
     if finding is not None:
-        lines.append(_t(lang, f"Why: {finding.kind}. {finding.evidence}{_rb(finding)}",
+        lines.append(_t(lang, f"Why: {finding.kind}. {describe(finding, lang, ctx.zone)}{_rb(finding)}",
                         f"原因：{kind_label(finding.kind, lang)}。{describe(finding, lang, ctx.zone)}{_rb(finding)}"))
     elif found:
         last = found[-1]
-        lines.append(_t(lang, f"Why: {last.status} at {_when(last.at, now, ctx.zone, lang)}. {last.reason}",
+        lines.append(_t(lang, f"Why: {last.status} at {_when(last.at, now, ctx.zone, lang)}. "
+                              f"{_audited_evidence(last, lang, ctx.zone)}",
                         f"原因：{_when(last.at, now, ctx.zone, lang)}判定为{kind_label(last.status or '', lang)}。"
                         f"{_audited_evidence(last, lang, ctx.zone)}"))
     elif not done:
@@ -534,7 +535,7 @@ def _forecast(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
     plans = [f for f in ctx.findings if f.kind in POOL_KINDS]
     if plans:
         lines.append(_t(lang, "Planned now:", "当前计划："))
-        lines += [_t(lang, f"- **{f.target}** ({f.kind}): {f.evidence}",
+        lines += [_t(lang, f"- **{f.target}** ({f.kind}): {describe(f, lang, ctx.zone)}",
                      f"- **{f.target}**（{kind_label(f.kind, lang)}）：{describe(f, lang, ctx.zone)}") for f in plans]
     else:
         lines.append(_t(lang, "No pool change is planned now: a scale-down waits for a pool to be inside a window "

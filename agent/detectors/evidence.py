@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from core.actions import Finding
-from core.zones import zone_suffix
+from core.zones import zone_name, zone_suffix
 
 if TYPE_CHECKING:
     from agent.detectors.signals import JobWindow
@@ -282,7 +282,9 @@ def _blocked(f: Finding) -> str:
 def describe(finding: Finding, language: str, zone: tzinfo = UTC) -> str:
     """The evidence in `language`; the detector's English whenever a number it needs is missing. Chinese evidence
     states its times in `zone` (the reader's: STEWARD_DISPLAY_TZ, or the team's for an owner's warning)."""
-    render = _ZH.get(finding.kind) if language == "zh" else None
+    if language != "zh":
+        return localised(finding.evidence, finding.detected_at, zone)
+    render = _ZH.get(finding.kind)
     if render is _idle and "keepalive_bursts" in finding.metrics:
         render = _keepalive
     if language == "zh" and finding.kind == "stuck_pending":
@@ -302,10 +304,40 @@ def describe(finding: Finding, language: str, zone: tzinfo = UTC) -> str:
         return finding.evidence
 
 
+_UTC_TIME = re.compile(r"(\d{4}-\d{2}-\d{2} )?(\d{1,2}):(\d{2})(?:-(\d{1,2}):(\d{2}))? UTC\b")
+
+
+def localised(text: str, anchor: datetime, zone: tzinfo) -> str:
+    """A detector's English evidence with its UTC times ("14:30 UTC", "17:00-22:00 UTC", "2026-11-02 14:00 UTC")
+    in the reader's zone, named. A time without a date is the one nearest the finding's detection."""
+    if zone_name(zone) == "UTC":
+        return text
+
+    def moment(day: str | None, hour: str, minute: str) -> datetime:
+        if day:
+            return datetime.fromisoformat(f"{day.strip()}T{int(hour):02d}:{minute}+00:00")
+        base = anchor.astimezone(UTC).replace(hour=int(hour), minute=int(minute), second=0, microsecond=0)
+        return min((base + timedelta(days=d) for d in (-1, 0, 1)), key=lambda t: abs((t - anchor).total_seconds()))
+
+    def local(m: re.Match[str]) -> str:
+        start = moment(m.group(1), m.group(2), m.group(3)).astimezone(zone)
+        text = f"{start:%Y-%m-%d %H:%M}" if m.group(1) else f"{start:%H:%M}"
+        if m.group(4):
+            text += f"-{moment(None, m.group(4), m.group(5)).astimezone(zone):%H:%M}"
+        return f"{text} {zone_name(zone)}"
+
+    return _UTC_TIME.sub(local, text)
+
+
 def describe_record(record: dict[str, Any], language: str, zone: tzinfo = UTC) -> str:
     """describe() for a finding kept in graph state as a dict."""
     if language != "zh":
-        return str(record.get("evidence", ""))
+        text, at = str(record.get("evidence", "")), record.get("detected_at")
+        try:
+            anchor = at if isinstance(at, datetime) else datetime.fromisoformat(str(at))
+        except ValueError:
+            return text
+        return localised(text, anchor if anchor.tzinfo else anchor.replace(tzinfo=UTC), zone)
     try:
         return describe(Finding.model_validate(record), language, zone)
     except ValidationError:

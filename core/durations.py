@@ -9,10 +9,14 @@ from pydantic import BeforeValidator
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+# Compound forms, as format_duration writes them (`2h30m`, `1h04m`, `1d6h`): units largest first, each once.
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dhms])")
+_ORDER = "dhms"
 
 
 def parse_duration(value: object) -> float:
-    """Seconds for a duration written as `90`, `90s`, `15m`, `2h`, `1d` or `1.5h`."""
+    """Seconds for a duration written as `90`, `90s`, `15m`, `2h`, `1d`, `1.5h` or `2h30m` (what format_duration
+    writes, read back)."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, (int, float)):
@@ -23,7 +27,12 @@ def parse_duration(value: object) -> float:
         match = _PATTERN.match(value)
         if match:
             return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 15m, 2h, 1d or seconds)")
+        parts = _PART.findall(value)
+        units = [unit for _, unit in parts]
+        if (len(parts) > 1 and "".join(f"{n}{u}" for n, u in parts) == "".join(value.split())
+                and units == sorted(set(units), key=_ORDER.index)):
+            return sum(float(n) * _UNITS[u] for n, u in parts)
+    raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 15m, 2h, 2h30m, 1d or seconds)")
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]

@@ -140,6 +140,9 @@ def test_bm25_tokenizer_cuts_chinese_into_words_and_keeps_ascii():
     assert not any(ch in w for w in words for ch in "，！% ")  # punctuation and whitespace dropped
     assert "是" not in words  # a stop word
     assert tokenize("DCGM_FI_DEV_GPU_UTIL, nvidia.com/gpu") == ["dcgm", "fi", "dev", "gpu", "util", "nvidia", "com", "gpu"]
+    # English words meet whatever form each side wrote; short words and identifiers stay as they are.
+    assert tokenize("nodes slower throttling") == tokenize("node slow throttle") == ["node", "slow", "throttl"]
+    assert tokenize("gpus pods xid79 nccl") == ["gpus", "pods", "xid79", "nccl"]
 
 
 def test_rrf_averages_reciprocal_ranks_over_the_rankings_that_found_an_item():

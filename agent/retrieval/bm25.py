@@ -28,9 +28,26 @@ STOP_WORDS = frozenset({
 })
 
 
+_LATIN = re.compile(r"[a-z]{5,}")
+
+
+def stem(word: str) -> str:
+    """An English word's stem, lightly: plural, -ing, -ed, -er and a final -e dropped (nodes/node, slower/slow,
+    throttling/throttled/throttle), so a query and a runbook meet whatever form each wrote. Other words as they are."""
+    if not _LATIN.fullmatch(word):
+        return word
+    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("er", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4 and not word.endswith("ss"):
+            word = word[: -len(suffix)] + keep
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 4 else word
+
+
 def tokenize(text: str) -> list[str]:
-    """Words for BM25: jieba's search-mode cut of the lower-cased text, punctuation and stop words dropped."""
-    return [w for token in jieba.lcut_for_search(text.lower()) for w in _WORD.findall(token) if w not in STOP_WORDS]
+    """Words for BM25: jieba's search-mode cut of the lower-cased text, punctuation and stop words dropped,
+    English words by their stem."""
+    return [stem(w) for token in jieba.lcut_for_search(text.lower()) for w in _WORD.findall(token)
+            if w not in STOP_WORDS]
 
 
 class _BM25(BM25Okapi):

@@ -75,8 +75,11 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
         findings = run_findings  # no time has passed since the sweep's own reading
     else:
         alone = deps.observe_job(job, now)
-        # One job alone shows no idle GPU: what idle GPUs draw comes from the sweep's reading of the cluster.
-        alone.fleet_idle_w = fleet_idle_of(obs, deps.policy)
+        # One job alone shows no idle GPU: what idle GPUs draw comes from the sweep's reading of the cluster,
+        # read once per sweep observation however many actions re-check.
+        if not obs.fleet_idle_w:
+            obs.fleet_idle_w = fleet_idle_of(obs, deps.policy)
+        alone.fleet_idle_w = obs.fleet_idle_w
         findings = run_detectors(alone, deps.policy)
     return Facts(now=now, job=job, findings=[f for f in findings if f.target == target],
                  cluster_gpus=obs.cluster_gpus())

@@ -122,6 +122,27 @@ def test_a_stalled_log_beside_a_spinning_core_is_idle_whose_stop_needs_a_person(
     assert IdleGpuDetector(POLICY).detect(recent) == []
 
 
+def test_a_spin_is_steady_and_narrow_and_dates_no_stretch():
+    """The spin judgement's stretch starts when the GPUs and the log went quiet (a spin is no work: the warning is
+    sent once, not every sweep as the CPU 'works'), and only CPU a hung process could burn reads as a spin: the
+    same cores every slice, at most one per GPU and one more. An owner's 600 % pandas cell on a 1-GPU notebook, or
+    CPU work that ended inside the window, is work and protects the job (probe: owner-returns-cpu-boundary)."""
+    utils = busy_then_quiet(10, 14)
+    stalled = {"ml/train": progress("ml/train", AT - timedelta(minutes=72))}
+    [f] = IdleGpuDetector(POLICY).detect(observe([job()], job_gpus("ml/train", utils), [io("ml/train", 24, cpu=100.0)],
+                                                 stalled))
+    assert f.since == AT - timedelta(minutes=70) and "for 1h10m" in f.evidence
+    # 4 GPUs: 500 % is still a spin's width; 600 % is more cores than a hung process burns.
+    assert IdleGpuDetector(POLICY).detect(observe([job()], job_gpus("ml/train", utils),
+                                                  [io("ml/train", 24, cpu=490.0)], stalled))
+    assert IdleGpuDetector(POLICY).detect(observe([job()], job_gpus("ml/train", utils),
+                                                  [io("ml/train", 24, cpu=600.0)], stalled)) == []
+    # CPU that came and went inside the window (an owner's cell, 40 minutes, ended 20 minutes ago): work.
+    cell = io("ml/train", 24, cpu=0.4)
+    cell = cell.model_copy(update={"cpu_pct": [0.4] * 16 + [150.0] * 4 + [0.4] * 4})
+    assert IdleGpuDetector(POLICY).detect(observe([job()], job_gpus("ml/train", utils), [cell], stalled)) == []
+
+
 def test_idle_needs_the_whole_window_quiet():
     obs = observe([job()], job_gpus("ml/train", busy_then_quiet(14, 10)), [io("ml/train", 24)])
     assert IdleGpuDetector(POLICY).detect(obs) == []

@@ -85,6 +85,13 @@ def test_a_stop_needs_the_whole_job_behind_it():
     found = {f.target: f for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
     assert set(found) == {"llm/worker-0", "llm/worker-1"}
     assert all("neither idle nor hung" in (f.stop_needs_approval or "") for f in found.values())
+    assert all("process CPU" not in (f.stop_needs_approval or "") for f in found.values())
+    # The same with master-0's CPU at one core (an evaluation on the CPU, or a spin): the approver is shown it.
+    ios = [io("llm/master-0", 24, cpu=100.0) if i.job == "llm/master-0" else i for i in obs.io]
+    obs = obs.model_copy(update={"io": ios})
+    found = {f.target: f for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
+    assert all("llm/master-0's process CPU is up to 100% of a core" in (f.stop_needs_approval or "")
+               for f in found.values()) and set(found) == {"llm/worker-0", "llm/worker-1"}
     # Every pod flagged (the survivors of a dead rank): no pod is unexplained.
     assert all("neither idle nor hung" not in (f.stop_needs_approval or "")
                for f in run_detectors(cluster(100.0), POLICY))

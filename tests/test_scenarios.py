@@ -381,6 +381,24 @@ def test_recovery_during_the_notice_means_no_stop() -> None:
     assert [a for a in acts(r, job) if a["action"] != "notify"] == []
 
 
+@pytest.mark.medium
+def test_cpu_work_that_a_spin_cannot_explain_earns_a_new_warning_and_its_hour() -> None:
+    """An owner's silent 600 % pandas cell on a notebook whose log once kept a cadence is work, not a spinning
+    deadlock: no warning while it runs (it was warned every sweep), a new one once the window is clear of it."""
+    r = run("owner-returns-cpu-work-after-warning")
+    job = "ds/nb-cell-cpu"
+    warned = [a["at_s"] for a in acts(r, job, "notify", "executed")]
+    assert len(warned) == 2 and warned[1] >= 195 * 60
+    [stop] = stops(r, job)
+    assert stop["at_s"] >= warned[1] + HOUR
+
+
+@pytest.mark.hard
+def test_a_deadlocked_workers_spin_is_warned_once() -> None:
+    r = run("dataloader-deadlock-spinning-worker")
+    assert len(acts(r, "cv/det-r101", "notify", "executed")) == 1
+
+
 @pytest.mark.hard
 def test_late_approval_is_rechecked_against_fresh_state() -> None:
     r = run("recovers-before-approved-stop")

@@ -70,6 +70,17 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
     return None
 
 
+def busy_cpu(job: JobInfo, signals: ClusterSignals, policy: Policy) -> float | None:
+    """The pod's highest process CPU over the idle window when it reaches `longtail.cpu_active_pct`, else None:
+    not evidence of work on its own (a hung rank spins a core too), but what an approver must be shown."""
+    d = policy.detectors
+    series = signals.jobs.get(job.id)
+    if series is None:
+        return None
+    cpu = series.window(d.idle.window, job.gpus).cpu_max
+    return cpu if cpu is not None and cpu >= d.longtail.cpu_active_pct else None
+
+
 def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: ClusterSignals,
                         policy: Policy) -> list[Finding]:
     """The findings without idle, zombie and keep-alive findings on pods whose distributed job has another pod
@@ -99,9 +110,13 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
         unsure = sorted(p.id for p in held if p.id in in_doubt)
         if others:
             names = ", ".join(sorted(p.id for p in others)[:3]) + (" ..." if len(others) > 3 else "")
+            busy = [f"{p.id}'s process CPU is up to {cpu:.0f}% of a core: an evaluation or checkpoint on the CPU, "
+                    f"or a spin the steward cannot tell from one" for p in others
+                    if (cpu := busy_cpu(p, signals, policy)) is not None]
             why = (f"{len(others)} other running pod(s) of its distributed job ({label}={value}: {names}) are "
-                   f"neither idle nor hung by the steward's reading, nor seen working: a stop kills the whole job on "
-                   f"the word of part of it")
+                   f"neither idle nor hung by the steward's reading, nor seen working on the GPU, log, network or "
+                   f"disk{'; ' + '; '.join(busy[:2]) if busy else ''}: a stop kills the whole job on the word of part "
+                   f"of it")
             doubt.update((p.id, why) for p in held)
             continue
         for p in held:

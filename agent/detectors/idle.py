@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from agent.config.policy import LongTailRule, Policy
@@ -15,6 +16,10 @@ from core.durations import format_duration
 from core.observation import LogProgress, Observation
 
 ACTIVE_STATES = frozenset({"running", "stopping"})
+# A hung process spins about one core per rank (one rank per GPU), and its main loop one more; CPU above that, in
+# % of one core, is work a spin does not explain (a pandas cell at 600 %, a FAISS build on 15 cores).
+SPIN_CORES_PER_GPU = 1.0
+SPIN_CORES_EXTRA = 1.0
 
 
 def log_summary(logs: LogProgress | None) -> str:
@@ -47,14 +52,16 @@ def with_grace(finding: Finding, reason: str, stop_after: datetime) -> Finding:
     })
 
 
-def last_other_work(series: JobSeries, logs: LogProgress | None, rule: LongTailRule) -> datetime | None:
+def last_other_work(series: JobSeries, logs: LogProgress | None, rule: LongTailRule,
+                    cpu: bool = True) -> datetime | None:
     """When the job last showed work besides its GPUs, as far as the sweep can see: the end of the newest slice of
-    process CPU at or above `rule.cpu_active_pct` or network/disk at or above `rule.io_threshold_mbps` (the
-    evidence long_tail_reason protects a quiet job with), or its last log progress line."""
+    process CPU at or above `rule.cpu_active_pct` (unless `cpu` is False: a CPU judged a spin shows no work) or
+    network/disk at or above `rule.io_threshold_mbps` (the evidence long_tail_reason protects a quiet job with),
+    or its last log progress line."""
     newest = logs.last_progress_at if logs is not None else None
     io = series.io
     if io is not None:
-        columns = ((io.cpu_pct, rule.cpu_active_pct), (io.net_rx_mbps, rule.io_threshold_mbps),
+        columns = ((io.cpu_pct, rule.cpu_active_pct if cpu else math.inf), (io.net_rx_mbps, rule.io_threshold_mbps),
                    (io.disk_read_mbps, rule.io_threshold_mbps))
         for values, threshold in columns:
             for back, value in enumerate(reversed(values)):
@@ -112,7 +119,7 @@ class IdleGpuDetector:
             since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
             # The stretch of waste begins after the last work of any kind, not only the GPU's: an owner who answered
             # a warning by working on the CPU (or the network, disk, log) and left again must be warned anew.
-            worked = last_other_work(window.series, logs, self.longtail)
+            worked = last_other_work(window.series, logs, self.longtail, cpu=spin is None)
             if worked is not None and worked > since:
                 since = worked
             finding = self._finding(job, window, logs, since, obs.at, blips)
@@ -152,6 +159,13 @@ class IdleGpuDetector:
             return None
         if long_tail(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
                      min_coverage=self.rule.min_coverage, cpu=False, blip_gpu_s=self.rule.blip_gpu_seconds) is not None:
+            return None
+        # A spin is steady: the same cores every slice of the window, never more than a hung process burns. CPU
+        # that came and went (an owner's pandas cell) or used more cores is work, and protects the job.
+        io = window.series.io
+        cpu = [v for v in align_end(io.cpu_pct, window.slices) if v is not None] if io is not None else []
+        spin_max = 100.0 * (SPIN_CORES_PER_GPU * max(1, len(window.series.gpus)) + SPIN_CORES_EXTRA)
+        if not cpu or min(cpu) < self.longtail.cpu_active_pct or max(cpu) > spin_max:
             return None
         last, gap = (logs.last_progress_at, logs.typical_gap_s) if logs is not None else (None, None)
         if last is None or not gap:

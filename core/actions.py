@@ -48,6 +48,7 @@ class Finding(_Record):
     # Why a stop on this finding alone needs a human (e.g. a keep-alive pattern, which real work can resemble);
     # None = the policy's levels decide. The guardrail asks for approval whatever the automatic level.
     stop_needs_approval: str | None = None
+    stop_needs_approval_zh: str | None = None  # the same reason in Chinese, for the people who decide
     # The earliest a stop on this finding may land (idle/zombie): the job's own long-tail grace runs until then.
     # A warning may go out before, stating this as its deadline; the guardrail refuses a stop until it passes.
     stop_after: datetime | None = None

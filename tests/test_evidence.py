@@ -163,3 +163,28 @@ def test_english_evidence_reads_its_utc_times_in_the_readers_zone():
         "no stop before 2026-11-03 09:00 Asia/Shanghai")
     # A time without a date is the one nearest the detection: 00:20 UTC after a 23:30 detection is the next day's.
     assert localised("scale up at 00:20 UTC", at, ZoneInfo("Asia/Shanghai")) == "scale up at 08:20 Asia/Shanghai"
+
+
+def test_why_a_stop_needs_a_person_reads_in_chinese():
+    """The doubt an approver decides on (a spinning core, a sibling pod's busy CPU, a power reading where a spin and
+    decoding overlap) is in the Chinese evidence too, not only the English."""
+    from agent.detectors.engine import run_detectors
+    from tests.test_gang import cluster
+
+    stalled = {"ml/train": progress("ml/train", AT - timedelta(minutes=72))}
+    [spin] = IdleGpuDetector(POLICY).detect(observe([job()], job_gpus("ml/train", [85.0] * 10 + [0.0] * 14),
+                                                    [io("ml/train", 24, cpu=100.0)], stalled))
+    zh = describe(spin, "zh")
+    assert "停止需人工批准：只有 CPU 在忙（最高 100% 个核心）" in zh and "DataLoader" in zh
+    assert not ENGLISH.search(zh.replace("DataLoader worker", ""))
+    assert "deadlocked DataLoader" in describe(spin, "en") and spin.stop_needs_approval
+    # A gang whose rank 0 shows nothing but a busy core, and a hung rank without a power reading.
+    obs = cluster(100.0, master_log_at=AT - timedelta(hours=2))
+    master = [g for g in obs.gpus if g.job == "llm/master-0"]
+    obs.gpus[obs.gpus.index(master[0])] = gpu("llm/master-0", [0.0] * 24, node="n1", index=0)
+    del obs.logs["llm/master-0"]
+    obs = obs.model_copy(update={"io": [io("llm/master-0", 24, cpu=100.0) if i.job == "llm/master-0" else i
+                                       for i in obs.io]})
+    found = {f.target: describe(f, "zh") for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
+    assert "llm/master-0 的进程 CPU 最高 100% 个核心" in found["llm/worker-1"]
+    assert "没有 DCGM 性能剖析指标，也没有功耗读数" in found["llm/worker-0"]

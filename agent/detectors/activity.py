@@ -126,7 +126,7 @@ class GpuActivity:
             return []
         return out
 
-    def doubt(self, rule: ActivityRule) -> str | None:
+    def doubt(self, rule: ActivityRule) -> tuple[str, str] | None:
         """Why a hung-job judgement on these signals is not enough for a stop without a person; None when the GPU's
         own counters (DCGM profiling) or a power reading at an idle GPU's draw say it idles. Interconnect silence
         says nothing about a single-GPU job, and power above the idle draw is where a hung collective's spin and
@@ -136,11 +136,15 @@ class GpuActivity:
         share = self.power_share
         if share is None:
             return ("no DCGM profiling fields and no power reading: nothing on the GPU's side shows it idle, and a "
-                    "memory-bound job with a quiet log and no I/O looks the same")
+                    "memory-bound job with a quiet log and no I/O looks the same",
+                    "没有 DCGM 性能剖析指标，也没有功耗读数：GPU 侧没有信号表明它空闲，日志安静、无 I/O 的访存密集型作业"
+                    "看起来一样")
         if share > rule.idle_draw_share:
             return (f"judged without DCGM profiling fields, and power ({share:.0%} of board power) is above an idle "
                     f"GPU's draw ({rule.idle_draw_share:.0%}), where a hung collective's spin and memory-bound work "
-                    f"overlap")
+                    f"overlap",
+                    f"未能依据 DCGM 性能剖析指标判断，且功耗（额定功率的 {share:.0%}）高于空闲 GPU 的功耗"
+                    f"（{rule.idle_draw_share:.0%}）：在这一区间，挂起的集合通信空转与访存密集型工作无法区分")
         return None
 
     def signals(self) -> list[str]:

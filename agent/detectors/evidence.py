@@ -279,6 +279,22 @@ def _blocked(f: Finding) -> str:
     return blocked_zh(f)
 
 
+def with_doubt(finding: Finding, en: str, zh: str, *, in_evidence: str | None = None) -> Finding:
+    """The finding with one more reason its stop needs a person, in English and Chinese (after any earlier one);
+    `in_evidence`: also appended to the English evidence."""
+    update: dict[str, Any] = {
+        "stop_needs_approval": "; ".join(x for x in (finding.stop_needs_approval, en) if x),
+        "stop_needs_approval_zh": "；".join(x for x in (finding.stop_needs_approval_zh, zh) if x),
+    }
+    if in_evidence:
+        update["evidence"] = f"{finding.evidence}; {in_evidence}"
+    return finding.model_copy(update=update)
+
+
+def _doubt_zh(f: Finding) -> str:
+    return f"；停止需人工批准：{f.stop_needs_approval_zh}" if f.stop_needs_approval_zh else ""
+
+
 def describe(finding: Finding, language: str, zone: tzinfo = UTC) -> str:
     """The evidence in `language`; the detector's English whenever a number it needs is missing. Chinese evidence
     states its times in `zone` (the reader's: STEWARD_DISPLAY_TZ, or the team's for an owner's warning)."""
@@ -297,9 +313,11 @@ def describe(finding: Finding, language: str, zone: tzinfo = UTC) -> str:
         render = _pool_plan
     if render is None:
         return finding.evidence
+    # The keep-alive text says its stop needs a person already; every other doubt is spelled out.
+    doubt = "" if render is _keepalive else _doubt_zh(finding)
     try:
         with _rendering_in(zone):
-            return render(finding, finding.metrics) + (_blocked(finding) if language == "zh" else "")
+            return render(finding, finding.metrics) + doubt + _blocked(finding)
     except (KeyError, ValueError, TypeError, OverflowError):
         return finding.evidence
 

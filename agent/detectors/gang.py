@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from agent.config.policy import Policy
 from agent.detectors.activity import GpuActivity
+from agent.detectors.evidence import with_doubt
 from agent.detectors.signals import ClusterSignals
 from core.actions import Finding
 from core.cluster import SLURM_HET_JOB_LABEL, JobInfo
@@ -96,8 +97,8 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
             gangs.setdefault(key, []).append(job)
     # Each gang judged once: a flagged pod waits when an unflagged pod of its gang shows work.
     waiting: set[str] = set()
-    doubt: dict[str, str] = {}
-    in_doubt = {f.target: f.stop_needs_approval for f in findings
+    doubt: dict[str, tuple[str, str]] = {}
+    in_doubt = {f.target: (f.stop_needs_approval, f.stop_needs_approval_zh or f.stop_needs_approval) for f in findings
                 if f.target_type == "job" and f.kind in WAITING_KINDS and f.stop_needs_approval}
     for (_, label, value), pods in gangs.items():
         held = [p for p in pods if p.id in flagged]
@@ -110,21 +111,27 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
         unsure = sorted(p.id for p in held if p.id in in_doubt)
         if others:
             names = ", ".join(sorted(p.id for p in others)[:3]) + (" ..." if len(others) > 3 else "")
-            busy = [f"{p.id}'s process CPU is up to {cpu:.0f}% of a core: an evaluation or checkpoint on the CPU, "
-                    f"or a spin the steward cannot tell from one" for p in others
-                    if (cpu := busy_cpu(p, signals, policy)) is not None]
+            busy = [(p.id, cpu) for p in others if (cpu := busy_cpu(p, signals, policy)) is not None][:2]
+            cpu_en = "".join(f"; {pid}'s process CPU is up to {cpu:.0f}% of a core: an evaluation or checkpoint on "
+                             f"the CPU, or a spin the steward cannot tell from one" for pid, cpu in busy)
+            cpu_zh = "".join(f"；{pid} 的进程 CPU 最高 {cpu:.0f}% 个核心：可能在 CPU 上做评估或保存检查点，也可能是"
+                             f"无法区分的空转" for pid, cpu in busy)
             why = (f"{len(others)} other running pod(s) of its distributed job ({label}={value}: {names}) are "
                    f"neither idle nor hung by the steward's reading, nor seen working on the GPU, log, network or "
-                   f"disk{'; ' + '; '.join(busy[:2]) if busy else ''}: a stop kills the whole job on the word of part "
-                   f"of it")
+                   f"disk{cpu_en}: a stop kills the whole job on the word of part of it",
+                   f"其分布式作业（{label}={value}：{names}）中另有 {len(others)} 个运行中的 pod，既未被判定为空闲或挂起，"
+                   f"也未见其在 GPU、日志、网络或磁盘上工作{cpu_zh}：仅凭作业的一部分就停止，会终止整个作业")
             doubt.update((p.id, why) for p in held)
             continue
         for p in held:
             # Another pod's stop needs a person: this one's stop would kill that pod too.
             other = next((u for u in unsure if u != p.id), None)
             if other is not None:
+                en, zh = in_doubt[other]
                 doubt[p.id] = (f"the stop of {other}, of the same distributed job ({label}={value}), needs a person "
-                               f"({in_doubt[other]}): a stop of any pod kills it too")
+                               f"({en}): a stop of any pod kills it too",
+                               f"同一分布式作业（{label}={value}）中 {other} 的停止需人工批准（{zh}）：停止任何一个 pod "
+                               f"都会终止它")
     out = []
     for f in findings:
         if f.target_type != "job" or f.kind not in WAITING_KINDS:
@@ -132,9 +139,8 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
         elif f.target in waiting:
             continue
         elif f.target in doubt:
-            why = "; ".join(w for w in (f.stop_needs_approval, doubt[f.target]) if w)
-            out.append(f.model_copy(update={"stop_needs_approval": why,
-                                            "evidence": f"{f.evidence}; stop needs a person: {doubt[f.target]}"}))
+            en, zh = doubt[f.target]
+            out.append(with_doubt(f, en, zh, in_evidence=f"stop needs a person: {en}"))
         else:
             out.append(f)
     return out

@@ -6,7 +6,7 @@ import math
 from datetime import datetime, timedelta
 
 from agent.config.policy import LongTailRule, Policy
-from agent.detectors.evidence import io_metrics, log_metrics
+from agent.detectors.evidence import duration_zh, io_metrics, log_metrics, with_doubt
 from agent.detectors.history import align_end
 from agent.detectors.longtail import LongTail, long_tail
 from agent.detectors.signals import ClusterSignals, JobSeries, JobWindow, group_signals
@@ -125,30 +125,31 @@ class IdleGpuDetector:
             finding = self._finding(job, window, logs, since, obs.at, blips)
             spin = spin or self._trickle(window)
             if spin is not None:
-                finding = finding.model_copy(update={"stop_needs_approval": spin,
-                                                     "evidence": f"{finding.evidence}; {spin}"})
+                finding = with_doubt(finding, *spin, in_evidence=spin[0])
             if tail is not None and stop_after is not None:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)
         return findings
 
-    def _trickle(self, window: JobWindow) -> str | None:
+    def _trickle(self, window: JobWindow) -> tuple[str, str] | None:
         """Why a quiet job's stop needs a person when its network or disk moves data steadily but under the
         active line (longtail.io_trickle_mbps to io_threshold_mbps, on average over the window); else None."""
         io = window.series.io
         floor, line = self.longtail.io_trickle_mbps, self.longtail.io_threshold_mbps
         if io is None or floor <= 0:
             return None
-        for name, column in (("network", io.net_rx_mbps), ("disk read", io.disk_read_mbps)):
+        for name, zh, column in (("network", "网络", io.net_rx_mbps), ("disk read", "磁盘读取", io.disk_read_mbps)):
             known = [v for v in align_end(column, window.slices) if v is not None]
             mean = sum(known) / len(known) if known else 0.0
             if floor <= mean < line:
                 return (f"{name} averages {mean:.2f} MB/s over the window (under {line:g} MB/s, at least "
-                        f"{floor:g}): a slow transfer (a results upload) reads the same, so the stop needs a person")
+                        f"{floor:g}): a slow transfer (a results upload) reads the same, so the stop needs a person",
+                        f"{zh}在窗口内平均 {mean:.2f} MB/s（低于活跃线 {line:g} MB/s，但不低于 {floor:g} MB/s）："
+                        f"缓慢的数据传输（如上传结果）看起来一样")
         return None
 
     def _cpu_only(self, window: JobWindow, logs: LogProgress | None, tail: LongTail | None,
-                  at: datetime) -> str | None:
+                  at: datetime) -> tuple[str, str] | None:
         """Why a quiet job that only its CPU protects is judged all the same, its stop needing a person; None when
         something else protects it too, or its log never kept a cadence to fall silent from.
 
@@ -173,9 +174,11 @@ class IdleGpuDetector:
         silent = (at - last).total_seconds()
         if silent < max(self.rule.window, self.cadence_factor * gap):
             return None
-        return (f"only the CPU is busy (up to {window.cpu_max:.0f}% of a core), while the log that advanced every "
+        return (f"only the CPU is busy (up to {max(cpu):.0f}% of a core), while the log that advanced every "
                 f"{format_duration(gap)} has been silent for {format_duration(silent)}: a deadlocked DataLoader "
-                f"worker spins a core the same way, so the stop needs a person")
+                f"worker spins a core the same way, so the stop needs a person",
+                f"只有 CPU 在忙（最高 {max(cpu):.0f}% 个核心），而此前每 {duration_zh(gap)}推进一次的日志已沉默 "
+                f"{duration_zh(silent)}：卡死的 DataLoader worker 也会这样空转占用一个核心")
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime,
                  blips: float = 0.0) -> Finding:

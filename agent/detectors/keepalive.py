@@ -26,6 +26,7 @@ from core.durations import format_duration
 from core.observation import LogProgress, Observation
 
 APPROVAL_REASON = "a keep-alive pattern is judged from its shape, which real work can resemble"
+APPROVAL_REASON_ZH = "保活模式仅凭活动形态判断，真实工作也可能呈现相同形态"
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,4 +273,4 @@ class KeepAliveDetector:
         }
         metrics.update(log_metrics(logs, at) | io_metrics(w) | activity.metrics())
         return Finding(kind="idle", target=job.id, since=since, detected_at=at, evidence=evidence, metrics=metrics,
-                       gpus=job.gpus, stop_needs_approval=APPROVAL_REASON)
+                       gpus=job.gpus, stop_needs_approval=APPROVAL_REASON, stop_needs_approval_zh=APPROVAL_REASON_ZH)

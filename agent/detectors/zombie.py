@@ -6,7 +6,7 @@ from datetime import datetime
 
 from agent.config.policy import Policy
 from agent.detectors.activity import GpuActivity
-from agent.detectors.evidence import io_metrics, log_metrics
+from agent.detectors.evidence import io_metrics, log_metrics, with_doubt
 from agent.detectors.idle import ACTIVE_STATES, in_grace, log_summary, with_grace
 from agent.detectors.longtail import long_tail
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
@@ -90,9 +90,9 @@ class ZombieDetector:
             if activity.real_work(self.activity):
                 continue  # the GPU computes, draws power or talks to its peers: slow or quiet, not hung
             finding = self._finding(job, w, logs, activity, last, silent, obs.at)
-            doubts = [activity.doubt(self.activity), self._mixed_doubt(w)]
-            if any(doubts):
-                finding = finding.model_copy(update={"stop_needs_approval": "; ".join(d for d in doubts if d)})
+            for doubt in (activity.doubt(self.activity), self._mixed_doubt(w)):
+                if doubt is not None:
+                    finding = with_doubt(finding, *doubt)
             if tail is not None and stop_after is not None:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)
@@ -104,14 +104,16 @@ class ZombieDetector:
         head = f"busy at min {min(pinned):.0f}%"
         return f"{head} ({len(pinned)} pinned, {idle} idle)" if idle else head
 
-    def _mixed_doubt(self, w: JobWindow) -> str | None:
+    def _mixed_doubt(self, w: JobWindow) -> tuple[str, str] | None:
         """Why a hang with some GPUs idle beside pinned ones needs a person to stop it: one rank working on the CPU
         (rank 0 writing a checkpoint) idles its GPU while the others wait pinned, which reads the same."""
         idle = sum(1 for v in w.gpu_avg_util if v is not None and v < self.rule.busy_threshold_pct)
         if not idle:
             return None
         return (f"{idle} of {len(w.gpu_avg_util)} GPUs idle beside pinned ones: a rank stuck on the host, or one "
-                f"working on the CPU (a rank-0 checkpoint save) while the others wait, read the same")
+                f"working on the CPU (a rank-0 checkpoint save) while the others wait, read the same",
+                f"{len(w.gpu_avg_util)} 块 GPU 中 {idle} 块空闲、其余满载：卡在主机侧的 rank，与在 CPU 上工作"
+                f"（rank 0 保存检查点）而其他 rank 等待的情形，看起来一样")
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress, activity: GpuActivity, last: datetime,
                  silent: float, at: datetime) -> Finding:

@@ -288,8 +288,18 @@ def test_a_failing_query_names_itself():
 
     with FakePrometheus(broken) as fake:
         metrics = PrometheusMetrics(fake.url)
-        with pytest.raises(PrometheusError, match="DCGM_FI_DEV_GPU_UTIL.*parse error"):
+        with pytest.raises(PrometheusError, match="^gpu metrics: .*parse error.*query of DCGM_FI_DEV_GPU_UTIL") as err:
             metrics.gpu_series(END, LOOKBACK, SLICE)
+        assert len(str(err.value)) < 400  # the cause first, the query named, not spelled out
+
+
+def test_a_refused_connection_says_so_without_the_encoded_query():
+    metrics = PrometheusMetrics("http://127.0.0.1:9", timeout_s=0.5, retry=False)
+    with pytest.raises(PrometheusError) as err:
+        metrics.gpu_series(END, LOOKBACK, SLICE)
+    text = str(err.value)
+    assert text.startswith("gpu metrics: query_range on http://127.0.0.1:9 failed") and "query=" not in text
+    assert "Connection refused" in text or "Max retries" in text
 
 
 def test_bad_configuration_is_named():
@@ -320,8 +330,9 @@ def test_settings_carry_the_sample_interval_token_and_selector_from_the_environm
     monkeypatch.setenv("STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S", "60")
     monkeypatch.setenv("STEWARD_PROMETHEUS_BEARER_TOKEN", "t0k")
     monkeypatch.setenv("STEWARD_PROMETHEUS_SELECTOR", 'cluster="gpu-prod"')
+    monkeypatch.setenv("STEWARD_PROMETHEUS_TIMEOUT_S", "90")
     m = prometheus_metrics_from_settings(Settings())
-    assert m.sample_interval_s == 60.0 and m.selector == 'cluster="gpu-prod"'
+    assert m.sample_interval_s == 60.0 and m.selector == 'cluster="gpu-prod"' and m.client._timeout == 90.0
     assert m.client.headers == {"Authorization": "Bearer t0k"}
     monkeypatch.setenv("STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S", "0")
     with pytest.raises(ValueError, match="prometheus_sample_interval_s"):
@@ -398,7 +409,7 @@ def test_gpu_util_is_read_only_for_whole_gpus_and_engine_activity_only_for_mig_i
     queries = promql.gpu_range_queries('namespace="ml"', SLICE)
     util = 'DCGM_FI_DEV_GPU_UTIL{namespace="ml", GPU_I_ID=""}[300s]'
     engine = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{namespace="ml", GPU_I_ID!=""}[300s]'
-    k = "by (Hostname, gpu, UUID, GPU_I_ID, modelName, namespace, pod, hpc_job)"
+    k = "by (Hostname, gpu, UUID, GPU_I_ID, modelName, namespace, pod, hpc_job, exported_namespace, exported_pod)"
     assert queries["util_max"] == f"max {k} (max_over_time({util})) or max {k} (max_over_time({engine})) * 100"
     assert queries["util_count"] == f"max {k} (count_over_time({util})) or max {k} (count_over_time({engine}))"
     history = promql.gpu_history_queries("", SLICE)
@@ -427,3 +438,60 @@ def test_a_mig_instance_takes_the_parent_gpus_xid_and_temperature_when_only_the_
     gpus, _, _, _ = run(series)
     (g,) = gpus  # the parent has no utilisation series of its own: only the instance is a GPU series
     assert g.xid_last == 79 and g.temp_c_max == 91.0
+
+
+def test_a_sample_interval_set_longer_than_the_real_one_is_said_and_coverage_counts_what_full_slices_hold():
+    # A 15 s scrape read as 1 minute: full slices hold 20 samples, not 5. A GPU with half of them would read as
+    # whole against 5; against what the other GPUs' full slices hold it reads 50 %.
+    series = [(gpu("n1", i, namespace="ml", pod=f"p{i}"), steady(0, count=20)) for i in range(3)]
+    series.append((gpu("n2", 0, namespace="ml", pod="half"), steady(0, count=10)))
+    gpus, _, metrics, _ = run(series, sample_interval_s=60)
+    assert {g.expected for g in gpus} == {20}
+    half = next(g for g in gpus if g.job == "ml/half")
+    assert half.samples == [10] * N
+    (line,) = metrics.warnings
+    assert "hold about 20 samples, not the 5" in line and "every 15s" in line
+    # A job's re-read before acting counts the same way, with no warning of its own.
+    from core.cluster import JobInfo
+
+    job = JobInfo(id="ml/half", scheduler="kubernetes", namespace="ml", name="half", user="u", gpus=1)
+    with FakePrometheus(Cluster(series)) as fake:
+        fleet = PrometheusMetrics(fake.url, sample_interval_s=60)
+        fleet.gpu_series(END, LOOKBACK, SLICE)
+        scoped = fleet.for_job(job)
+        assert scoped._expected("gpu metrics", {}, SLICE) == 20 and scoped.warnings == fleet.warnings
+    # The right setting: nothing to say.
+    assert run(series, sample_interval_s=15)[2].warnings == []
+
+
+def test_a_young_prometheus_is_not_taken_for_a_slow_scrape():
+    # 75 s of data: each GPU has one slice with samples, partly filled. Nothing says the interval is wrong yet.
+    young = {**steady(0, count=5), "util_count": [None, None, None, 5]}
+    for k in ("util_max", "util_min", "util_avg"):
+        young[k] = [None, None, None, 0.0]
+    series = [(gpu("n1", i, namespace="ml", pod=f"p{i}"), young) for i in range(3)]
+    assert run(series, sample_interval_s=15)[2].warnings == []
+
+
+def test_renamed_pod_labels_are_read_from_exported_ones():
+    """A scrape with honor_labels off (a ServiceMonitor without honorLabels: true) puts the exporter's own pod in
+    namespace/pod and dcgm-exporter's in exported_namespace/exported_pod. The occupant is the exported one; a GPU
+    without one is free, not the exporter's; a job's re-read narrows on the exported labels."""
+    exporter = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x7k2p"}
+    series = [(gpu("n1", 0, **exporter, exported_namespace="ml", exported_pod="train"), steady(90)),
+              (gpu("n1", 1, **exporter), steady(0))]
+    gpus, _, metrics, _ = run(series)
+    assert {(g.gpu, g.job) for g in gpus} == {(0, "ml/train"), (1, None)} and metrics.renamed
+    from core.cluster import JobInfo
+
+    job = JobInfo(id="ml/train", scheduler="kubernetes", namespace="ml", name="train", user="u", gpus=1)
+    with FakePrometheus(Cluster(series)) as fake:
+        fleet = PrometheusMetrics(fake.url)
+        fleet.gpu_series(END, LOOKBACK, SLICE)
+        scoped = fleet.for_job(job)
+        assert 'exported_namespace="ml", exported_pod="train"' in scoped._gpu_selector()
+        assert scoped._io_selector() == 'namespace="ml", pod="train"'
+
+
+def test_a_selector_given_with_its_braces_is_taken():
+    assert PrometheusMetrics("http://127.0.0.1:9", selector='{cluster="gpu-prod"}').selector == 'cluster="gpu-prod"'

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +25,11 @@ from tools import promql
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
 MAX_WARNINGS = 10  # distinct warnings kept per sweep; the rest are counted
+# Slices holding more than this many times the samples the setting expects: the setting is too long (a 15 s scrape
+# read as 1 minute) and gaps would read as full coverage.
+OVERFULL = 1.5
+QUERY_SHOWN = 120  # characters of a failed query an error shows, when it names no metric the steward reads
+METRIC_NAME = re.compile(r"\b(?:DCGM_FI_\w+|container_\w+|vllm:\w+)")
 MAX_POWER_W = 5000.0  # above any board's power: a larger reading is a broken exporter, not a measurement
 # A MIG instance's GpuSeries.gpu: MIG_INDEX_BASE + parent index x 100 + GPU_I_ID (GPU 0 instance 7 -> 10007).
 MIG_INDEX_BASE = 10_000
@@ -128,7 +134,10 @@ class PrometheusMetrics:
             session.hooks["response"].append(self._keep_warnings)
         self.url = url
         self.client = client
-        self.selector = selector
+        self.selector = _bare(selector)
+        self._job: JobInfo | None = None  # set on a for_job() copy: the one job its queries are narrowed to
+        # Whether the latest GPU read found dcgm-exporter's pod labels renamed exported_* (honor_labels off).
+        self.renamed = False
         self.container_selector = container_selector
         self.network_selector = network_selector
         self.sample_interval_s = sample_interval_s
@@ -142,6 +151,7 @@ class PrometheusMetrics:
         self._warnings: list[str] = []
         self._more_warnings = 0
         self.last_read_warnings: list[str] = []  # the latest read's (gpu_series, gpu_history, job_io_series)
+        self._full_seen: dict[str, int] = {}  # per read: a full slice's samples where the data corrected the setting
 
     def _count(self) -> None:
         root = self._root or self
@@ -152,8 +162,18 @@ class PrometheusMetrics:
         one target right before acting: the same handful of queries, answered with that job's series only."""
         scoped = copy.copy(self)
         scoped._root = self._root or self
-        scoped.selector = ", ".join(m for m in (self.selector, promql.job_matchers(job)) if m)
+        scoped._job = job
         return scoped
+
+    def _gpu_selector(self) -> str:
+        """The configured matchers, and one job's (dcgm-exporter's labels, exported_ ones when renamed) if scoped."""
+        job = promql.job_matchers(self._job, (self._root or self).renamed) if self._job is not None else ""
+        return ", ".join(m for m in (self.selector, job) if m)
+
+    def _io_selector(self) -> str:
+        """The configured matchers, and one job's if scoped (cAdvisor's namespace/pod are never renamed)."""
+        job = promql.job_matchers(self._job) if self._job is not None else ""
+        return ", ".join(m for m in (self.selector, job) if m)
 
     # -- warnings --------------------------------------------------------------------------------
     def _keep_warnings(self, response: Any, *args: Any, **kwargs: Any) -> Any:
@@ -192,21 +212,40 @@ class PrometheusMetrics:
                 f"policy's detectors.slice to at least {format_duration(self.sample_interval_s)} (or "
                 f"STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S to the real scrape / DCGM collect interval)"]
 
-    def _count_warning(self, counts: dict[tuple[str, ...], list[float | None]], expected: int,
-                       slice_s: float) -> list[str]:
-        """Why every job would be unknown when the sample interval is set shorter than the real one: no slice of any
-        GPU in the whole read holds the samples a full slice should (a fleet-wide, read-long shortfall is a setting,
-        not an outage; one full slice anywhere says the setting is right)."""
+    def _expected(self, read: str, counts: dict[tuple[str, ...], list[float | None]], slice_s: float) -> int:
+        """The samples a full slice holds, checked against what the slices do hold, with a warning when the
+        configured sample interval disagrees with the data.
+
+        Too short a setting (a 1-minute scrape read as 30 s): no GPU's slice anywhere holds a full slice's samples,
+        every job reads at half coverage and none is judged; said, so it is not silent (one full slice anywhere says
+        the setting is right: an outage is not a setting). Too long a setting (a 15 s scrape read as 1 minute): most
+        GPUs' slices hold several times the samples expected, and a series missing half of them would read as
+        whole; coverage is then counted against what most GPUs' full slices hold, and that is said too. A GPU's
+        first slice with samples is left out of both (a young Prometheus, a new series may have begun inside it);
+        with no other slice there is nothing to judge the setting by. One job's re-read follows its sweep."""
+        expected = expected_samples(slice_s, self.sample_interval_s)
         if self._root is not None:
-            return []  # one job's re-read: its own coverage speaks for it
-        most = max((int(c) for column in counts.values() for c in column if c), default=0)
-        if not most or most >= expected:
-            return []
-        real = slice_s / most
-        return [f"no GPU's slice holds the {expected} samples a full {format_duration(slice_s)} slice holds at the "
+            return max(expected, self._root._full_seen.get(read, 0))
+        full = sorted(_full_slices(counts))
+        self._full_seen[read] = 0
+        if not full:
+            return expected
+        most, typical = full[-1], full[len(full) // 2]
+        if most < expected:
+            self._note(read, [
+                f"no GPU's slice holds the {expected} samples a full {format_duration(slice_s)} slice holds at the "
                 f"configured {format_duration(self.sample_interval_s)} sample interval (at most {most}): GPUs seem "
-                f"to be sampled every {format_duration(real)} or so; set STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S to the "
-                f"real scrape / DCGM collect interval; until then no job can be judged idle"]
+                f"to be sampled every {format_duration(slice_s / most)} or so; set STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S "
+                f"to the real scrape / DCGM collect interval; until then no job can be judged idle"])
+        elif typical > expected * OVERFULL:
+            self._full_seen[read] = typical
+            self._note(read, [
+                f"GPUs' {format_duration(slice_s)} slices hold about {typical} samples, not the {expected} the "
+                f"configured {format_duration(self.sample_interval_s)} sample interval gives: GPUs seem to be sampled "
+                f"every {format_duration(slice_s / typical)} or so; coverage is counted against {typical} samples "
+                f"(set STEWARD_PROMETHEUS_SAMPLE_INTERVAL_S to the real scrape / DCGM collect interval)"])
+            return typical
+        return expected
 
     @property
     def warnings(self) -> list[str]:
@@ -225,7 +264,7 @@ class PrometheusMetrics:
             when = datetime.fromtimestamp(start, UTC)
             result = self.client.custom_query_range(query, when, when, f"{step:g}", params=params)
         except Exception as exc:  # the client raises requests' and its own errors alike
-            raise PrometheusError(f"query_range {query!r} on {self.url} failed: {exc}") from exc
+            raise PrometheusError(_failure(read, "query_range", query, self.url, exc)) from exc
         self._note(read, self._answer_warnings)
         return result
 
@@ -235,7 +274,7 @@ class PrometheusMetrics:
         try:
             result = self.client.custom_query(query, params={"time": f"{at:.3f}"})
         except Exception as exc:
-            raise PrometheusError(f"query {query!r} on {self.url} failed: {exc}") from exc
+            raise PrometheusError(_failure(read, "query", query, self.url, exc)) from exc
         self._note(read, self._answer_warnings)
         return result
 
@@ -246,6 +285,14 @@ class PrometheusMetrics:
         n = max(math.ceil(lookback_s / slice_s - 1e-9), 1)
         t_end = (end + self.time_shift).timestamp()
         return t_end - (n - 1) * slice_s, t_end, n
+
+    def occupant(self, key: tuple[str, ...], renamed: bool) -> str | None:
+        """The steward job id of a GPU series (its GPU_KEYS values). With the labels renamed (honor_labels off),
+        `namespace`/`pod` name the exporter's own pod: the occupant is in exported_namespace/exported_pod, or none."""
+        namespace, pod, hpc_job, exported_ns, exported_pod = key[5:10]
+        if renamed:
+            namespace, pod = exported_ns, exported_pod
+        return self.job_id(namespace, pod, hpc_job)
 
     def job_id(self, namespace: str, pod: str, hpc_job: str) -> str | None:
         """The steward job id of a series: namespace/pod on Kubernetes, the mapped hpc_job on Slurm."""
@@ -263,7 +310,7 @@ class PrometheusMetrics:
         self._note("gpu metrics", self._interval_warning(slice_s))
         keys = promql.GPU_KEYS
         cols: dict[str, dict[tuple[str, ...], list[float | None]]] = {}
-        for name, q in promql.gpu_range_queries(self.selector, slice_s).items():
+        for name, q in promql.gpu_range_queries(self._gpu_selector(), slice_s).items():
             result = self._range("gpu metrics", q, start, t_end, slice_s)
             if name == "profiling":  # one answer, a column set per DCGM field the exporter has
                 cols.update(promql.tagged_columns(result, keys, start, slice_s, n))
@@ -271,13 +318,15 @@ class PrometheusMetrics:
                 cols[name] = promql.range_columns(result, keys, start, slice_s, n)
         lookback = n * slice_s
         point = {name: promql.instant_values(self._instant("gpu metrics", q, t_end), keys)
-                 for name, q in promql.gpu_instant_queries(self.selector, lookback).items()}
-        expected = expected_samples(slice_s, self.sample_interval_s)
-        self._note("gpu metrics", self._count_warning(cols["util_count"], expected, slice_s))
+                 for name, q in promql.gpu_instant_queries(self._gpu_selector(), lookback).items()}
+        if self._root is None:  # a fleet read says how this Prometheus labels; one job's re-read follows it
+            self.renamed = any(key[9] for key in cols["util_count"])
+        renamed = (self._root or self).renamed
+        expected = self._expected("gpu metrics", cols["util_count"], slice_s)
         parents = _parent_readings(cols["xid_last"], point["temp_max"])
         chosen: dict[tuple[str, str, str, str], tuple[tuple, GpuSeries]] = {}
         for key, counts in cols["util_count"].items():
-            series = self._series(key, counts, cols, point, parents, start, slice_s, n, expected)
+            series = self._series(key, counts, cols, point, parents, start, slice_s, n, expected, renamed)
             if series is None:
                 continue
             # One series per GPU (per MIG instance), as the simulator gives: the occupant that reported last.
@@ -290,8 +339,8 @@ class PrometheusMetrics:
 
     def _series(self, key: tuple[str, ...], counts: list[float | None], cols: dict, point: dict,
                 parents: dict[tuple[str, str, str], tuple[list[float | None] | None, float | None]],
-                start: float, slice_s: float, n: int, expected: int) -> GpuSeries | None:
-        host, gpu, uuid, instance, model, namespace, pod, hpc_job = key
+                start: float, slice_s: float, n: int, expected: int, renamed: bool) -> GpuSeries | None:
+        host, gpu, uuid, instance, model = key[:5]
         if not any(counts):
             return None
         index = gpu_index(gpu, instance)
@@ -320,7 +369,7 @@ class PrometheusMetrics:
             temp = temp if temp is not None else parent_temp
         xid_last, xid_at = self._xid(xid_values, start, slice_s)
         return GpuSeries(
-            job=self.job_id(namespace, pod, hpc_job), node=host, gpu=index, uuid=gpu_uuid(uuid, instance), model=model,
+            job=self.occupant(key, renamed), node=host, gpu=index, uuid=gpu_uuid(uuid, instance), model=model,
             slice_s=slice_s, util_max=util_max, util_avg=util_avg, samples=samples, expected=expected,
             engine_active_avg=field("engine", 0.0, 1.0), sm_active_avg=field("sm_active", 0.0, 1.0),
             tensor_active_avg=field("tensor_active", 0.0, 1.0), dram_active_avg=field("dram_active", 0.0, 1.0),
@@ -351,11 +400,12 @@ class PrometheusMetrics:
         self._begin("gpu history", end)
         cols = {name: promql.range_columns(self._range("gpu history", q, start, t_end, slice_s), promql.GPU_KEYS,
                                            start, slice_s, n)
-                for name, q in promql.gpu_history_queries(self.selector, slice_s).items()}
-        expected = expected_samples(slice_s, self.sample_interval_s)
+                for name, q in promql.gpu_history_queries(self._gpu_selector(), slice_s).items()}
+        renamed = any(key[9] for key in cols["util_count"])
+        expected = self._expected("gpu history", cols["util_count"], slice_s)
         out = []
         for key, counts in cols["util_count"].items():
-            host, gpu, _uuid, instance, _model, namespace, pod, hpc_job = key
+            host, gpu, _uuid, instance = key[:4]
             index = gpu_index(gpu, instance)  # the same index gpu_series gives the slice: the two are joined on it
             if not any(counts) or index is None:
                 continue
@@ -364,7 +414,7 @@ class PrometheusMetrics:
             ok = [bool(c) and hi is not None and lo is not None and 0.0 <= lo <= hi <= 100.0
                   for c, hi, lo in zip(counts, maxes, mins, strict=True)]
             out.append(GpuHistory(
-                job=self.job_id(namespace, pod, hpc_job), node=host, gpu=index, slice_s=slice_s,
+                job=self.occupant(key, renamed), node=host, gpu=index, slice_s=slice_s,
                 util_max=[m if k else None for m, k in zip(maxes, ok, strict=True)],
                 util_min=[m if k else None for m, k in zip(mins, ok, strict=True)],
                 samples=[int(c or 0) if k else 0 for c, k in zip(counts, ok, strict=True)], expected=expected,
@@ -374,7 +424,7 @@ class PrometheusMetrics:
     def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
         start, t_end, n = self._grid(end, lookback_s, slice_s)
         self._begin("process I/O", end)
-        queries = promql.job_io_queries(self.selector, self.container_selector, self.network_selector, slice_s)
+        queries = promql.job_io_queries(self._io_selector(), self.container_selector, self.network_selector, slice_s)
         cols = {name: promql.range_columns(self._range("process I/O", q, start, t_end, slice_s), promql.JOB_KEYS,
                                            start, slice_s, n)
                 for name, q in queries.items()}
@@ -389,6 +439,33 @@ class PrometheusMetrics:
                             net_rx_mbps=v.get("net_rx_mbps", empty), disk_read_mbps=v.get("disk_read_mbps", empty),
                             requests_per_s=v.get("requests_per_s", []))  # empty: not a vLLM service (unknown)
                 for job, v in sorted(by_job.items())]
+
+
+def _failure(read: str, api: str, query: str, url: str, exc: Exception) -> str:
+    """A failed request in a line a person reads: what was read, where, why; the query last and cut short (the
+    client's own message repeats the URL-encoded query, hundreds of characters, before the cause)."""
+    cause = re.sub(r"with url: \S+", "with url: <query>", str(exc))
+    names = list(dict.fromkeys(METRIC_NAME.findall(query)))
+    shown = (f"query of {', '.join(names)}" if names
+             else f"query {query if len(query) <= QUERY_SHOWN else query[:QUERY_SHOWN] + '...'}")
+    return f"{read}: {api} on {url} failed: {cause} ({shown})"
+
+
+def _bare(selector: str) -> str:
+    """Extra label matchers as written inside braces; a selector given with its braces ({cluster="a"}) too."""
+    text = selector.strip()
+    return text[1:-1].strip() if text.startswith("{") and text.endswith("}") else text
+
+
+def _full_slices(counts: dict[tuple[str, ...], list[float | None]]) -> list[int]:
+    """Per GPU series, the most samples one of its slices holds, its first slice with samples left out: the
+    series (or Prometheus itself) may have begun inside it. Series with no other slice are left out."""
+    out = []
+    for column in counts.values():
+        seen = [int(c) for c in column if c]
+        if len(seen) >= 2:
+            out.append(max(seen[1:]))
+    return out
 
 
 def _parent_readings(xid: dict[tuple[str, ...], list[float | None]], temp: dict[tuple[str, ...], float]
@@ -426,6 +503,7 @@ def prometheus_metrics_from_settings(settings: Any, **overrides: Any) -> Prometh
         "bearer_token": token,
         "sample_interval_s": float(getattr(settings, "prometheus_sample_interval_s", 30.0) or 30.0),
         "selector": getattr(settings, "prometheus_selector", "") or "",
+        "timeout_s": float(getattr(settings, "prometheus_timeout_s", 30.0) or 30.0),
     }
     options.update(overrides)
     return PrometheusMetrics(url, **options)

@@ -9,7 +9,12 @@ from typing import Any
 # Labels that tell one GPU series from another: the GPU itself (with its MIG instance, if any) and what
 # dcgm-exporter says runs on it. Aggregating `by` them also merges the duplicate series of an HA Prometheus
 # pair behind Thanos.
-GPU_KEYS = ("Hostname", "gpu", "UUID", "GPU_I_ID", "modelName", "namespace", "pod", "hpc_job")
+# A scrape with honor_labels off (a ServiceMonitor without `honorLabels: true`, the dcgm-exporter chart's default)
+# renames dcgm-exporter's own `namespace`/`pod` to `exported_namespace`/`exported_pod` and puts the exporter's pod
+# in `namespace`/`pod`: both are read (tools/prometheus.py, occupant).
+GPU_KEYS = ("Hostname", "gpu", "UUID", "GPU_I_ID", "modelName", "namespace", "pod", "hpc_job", "exported_namespace",
+            "exported_pod")
+RENAMED = ("exported_namespace", "exported_pod")
 JOB_KEYS = ("namespace", "pod", "hpc_job")
 # dcgm-exporter labels a MIG instance's series with GPU_I_ID (the GPU instance id) and GPU_I_PROFILE ("1g.10gb");
 # `gpu` and `UUID` stay those of the parent GPU. On a MIG instance DCGM_FI_DEV_GPU_UTIL reads 0 or is absent
@@ -78,10 +83,13 @@ def quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def job_matchers(job: Any) -> str:
-    """Label matchers for one job's series: hpc_job on Slurm (dcgm-exporter's job mapping), pod otherwise."""
+def job_matchers(job: Any, renamed: bool = False) -> str:
+    """Label matchers for one job's series: hpc_job on Slurm (dcgm-exporter's job mapping), pod otherwise (the
+    exported_ labels when the scrape renamed them)."""
     if job.scheduler == "slurm":
         return f"hpc_job={quote(str(job.labels.get('slurm.job_id', '')))}"
+    if renamed:
+        return f"exported_namespace={quote(job.namespace)}, exported_pod={quote(job.name)}"
     return f"namespace={quote(job.namespace)}, pod={quote(job.name)}"
 
 

@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     # It sets how many samples a full slice holds; a sweep says so when the data shows it is set too short.
     prometheus_sample_interval_s: float = Field(30.0, gt=0)
     prometheus_selector: str = ""
+    # Per request; a slow Thanos or a federated Prometheus answering a 50k-GPU sweep may need more.
+    prometheus_timeout_s: float = Field(30.0, gt=0)
     # The currency GPU prices are in (STEWARD_CURRENCY, ISO 4217: USD, CNY, EUR ...): the steward.io/price-per-gpu-hour
     # annotations, the pools' prices and every cost shown. Nothing is converted: it names the unit prices are in.
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")  # extra matchers for every query, e.g. cluster="gpu-prod" on a shared Thanos

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +58,14 @@ class SimPrometheus:
     simulator does not export are answered with no series, as Prometheus answers for an absent metric.
 
     Faults: `hidden` jobs' series are left out of every answer (an exporter that stopped reporting them);
+    `gaps` drops a job's GPU samples between two cluster offsets, in seconds (an exporter restart on its node);
     a query for which `failing(query)` is true is answered with an error; every answer waits `delay_s` first
     (a slow Prometheus)."""
 
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
         self.hidden: set[str] = set()
+        self.gaps: dict[str, tuple[float, float]] = {}
         self.failing: Callable[[str], bool] = lambda query: False
         self.delay_s = 0.0
         self._lock = threading.Lock()  # the simulator is not thread-safe; Prometheus answers concurrently
@@ -137,6 +139,10 @@ class SimPrometheus:
                 "xid_last": [float(s.xid_last) if s.xid_at and start + i * step >= s.xid_at.timestamp() else 0.0
                              for i in range(n)],
             }[name]
+            if s.job in self.gaps:
+                lo, hi = (self.cluster.scenario.start + timedelta(seconds=t) for t in self.gaps[s.job])
+                values = [None if lo.timestamp() < start + i * step <= hi.timestamp() + step else v
+                          for i, v in enumerate(values)]
             out.append(self._points(self._gpu_labels(s), values, start, step))
         return [s for s in out if s["values"]]
 

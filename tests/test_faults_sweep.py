@@ -114,6 +114,21 @@ def test_a_job_whose_series_went_missing_is_not_stopped_and_the_report_names_it(
     stopped_once(world, 112)
 
 
+def test_a_gap_in_a_jobs_samples_is_named_in_the_report_not_silent(world):
+    """Its node's exporter restarted for 10 minutes: the 5-minute slices touching the gap leave 75 % of the
+    notebook's window, so nothing is judged about it, and the report says so instead of leaving it out unsaid."""
+    warned(world)
+    world.metrics_answer.gaps = {NOTEBOOK: (98 * 60, 108 * 60)}
+    service = world.service()
+    world.at(110)
+    result = service.sweep()
+    no_stop(world, service.deps.audit)
+    [line] = [x for x in result.report.splitlines() if x.startswith("not judged")]
+    assert f"1 running GPU jobs have GPU samples for under 90% of the last 1h ({NOTEBOOK} 75%)" in line
+    service.deps.language = "zh"
+    assert "未判断：1 个运行中的 GPU 作业在最近 1 小时内的 GPU 样本覆盖率低于 90%" in render_report(result.state, service.deps)
+
+
 def test_prometheus_failing_on_the_reread_before_acting_blocks_the_stop(world):
     warned(world)
     world.metrics_answer.failing = lambda query: 'pod="idle-notebook"' in query  # only the target's own re-read

@@ -136,6 +136,32 @@ def test_sweep_through_prometheus_matches_in_process(prometheus):
     assert busy.sm_active_avg[-1] > 0.5 and busy.power_w_slices[-1] > 300 and busy.nvlink_bytes_avg[-1] > 1e10
 
 
+def test_an_exporter_that_stopped_makes_the_sweep_degraded_not_quiet(prometheus):
+    """A dead exporter: Prometheus still answers, with samples that stop. A sweep past them says its GPU metrics are
+    stale (degraded: /healthz 503) instead of reporting "no waste found"; nothing is judged on them."""
+    url, exporter_port = prometheus
+    scenario = load_scenario(SCENARIO)
+    policy = parse_policy(POLICY, "test policy")
+    exporter = SimExporter(scenario, speed=1.0)
+    server = ExporterServer(exporter, port=exporter_port).start()
+    try:
+        _wait("the scenario clock to pass the sweep instant", lambda: time.time() > exporter.wall_at(SWEEP_AT) + 2.0,
+              SWEEP_AT + 30)
+    finally:
+        server.stop()  # the exporter dies; Prometheus keeps what it scraped
+    deps, cluster = simulated_deps(scenario, policy, PolicyModel())
+    later = SWEEP_AT + 15.0  # three 5 s slices after the last scrape
+    _wait("three slices to pass the exporter's death", lambda: time.time() > exporter.wall_at(later) + 1.0, 30)
+    cluster.advance_to(later)
+    slurm = {j.name: j.id for j in scenario.jobs if j.scheduler == "slurm"}
+    deps.metrics = PrometheusMetrics(url, job_id_for_hpc_job=slurm, sample_interval_s=1.25,
+                                     time_shift=exporter.time_shift())
+    state = SweepService(deps).sweep(trigger="test").state
+    [stale] = [d for d in state["observed"]["degraded"] if d.startswith("GPU metrics stale")]
+    assert "no GPU has a sample since" in stale and "exporter" in stale
+    assert not [f for f in state["findings"] if f["kind"] in ("idle", "zombie")]
+
+
 MIG_SCENARIO = Path(__file__).parents[1] / "evals" / "scenarios" / "mig-slice-idle.yaml"
 MIG_START_AT = 2395.0  # scenario seconds: 5 s before the notebook goes idle (40 min)
 MIG_SWEEP_AT = 2430.0  # the idle window (20 s) and the long-tail lookback (30 s) lie after the exporter started

@@ -60,6 +60,24 @@ class SweepGrid:
     history_lookback_s: float  # 0 when the fine slices already cover the long-tail lookback
 
 
+def stale_metrics(gpus: list[GpuSeries], at: datetime, slice_s: float) -> str | None:
+    """Why the sweep's GPU metrics are stale: no GPU series has a sample in the newest slice (an exporter or its
+    scrape is down; Prometheus still answers with the older samples). None when any GPU has one, or none is read
+    at all (the report's `not measured` says that)."""
+    # Per GPU, how many of its newest slices hold no sample; the freshest GPU's count says how stale the read is.
+    empty = [next((k for k, c in enumerate(reversed(g.samples)) if c), None) for g in gpus]
+    known = [k for k in empty if k is not None]
+    newest = min(known) if known else None
+    if not gpus or newest == 0:
+        return None
+    if newest is None:
+        return (f"GPU metrics stale: no GPU has a sample in the whole read ({len(gpus)} GPU series): the exporter "
+                f"or its scrape is down; nothing is judged idle or hung")
+    seen = at - timedelta(seconds=newest * slice_s)
+    return (f"GPU metrics stale: no GPU has a sample since {seen:%H:%M} UTC ({len(gpus)} GPU series): the exporter "
+            f"or its scrape is down; nothing is judged idle or hung")
+
+
 def log_span(policy: Policy) -> float:
     """Seconds of log a sweep reads back for a quiet or pinned job: twice the detectors' windows, plus the notice,
     so a hung job flagged once its silence reached three of its usual gaps still shows its last progress line
@@ -185,6 +203,9 @@ class StewardDeps:
         )
         # Partial answers (Prometheus warnings, a Thanos store that did not answer) of this sweep's reads.
         obs.degraded = list(getattr(metrics, "warnings", None) or [])
+        stale = stale_metrics(gpus, at, slice_s) if listing_calls else None
+        if stale is not None:
+            obs.degraded.append(stale)
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
         span = timedelta(seconds=log_span(self.policy))
         logs = {}

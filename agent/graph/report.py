@@ -8,6 +8,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from agent.detectors.evidence import describe_record, duration_zh, kind_label
+from agent.detectors.signals import group_signals
 from agent.records.cost import money
 from core.durations import format_duration
 from core.zones import zone_name, zone_suffix
@@ -302,6 +303,15 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
         lines.insert(1 + len(degraded), f"未测量：{len(unmeasured)} 个运行中的 GPU 作业没有 GPU 指标（{names}），不对其作判断"
                      if zh else f"not measured: {len(unmeasured)} running GPU jobs have no GPU metrics ({names}); "
                      "nothing is judged about them")
+    unjudged, window, floor = _unjudged(deps, state.get("run_id", ""))
+    if unjudged:
+        shown = ", ".join(f"{job} {cov:.0%}" for job, cov in unjudged[:5])
+        shown += f" (+{len(unjudged) - 5})" if len(unjudged) > 5 else ""
+        lines.insert(1 + len(degraded) + bool(unmeasured),
+                     f"未判断：{len(unjudged)} 个运行中的 GPU 作业在最近 {duration_zh(window)}内的 GPU 样本覆盖率低于 "
+                     f"{floor:.0%}（{shown}），数据补齐之前不对其作判断" if zh else
+                     f"not judged: {len(unjudged)} running GPU jobs have GPU samples for under {floor:.0%} of the last "
+                     f"{format_duration(window)} ({shown}); nothing is judged about them until the data is whole")
     recovered = state.get("recovered", [])
     if recovered:
         lines.append(f"{words['recovered']}：" if zh else f"{words['recovered']}:")
@@ -355,6 +365,28 @@ def _unmeasured(deps: StewardDeps, run_id: str) -> list[str]:
         return []
     measured = obs.gpus_by_job()
     return sorted(j.id for j in obs.jobs if j.state == "running" and j.gpus > 0 and j.node and j.id not in measured)
+
+
+def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], float, float]:
+    """Running GPU jobs, older than the idle window, whose GPU samples cover less of it than an idle call needs (a
+    gap, an exporter restart, a half-scraped GPU), with their coverage; the window and the floor. Nothing when the
+    whole reading is stale or partial (the degraded line says so once)."""
+    obs = deps._observations.get(run_id)
+    rule = deps.policy.detectors.idle
+    if obs is None or obs.degraded:
+        return [], rule.window, rule.min_coverage
+    signals = group_signals(obs)
+    out = []
+    for job in obs.jobs:
+        series = signals.jobs.get(job.id)
+        if job.state != "running" or job.gpus <= 0 or series is None:
+            continue
+        if job.started_at is None or (obs.at - job.started_at).total_seconds() < rule.window:
+            continue
+        coverage = series.window(rule.window, job.gpus).coverage
+        if coverage < rule.min_coverage:
+            out.append((job.id, coverage))
+    return sorted(out), rule.window, rule.min_coverage
 
 
 def describe_grace(seconds: float) -> str:

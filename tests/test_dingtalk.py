@@ -264,6 +264,10 @@ def test_other_questions_get_the_injected_answer_or_a_findings_summary():
     world.sweep_at(65)
     summary = world.say("staff-alice", "who is wasting GPUs?").json()["text"]["content"]
     assert "ml-team/notebook: idle" in summary and "keep 4h" in summary
+    # DingTalk does not sign its senders: the hint invites no `approve <id>` it would then refuse.
+    assert "approve <id>" not in summary and "buttons on its card" in summary
+    zh = world.say("staff-alice", "谁在浪费 GPU？").json()["text"]["content"]
+    assert "approve <id>" not in zh and "审批卡片" in zh
     app = FastAPI()
     app.include_router(chatops_router(world.settings, lambda: world.service, now_s=lambda: NOW,
                                       answer=lambda q, user, lang: f"{user}/{lang}: {q}"))

@@ -57,8 +57,9 @@ def current_findings(service: StewardService) -> list[Finding]:
     return run_detectors(deps.observe(), deps.policy)
 
 
-def findings_summary(service: StewardService, lang: str) -> str:
-    """The default answer: a deterministic list of what the steward sees now."""
+def findings_summary(service: StewardService, lang: str, platform: str = "") -> str:
+    """The default answer: a deterministic list of what the steward sees now. Its closing hint invites only the
+    replies `platform` takes: where messages are not signed (DingTalk), approvals are answered on the card."""
     findings = current_findings(service)
     if not findings:
         return _t(lang, "No waste found right now.", "当前未发现浪费。")
@@ -71,8 +72,14 @@ def findings_summary(service: StewardService, lang: str) -> str:
         lines = [f"- {f.target}：{kind_label(f.kind, lang)}。{describe(f, lang, zone)}" for f in findings[:10]]
     else:
         lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings[:10]]
-    tail = _t(lang, "Reply `keep 4h <job> <reason>` to keep your job, `approve <id>` / `deny <id>` to answer a request.",
-              "回复 `保留 4h <作业> <原因>` 可暂缓你的作业；审批人回复 `approve <id>` / `deny <id>` 处理审批。")
+    if platform in UNSIGNED_SENDERS:
+        tail = _t(lang, "Reply `keep 4h <job> <reason>` to keep your job; approvers answer a request with the Approve / "
+                        "Deny buttons on its card.",
+                  "回复 `保留 4h <作业> <原因>` 可暂缓你的作业；审批人请使用审批卡片上的“批准 / 拒绝”按钮处理审批。")
+    else:
+        tail = _t(lang, "Reply `keep 4h <job> <reason>` to keep your job, `approve <id>` / `deny <id>` to answer a "
+                        "request.",
+                  "回复 `保留 4h <作业> <原因>` 可暂缓你的作业；审批人回复 `approve <id>` / `deny <id>` 处理审批。")
     return "\n".join([head, *lines, tail])
 
 
@@ -99,7 +106,7 @@ class ChatCommands:
         user = self.directory.cluster_user(platform, chat_id)
         if self.answer is not None:
             return self.answer(text, user, lang)
-        return findings_summary(self.service_provider(), lang)
+        return findings_summary(self.service_provider(), lang, platform)
 
     def _answer(self, platform: str, chat_id: str, decision: Literal["approve", "deny"], approval_id: str,
                 reason: str, lang: str) -> str:

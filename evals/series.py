@@ -15,8 +15,10 @@ import numpy as np
 from agent.history.forecast import HOUR
 
 TIME_NAMES = ("time", "timestamp", "ts", "datetime", "date", "epoch", "time_s")
-VALUE_NAMES = ("allocated_gpus", "allocated", "used_gpus", "active", "busy", "used", "load", "value", "gpus")
-CAPACITY_NAMES = ("capacity", "total", "total_gpus", "gpus_total", "size")
+VALUE_NAMES = ("allocated_gpus", "gpus_allocated", "allocated", "used_gpus", "gpus_used", "busy_gpus", "gpus_busy",
+               "active_gpus", "gpus_active", "active", "busy", "used", "load", "value", "gpus")
+# A bare `gpus` beside a load column (ts,gpus_used,gpus) is the capacity; alone (time,gpus) it is the load.
+CAPACITY_NAMES = ("capacity", "total", "total_gpus", "gpus_total", "size", "gpus")
 LAST_SECOND = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_HOURS = 10 * 8766  # ten years of hours: a longer span means the times are not in seconds
 
@@ -61,8 +63,8 @@ class HourlySeries:
 
 
 def _pick(header: list[str], wanted: str | None, names: tuple[str, ...], role: str, flag: str, source: str,
-          required: bool) -> str | None:
-    lowered = {h.lower(): h for h in header}
+          required: bool, taken: str | None = None) -> str | None:
+    lowered = {h.lower(): h for h in header if h != taken}
     if wanted is not None:
         if wanted.strip().lower() not in lowered:
             raise SeriesError(f"{source}: no column {wanted!r} for the {role}; columns: {', '.join(header)}")
@@ -108,7 +110,8 @@ def load_hourly(path: str | Path, *, time_col: str | None = None, value_col: str
     header, reader = read_header(path)
     t_name = _pick(header, time_col, TIME_NAMES, "time column", "--time-col", source, True)
     v_name = _pick(header, value_col, VALUE_NAMES, "load column", "--value-col", source, True)
-    c_name = _pick(header, capacity_col, CAPACITY_NAMES, "capacity column", "--capacity-col", source, False)
+    c_name = _pick(header, capacity_col, CAPACITY_NAMES, "capacity column", "--capacity-col", source, False,
+                   taken=v_name)
     assert t_name is not None and v_name is not None
     times: list[float] = []
     values: list[float] = []

@@ -118,6 +118,19 @@ def test_load_hourly_averages_per_hour_and_fills_gaps(tmp_path):
     assert iso.values.tolist() == [1.0, 2.0, 3.0] and iso.start == START
 
 
+def test_a_bare_gpus_column_is_the_capacity_beside_a_load_and_the_load_alone(tmp_path):
+    """docs/forecast.md's SERIES (ts,gpus_used,gpus) was read with its capacity as the load: 32 of 32 GPUs busy
+    every hour, every hour 'low'."""
+    beside = tmp_path / "beside.csv"
+    beside.write_text("ts,gpus_used,gpus\n0,10,32\n3600,20,32\n")
+    s = load_hourly(beside)
+    assert s.columns == {"time": "ts", "value": "gpus_used", "capacity": "gpus"}
+    assert s.values.tolist() == [10.0, 20.0] and s.capacity is not None and s.capacity.tolist() == [32.0, 32.0]
+    alone = tmp_path / "alone.csv"
+    alone.write_text("time,gpus\n0,5\n")
+    assert load_hourly(alone).columns == {"time": "time", "value": "gpus", "capacity": ""}
+
+
 @pytest.mark.parametrize(("body", "args", "message"), [
     ("when,x\n0,1\n", {}, "cannot tell which column is the time column"),
     ("time,load\n0,1\n", {"value_col": "gpus"}, "no column 'gpus' for the load column"),

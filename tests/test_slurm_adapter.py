@@ -83,6 +83,25 @@ def test_squeue_text_output():
         jobs_from_text("1|gpu|x\n")
 
 
+def test_array_tasks_are_named_as_scancel_must_take_them():
+    """Slurm 22.05's JSON: a task carries its own numeric job_id, the pending remainder the array's; `scancel` of
+    either number alone would hit the wrong jobs (the array's id cancels every task)."""
+    base = dict(JSON_OLD["jobs"][0], name="arr", array_job_id=1)
+    task = dict(base, job_id=2, array_task_id=0, array_task_string="")
+    remainder = dict(base, job_id=1, array_task_id=None, array_task_string="2-5%3", job_state="PENDING")
+    newer = dict(base, job_id=9, array_job_id={"set": True, "number": 8}, array_task_id={"set": True, "number": 4})
+    jobs = jobs_from_json(json.dumps({"jobs": [task, remainder, newer]}))
+    assert [(j.job_id, j.internal_id) for j in jobs] == [("1_0", "2"), ("1_[2-5]", "1"), ("8_4", "9")]
+    assert sorted(steward_ids(jobs)) == ["gpu/arr-1_0", "gpu/arr-1_[2-5]", "gpu/arr-8_4"]
+    # squeue text: %i names it, %A (last) is its own id; output without %A still reads.
+    fields = ["1_[2-5%3]", "gpu", "erin", "(null)", "normal", "PENDING", "1", "gres:gpu:1", "N/A", "", "arr",
+              "JobArrayTaskLimit", "2026-11-29T15:27:31"]
+    [pending] = jobs_from_text(SEP.join([*fields, "1"]) + "\n")
+    assert (pending.job_id, pending.internal_id) == ("1_[2-5]", "1")
+    [old] = jobs_from_text(SEP.join(fields) + "\n")
+    assert old.job_id == "1_[2-5]"
+
+
 def test_colliding_names_get_the_slurm_id():
     jobs = jobs_from_json(json.dumps({"jobs": [dict(JSON_OLD["jobs"][0], job_id=5), dict(JSON_OLD["jobs"][0]),
                                                dict(JSON_OLD["jobs"][1])]}))

@@ -181,3 +181,38 @@ def _warn_then_stop(slurm, tmp_path, notifier: EmailNotifier, mailbox: Mailbox) 
         assert scheduler.stop_job("gpu/notebook", force=True, grace_s=0, reason="again").status == "already_gone"
     finally:
         slurm.cli("scancel", str(trainer), str(notebook))
+
+
+def test_stopping_one_array_task_stops_only_that_task(slurm, tmp_path):
+    """squeue --json gives an array task its own numeric id, and the task that keeps the array's id is the array:
+    `scancel <array id>` cancels every task. Each task is named and stopped as <array>_<task>, the pending
+    remainder as <array>_[<tasks>]; dcgm-exporter's hpc_job (the task's SLURM_JOB_ID) still maps to it."""
+    out = str(tmp_path)
+    array = slurm.sbatch("-J", "arr", "-p", "gpu", "--gres=gpu:1", "--array=0-5%2", "-D", out, "-o",
+                         f"{out}/arr-%A_%a.log", "--wrap", "sleep 600")
+    try:
+        scheduler = SlurmScheduler(SlurmCli(env=slurm.env))
+        for _ in range(100):  # bounded poll for two tasks to start
+            running = [j for j in scheduler.list_jobs() if j.name == "arr" and j.state == "running"]
+            if len(running) == 2:
+                break
+            time.sleep(0.2)
+        jobs = [j for j in scheduler.list_jobs() if j.name == "arr"]
+        by_uid = {j.uid: j for j in jobs}
+        assert {f"slurm:{array}_0", f"slurm:{array}_1", f"slurm:{array}_[2-5]"} <= set(by_uid), sorted(by_uid)
+        first, second = by_uid[f"slurm:{array}_0"], by_uid[f"slurm:{array}_1"]
+        assert first.labels["slurm.array_task"] == f"{array}_0" and first.labels[JOB_ID_LABEL] != str(array)
+        assert scheduler.steward_id_for(first.labels[JOB_ID_LABEL]) == first.id
+        # The pending remainder removed from the queue, and one running task stopped: the other task runs on.
+        remainder = by_uid[f"slurm:{array}_[2-5]"]
+        assert scheduler.stop_job(remainder.id, force=False, uid=remainder.uid).status in ("stopped", "stopping")
+        result = scheduler.stop_job(first.id, force=True, uid=first.uid)
+        assert result.status in ("stopped", "stopping"), result
+        time.sleep(1.0)
+        left = {j.uid: j.state for j in scheduler.list_jobs() if j.name == "arr"}
+        assert left.get(second.uid) == "running", (left, slurm.logs()[-2000:])
+        assert first.uid not in left or left[first.uid] != "running"
+        assert not [u for u in left if u.startswith(f"slurm:{array}_[")]
+        assert ("scancel", f"{array}_0") in scheduler.calls and ("scancel", str(array)) not in scheduler.calls
+    finally:
+        slurm.cli("scancel", str(array))

@@ -6,6 +6,7 @@ Steward job ids are `partition/jobname`. When several listed jobs share one, eac
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +29,8 @@ from tools.slurm_parse import (
 
 JOB_ID_LABEL = "slurm.job_id"
 HET_JOB_LABEL = SLURM_HET_JOB_LABEL
+ARRAY_TASK_LABEL = "slurm.array_task"  # an array task as squeue and scancel name it: 4242_7
+_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<id>\d+(?:_(?:\d+|\[[^\]]*\]))?)$")
 OutputMode = Literal["auto", "json", "text"]
 _GONE_STATES = frozenset({"completed", "failed", "cancelled"})
 
@@ -91,7 +94,9 @@ class SlurmScheduler:
 
     def _refresh(self) -> dict[str, SlurmJob]:
         self._jobs = steward_ids(self._squeue())
-        self._by_slurm_id = {job.job_id: sid for sid, job in self._jobs.items()}
+        # dcgm-exporter's hpc_job is SLURM_JOB_ID: an array task's own numeric id, mapped beside its <array>_<task>.
+        self._by_slurm_id = {key: sid for sid, job in self._jobs.items()
+                             for key in (job.job_id, job.internal_id) if key}
         self._listed = True
         return self._jobs
 
@@ -111,7 +116,8 @@ class SlurmScheduler:
         return JobInfo(
             id=steward_id, uid=f"slurm:{job.job_id}", scheduler="slurm", namespace=job.partition, name=job.name, user=job.user,
             project=job.account, qos=job.qos, gpus=job.gpus, node=job.nodes[0] if job.nodes else None,
-            state=state, labels={JOB_ID_LABEL: job.job_id, "slurm.nodes": ",".join(job.nodes),
+            state=state, labels={JOB_ID_LABEL: job.internal_id or job.job_id, "slurm.nodes": ",".join(job.nodes),
+                                 **({ARRAY_TASK_LABEL: job.job_id} if job.internal_id else {}),
                                  **({HET_JOB_LABEL: job.het_job_id} if job.het_job_id else {})},
             owner_kind="batch", started_at=job.started_at, stop_requested_at=asked,
             submitted_at=job.submitted_at, gpu_model=job.gpu_type or None,
@@ -129,9 +135,11 @@ class SlurmScheduler:
         if job_id in jobs:
             return jobs[job_id]
         # A suffixed id stays valid after its namesake finished and the suffix fell away.
-        base, _, slurm_id = job_id.rpartition("-")
-        job = next((j for j in jobs.values() if j.job_id == slurm_id), None)
-        return job if job is not None and f"{job.partition}/{job.name}" == base else None
+        suffixed = _SUFFIX.match(job_id)
+        if suffixed is None:
+            return None
+        job = next((j for j in jobs.values() if j.job_id == suffixed["id"]), None)
+        return job if job is not None and f"{job.partition}/{job.name}" == suffixed["base"] else None
 
     def get_job(self, job_id: str) -> JobInfo | None:
         """Fresh state from a new squeue; None when Slurm no longer lists it."""

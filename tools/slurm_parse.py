@@ -12,8 +12,8 @@ from core.cluster import JobState
 
 # squeue -o fields joined by the ASCII unit separator: no job name or path contains it.
 SEP = "\x1f"
-TEXT_FIELDS = ("%i", "%P", "%u", "%a", "%q", "%T", "%D", "%b", "%S", "%N", "%j", "%r", "%V")
-_OLD_TEXT_FIELDS = 11  # output without the reason and submit time (%r, %V) still reads
+TEXT_FIELDS = ("%i", "%P", "%u", "%a", "%q", "%T", "%D", "%b", "%S", "%N", "%j", "%r", "%V", "%A")
+_OLD_TEXT_FIELDS = 11  # output without the reason and submit time (%r, %V) still reads, and without %A
 TEXT_FORMAT = SEP.join(TEXT_FIELDS)
 
 _STATES: dict[str, JobState] = {
@@ -43,7 +43,9 @@ class SlurmQueryError(SlurmParseError):
 class SlurmJob:
     """One job as squeue reports it, before it gets a steward id."""
 
-    job_id: str  # what scancel takes: "4242", or "4242_7" for an array task
+    # What scancel takes, and the job's identity: "4242", "4242_7" for an array task, "4242_[8-15]" for an array's
+    # pending remainder. Never an array task's own numeric id: `scancel 4242` cancels every task of array 4242.
+    job_id: str
     name: str
     partition: str
     user: str
@@ -59,6 +61,8 @@ class SlurmJob:
     # The heterogeneous job this is a component of (squeue --json het_job_id): scancel of a component's leader
     # cancels them all, so the components are one job to judge (agent/detectors/gang.py). None: not one.
     het_job_id: str | None = None
+    # An array task's own numeric id (SLURM_JOB_ID inside it, dcgm-exporter's hpc_job), when it differs from job_id.
+    internal_id: str | None = None
 
     @property
     def steward_state(self) -> JobState:
@@ -172,6 +176,19 @@ def _state(raw: Any) -> str:
     return str(raw or "UNKNOWN")
 
 
+def array_id(own: str, raw: dict[str, Any]) -> str:
+    """The id that names this job alone (scancel, squeue -j): `<array>_<task>` for an array task, `<array>_[<tasks>]`
+    for an array's pending remainder (whose numeric id is the array's: scancel of it would cancel every task), else
+    the job's own id."""
+    array, task = _number(raw.get("array_job_id")), _number(raw.get("array_task_id"))
+    if not array:
+        return own
+    if task is not None:
+        return f"{array}_{task}"
+    tasks = (_text(raw.get("array_task_string")) or "").split("%")[0]  # "2-5%3": the %3 is a throttle
+    return f"{array}_[{tasks}]" if tasks else own
+
+
 def jobs_from_json(text: str) -> list[SlurmJob]:
     """Jobs in `squeue --json` output."""
     try:
@@ -189,8 +206,10 @@ def jobs_from_json(text: str) -> list[SlurmJob]:
     for raw in raw_jobs:
         nodes = expand_hostlist(_text(raw.get("nodes")))
         count = _number(raw.get("node_count")) or len(nodes)
+        own = str(_number(raw.get("job_id")) or "")
+        job_id = array_id(own, raw)
         jobs.append(SlurmJob(
-            job_id=str(_number(raw.get("job_id")) or ""), name=str(raw.get("name") or ""),
+            job_id=job_id, internal_id=own if own != job_id else None, name=str(raw.get("name") or ""),
             partition=str(raw.get("partition") or ""), user=_text(raw.get("user_name")) or str(raw.get("user_id", "")),
             account=_text(raw.get("account")), qos=_text(raw.get("qos")), state=_state(raw.get("job_state")),
             gpus=_job_gpus(raw, count), nodes=nodes, started_at=_epoch(raw.get("start_time")),
@@ -208,15 +227,18 @@ def jobs_from_text(text: str) -> list[SlurmJob]:
         if not line.strip():
             continue
         parts = line.split(SEP)
-        if len(parts) not in (len(TEXT_FIELDS), _OLD_TEXT_FIELDS):
+        if len(parts) not in (len(TEXT_FIELDS), len(TEXT_FIELDS) - 1, _OLD_TEXT_FIELDS):
             raise SlurmParseError(f"squeue printed {len(parts)} fields, expected {len(TEXT_FIELDS)}: {line!r}")
         job_id, partition, user, account, qos, state, count, per_node, start, nodes, name = parts[:_OLD_TEXT_FIELDS]
         reason, submitted = (parts[11], parts[12]) if len(parts) > _OLD_TEXT_FIELDS else (None, None)
+        own = parts[13].strip() if len(parts) > 13 else ""  # %A: an array task's own numeric id
         node_list = expand_hostlist(nodes)
         n = int(count) if count.strip().isdigit() else len(node_list)
         # In a multi-partition submission squeue prints the partition list: the job runs in the first.
+        # %i names an array task <array>_<task> and a pending remainder <array>_[<tasks>%<throttle>].
+        job_id = re.sub(r"%\d+\]$", "]", job_id.strip())
         jobs.append(SlurmJob(
-            job_id=job_id.strip(), name=name,
+            job_id=job_id, internal_id=own if own and own != job_id else None, name=name,
             partition=partition.split(",")[0], user=user, account=_text(account), qos=_text(qos), state=state,
             gpus=gpus_in_gres(per_node) * max(n, 1), nodes=node_list,
             started_at=_timestamp(start) if state.upper() != "PENDING" else None,

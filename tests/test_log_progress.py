@@ -146,3 +146,17 @@ def test_requests_a_service_answers_are_counted_and_probes_and_notebook_calls_ar
              for m in (130, 70)] + [LogLine(at=at - timedelta(minutes=5), text="GET /healthz 200 1ms")]
     progress = analyse_log("imagegen/sdxl", lines, at)
     assert progress.requests == 2 and progress.request_path == "/sdapi/v1/txt2img"
+
+
+def test_the_schedulers_own_cancel_line_is_not_progress():
+    """Slurm writes "slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***" into the job's output when the
+    steward's SIGTERM lands. Read as progress ("step" in "slurmstepd"), it restarted the idle stretch at the
+    steward's own signal, and the forced stop of a job that ignores SIGTERM was refused for want of a warning."""
+    log = lines(["step=10 loss=1.0", "step=11 loss=0.9",
+                 "slurmstepd: error: *** JOB 22 ON localhost CANCELLED AT 2026-11-02T09:40:00 ***",
+                 "slurmstepd-gpu01: error: *** STEP 22.0 ON gpu01 CANCELLED AT 2026-11-02T09:41:00 ***"])
+    p = analyse_log("j", log, NOW)
+    assert p.progress_lines == 2 and p.last_progress_at == T0 + timedelta(seconds=30)
+    # A word that merely contains a progress word is no hint; one that starts or follows a non-letter is.
+    assert analyse_log("j", lines(["upstepdown 5"]), NOW).progress_lines == 0
+    assert analyse_log("j", lines(["global_step 5"]), NOW).progress_lines == 1

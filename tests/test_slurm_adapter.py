@@ -200,3 +200,33 @@ def test_cli_errors_name_the_command(tmp_path):
         slurm_bin_dir = tmp_path
 
     assert slurm_scheduler_from_settings(Settings()).cli.bin_dir == tmp_path
+
+
+def test_a_job_still_running_after_its_graceful_stop_ignored_it_whatever_process_looks():
+    """Slurm has no stopping state: the adapter marks a job it sent SIGTERM as stopping, in memory. A steward
+    restarted since (a cron `steward sweep` always is) saw the signalled job as running, with a terminate on record,
+    and proposed nothing ever again. The audit says this run was signalled: it is stopping, and its forced stop
+    comes after the grace period (asking a person, as the policy says)."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.config.policy import Policy
+    from agent.planning.policy_model import PolicyModel, signalled_state
+    from core.actions import Finding, History, HistoryEntry
+    from core.cluster import JobInfo
+
+    now = datetime(2026, 12, 2, 16, 0, tzinfo=UTC)
+    job = JobInfo(id="gpu/stub", uid="slurm:22", scheduler="slurm", namespace="gpu", name="stub", user="u", gpus=1,
+                  state="running", started_at=now - timedelta(hours=3))
+    signalled = HistoryEntry(action="terminate", target="gpu/stub", status="executed", at=now - timedelta(minutes=10),
+                             finding_kind="idle", target_uid="slurm:22")
+    history = History(entries=[signalled])
+    assert signalled_state(job, history) == "stopping"
+    # Another run under the id (requeued after the signal), or another job's record: running, a graceful stop first.
+    requeued = job.model_copy(update={"started_at": now - timedelta(minutes=5)})
+    assert signalled_state(requeued, history) == "running"
+    other = job.model_copy(update={"uid": "slurm:23"})
+    assert signalled_state(other, history) == "running"
+    finding = Finding(kind="idle", target="gpu/stub", since=now - timedelta(hours=2), detected_at=now, evidence="idle",
+                      gpus=1)
+    step = PolicyModel._next_step(finding, signalled_state(job, history), history, Policy(), now, "slurm:22")
+    assert step is not None and step.action == "force_terminate"

@@ -29,10 +29,14 @@ _STALL = re.compile(
     re.I,
 )
 # A first sighting counts as progress only when it looks like a progress report.
+# Words start a word or follow a non-letter (global_step, val_loss), so "slurmstepd" is no "step".
 _PROGRESS_HINT = re.compile(
-    r"step|iter|epoch|loss|shard|batch|it/s|s/it|samples|tokens|\d+\s*/\s*\d+|\d+(?:\.\d+)?%|损失|轮|步",
+    r"(?<![a-z])(?:step|iter|epoch|loss|shard|batch|samples|tokens)|it/s|s/it|\d+\s*/\s*\d+|\d+(?:\.\d+)?%|损失|轮|步",
     re.I,
 )
+# The scheduler's own lines in a job's output ("slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***", written
+# when the steward's SIGTERM lands) say what happened to the job, never that it progressed.
+_SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
 _STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
 
 
@@ -79,7 +83,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         if (served := request_path(text)) is not None:
             requests, path = requests + 1, served
         template, numbers = _shape(text)
-        if not numbers:
+        if not numbers or _SCHEDULER.search(text):
             continue
         step = _STEP.search(text)
         if step:

@@ -19,6 +19,7 @@ from agent.guardrail.protection import denial_in_force
 from agent.planning.prompts import render, template_name
 from agent.records.cost import money
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
+from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import Observation
 from core.pool_plans import open_scale_down, scale_up_uid
@@ -90,6 +91,18 @@ def _last(history: History, action: str, target: str, kind: str | None = None,
         and (uid is None or (e.target_uid or "") == uid)
     ]
     return max(times) if times else None
+
+
+def signalled_state(job: JobInfo, history: History) -> str:
+    """The job's state, "stopping" for one still running after a graceful stop of this very run was carried out:
+    it ignored SIGTERM. A scheduler without a stopping state (Slurm) lists it as running once the steward that
+    signalled it has restarted (a cron `steward sweep` always has), and it was then never forced nor asked about."""
+    if job.state != "running":
+        return job.state
+    stopped = _last(history, "terminate", job.id, uid=job.uid or "")
+    if stopped is not None and (job.started_at is None or job.started_at <= stopped):
+        return "stopping"
+    return job.state
 
 
 def stop_deadline(finding: Finding | None, policy: Policy, now: datetime) -> datetime:
@@ -212,7 +225,7 @@ class PolicyModel:
                 if why_protected:
                     notes.append(f"{f.target}: {f.kind}, but protected ({why_protected}); observing only")
                     continue
-            proposal = self._next_step(f, job.state if job else None, history, policy, now,
+            proposal = self._next_step(f, signalled_state(job, history) if job else None, history, policy, now,
                                        (job.uid or None) if job else None)
             if proposal is None:
                 continue

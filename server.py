@@ -240,7 +240,7 @@ def register_cli(subparsers: Any) -> None:
 
     serve = subparsers.add_parser(
         "serve", help="serve the web UI and API (default: the built-in demo cluster)",
-        description="Serve the web UI (/), the HTTP API (/api, /docs) and /metrics, and sweep on schedule "
+        description="Serve the web UI (/), the HTTP API (/api) and /metrics, and sweep on schedule "
                     "(STEWARD_SWEEP_EVERY_S or STEWARD_SWEEP_CRON). The cluster is STEWARD_BACKEND (default: the "
                     "simulated demo); records live in STEWARD_DATA_DIR, which `steward approvals` and `steward sweep` "
                     "on a real cluster share.")

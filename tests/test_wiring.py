@@ -94,3 +94,23 @@ def test_serve_runs_against_a_real_backend(tmp_path):
                 assert client.get("/healthz").status_code == 200
         finally:
             api.stop()
+
+
+def test_a_cluster_sweep_that_could_not_read_exits_3_for_cron(tmp_path, monkeypatch, capsys):
+    """`steward sweep` against a real backend whose Prometheus does not answer: it reports the degradation and
+    exits 3, so cron and monitoring tell it from a clean sweep (it exited 0)."""
+    from agent.cli.main import main
+    from tests.conftest import free_port
+
+    api = FakeKubernetesApi().start()
+    try:
+        mirror_sim(api, SimCluster(parse_scenario(SCENARIO)))
+        monkeypatch.setenv("STEWARD_BACKEND", "kubernetes")
+        monkeypatch.setenv("STEWARD_KUBECONFIG", str(kubeconfig(api, tmp_path)))
+        monkeypatch.setenv("STEWARD_PROMETHEUS_URL", f"http://127.0.0.1:{free_port()}")
+        monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path / "data"))
+        monkeypatch.setenv("STEWARD_RUNBOOKS_ENABLED", "false")
+        assert main(["sweep"]) == 3
+        assert "cluster not read: metrics unavailable" in capsys.readouterr().out
+    finally:
+        api.stop()

@@ -77,6 +77,9 @@ def _why(kind: str | None, language: str) -> str:
     return kind_label(kind, language) if kind else "-"
 
 
+DEGRADED_EXIT = 3  # `steward sweep` on a real cluster: the sweep ran, but on data it could not read whole
+
+
 def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     """One sweep of the real cluster that STEWARD_BACKEND names."""
     from agent.graph.service import SweepService
@@ -93,7 +96,8 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(report_for_people(result.report, result.state, deps, settings.zone()))
         print("\n" + _words(deps.language)["audit"].format(path=deps.audit.path, count=deps.audit.count()))
-    return 0
+    # Cron and monitoring tell a sweep that could not read (part of) the cluster from a clean one by its status.
+    return DEGRADED_EXIT if result.state.get("observed", {}).get("degraded") else 0
 
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:

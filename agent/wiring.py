@@ -28,6 +28,11 @@ def make_planner(settings: Settings, model_name: str | None = None) -> Planner:
     from agent.planning.llm_planner import LLMPlanner, make_chat_model
 
     if model_name is not None:
+        if not (settings.llm_base_url or settings.llm_api_key):
+            # Else the client would try OpenAI's public endpoint, fail, and the built-in planner's results would
+            # be reported under the model's name.
+            raise ValueError(f"model {model_name!r} needs an endpoint: set STEWARD_LLM_BASE_URL (an OpenAI-compatible "
+                             "server, e.g. `steward llm local`'s) or STEWARD_LLM_API_KEY for OpenAI itself")
         settings = settings.model_copy(update={"llm_model": model_name})
     return LLMPlanner.from_settings(settings, make_chat_model(settings))
 

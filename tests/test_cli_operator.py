@@ -134,3 +134,13 @@ def test_policy_typos_get_did_you_mean_and_yaml_errors_name_the_file(tmp_path, c
     broken.write_text("version: 1\nlevels: {max_auto: 2\nwarning: [\n")
     err = one_paragraph_error(capsys, "policy", "check", str(broken))
     assert f"{broken}: not valid YAML at line 3, column 8:" in err and "<unicode string>" not in err
+
+
+def test_eval_with_a_model_and_no_endpoint_is_an_error_not_the_builtin_under_its_name(capsys, monkeypatch):
+    """Without STEWARD_LLM_BASE_URL the client tried OpenAI's public endpoint, failed, and the built-in planner's
+    results were printed as the model's."""
+    for name in ("STEWARD_LLM_BASE_URL", "STEWARD_LLM_API_KEY", "STEWARD_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["eval", "evals/scenarios/idle-notebook.yaml", "--model", "qwen"]) == 2
+    err = capsys.readouterr().err
+    assert "model 'qwen' needs an endpoint" in err and "STEWARD_LLM_BASE_URL" in err

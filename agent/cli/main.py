@@ -97,7 +97,10 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     models: list[str | None] = list(args.model) if args.model else [None]
     documents: dict[str, list[dict[str, Any]]] = {}
     for model in models:
-        planner = make_planner(settings, model)
+        try:
+            planner = make_planner(settings, model)
+        except ValueError as exc:  # a model named with no endpoint to ask
+            raise ConfigurationError(str(exc)) from None
         runs = [run_scenario(s, p, planner, sweep_every=args.every or settings.sweep_every_s)
                 for s, p in zip(scenarios, policies, strict=True)]
         documents[planner.name] = [r.document() for r in runs]

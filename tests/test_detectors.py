@@ -143,6 +143,13 @@ def test_a_spin_is_steady_and_narrow_and_dates_no_stretch():
     assert IdleGpuDetector(POLICY).detect(observe([job()], job_gpus("ml/train", utils), [cell], stalled)) == []
 
 
+def test_an_idle_stretch_never_starts_before_the_job():
+    """The GPU was quiet before the pod started on it: the stretch (and "for ...") starts with the job."""
+    obs = observe([job(started_at=AT - timedelta(minutes=75))], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24)])
+    [f] = IdleGpuDetector(POLICY).detect(obs)
+    assert f.since == AT - timedelta(minutes=75) and "for 1h15m" in f.evidence
+
+
 def test_idle_needs_the_whole_window_quiet():
     obs = observe([job()], job_gpus("ml/train", busy_then_quiet(14, 10)), [io("ml/train", 24)])
     assert IdleGpuDetector(POLICY).detect(obs) == []

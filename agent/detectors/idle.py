@@ -117,6 +117,8 @@ class IdleGpuDetector:
                 continue
             quiet, blips = window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)
             since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
+            if job.started_at is not None and job.started_at > since:
+                since = job.started_at  # the GPU's quiet before the job started on it is not the job's
             # The stretch of waste begins after the last work of any kind, not only the GPU's: an owner who answered
             # a warning by working on the CPU (or the network, disk, log) and left again must be warned anew.
             worked = last_other_work(window.series, logs, self.longtail, cpu=spin is None)

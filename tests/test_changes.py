@@ -176,6 +176,13 @@ def test_cli_records_lists_and_reports(tmp_path, monkeypatch, capsys):
     assert steward(["change", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(c["kind"], c["target"], c["by"]) for c in listed] == [("driver", "a100", "ops")]
+    # No sweep has watched this data dir: nothing was counted, which is no "no rise".
+    assert steward(["change", "impact", "1", "--now", "2026-11-02T16:00:00Z"]) == 0
+    out = capsys.readouterr().out
+    assert "no impact report yet" in out and "Verdict" not in out
+    from agent.records.changes import ChangeStore
+
+    ChangeStore(tmp_path / "changes.sqlite").mark_observing(datetime(2026, 11, 1, tzinfo=UTC))  # sweeps since
     assert steward(["change", "impact", "1", "--json", "--now", "2026-11-02T16:00:00Z"]) == 0
     [report] = json.loads(capsys.readouterr().out)
     assert report["span_h"] == 6.0 and not report["flagged"]

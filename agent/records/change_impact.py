@@ -208,8 +208,9 @@ def span_limit(store: ChangeStore, change: Change, now: datetime) -> float:
     if later:
         limits.append((min(later) - change.at).total_seconds())
     since = store.observing_since()
-    if since is not None:
-        limits.append((change.at - since).total_seconds())
+    if since is None:
+        return 0.0  # no sweep has watched this store: nothing was counted on either side
+    limits.append((change.at - since).total_seconds())
     return max(0.0, min(limits))
 
 

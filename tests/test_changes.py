@@ -111,7 +111,7 @@ def test_signals_are_counted_once_and_the_rule_needs_enough_events_and_a_doublin
     assert report.flagged and report.runbook == "change-rollback"
     young = impact(store, change, T0 + 4 * H + timedelta(minutes=10), audit)
     assert young.too_early and not young.flagged
-    assert "作业失败: 0 -> 3  ← 上升" in render_impact(report, "zh")
+    assert "作业失败：0 → 3  ← 上升" in render_impact(report, "zh")
     assert "job failures: 0 -> 3  <- rise" in render_impact(report, "en")
 
 

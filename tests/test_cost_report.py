@@ -3,6 +3,7 @@ a self-contained HTML page and a markdown digest, in English and Chinese."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -59,6 +60,9 @@ def test_html_is_self_contained_with_charts_in_both_languages(tmp_path: Path) ->
         assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
         assert "https://" not in page
     assert "GPU 成本摘要" in render_markdown(report, "zh")
+    # Chinese punctuation in Chinese text: no ASCII brackets, semicolons or commas between its words.
+    for zh in (render_markdown(report, "zh"), render_html(report, "zh")):
+        assert not re.search(r"[\u4e00-\u9fff\d] \(|GPU 小时[;,)]|GPU 小时, ", zh), zh
     # The span is read in the reader's zone, named: UTC by default, 北京时间 for a Beijing team.
     utc_until, bj_until = f"{until:%Y-%m-%d %H:%M}", f"{until.astimezone(ZoneInfo('Asia/Shanghai')):%Y-%m-%d %H:%M}"
     assert f"至 {utc_until}（UTC），共" in render_markdown(report, "zh")

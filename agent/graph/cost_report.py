@@ -159,16 +159,17 @@ def _period(r: CostReport, lang: str, zone: tzinfo) -> str:
 def render_html(r: CostReport, lang: str = "en", zone: tzinfo = UTC) -> str:
     w = _w(lang)
     cur = r.currency
+    lp, rp, semi, comma = _marks(lang)
     head = [w["name"], w["gpu_hours"], w["cost"], w["on_demand"], w["reserved"]]
     period = _period(r, lang, zone)
     sections = [
         f"<h1>{html.escape(w['title'])}</h1><p>{html.escape(period)}</p>",
         '<div class="cards">'
-        f"<div><b>{money(r.cost, cur)}</b><br>{w['total']} ({r.gpu_hours:,.1f} {w['gpu_hours']}; "
-        f"{w['on_demand']} {money(r.on_demand, cur)}, {w['reserved']} {money(r.reserved, cur)})</div>"
-        f"<div><b>{money(r.waste_cost, cur)}</b><br>{w['waste']} ({r.waste_gpu_hours:,.1f} {w['gpu_hours']})</div>"
-        f"<div><b>{money(r.saved_cost, cur)}</b><br>{w['saved']} ({r.saved_gpu_hours:,.1f} {w['gpu_hours']}, "
-        f"{r.saving_actions} {w['actions']})</div></div>",
+        f"<div><b>{money(r.cost, cur)}</b><br>{w['total']}{lp}{r.gpu_hours:,.1f} {w['gpu_hours']}{semi}"
+        f"{w['on_demand']} {money(r.on_demand, cur)}{comma}{w['reserved']} {money(r.reserved, cur)}{rp}</div>"
+        f"<div><b>{money(r.waste_cost, cur)}</b><br>{w['waste']}{lp}{r.waste_gpu_hours:,.1f} {w['gpu_hours']}{rp}</div>"
+        f"<div><b>{money(r.saved_cost, cur)}</b><br>{w['saved']}{lp}{r.saved_gpu_hours:,.1f} {w['gpu_hours']}{comma}"
+        f"{r.saving_actions} {w['actions']}{rp}</div></div>",
         f"<h2>{w['by_team']}</h2>" + _bars([(x.name, x.cost) for x in r.by_team], w["by_team"], cur)
         + _table(head, _cost_rows(r.by_team, r, w)),
         f"<h2>{w['waste_kind']}</h2>" + _bars([(kind_label(x.kind, lang), x.cost) for x in r.waste], w["waste_kind"], cur)
@@ -198,22 +199,28 @@ def render_html(r: CostReport, lang: str = "en", zone: tzinfo = UTC) -> str:
             f"<style>{style}</style></head><body>{''.join(sections)}</body></html>\n")
 
 
+def _marks(lang: str) -> tuple[str, str, str, str]:
+    """Brackets, semicolon and comma as the language writes them (full-width in Chinese)."""
+    return ("（", "）", "；", "，") if lang == "zh" else (" (", ")", "; ", ", ")
+
+
 def render_markdown(r: CostReport, lang: str = "en", limit: int = 5, zone: tzinfo = UTC) -> str:
     """A digest for DingTalk / WeCom markdown messages: headline numbers, top teams, waste, suggestions."""
     w = _w(lang)
     cur = r.currency
+    lp, rp, semi, comma = _marks(lang)
     sep = "：" if lang == "zh" else ": "
     lines = [f"### {w['digest']}",
              _period(r, lang, zone),
              "",
-             f"- **{w['total']}**{sep}{money(r.cost, cur)} ({r.gpu_hours:,.1f} {w['gpu_hours']}; {w['on_demand']} "
-             f"{money(r.on_demand, cur)}, {w['reserved']} {money(r.reserved, cur)})",
-             f"- **{w['waste']}**{sep}{money(r.waste_cost, cur)} ({r.waste_gpu_hours:,.1f} {w['gpu_hours']})",
-             f"- **{w['saved']}**{sep}{money(r.saved_cost, cur)} ({r.saved_gpu_hours:,.1f} {w['gpu_hours']}, "
-             f"{r.saving_actions} {w['actions']})", ""]
+             f"- **{w['total']}**{sep}{money(r.cost, cur)}{lp}{r.gpu_hours:,.1f} {w['gpu_hours']}{semi}"
+             f"{w['on_demand']} {money(r.on_demand, cur)}{comma}{w['reserved']} {money(r.reserved, cur)}{rp}",
+             f"- **{w['waste']}**{sep}{money(r.waste_cost, cur)}{lp}{r.waste_gpu_hours:,.1f} {w['gpu_hours']}{rp}",
+             f"- **{w['saved']}**{sep}{money(r.saved_cost, cur)}{lp}{r.saved_gpu_hours:,.1f} {w['gpu_hours']}{comma}"
+             f"{r.saving_actions} {w['actions']}{rp}", ""]
     if r.by_team:
         lines.append(f"**{w['top']}**")
-        lines += [f"- {t.name}{sep}{money(t.cost, cur)} ({t.gpu_hours:,.1f} {w['gpu_hours']})" for t in r.by_team[:limit]]
+        lines += [f"- {t.name}{sep}{money(t.cost, cur)}{lp}{t.gpu_hours:,.1f} {w['gpu_hours']}{rp}" for t in r.by_team[:limit]]
         lines.append("")
     if r.waste:
         lines.append(f"**{w['waste_kind']}**")

@@ -372,7 +372,10 @@ def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], 
     gap, an exporter restart, a half-scraped GPU), with their coverage; the window and the floor. Nothing when the
     whole reading is stale or partial (the degraded line says so once)."""
     obs = deps._observations.get(run_id)
-    rule = deps.policy.detectors.idle
+    policy = getattr(deps, "policy", None)
+    if policy is None:
+        return [], 0.0, 0.0
+    rule = policy.detectors.idle
     if obs is None or obs.degraded:
         return [], rule.window, rule.min_coverage
     signals = group_signals(obs)

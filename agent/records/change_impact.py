@@ -268,7 +268,7 @@ def render_impact(report: ImpactReport, language: str = "en") -> str:
     for m in report.measures:
         label = MEASURE_LABELS.get(m.name, (m.name, m.name))[1 if zh else 0]
         mark = ("  ← 上升" if zh else "  <- rise") if m.rose else ""
-        lines.append(f"- {label}: {m.before:g} -> {m.after:g}{mark}")
+        lines.append(f"- {label}：{m.before:g} → {m.after:g}{mark}" if zh else f"- {label}: {m.before:g} -> {m.after:g}{mark}")
     if report.flagged:
         lines.append(f"结论：变更后出现上升，请按处置手册 [rb:{report.runbook}] 评估回滚" if zh
                      else f"Verdict: a rise after the change; consider rolling back, runbook [rb:{report.runbook}]")

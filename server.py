@@ -229,8 +229,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     faulthandler.enable()  # a fatal signal (SIGBUS, SIGSEGV) leaves a traceback on stderr, not silence
     routers, listeners = chatops_wiring(settings)
     app = create_app(settings, start_s=start, extra_routers=routers, listeners=listeners, bind_host=args.host)
-    print(f"GPU Steward on http://{args.host}:{args.port}/  (simulated clock x{settings.sim_speed:g}; "
-          f"sweeps every {settings.sweep_cron or f'{settings.sweep_every_s:g}s'} of cluster time)", flush=True)
+    every = settings.sweep_cron or f"{settings.sweep_every_s:g}s"
+    where = (f"simulated clock x{settings.sim_speed:g}; sweeps every {every} of cluster time"
+             if settings.backend == "sim" else f"{settings.backend} cluster; sweeps every {every}")
+    print(f"GPU Steward on http://{args.host}:{args.port}/  ({where})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
 

@@ -144,3 +144,13 @@ def test_eval_with_a_model_and_no_endpoint_is_an_error_not_the_builtin_under_its
     assert main(["eval", "evals/scenarios/idle-notebook.yaml", "--model", "qwen"]) == 2
     err = capsys.readouterr().err
     assert "model 'qwen' needs an endpoint" in err and "STEWARD_LLM_BASE_URL" in err
+
+
+def test_a_path_variable_set_empty_means_unset(monkeypatch):
+    """`STEWARD_POLICY_FILE=` was read as the current directory: "Error: .: cannot read: Is a directory"."""
+    from agent.config.settings import Settings
+
+    monkeypatch.setenv("STEWARD_POLICY_FILE", "")
+    monkeypatch.setenv("STEWARD_KUBECONFIG", "  ")
+    settings = Settings()
+    assert settings.policy_file is None and settings.kubeconfig is None

@@ -74,7 +74,7 @@ def test_prometheus_down_or_slow_at_the_deadline_stops_nothing_and_says_so(world
     degraded = result.state["observed"]["degraded"]
     assert len(degraded) == 1 and degraded[0].startswith("cluster not read: metrics unavailable: PrometheusError")
     assert said in degraded[0]
-    assert f"degraded: {degraded[0]}" in result.report
+    assert f"degraded: {degraded[0]}" in result.report and ": cluster not read" in result.report.splitlines()[0]
     assert "No finding: the data is incomplete" in result.report and result.state["findings"] == []
     [error] = service.deps.audit.entries(kind="error", run_id=result.run_id)
     assert error.status == "observe_failed" and error.reason == degraded[0]

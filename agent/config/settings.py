@@ -122,6 +122,13 @@ class Settings(BaseSettings):
     chatops_channels: list[str] = []  # dingtalk / wecom; empty: each one whose webhook is set
     alert_webhook_token: SecretStr | None = None  # Alertmanager's bearer token for POST /api/alerts (docs/alerts.md)
 
+    @field_validator("policy_file", "scenario", "runbooks_dir", "runbook_index_dir", "kubeconfig", "slurm_bin_dir",
+                     mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        """`STEWARD_POLICY_FILE=` (set, but empty) means unset, not the current directory."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("display_tz")
     @classmethod
     def _zone(cls, value: str) -> str:

@@ -285,7 +285,10 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
     at = state.get("at", "")
     observed = state.get("observed", {})
     stamp = f"{_local(at, zone):%Y-%m-%d %H:%M}{zone_suffix(zone, lang)}" if at else "?"
-    if zh:
+    unread = any(str(r).startswith("cluster not read") for r in observed.get("degraded") or [])
+    if unread:  # not "0 jobs, 0 GPUs": nothing was counted
+        header = f"{words['sweep']} {stamp}：未能读取集群" if zh else f"{words['sweep']} {stamp}: cluster not read"
+    elif zh:
         header = (f"{words['sweep']} {stamp}：{observed.get('jobs', 0)} 个作业，"
                   f"{observed.get('gpus', 0)} 块 GPU，{observed.get('nodes', 0)} 个节点"
                   f"（{observed.get('backend_calls', 0)} 次后端调用）")

@@ -154,3 +154,31 @@ def test_a_path_variable_set_empty_means_unset(monkeypatch):
     monkeypatch.setenv("STEWARD_KUBECONFIG", "  ")
     settings = Settings()
     assert settings.policy_file is None and settings.kubeconfig is None
+
+
+def test_audit_log_reads_what_was_done_oldest_first(tmp_path, capsys):
+    """An operator without the web UI reads what the steward did (a probe opened audit.sqlite by hand): executions,
+    decisions and approvals, oldest first, in the display zone; each sweep's findings only when asked."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.records.audit import AuditLog
+
+    log = AuditLog(tmp_path / "audit.sqlite")
+    at = datetime.now(UTC) - timedelta(hours=2)
+    log.record("execution", at=at, run_id="r", target="gpu/idle1", action="notify", level=1, status="executed",
+               reason="1 GPU idle")
+    log.record("execution", at=at + timedelta(hours=1), run_id="r", target="gpu/idle1", action="terminate", level=2,
+               status="executed", reason="1 GPU idle for 2h")
+    for k in range(700):  # many sweeps' findings since the stop: paged past, not mistaken for "nothing"
+        log.record("finding", at=at + timedelta(hours=1, seconds=k), run_id="r", target="gpu/idle1", status="idle",
+                   reason="1 GPU at max 0.0% util")
+    log._conn.close()
+    assert main(["audit", "log", "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and "notify gpu/idle1 executed" in out[0] and "terminate gpu/idle1 executed" in out[1]
+    assert main(["audit", "log", "--data-dir", str(tmp_path), "--kind", "finding", "--limit", "3", "--json"]) == 0
+    import json
+
+    assert len(json.loads(capsys.readouterr().out)) == 3
+    assert main(["audit", "log", "--data-dir", str(tmp_path), "--target", "gpu/other"]) == 0
+    assert "(no entries)" in capsys.readouterr().out

@@ -1,5 +1,7 @@
-"""`steward audit verify|head`: check the audit log's hash chain, and export its head to detect a deleted tail.
+"""`steward audit log|verify|head`: read what the steward did, check the audit log's hash chain, and export its
+head to detect a deleted tail.
 
+    steward audit log --since 1d --target gpu/idle1  # what was done, refused or failed, newest last
     steward audit head --out head.json           # keep this somewhere the steward cannot write
     steward audit verify --expect-head head.json # later: exit 1 and the first bad entry if anything changed
 
@@ -113,8 +115,62 @@ def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+# What each sweep saw (findings, report, usage) and its working notes (a proposal before the guardrail's decision,
+# an intent before the act), not what it did: shown with --kind or --all.
+NOT_ACTIONS = ("report", "usage", "finding", "proposal", "intent")
+PAGE = 500
+
+
+def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
+    """The entries people ask about: what was warned, stopped, refused, asked or failed, oldest first."""
+    from datetime import timedelta
+
+    from agent.graph.report import action_label, audit_text, status_label
+
+    words = _words(settings, args)
+    path = _log_path(args, settings)
+    try:
+        log = _open(path)
+    except FileNotFoundError:
+        print(words["none"].format(path=pg.redact(path)), file=sys.stderr)
+        return 2
+    since = datetime.now(UTC) - timedelta(seconds=args.since) if args.since else None
+    quiet = () if args.kind or args.all else NOT_ACTIONS  # each sweep's findings, report, usage: --kind or --all
+    entries: list[Any] = []
+    try:
+        offset = 0
+        while len(entries) < args.limit:
+            page = log.entries(kind=args.kind, target=args.target, status=args.status, since=since, limit=PAGE,
+                               offset=offset)
+            entries += [e for e in page if e.kind not in quiet]
+            offset += PAGE
+            if len(page) < PAGE:
+                break
+    finally:
+        log.close()
+    entries = entries[: args.limit]
+    entries.reverse()  # oldest first, as a log reads
+    if args.json:
+        print(json.dumps([e.model_dump(mode="json", exclude={"prev_hash", "hash"}) for e in entries],
+                         ensure_ascii=False, indent=2))
+        return 0
+    lang = "zh" if words is WORDS["zh"] else "en"
+    zone = settings.zone()
+    for e in entries:
+        when = e.at.astimezone(zone) if e.at.tzinfo else e.at.replace(tzinfo=UTC).astimezone(zone)
+        what = " ".join(x for x in (action_label(e.action, lang) if e.action else e.kind, e.target or "",
+                                    status_label(e.status, lang) if e.status else "") if x)
+        why = audit_text(e.kind, e.status, e.action, e.target, e.reason, e.data, lang).strip().splitlines()
+        print(f"{when:%Y-%m-%d %H:%M} {what}" + (f"  {why[0]}" if why else ""))
+    if not entries:
+        print("（无记录）" if lang == "zh" else "(no entries)")
+    return 0
+
+
 def register_cli(subparsers: Any) -> None:
-    audit = subparsers.add_parser("audit", help="check the audit log's hash chain, export its head")
+    from agent.cli.main import _duration
+
+    audit = subparsers.add_parser("audit", help="read what the steward did; check the audit log's hash chain")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, help="the data dir holding audit.sqlite (default: STEWARD_DATA_DIR)")
@@ -125,6 +181,16 @@ def register_cli(subparsers: Any) -> None:
                         help="a head written earlier by `steward audit head`: the log must still contain it")
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(handler=cmd_verify)
+    entries = audit_sub.add_parser("log", parents=[common], help="what was warned, stopped, refused, asked or failed "
+                                   "(oldest first; times in STEWARD_DISPLAY_TZ)")
+    entries.add_argument("--since", type=_duration, help="only this far back, e.g. 1d or 6h (default: all)")
+    entries.add_argument("--target", help="one job, node or pool (e.g. ml/notebook)")
+    entries.add_argument("--kind", help="one kind: execution, decision, finding, approval, exemption, error, ...")
+    entries.add_argument("--status", help="one status: executed, refused, failed, blocked, pending_approval, ...")
+    entries.add_argument("--limit", type=int, default=50, help="the newest N entries (default 50)")
+    entries.add_argument("--all", action="store_true", help="also each sweep's findings, report and usage entries")
+    entries.add_argument("--json", action="store_true")
+    entries.set_defaults(handler=cmd_log)
     head = audit_sub.add_parser("head", parents=[common], help="print the newest entry's seq and hash (or --out FILE)")
     head.add_argument("--out", type=Path, metavar="FILE", help="write it to FILE")
     head.set_defaults(handler=cmd_head)

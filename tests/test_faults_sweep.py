@@ -106,7 +106,7 @@ def test_a_job_whose_series_went_missing_is_not_stopped_and_the_report_names_it(
     world.at(110)
     result = service.sweep()
     no_stop(world, service.deps.audit)
-    assert (f"not measured: 1 running GPU jobs have no GPU metrics ({NOTEBOOK}); nothing is judged about them"
+    assert (f"not measured: 1 running GPU job without GPU metrics ({NOTEBOOK}); nothing is judged about it"
             in result.report)
     service.deps.language = "zh"
     assert f"未测量：1 个运行中的 GPU 作业没有 GPU 指标（{NOTEBOOK}）" in render_report(result.state, service.deps)
@@ -124,7 +124,7 @@ def test_a_gap_in_a_jobs_samples_is_named_in_the_report_not_silent(world):
     result = service.sweep()
     no_stop(world, service.deps.audit)
     [line] = [x for x in result.report.splitlines() if x.startswith("not judged")]
-    assert f"1 running GPU jobs have GPU samples for under 90% of the last 1h ({NOTEBOOK} 75%)" in line
+    assert f"1 running GPU job with GPU samples for under 90% of the last 1h ({NOTEBOOK} 75%)" in line
     service.deps.language = "zh"
     assert "未判断：1 个运行中的 GPU 作业在最近 1 小时内的 GPU 样本覆盖率低于 90%" in render_report(result.state, service.deps)
 

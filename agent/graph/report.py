@@ -11,6 +11,7 @@ from agent.detectors.evidence import describe_record, duration_zh, kind_label
 from agent.detectors.signals import group_signals
 from agent.records.cost import money
 from core.durations import format_duration
+from core.text import plural
 from core.zones import zone_name, zone_suffix
 
 if TYPE_CHECKING:
@@ -293,9 +294,9 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
                   f"{observed.get('gpus', 0)} 块 GPU，{observed.get('nodes', 0)} 个节点"
                   f"（{observed.get('backend_calls', 0)} 次后端调用）")
     else:
-        header = (f"{words['sweep']} {stamp}: {observed.get('jobs', 0)} jobs, "
-                  f"{observed.get('gpus', 0)} GPUs, {observed.get('nodes', 0)} nodes "
-                  f"({observed.get('backend_calls', 0)} backend calls)")
+        header = (f"{words['sweep']} {stamp}: {plural(observed.get('jobs', 0), 'job')}, "
+                  f"{plural(observed.get('gpus', 0), 'GPU')}, {plural(observed.get('nodes', 0), 'node')} "
+                  f"({plural(observed.get('backend_calls', 0), 'backend call')})")
     lines = [header, ""]
     # Partial metric answers: no idle or zombie finding was made on them (agent/detectors/longtail.py).
     degraded = observed.get("degraded") or getattr(deps._observations.get(state.get("run_id", "")), "degraded", [])
@@ -304,8 +305,8 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
     if unmeasured:
         names = ", ".join(unmeasured[:5]) + (f" (+{len(unmeasured) - 5})" if len(unmeasured) > 5 else "")
         lines.insert(1 + len(degraded), f"未测量：{len(unmeasured)} 个运行中的 GPU 作业没有 GPU 指标（{names}），不对其作判断"
-                     if zh else f"not measured: {len(unmeasured)} running GPU jobs have no GPU metrics ({names}); "
-                     "nothing is judged about them")
+                     if zh else f"not measured: {plural(len(unmeasured), 'running GPU job')} without GPU metrics "
+                     f"({names}); nothing is judged about {'it' if len(unmeasured) == 1 else 'them'}")
     unjudged, window, floor = _unjudged(deps, state.get("run_id", ""))
     if unjudged:
         shown = ", ".join(f"{job} {cov:.0%}" for job, cov in unjudged[:5])
@@ -313,8 +314,9 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
         lines.insert(1 + len(degraded) + bool(unmeasured),
                      f"未判断：{len(unjudged)} 个运行中的 GPU 作业在最近 {duration_zh(window)}内的 GPU 样本覆盖率低于 "
                      f"{floor:.0%}（{shown}），数据补齐之前不对其作判断" if zh else
-                     f"not judged: {len(unjudged)} running GPU jobs have GPU samples for under {floor:.0%} of the last "
-                     f"{format_duration(window)} ({shown}); nothing is judged about them until the data is whole")
+                     f"not judged: {plural(len(unjudged), 'running GPU job')} with GPU samples for under {floor:.0%} of "
+                     f"the last {format_duration(window)} ({shown}); nothing is judged about "
+                     f"{'it' if len(unjudged) == 1 else 'them'} until the data is whole")
     recovered = state.get("recovered", [])
     if recovered:
         lines.append(f"{words['recovered']}：" if zh else f"{words['recovered']}:")

@@ -162,7 +162,7 @@ def _warn_then_stop(slurm, tmp_path, notifier: EmailNotifier, mailbox: Mailbox) 
         # Delivered: the owner's mailbox holds the warning, with its deadline, before anything is stopped.
         [message] = mailbox.messages()
         owner = jobs["gpu/notebook"].user
-        assert message["To"] == f"{owner}@example.org" and "gpu/notebook" in message["Subject"]
+        assert message["To"] == f"{owner}@example.org" and f"gpu/notebook (Slurm job {notebook})" in message["Subject"]
         assert "gpu/notebook" in message.get_content()
         assert not [c for c in scheduler.calls if c[0] == "scancel"]
 

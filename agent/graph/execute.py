@@ -157,7 +157,10 @@ def execute_action(
                 note = " ".join(p.message.split())[:MODEL_NOTE_CHARS]
                 body += ("\n\n助手备注：" if deps.language == "zh" else "\n\nNote from the assistant: ") + note
             recipient = job.user if job else "platform-oncall"
-            sent = deps.notifier.notify(recipient, f"GPU Steward: {p.target}", body, job_id=p.target)
+            # A Slurm user knows the job by its number (squeue, the output file), not by partition/name.
+            number = (job.labels.get("slurm.array_task") or job.labels.get("slurm.job_id")) if job else None
+            subject = f"GPU Steward: {p.target}" + (f" (Slurm job {number})" if number else "")
+            sent = deps.notifier.notify(recipient, subject, body, job_id=p.target)
             # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
             sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}
             status: ActionStatus = sent_as.get(sent.status, "failed")

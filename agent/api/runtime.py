@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent.api.snapshot import Snapshots
+from agent.graph.deps import brief_error
 from agent.graph.digest import DigestSchedule
 from agent.graph.service import SweepResult, SweepService
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
@@ -205,8 +206,8 @@ class StewardRuntime:
             result = self.service.sweep(trigger=trigger)
             try:  # a job left after a SIGTERM: its GPUs now count as reclaimed (agent/records/savings.py)
                 confirm_stops(self.deps.audit, self.deps.scheduler, self.deps.clock.now(), result.run_id)
-            except Exception:  # the scheduler cannot be read now: confirmed at a later sweep
-                log.exception("could not confirm signalled stops")
+            except Exception as exc:  # the scheduler cannot be read now (the sweep said so): confirmed later
+                log.warning("could not confirm signalled stops this sweep: %s", brief_error(exc))
             head = self.deps.audit.check_appended().head  # what this sweep wrote; the next check starts here
         if head is not None:  # exported at each sweep: a log later cut short of this is detectable
             log.info("audit head seq=%d sha256=%s", head.seq, head.hash)

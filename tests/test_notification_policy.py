@@ -136,3 +136,48 @@ def test_an_owner_reads_the_stop_time_in_the_teams_zone():
     berlin = Policy.model_validate({"notifications": {"timezone": "Europe/Berlin"}})
     assert owner_time(at, berlin, "zh") == "2026-11-02 17:25（Europe/Berlin）"
     assert owner_time(at, Policy.model_validate({"notifications": {"timezone": "UTC"}}), "en") == "2026-11-02 16:25 UTC"
+
+
+def test_deferred_warnings_hold_on_every_channel_and_so_does_the_stop():
+    """`outside_hours: defer` was honoured only by the chat notifier: e-mail, Kubernetes events and the simulator
+    warned at 22:00 Shanghai and stopped the job an hour later. The deferral is the sweep's now: the warning waits
+    for 09:00, and the stop for the notice after it."""
+    from evals.runner import run_scenario
+
+    scenario = parse_scenario({
+        "version": 1, "name": "night-defer", "start": "2025-06-04T14:00:00Z", "duration": "13h", "step": "60s",
+        "pools": [{"name": "a100", "gpus_per_node": 8, "nodes": 1}],
+        "jobs": [{"id": "ml-team/notebook", "user": "alice", "gpus": 1,
+                  "phases": [{"duration": "10m", "gpu_util": 60, "gpu_mem_gb": 20, "cpu_pct": 100, "log": "loss"},
+                             {"gpu_util": 0, "cpu_pct": 0.5, "log": "silent"}]}],
+    })  # Wednesday 22:00 in Shanghai; working hours begin 11 h later (01:00 UTC)
+    policy = parse_policy({"notifications": {"outside_hours": "defer"}}, "defer policy")
+    run = run_scenario(scenario, policy, PolicyModel())
+    done = [(a["action"], a["at_s"]) for a in run.actions if a["job"] == "ml-team/notebook" and a["status"] == "executed"]
+    assert done[0][0] == "notify" and done[0][1] == 11 * 3600
+    assert done[1][0] == "terminate" and done[1][1] >= 12 * 3600
+
+
+
+def test_a_models_warning_at_night_is_held_when_carried_out():
+    """The policy model holds its warnings outside working hours; a model that proposes one anyway is held at the
+    act (the planner is not what keeps the policy), and says so in the audit."""
+    from langchain_core.messages import AIMessage
+
+    from agent.planning.llm_planner import LLMPlanner
+    from agent.wiring import simulated_deps
+    from tests.scripted_model import ScriptedChatModel, rounds, tool_call
+    from tests.test_graph import _scenario
+
+    script = rounds(AIMessage(content="", tool_calls=[tool_call("notify_owner", "c1", job="ml-team/notebook",
+                                                                message="your notebook is idle")]),
+                    AIMessage(content="warned"))
+    model = ScriptedChatModel(script=script)
+    data = {**_scenario(), "start": "2025-06-04T14:00:00Z"}  # 22:00 in Shanghai, a Wednesday
+    policy = parse_policy({"notifications": {"outside_hours": "defer"}}, "defer policy")
+    deps, cluster = simulated_deps(parse_scenario(data), policy, LLMPlanner(model, name="eager"))
+    cluster.advance_to(70 * 60)
+    SweepService(deps).sweep()
+    done = [e for e in deps.audit.entries(kind="execution", limit=100) if e.action == "notify"]
+    assert done and all(e.status == "skipped" and e.reason.startswith("deferred: outside working hours")
+                        for e in done)

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 from typing import Literal
-from zoneinfo import ZoneInfo
 
 from agent.config.policy import Policy
 
 Verdict = Literal["send", "defer", "suppress"]
-
-
-def within_working_hours(moment: datetime, working_hours: str, timezone: str, weekdays_only: bool) -> bool:
-    local = moment.astimezone(ZoneInfo(timezone))
-    if weekdays_only and local.weekday() >= 5:
-        return False
-    start, end = (time.fromisoformat(part.strip()) for part in working_hours.split("-"))
-    now = local.time().replace(tzinfo=None)
-    return start <= now < end if start < end else (now >= start or now < end)  # "22:00-06:00" spans midnight
 
 
 def dedupe_key(job_id: str | None, recipient: str, body: str) -> str:
@@ -41,8 +31,7 @@ class DeliveryPolicy:
             last = self._sent.get(key)
         if last is not None and now - last < timedelta(seconds=self.policy.warning.repeat_every):
             return "suppress"
-        if rules.outside_hours == "defer" and not within_working_hours(now, rules.working_hours, rules.timezone,
-                                                                       rules.weekdays_only):
+        if rules.holds(now):
             return "defer"
         return "send"
 

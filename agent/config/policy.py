@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import time, timedelta
+from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -477,7 +477,7 @@ class Approvals(_Section):
 
 
 class Notifications(_Section):
-    """When owners may be messaged (ChatOps); approval cards to approvers are not held back.
+    """When owners may be messaged, on every channel; approval cards to approvers are not held back.
 
     A warning goes out when the waste is found, at any hour (`outside_hours: send`): the notice is the owner's
     chance to keep the job, and a job left holding GPUs for the night or the weekend is the waste this tool
@@ -510,6 +510,20 @@ class Notifications(_Section):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown timezone {value!r}") from None
         return value
+
+    def holds(self, moment: datetime) -> bool:
+        """Whether an owner's message at `moment` waits: `defer` outside working hours in the team's zone."""
+        if self.outside_hours != "defer":
+            return False
+        from zoneinfo import ZoneInfo
+
+        local = moment.astimezone(ZoneInfo(self.timezone))
+        if self.weekdays_only and local.weekday() >= 5:
+            return True
+        start, end = (time.fromisoformat(part.strip()) for part in self.working_hours.split("-"))
+        now = local.time().replace(tzinfo=None)
+        inside = start <= now < end if start < end else (now >= start or now < end)  # "22:00-06:00" spans midnight
+        return not inside
 
 
 class RedactionPattern(_Section):

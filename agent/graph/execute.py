@@ -157,6 +157,13 @@ def execute_action(
                 note = " ".join(p.message.split())[:MODEL_NOTE_CHARS]
                 body += ("\n\n助手备注：" if deps.language == "zh" else "\n\nNote from the assistant: ") + note
             recipient = job.user if job else "platform-oncall"
+            # Working hours are the policy's, whatever the channel (e-mail, Kubernetes events, chat): a deferred
+            # warning is not given, so no notice runs and no stop follows until it goes out when they begin.
+            rules = deps.policy.notifications
+            if rules.holds(now):
+                days = ", weekdays" if rules.weekdays_only else ""
+                hours = f"outside working hours ({rules.working_hours} {rules.timezone}{days})"
+                return outcome("skipped", f"deferred: {hours}; {p.reason or 'a warning'}", f"deferred: {hours}")
             # A Slurm user knows the job by its number (squeue, the output file), not by partition/name.
             number = (job.labels.get("slurm.array_task") or job.labels.get("slurm.job_id")) if job else None
             subject = f"GPU Steward: {p.target}" + (f" (Slurm job {number})" if number else "")

@@ -277,7 +277,7 @@ class PolicyModel:
                 # About the workload across its runs (the same user, command and image failing the same way): one
                 # message per period, not one per resubmitted run.
                 warned = _last(history, "notify", f.target, f.kind, done)
-            if warned is None or now - warned >= repeat:
+            if (warned is None or now - warned >= repeat) and not policy.notifications.holds(now):
                 return ProposedAction(action="notify", reason=f.evidence, **base)
             return None
         stopped = _last(history, "terminate", f.target, statuses=done, uid=match)
@@ -299,8 +299,8 @@ class PolicyModel:
         # before the stop can land, and no stop before the grace ends (the guardrail's grace_rule too).
         grace_left = (f.stop_after - now) if f.stop_after is not None else timedelta(0)
         if warned is None or now - warned >= repeat or stale:
-            if grace_left > repeat:
-                return None
+            if grace_left > repeat or policy.notifications.holds(now):
+                return None  # not yet: too early in the grace, or outside the working hours the policy keeps
             return ProposedAction(action="notify", reason=f.evidence, **base)
         if now - warned >= timedelta(seconds=policy.warning.min_notice) and stopped is None and grace_left <= timedelta(0):
             return ProposedAction(action="terminate", reason=f.evidence, **base)

@@ -25,7 +25,10 @@ def hist(job_id: str | None, utils: list[float | None], *, samples: list[int] | 
 
 
 def quiet_job(history: list[GpuHistory]):
-    obs = observe([job(gpus=1)], [gpu("ml/train", [0.0] * 12)], [io("ml/train", 12)], history=history,
+    # Started when its history begins (an idle stretch never starts before the job: IdleGpuDetector).
+    born = AT - timedelta(seconds=max(len(h.util_max) for h in history) * COARSE) if history else AT - timedelta(hours=2)
+    obs = observe([job(gpus=1, started_at=born)], [gpu("ml/train", [0.0] * 12)],
+                  [io("ml/train", 12)], history=history,
                   history_slice_s=COARSE)
     return obs, IdleGpuDetector(POLICY).detect(obs)
 

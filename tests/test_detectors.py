@@ -150,6 +150,26 @@ def test_an_idle_stretch_never_starts_before_the_job():
     assert f.since == AT - timedelta(minutes=75) and "for 1h15m" in f.evidence
 
 
+def test_a_stretch_is_only_as_long_as_it_was_watched():
+    """An exporter dark for minutes at the decisive sweep, while the owner ran a 6-minute cell: the window still
+    held 90 % of its samples, and a stop was licensed by a warning from before. A slice whose gaps could hide more
+    than a GPU-minute ends the quiet stretch; at the newest slice it leaves nothing known about now."""
+    utils = busy_then_quiet(4, 20)
+    dark_now = job_gpus("ml/train", utils)
+    dark_now[0] = dark_now[0].model_copy(update={"samples": [EXPECTED] * 23 + [4]})  # 6 of 10 samples missing now
+    assert IdleGpuDetector(POLICY).detect(observe([job()], dark_now, [io("ml/train", 24)])) == []
+    # The gap 10 minutes back: the stretch starts after it (its owner is warned anew), not 100 minutes ago.
+    dark_before = job_gpus("ml/train", utils)
+    dark_before[0] = dark_before[0].model_copy(update={"samples": [EXPECTED] * 21 + [4] + [EXPECTED] * 2})
+    [f] = IdleGpuDetector(POLICY).detect(observe([job()], dark_before, [io("ml/train", 24)]))
+    assert f.since == AT - timedelta(minutes=10)
+    # One missed sample (30 GPU-s unseen) is no gap that could hide a GPU-minute.
+    jitter = job_gpus("ml/train", utils)
+    jitter[0] = jitter[0].model_copy(update={"samples": [EXPECTED] * 21 + [9] + [EXPECTED] * 2})
+    [g] = IdleGpuDetector(POLICY).detect(observe([job()], jitter, [io("ml/train", 24)]))
+    assert g.since == AT - timedelta(minutes=100)
+
+
 def test_idle_needs_the_whole_window_quiet():
     obs = observe([job()], job_gpus("ml/train", busy_then_quiet(14, 10)), [io("ml/train", 24)])
     assert IdleGpuDetector(POLICY).detect(obs) == []

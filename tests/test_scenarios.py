@@ -86,6 +86,7 @@ DIFFICULTY: dict[str, str] = {
     "sd-unlabelled-hourly-requests": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
+    "exporter-dark-at-the-stop-sweep": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -116,6 +116,8 @@ class IdleGpuDetector:
             if tail is not None and stop_after is None:
                 continue
             quiet, blips = window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)
+            if quiet == 0:
+                continue  # the newest slice was not seen whole (an exporter gap now): nothing is known about now
             since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
             if job.started_at is not None and job.started_at > since:
                 since = job.started_at  # the GPU's quiet before the job started on it is not the job's

@@ -17,6 +17,10 @@ from core.observation import Observation
 
 __all__ = ["CoarseHistory", "align_end"]
 
+# A quiet stretch is only as long as it was watched: a slice whose missing samples could hide more than a GPU-minute
+# of work (the material line: longtail.material_gpu_seconds, the replay scorer's MATERIAL_WORK_GPU_S) ends it.
+UNSEEN_GPU_S = 60.0
+
 
 def window_slices(seconds: float, slice_s: float) -> int:
     """How many of the newest slices make a window of `seconds`."""
@@ -67,11 +71,21 @@ class JobSeries:
             return math.inf
         return mean / 100.0 * self.slice_s * len(self.gpus)
 
+    def unseen_gpu_s(self, k: int) -> float:
+        """GPU-seconds of fine slice k that no sample covers (its missing samples times the sample interval, over
+        its GPUs): the most work the slice's gaps could hide."""
+        expected, samples = self.expected[k], self.samples[k]
+        if expected <= 0 or samples >= expected:
+            return 0.0
+        return (expected - samples) * self.slice_s * len(self.gpus) / expected
+
     def quiet_run(self, threshold_pct: float, material_gpu_s: float = 0.0, limit: int | None = None) -> tuple[int, float]:
         """The current quiet stretch: newest slices in a row where every GPU stayed at or below `threshold_pct`,
         or whose activity (blips) adds up to less than `material_gpu_s` GPU-seconds over the stretch (0: any
-        activity ends it). A slice without a valid reading ends it, as does a blip with samples missing. Past
-        the fine slices it reads the coarse history. `limit`: stop counting there (a window's length).
+        activity ends it). A slice without a valid reading ends it, as does a blip with samples missing, and a
+        slice whose gaps could hide more than a GPU-minute of work (UNSEEN_GPU_S): an exporter dark for minutes
+        at the decisive sweep, while the owner ran a cell, left a window 90 % covered and a stop licensed by a
+        warning from before. Past the fine slices it reads the coarse history. `limit`: stop counting there.
 
         Returns (slices, GPU-seconds of work inside the stretch)."""
         count = 0
@@ -79,7 +93,7 @@ class JobSeries:
         stop = self.length if limit is None else min(limit, self.length)
         for k in range(self.length - 1, self.length - 1 - stop, -1):
             value = self.util_max[k]
-            if value is None:
+            if value is None or self.unseen_gpu_s(k) > UNSEEN_GPU_S:
                 break
             if value > threshold_pct:
                 work = self.work_gpu_s(k)

@@ -85,7 +85,7 @@ def test_one_rank_stuck_on_the_host_beside_spinning_ones_is_a_hang_whose_stop_ne
     stuck = gpu("ml/train", [0.0] * N, 0, **{**HUNG, "sm": 0.0, "power": 60.0})
     obs.gpus[0] = stuck
     [f] = ZombieDetector(POLICY).detect(obs)
-    assert f.kind == "zombie" and "(3 pinned, 1 idle)" in f.evidence
+    assert f.kind == "zombie" and "4 GPUs busy at min 100% on 3 of them (1 idle) avg util" in f.evidence
     assert f.stop_needs_approval and "1 of 4 GPUs idle beside pinned ones" in f.stop_needs_approval
     # A GPU in between (working at 50 %) is not a hang; every GPU at 0 % is the idle detector's case.
     between = hung_job()

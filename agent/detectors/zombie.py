@@ -102,7 +102,7 @@ class ZombieDetector:
         pinned = [v or 0.0 for v in w.gpu_avg_util if (v or 0.0) >= self.rule.busy_threshold_pct]
         idle = len(w.gpu_avg_util) - len(pinned)
         head = f"busy at min {min(pinned):.0f}%"
-        return f"{head} ({len(pinned)} pinned, {idle} idle)" if idle else head
+        return f"{head} on {len(pinned)} of them ({idle} idle)" if idle else head
 
     def _mixed_doubt(self, w: JobWindow) -> tuple[str, str] | None:
         """Why a hang with some GPUs idle beside pinned ones needs a person to stop it: one rank working on the CPU

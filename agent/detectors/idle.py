@@ -147,9 +147,10 @@ class IdleGpuDetector:
             mean = sum(known) / len(known) if known else 0.0
             if floor <= mean < line:
                 return (f"{name} averages {mean:.2f} MB/s over the window (under {line:g} MB/s, at least "
-                        f"{floor:g}): a slow transfer (a results upload) reads the same, so the stop needs a person",
+                        f"{floor:g}): a slow transfer (a results upload) or a service answering small requests reads the same, so "
+                        f"the stop needs a person",
                         f"{zh}在窗口内平均 {mean:.2f} MB/s（低于活跃线 {line:g} MB/s，但不低于 {floor:g} MB/s）："
-                        f"缓慢的数据传输（如上传结果）看起来一样")
+                        f"缓慢的数据传输（如上传结果）或处理小请求的服务看起来一样")
         return None
 
     def _cpu_only(self, window: JobWindow, logs: LogProgress | None, tail: LongTail | None,

@@ -230,3 +230,18 @@ def test_a_job_still_running_after_its_graceful_stop_ignored_it_whatever_process
                       gpus=1)
     step = PolicyModel._next_step(finding, signalled_state(job, history), history, Policy(), now, "slurm:22")
     assert step is not None and step.action == "force_terminate"
+
+
+def test_a_job_id_slurm_hands_out_again_is_another_job():
+    """slurmctld started over with a fresh state directory hands out job 25 again: the new job inherited the old
+    one's warnings and stop record (warned twice, never stopped). The identity joins the submit time."""
+    from datetime import UTC, datetime
+
+    from tools.slurm import job_uid
+    from tools.slurm_parse import SlurmJob
+
+    old = SlurmJob(job_id="25", name="rq2", partition="gpu", user="u", account=None, qos=None, state="RUNNING",
+                   gpus=1, submitted_at=datetime(2026, 12, 2, 16, 0, tzinfo=UTC))
+    new = SlurmJob(**{**old.__dict__, "submitted_at": datetime(2026, 12, 2, 16, 38, tzinfo=UTC)})
+    assert job_uid(old) != job_uid(new) and job_uid(old).startswith("slurm:25@")
+    assert job_uid(SlurmJob(**{**old.__dict__, "submitted_at": None})) == "slurm:25"  # text output without %V

@@ -198,21 +198,26 @@ def test_stopping_one_array_task_stops_only_that_task(slurm, tmp_path):
                 break
             time.sleep(0.2)
         jobs = [j for j in scheduler.list_jobs() if j.name == "arr"]
-        by_uid = {j.uid: j for j in jobs}
-        assert {f"slurm:{array}_0", f"slurm:{array}_1", f"slurm:{array}_[2-5]"} <= set(by_uid), sorted(by_uid)
-        first, second = by_uid[f"slurm:{array}_0"], by_uid[f"slurm:{array}_1"]
-        assert first.labels["slurm.array_task"] == f"{array}_0" and first.labels[JOB_ID_LABEL] != str(array)
+        by_task = {j.labels.get("slurm.array_task"): j for j in jobs}
+        assert {f"{array}_0", f"{array}_1", f"{array}_[2-5]"} <= set(by_task), sorted(map(str, by_task))
+        first, second = by_task[f"{array}_0"], by_task[f"{array}_1"]
+        assert first.uid.startswith(f"slurm:{array}_0@") and first.labels[JOB_ID_LABEL] != str(array)
         assert scheduler.steward_id_for(first.labels[JOB_ID_LABEL]) == first.id
-        # The pending remainder removed from the queue, and one running task stopped: the other task runs on.
-        remainder = by_uid[f"slurm:{array}_[2-5]"]
-        assert scheduler.stop_job(remainder.id, force=False, uid=remainder.uid).status in ("stopped", "stopping")
-        result = scheduler.stop_job(first.id, force=True, uid=first.uid)
+        # One running task stopped gracefully while the array still has pending tasks: Slurm 22.05's scancel exits
+        # 229 ("Job can not be altered now") and delivers the signal all the same; the stop is not a failure.
+        result = scheduler.stop_job(first.id, force=False, uid=first.uid)
         assert result.status in ("stopped", "stopping"), result
+        # The pending remainder removed from the queue (its name moves as tasks start: read again): the other
+        # running task runs on.
         time.sleep(1.0)
-        left = {j.uid: j.state for j in scheduler.list_jobs() if j.name == "arr"}
-        assert left.get(second.uid) == "running", (left, slurm.logs()[-2000:])
-        assert first.uid not in left or left[first.uid] != "running"
-        assert not [u for u in left if u.startswith(f"slurm:{array}_[")]
-        assert ("scancel", f"{array}_0") in scheduler.calls and ("scancel", str(array)) not in scheduler.calls
+        [remainder] = [j for j in scheduler.list_jobs() if (j.labels.get("slurm.array_task") or "").startswith(
+            f"{array}_[")]
+        assert scheduler.stop_job(remainder.id, force=False, uid=remainder.uid).status in ("stopped", "stopping")
+        time.sleep(1.0)
+        left = {j.labels.get("slurm.array_task"): j.state for j in scheduler.list_jobs() if j.name == "arr"}
+        assert left.get(f"{array}_1") == "running", (left, slurm.logs()[-2000:])
+        assert left.get(f"{array}_0") != "running"
+        assert not [u for u in left if u and u.startswith(f"{array}_[")]
+        assert ("scancel", str(array)) not in scheduler.calls and second.state == "running"
     finally:
         slurm.cli("scancel", str(array))

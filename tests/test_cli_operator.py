@@ -182,3 +182,11 @@ def test_audit_log_reads_what_was_done_oldest_first(tmp_path, capsys):
     assert len(json.loads(capsys.readouterr().out)) == 3
     assert main(["audit", "log", "--data-dir", str(tmp_path), "--target", "gpu/other"]) == 0
     assert "(no entries)" in capsys.readouterr().out
+    # An error keeps its reason in Chinese too (it read "error observe_failed observe_failed").
+    log = AuditLog(tmp_path / "audit.sqlite")
+    log.record("error", at=at + timedelta(hours=2), run_id="r", status="observe_failed",
+               reason="cluster not read: scheduler unavailable: Unable to contact slurm controller")
+    log._conn.close()
+    assert main(["audit", "log", "--data-dir", str(tmp_path), "--lang", "zh"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "读取集群失败" in last and "未能读取集群" in last and "Unable to contact slurm controller" in last

@@ -37,6 +37,8 @@ STATUS_ZH = {
     "failed": "失败", "refused": "被调度器拒绝", "skipped": "已跳过", "denied_by_human": "被人工拒绝",
     "expired": "已过期", "approve": "批准", "deny": "拒绝", "expire": "过期",
     "approved": "已批准", "denied": "已拒绝", "pending": "待审批",
+    "needs_approval": "需人工审批", "allow": "放行", "observe_failed": "读取集群失败",
+    "refused_answer": "答复未受理", "granted": "已批准豁免", "revoked": "已撤销",
 }
 
 
@@ -446,4 +448,6 @@ def audit_text(kind: str, status: str | None, action: str | None, target: str | 
         return f"豁免至 {until}" if status == "granted" else "豁免已撤销"
     if kind == "report":
         return "巡检报告"
+    if kind == "error" and reason:  # what failed, in the sweep's translated words and the backend's own
+        return degraded_text(reason, language)
     return status_label(status or "", language)

@@ -159,6 +159,8 @@ def test_the_sweep_now_api_and_the_audit_log_keep_their_zones(client):
 @pytest.mark.parametrize(("action", "status", "detail", "reason", "zh"), [
     ("force_terminate", "executed", "stopped: killed", "idle", "已停止（已强制结束）"),
     ("terminate", "executed", "stopping: SIGTERM sent; the job has not exited", "idle", "已发送 SIGTERM，作业尚未退出"),
+    ("force_terminate", "executed", "stopping: slurm job 8 cancelled; still completing", "idle",
+     "已强制结束，作业尚未退出（slurm job 8 cancelled; still completing）"),
     ("terminate", "refused", "refused: ml/x is another job now (uid u2, not u1)", "idle",
      "被拒绝（ml/x is another job now (uid u2, not u1)）"),
     ("notify", "executed", "inbox to alice: sent", "idle", "通过站内信发给 alice：已发送"),

@@ -184,7 +184,8 @@ def outcome_text(action: str, status: str, detail: str, reason: str, language: s
     word, _, rest = detail.partition(": ")
     if word in RESULT_ZH:
         said = BACKEND_ZH.get(rest, rest)
-        return RESULT_ZH[word] + (f"（{said}）" if said else "")
+        head = "已强制结束，作业尚未退出" if word == "stopping" and action == "force_terminate" else RESULT_ZH[word]
+        return head + (f"（{said}）" if said else "")
     return BACKEND_ZH.get(detail, detail)
 
 

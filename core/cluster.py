@@ -55,6 +55,14 @@ class JobInfo(_Record):
     ended_at: datetime | None = None  # when a finished job ended (`failed_jobs`); None while it runs
     # What the job runs (docs/doomed-jobs.md): with user, image and GPUs, what makes two runs "the same job".
     command: str | None = None
+    # A container restarting in place (Kubernetes restartCount, docs/doomed-jobs.md): how many times, how its last
+    # run ended (the kubelet keeps only the last: reason and exit code, when, after how long) and why it is not
+    # running now (the kubelet's waiting reason, e.g. CrashLoopBackOff). 0 / None = not restarted or not reported.
+    restarts: int = 0
+    last_exit: str | None = None
+    last_exit_at: datetime | None = None
+    last_run_s: float | None = None
+    waiting: str | None = None
 
 
 class FinishedJob(_Record):

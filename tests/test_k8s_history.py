@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from agent.config.policy import Policy
 from agent.detectors.doomed import DoomedJobDetector
+from agent.detectors.evidence import describe
 from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
 from core.observation import Observation
@@ -90,3 +91,44 @@ def test_a_re_read_before_acting_reuses_its_sweeps_history():
     cluster.advance_to(3600 + 600)  # the next sweep, ten minutes on, reads it again
     deps.observe_job(job)
     assert len(reads) == 2
+
+
+def _restarting(name: str, *, restarts: int, ran_s: float, ended_min_ago: float, waiting: str | None,
+                reason: str = "OOMKilled", code: int = 137) -> dict:
+    """A Running pod whose main container the kubelet restarted in place (restartPolicy Always or OnFailure):
+    restartCount, the last termination, and the waiting reason while it backs off."""
+    pod = gpu_pod("llm", name, 4, labels={"steward.io/owner": "carol"}, phase="Running",
+                  started=NOW - timedelta(hours=2))
+    end = NOW - timedelta(minutes=ended_min_ago)
+    last = {"exitCode": code, "reason": reason, "startedAt": (end - timedelta(seconds=ran_s)).isoformat().replace(
+        "+00:00", "Z"), "finishedAt": end.isoformat().replace("+00:00", "Z")}
+    state = {"waiting": {"reason": waiting, "message": "back-off 5m0s restarting failed container"}} if waiting else {
+        "running": {"startedAt": end.isoformat().replace("+00:00", "Z")}}
+    pod["status"]["containerStatuses"] = [{"name": "main", "restartCount": restarts, "state": state,
+                                           "lastState": {"terminated": last}}]
+    return pod
+
+
+def test_a_pod_crash_looping_in_place_is_doomed_advice_from_the_kubelets_own_count(api, settings):  # noqa: F811
+    """A pod that restarts in place never ends, so it leaves no finished history: the kubelet's restartCount and
+    last termination are the streak. Only the fast, recent loop is flagged; nothing is stopped (level 1)."""
+    api.store.put("pods", _restarting("looping", restarts=6, ran_s=150, ended_min_ago=2, waiting="CrashLoopBackOff"))
+    api.store.put("pods", _restarting("rerunning", restarts=4, ran_s=140, ended_min_ago=3, waiting=None))
+    # Restarted after a long healthy run (not fast), restarted long ago and running well since, restarted twice.
+    api.store.put("pods", _restarting("slow-fail", restarts=5, ran_s=3 * 3600, ended_min_ago=2, waiting="CrashLoopBackOff"))
+    api.store.put("pods", _restarting("recovered", restarts=5, ran_s=120, ended_min_ago=90, waiting=None))
+    api.store.put("pods", _restarting("twice", restarts=2, ran_s=120, ended_min_ago=2, waiting="CrashLoopBackOff"))
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    jobs = k8s.list_jobs()
+    looping = next(j for j in jobs if j.id == "llm/looping")
+    assert (looping.state, looping.restarts, looping.last_exit, looping.last_run_s, looping.waiting) == (
+        "running", 6, "OOMKilled (exit 137)", 150.0, "CrashLoopBackOff")
+    obs = Observation(at=NOW, slice_s=300, lookback_s=3600, jobs=jobs, finished=[])
+    findings = DoomedJobDetector(Policy()).detect(obs)
+    assert sorted(f.target for f in findings) == ["llm/looping", "llm/rerunning"]
+    loop = next(f for f in findings if f.target == "llm/looping")
+    assert loop.kind == "doomed" and loop.gpus == 4
+    assert ("restarted 6 times; the last run lasted 2m and ended 2m ago with OOMKilled (exit 137)" in loop.evidence
+            and "(CrashLoopBackOff)" in loop.evidence), loop.evidence
+    zh = describe(loop, "zh")
+    assert "已重启 6 次" in zh and "OOMKilled (exit 137)" in zh and "CrashLoopBackOff" in zh and "4 块 GPU" in zh, zh

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from agent.config.policy import Policy
@@ -101,3 +103,25 @@ def test_a_sweep_costs_a_fixed_number_of_api_calls(world):
                      "status.phase!=Running,status.phase!=Pending,status.phase!=Unknown"]
     assert [p for m, p, _ in reads if p == "/api/v1/nodes"] == ["/api/v1/nodes"]
     assert all(p.endswith("/log") for m, p, _ in reads if p not in ("/api/v1/pods", "/api/v1/nodes"))
+
+
+def test_a_pod_crash_looping_in_place_gets_advice_and_is_never_stopped(world):
+    """The kubelet restarts a failing container in place: the pod never ends, so only its restartCount and last
+    termination show the loop. The sweep tells the owner (a Kubernetes event, level 1), once, and stops nothing."""
+    cluster, api, deps, service = world
+    cluster.advance_to(10 * 60)
+    pod = api.store.get("pods", "ml", "training")
+    ended = (cluster.now() - timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
+    began = (cluster.now() - timedelta(minutes=4)).isoformat().replace("+00:00", "Z")
+    pod["status"]["containerStatuses"] = [{
+        "name": pod["spec"]["containers"][0]["name"], "restartCount": 7,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"reason": "Error", "exitCode": 1, "startedAt": began, "finishedAt": ended}}}]
+    api.store.put("pods", pod)
+    outcomes = []
+    for minute in (10, 20):
+        cluster.advance_to(minute * 60)
+        outcomes += [o for o in service.sweep().state.get("outcomes", []) if o["target"] == "ml/training"]
+    assert [(o["action"], o["status"]) for o in outcomes] == [("notify", "executed")], outcomes
+    assert "restarted 7 times" in outcomes[0]["reason"] and "Error (exit 1)" in outcomes[0]["reason"]
+    assert not [p for m, p, _ in api.requests if m != "GET" and "/pods/training" in p and "eviction" in p]

@@ -133,6 +133,32 @@ def pending_condition(status: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _exit_reason(terminated: dict) -> str:
+    """How a container ended, as the kubelet reports it: "OOMKilled (exit 137)", "Error (exit 1)", "exit 1"."""
+    why, code = terminated.get("reason") or "", terminated.get("exitCode")
+    return f"{why} (exit {code})" if why and code is not None else (why or (f"exit {code}" if code is not None else ""))
+
+
+def _main_status(pod: dict, reading: PodReading) -> dict:
+    """The main container's status (containerStatuses), {} when the kubelet has not reported it."""
+    main = main_container(pod, reading.gpu_resource).get("name")
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((c for c in statuses if c.get("name") == main), statuses[0] if statuses else {})
+
+
+def restart_fields(pod: dict, reading: PodReading) -> dict:
+    """JobInfo's restart fields from the main container's status: restartCount, its last termination (the kubelet
+    keeps only the last) and the reason it waits (CrashLoopBackOff)."""
+    status = _main_status(pod, reading)
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    started, ended = parse_time(last.get("startedAt")), parse_time(last.get("finishedAt"))
+    waiting = ((status.get("state") or {}).get("waiting") or {}).get("reason") or None
+    return {"restarts": max(0, _quantity(status.get("restartCount"))),
+            "last_exit": (_exit_reason(last) or None) if last else None, "last_exit_at": ended,
+            "last_run_s": max(0.0, (ended - started).total_seconds()) if started and ended else None,
+            "waiting": waiting}
+
+
 def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     ns, name = meta.get("namespace", "default"), meta["name"]
@@ -158,6 +184,7 @@ def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
         gpu_model=(spec.get("nodeSelector") or {}).get(reading.gpu_model_label) or None,
         image=main_container(pod, reading.gpu_resource).get("image") or None,
         command=container_command(main_container(pod, reading.gpu_resource)),
+        **restart_fields(pod, reading),
     )
 
 
@@ -181,10 +208,7 @@ def pod_to_finished(pod: dict, reading: PodReading) -> FinishedJob | None:
     reason = ""
     if phase == "Failed":
         t = ended[0] if ended else {}
-        why = t.get("reason") or status.get("reason") or ""
-        code = t.get("exitCode")
-        reason = f"{why} (exit {code})" if why and code is not None else (why or (f"exit {code}" if code is not None
-                                                                                   else ""))
+        reason = _exit_reason({"reason": t.get("reason") or status.get("reason"), "exitCode": t.get("exitCode")})
     return FinishedJob(id=job.id, uid=job.uid, user=job.user, project=job.project, gpus=job.gpus, node=job.node,
                        image=job.image, command=job.command, started_at=started_at, ended_at=ended_at,
                        state="completed" if phase == "Succeeded" else "failed", reason=reason)

@@ -70,7 +70,7 @@ class DoomedJobDetector:
         self.rule = policy.detectors.doomed
 
     def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
-        if not self.rule.enabled or not obs.finished:
+        if not self.rule.enabled:
             return []
         history = run_history(obs.finished)
         now = obs.at.timestamp()
@@ -80,6 +80,8 @@ class DoomedJobDetector:
                 continue
             verdict = judge(DEFAULT_RULE, history, JobToJudge(job_identity(job), job.user, job.gpus), now)
             if verdict is None:
+                if (loop := in_place_loop(job, now)) is not None:
+                    findings.append(loop)
                 continue
             runs = streak(history, job, now) or list(verdict.runs)
             longest = max(r.duration_s for r in runs)
@@ -124,11 +126,52 @@ class DoomedJobDetector:
         )
 
 
+def in_place_loop(job: JobInfo, now: float) -> Finding | None:
+    """A running pod whose container restarts in place, failing fast: the streak rule read from the kubelet's own
+    count (restartCount) instead of finished runs, since a pod that restarts in place never ends. At least the rule's
+    runs restarts, the last run no longer than its fast_s and ended within its within_s, and the pod either backing
+    off (waiting, e.g. CrashLoopBackOff) or not yet running OUTLIVED_FACTOR times as long as that last run. The
+    kubelet keeps only the last run's end, so the evidence says the last cause, not that all were one. Advice
+    (level 1): a controller would recreate a deleted pod, so the fix is the owner's."""
+    rule = DEFAULT_RULE
+    last_s, ended = job.last_run_s, job.last_exit_at
+    if job.state != "running" or job.restarts < rule.runs or last_s is None or ended is None:
+        return None
+    since_last = max(0.0, now - ended.timestamp())
+    if (rule.fast_s is not None and last_s > rule.fast_s) or (rule.within_s is not None and since_last > rule.within_s):
+        return None
+    if job.waiting is None and since_last > OUTLIVED_FACTOR * max(last_s, 1.0):
+        return None  # running again for longer than the loop's runs lasted: this run may be the fix
+    cause = f"with {job.last_exit}" if job.last_exit else "with no reason given"
+    now_doing = (f"it waits to restart ({job.waiting})" if job.waiting else "it is running again")
+    evidence = (f"restarting in place: its container has restarted {job.restarts} times; the last run lasted "
+                f"{format_duration(last_s)} and ended {format_duration(since_last)} ago {cause}; the pod holds its "
+                f"{job.gpus} GPUs between restarts and {now_doing}, likely to fail the same way; fix: find the cause "
+                f"in the last run's log (kubectl logs --previous) and change the job, or scale it to zero")
+    at = datetime.fromtimestamp(now, UTC)
+    return Finding(
+        kind="doomed", target=job.id, since=min(job.started_at or at, at), detected_at=at, evidence=evidence,
+        gpus=job.gpus, owner=job.user,
+        metrics={"restarts": float(job.restarts), "longest_s": last_s, "since_last_s": since_last,
+                 "waiting": 1.0 if job.waiting else 0.0, "gpus_requested": float(job.gpus), "in_place": 1.0},
+    )
+
+
 def doomed_zh(finding: Finding) -> str:
     """A doomed / crash-loop finding's evidence in Chinese, from its numbers (the reason from the evidence)."""
     from agent.detectors.evidence import duration_zh  # evidence.py renders through this module
 
     m = finding.metrics
+    if m.get("in_place"):
+        cause = re.search(r" ago with (.+?); the pod holds", finding.evidence)
+        why = cause.group(1) if cause and cause.group(1) != "no reason given" else ""
+        waiting = re.search(r"waits to restart \((.+?)\)", finding.evidence)
+        return (f"容器原地重启：已重启 {m['restarts']:g} 次，最近一次运行 {duration_zh(m['longest_s'])}后结束"
+                + (f"，原因 {why}" if why else "") + f"（{duration_zh(m['since_last_s'])}前）；"
+                + f"重启间隙 Pod 仍占着 {m['gpus_requested']:g} 块 GPU，"
+                + (f"正在等待重启（{waiting.group(1)}）" if waiting else "它又在运行")
+                + "，很可能以同样方式失败；处理办法：查看上一次运行的日志（kubectl logs --previous）找出原因并修改作业，"
+                + "或将其副本数缩为零")
     found = _REASON.search(finding.evidence)
     reason = found.group(1) if found and found.group(1) != "no reason given" else ""
     image = re.search(r"of image (\S+) \(", finding.evidence)

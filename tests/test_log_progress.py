@@ -135,9 +135,19 @@ def test_requests_a_service_answers_are_counted_and_probes_and_notebook_calls_ar
     """A POST to a path that is neither a health check nor a notebook server's own API is a caller's request."""
     from tools.log_progress import request_path
 
-    assert request_path('"POST /sdapi/v1/txt2img HTTP/1.1" 200 req=8812') == "/sdapi/v1/txt2img"
-    assert request_path('INFO: 10.0.0.1:5123 - "POST /v1/completions HTTP/1.1" 200 OK') == "/v1/completions"
-    assert request_path('10.1.1.1 - - [02/Dec/2026:10:00:00] "POST /predict?key=s3cret HTTP/1.1" 200 512') == "/predict"
+    assert request_path('"POST /sdapi/v1/txt2img HTTP/1.1" 200 req=8812') == "POST /sdapi/v1/txt2img"
+    assert request_path('INFO: 10.0.0.1:5123 - "POST /v1/completions HTTP/1.1" 200 OK') == "POST /v1/completions"
+    assert request_path('10.1.1.1 - - [02/Dec/2026:10:00:00] "POST /predict?key=s3cret HTTP/1.1" 200 512') == (
+        "POST /predict")
+    # Servers without an access log: text-generation-inference's router span, vLLM's engine.
+    tgi = ('2026-11-03T13:05:12Z  INFO generate{parameters=GenerateParameters { max_new_tokens: Some(256) } '
+           'total_time="3.412s" inference_time="3.41s"}: text_generation_router::server: router/src/server.rs:305: Success')
+    assert request_path(tgi) == "generate (Success)"
+    assert request_path("INFO 11-03 13:05:12 async_llm_engine.py:140] Finished request chatcmpl-8f2c1e") == (
+        "Finished request chatcmpl-…")
+    for not_served in ("generate{x=1}: router: Error: out of memory", "step 10 generate samples: Success",
+                       "Finished request handling setup", "predict{batch=3}: validation failed"):
+        assert request_path(not_served) is None, not_served
     for probe in ("GET /healthz 200 1ms", "POST /healthz 200", "POST /api/kernels/abc/interrupt 204",
                   "[I ServerApp] 201 POST /api/sessions (127.0.0.1) 3ms", "GET /v1/models 200", "POST / 200"):
         assert request_path(probe) is None, probe
@@ -145,7 +155,7 @@ def test_requests_a_service_answers_are_counted_and_probes_and_notebook_calls_ar
     lines = [LogLine(at=at - timedelta(minutes=m), text=f'"POST /sdapi/v1/txt2img HTTP/1.1" 200 req={m}')
              for m in (130, 70)] + [LogLine(at=at - timedelta(minutes=5), text="GET /healthz 200 1ms")]
     progress = analyse_log("imagegen/sdxl", lines, at)
-    assert progress.requests == 2 and progress.request_path == "/sdapi/v1/txt2img"
+    assert progress.requests == 2 and progress.request_path == "POST /sdapi/v1/txt2img"
 
 
 def test_the_schedulers_own_cancel_line_is_not_progress():

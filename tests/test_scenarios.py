@@ -84,6 +84,7 @@ DIFFICULTY: dict[str, str] = {
     "eval-slow-results-upload": "hard",
     "uneven-shards-partial-idle": "medium",
     "sd-unlabelled-hourly-requests": "hard",
+    "tgi-unlabelled-router-log": "hard",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
     "exporter-dark-at-the-stop-sweep": "hard",

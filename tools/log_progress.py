@@ -41,7 +41,15 @@ _STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\
 
 
 # An access-log line of a request a service answered: POST (or PUT) to a path, with a status code.
-_REQUEST = re.compile(r"\b(?:POST|PUT)\s+(/[^\s?\"']*)[^\s\"']*(?:\s+HTTP/[\d.]+)?\"?\s+(?:[-:=]\s*)?([1-5]\d\d)\b")
+_REQUEST = re.compile(r"\b(POST|PUT)\s+(/[^\s?\"']*)[^\s\"']*(?:\s+HTTP/[\d.]+)?\"?\s+(?:[-:=]\s*)?([1-5]\d\d)\b")
+# A server that writes no access log says it answered in its own words: a tracing span of an inference handler
+# that ended in Success (text-generation-inference's router: `generate{... total_time="3.4s" ...}: ...: Success`),
+# or a request id it finished (vLLM's engine: `Finished request chatcmpl-8f2c`).
+_SERVED = re.compile(
+    r"\b(generate(?:_stream)?|chat_completions?|completions?|embed\w*|predict|infer\w*|rerank|classify|tokenize)"
+    r"\{[^\n]*?\}:[^\n]*\bSuccess\b"
+    r"|\b(?:Finished|Completed|Served|Answered)\s+request\s+((?:chat)?cmpl|embd|req|request)[-_]",
+    re.I)
 # Paths that are not a caller's request: probes, metrics, and a notebook server's own API (the browser tab of an
 # open, idle notebook keeps calling it).
 _NOT_A_REQUEST = re.compile(
@@ -51,11 +59,16 @@ _NOT_A_REQUEST = re.compile(
 
 
 def request_path(text: str) -> str | None:
-    """The path of a request an access-log line shows a service answering (no query string), else None."""
+    """What a log line shows a service answering, else None: an access log's method and path (no query string,
+    "POST /v1/completions"), or a server's own request line (`_SERVED`: "generate (Success)", "Finished request
+    cmpl-…"). Probes, metrics and a notebook server's own API are not requests."""
     m = _REQUEST.search(text)
-    if m is None or _NOT_A_REQUEST.match(m.group(1)) or m.group(1) == "/":
+    if m is not None:
+        return None if _NOT_A_REQUEST.match(m.group(2)) or m.group(2) == "/" else f"{m.group(1)} {m.group(2)}"
+    served = _SERVED.search(text)
+    if served is None:
         return None
-    return m.group(1)
+    return f"{served.group(1)} (Success)" if served.group(1) else f"Finished request {served.group(2)}-…"
 
 
 def _shape(text: str) -> tuple[str, tuple[str, ...]]:

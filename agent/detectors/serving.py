@@ -81,7 +81,7 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
             why = "serves vLLM request metrics"
         logs = obs.logs.get(f.target)
         if why is None and job is not None and logs is not None and logs.requests:
-            why = f"its log shows it answering requests ({logs.requests} in the log read, e.g. POST {logs.request_path})"
+            why = f"its log shows it answering requests ({logs.requests} in the log read, e.g. {logs.request_path})"
         if job is None or why is None:
             out.append(f)
             continue

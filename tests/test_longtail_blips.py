@@ -35,7 +35,8 @@ def quiet(n: int) -> list[tuple[float, float] | None]:
 
 def detect(slices: list[tuple[float, float] | None], policy=BLIPS, **kw):
     started = kw.pop("started", timedelta(seconds=len(slices) * SLICE))
-    obs = observe([job("ml/svc", gpus=1, started_at=AT - started)], [one_gpu(slices, **kw)], [io("ml/svc", len(slices))])
+    obs = observe([job("ml/svc", gpus=1, started_at=None if started is None else AT - started)],
+                  [one_gpu(slices, **kw)], [io("ml/svc", len(slices))])
     return obs, IdleGpuDetector(policy).detect(obs)
 
 
@@ -177,3 +178,18 @@ def test_the_coarse_history_counts_blips_by_their_average_or_else_their_max():
     assert f.since == AT - timedelta(hours=5) and f.metrics["blip_gpu_s"] == 18.0
     # No average (the Prometheus coarse history): each may have held 5% x 30 min = 90 GPU-s, material.
     assert IdleGpuDetector(BLIPS).detect(coarse_blips([])) == []
+
+
+def test_a_silence_already_going_when_the_lookback_began_is_the_jobs_rhythm_when_the_job_is_older():
+    """Yesterday's night, for a job that works by day: the lookback (a day) begins inside it, so its start is not
+    seen. A job older than the lookback was alive then: the silence is at least its seen part, and the job came back
+    from it with work, so tonight's first quiet hours are within its rhythm. A job that started inside the lookback
+    spent that silence setting up, which is no pause (its first quiet stretch is not counted)."""
+    lookback = round(POLICY.detectors.longtail.lookback / SLICE)
+    day = ([BURST] * 6 + quiet(3)) * 18  # 13.5 hours of work with 15-minute pauses
+    slices = quiet(lookback - len(day) - 30) + day + quiet(30)  # quiet for 165 minutes now (the day ends quiet)
+    assert len(slices) == lookback
+    assert detect(slices, POLICY, started=timedelta(hours=30))[1] == []
+    assert detect(slices, POLICY, started=None)[1] == []  # start unknown: read in the job's favour
+    [f] = detect(slices, POLICY, started=timedelta(seconds=len(slices) * SLICE - SLICE))[1]
+    assert f.since == AT - timedelta(minutes=165)

@@ -194,6 +194,9 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
     length is its largest possible fine value: more bursts, a longer past pause or working span only
     protect more. A busy coarse slice whose lowest sample is quiet (or unknown) may hide a pause.
 
+    A silence already going when the lookback began, in a job older than the lookback, is one it came back from
+    (at least its seen part long, after work before the lookback): yesterday's night, for a job that works by day.
+
     Unknown is not idle: when valid samples cover less than `min_coverage` of the lookback (or of the
     life of a younger job), the gaps are read in the job's favour (_gaps_could_protect), and a job the
     gaps could protect is one we cannot tell from a periodic one.
@@ -234,7 +237,15 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
         # Like with like: the current stretch ends at any activity, so a past pause is a silence too, and only one
         # that work followed says the job may come back after it.
         back = math.ceil(window.slices / r - 1e-9)  # the idle window, in the slices `values` counts
-        longest_gap = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct, back)
+        # A silence already going when the lookback began, in a job older than the lookback (or of unknown start),
+        # began before it: unknown, so read in the job's favour, as a silence at least its seen part long that
+        # followed work (yesterday's night, for a job that works by day).
+        born = series.started_at
+        open_start = len(values) >= lookback and (
+            born is None or born <= series.at - timedelta(seconds=lookback * r * series.slice_s))
+        longest_gap, came_back = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct,
+                                                              back, open_start)
+        bursts += came_back  # the work before that silence
     worked = (busy[-1] - busy[0] + 1) * r if busy else 0
     needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
     if bursts >= 2 and quiet < needed:
@@ -258,22 +269,25 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
 
 
 def _longest_silence_before_work(values: list[float | None], busy: list[int], coarse: CoarseHistory | None,
-                                 first: int, quiet_pct: float, back: int) -> int:
+                                 first: int, quiet_pct: float, back: int, open_start: bool = False) -> tuple[int, bool]:
     """The longest silence (slices with no activity, blips included as activity) the job came back from with
     work: one whose end is followed by a burst slice in `busy` (indices into `values`, the lookback before the
     current quiet stretch) within `back` slices (the idle window), blips in between allowed: a model load or
     CUDA init that touches the GPU before the real work is part of coming back. A silence that only blips
-    followed for longer than that shows nothing worth waiting for. A silence before the lookback's first
-    activity is not counted: its start is unknown. Coarse slices not busy throughout may hide up to r-1 quiet
-    fine slices at each end, counted in."""
+    followed for longer than that shows nothing worth waiting for. Coarse slices not busy throughout may hide up
+    to r-1 quiet fine slices at each end, counted in.
+
+    A silence before the lookback's first activity counts only with `open_start` (the job was alive before the
+    lookback began): it is at least its seen part long. Otherwise it ran from the job's start, a set-up, not a
+    pause. Also returns whether that open silence was one the job came back from (a burst before the lookback)."""
     r = coarse.ratio if coarse is not None else 1
     work = busy  # ascending, as _periodic builds it
 
     def edge(k: int) -> int:
-        return r - 1 if coarse is not None and not coarse.solid(first + k, quiet_pct) else 0
+        return r - 1 if k >= 0 and coarse is not None and not coarse.solid(first + k, quiet_pct) else 0
 
-    longest = 0
-    last_active: int | None = None
+    longest, came_back = 0, False
+    last_active: int | None = -1 if open_start else None  # -1: the work before the lookback, if any
     w = 0  # the first burst slice at or after k
     for k, value in enumerate(values):
         if value is None or value <= quiet_pct:
@@ -282,8 +296,9 @@ def _longest_silence_before_work(values: list[float | None], busy: list[int], co
             w += 1
         if last_active is not None and w < len(work) and work[w] - k <= back:
             longest = max(longest, (k - last_active - 1) * r + edge(last_active) + edge(k))
+            came_back = came_back or (last_active == -1 and k > 0)
         last_active = k
-    return longest
+    return longest, came_back
 
 
 def _gaps_could_protect(

@@ -212,8 +212,11 @@ def test_keep_from_someone_else_is_refused_and_chinese_gets_chinese():
     reply = world.say("staff-bob", "保留 4h ml-team/notebook 帮同事").json()["text"]["content"]
     assert "只有作业所有者 alice" in reply
     assert world.deps.audit.entries(kind="exemption") == []
+    # DingTalk does not sign the sender, so a message that claims an approver gets an owner's rights only: an
+    # approver's keep (any job, up to 30 days) would be a forged sender's for the asking.
     reply = world.say("staff-lead", "keep 2h ml-team/notebook approved by lead").json()["text"]["content"]
-    assert reply.startswith("OK") and world.deps.audit.entries(kind="exemption")
+    assert reply.startswith("Only alice") and "use WeCom or the web UI" in reply, reply
+    assert world.deps.audit.entries(kind="exemption") == []
 
 
 def test_dingtalk_never_answers_an_approval_and_a_captured_callback_is_never_taken_twice(tmp_path):

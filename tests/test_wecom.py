@@ -229,3 +229,31 @@ def test_group_robot_sends_markdown_and_cards_and_surfaces_errcode():
     finally:
         server.httpd.shutdown()
         server.httpd.server_close()
+
+
+def test_a_callback_that_failed_is_taken_again_when_the_platform_retries_it(monkeypatch):
+    """WeCom (and DingTalk) retry a callback that got no good answer. When the command could not be carried out
+    (a data store that cannot be written: 503, nothing done), the retry of the same signed request must be taken,
+    not refused as a replay: the owner's `keep` was lost."""
+    from agent.chatops.commands import ChatCommands
+    from agent.records.store import Problem, StoreUnavailable
+
+    cb = Callback()
+    cb.cluster.advance_to(65 * 60)
+    cb.service.sweep()
+    real = ChatCommands.handle
+    calls = []
+
+    def flaky(self, *args):  # noqa: ANN001, ANN202
+        calls.append(args)
+        if len(calls) == 1:
+            raise StoreUnavailable(Problem("locked", "audit store is locked"))
+        return real(self, *args)
+
+    monkeypatch.setattr(ChatCommands, "handle", flaky)
+    with pytest.raises(StoreUnavailable):
+        cb.post("alice", "keep 4h demo ml-team/notebook", nonce="n-retry")
+    retry = cb.post("alice", "keep 4h demo ml-team/notebook", nonce="n-retry")
+    assert retry.status_code == 200 and "ml-team/notebook" in cb.reply_text(retry)
+    assert [e.target for e in cb.deps.audit.entries(kind="exemption")] == ["ml-team/notebook"]
+    assert cb.post("alice", "keep 4h demo ml-team/notebook", nonce="n-retry").status_code == 401  # done: a replay

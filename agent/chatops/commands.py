@@ -142,10 +142,18 @@ class ChatCommands:
                   f"或网页界面的审批页面{where}。")
 
     def _keep(self, platform: str, chat_id: str, request: KeepRequest | str, lang: str) -> str:
+        # An approver's keep (any job, up to 30 days) is an approver's power: not taken from a platform that does
+        # not sign who sent the message, any more than an approval is. There, everyone keeps as an owner.
         user = self.directory.cluster_user(platform, chat_id)
-        return grant_keep(self.service_provider().deps, request, user=user,
-                          approver=self.directory.is_approver(platform, chat_id), by=f"{platform}:{user}",
-                          run_id=f"chatops-{platform}", lang=lang, data={"chat_id": chat_id})
+        approver = self.directory.is_approver(platform, chat_id)
+        unsigned = platform in UNSIGNED_SENDERS
+        en, zh = _PLATFORM_NAMES.get(platform, (platform, platform))
+        return grant_keep(self.service_provider().deps, request, user=user, approver=approver and not unsigned,
+                          by=f"{platform}:{user}", run_id=f"chatops-{platform}", lang=lang, data={"chat_id": chat_id},
+                          not_as_approver=(f" An approver's keep is not taken from a {en} message ({en} does not "
+                                           "sign who sent it): use WeCom or the web UI.",
+                                           f"审批人的保留不通过{zh}消息受理（{zh}不对发送者签名），请使用企业微信或网页界面。")
+                          if approver and unsigned else None)
 
 
 @dataclass(frozen=True)
@@ -197,12 +205,14 @@ JOB_STATE_ZH = {"pending": "排队中", "running": "运行中", "stopping": "停
 
 
 def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, approver: bool, by: str, run_id: str,
-               lang: str, context_job: str | None = None, data: dict[str, Any] | None = None) -> str:
+               lang: str, context_job: str | None = None, data: dict[str, Any] | None = None,
+               not_as_approver: tuple[str, str] | None = None) -> str:
     """The one path for an owner's or approver's `keep` (ChatOps and the web chat): the reply text.
 
     Granted only for a job the cluster runs now (running or pending), to its owner (up to a day) or an
     approver (up to 30 days); the exemption is an audit entry the guardrail reads. A refusal is audited too
-    (a `decision` entry, action `keep`, status `refused`), never as an exemption.
+    (a `decision` entry, action `keep`, status `refused`), never as an exemption. `not_as_approver` (English,
+    Chinese) is added to a refusal an approver's rights would have avoided, when they were not taken.
     """
     now = deps.clock.now()
 
@@ -232,20 +242,22 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
                   if e.action == "notify"}
         candidates = [j for j in owned if j.id in warned] or owned
         if len(candidates) != 1:
-            names = ", ".join(j.id for j in candidates[:5]) or _t(lang, "none", "无")
-            return refuse(None, f"Which job? Say `keep {request.duration} <job> <reason>` (yours: {names}).",
-                          f"请指明作业：`保留 {request.duration} <作业> <原因>`（你的作业：{names}）。")
+            names = ", ".join(j.id for j in candidates[:5])
+            return refuse(None, f"Which job? Say `keep {request.duration} <job> <reason>` (yours: {names or 'none'}).",
+                          f"请指明作业：`保留 {request.duration} <作业> <原因>`（你的作业：{names or '无'}）。")
         job = candidates[0]
     if job.state not in _LIVE_STATES:
         return refuse(job.id, f"{job.id} is {job.state} already, so there is nothing to keep.",
                       f"{job.id} {JOB_STATE_ZH.get(job.state, job.state)}，无需保留。")
+    extra_en, extra_zh = not_as_approver or ("", "")
     if job.user != user and not approver:
-        return refuse(job.id, f"Only {job.user} (the owner) or an approver can keep {job.id}.",
-                      f"只有作业所有者 {job.user} 或审批人可以保留 {job.id}。")
+        return refuse(job.id, f"Only {job.user} (the owner) or an approver can keep {job.id}.{extra_en}",
+                      f"只有作业所有者 {job.user} 或审批人可以保留 {job.id}。{extra_zh}")
     limit = APPROVER_MAX_KEEP_S if approver else OWNER_MAX_KEEP_S
     if request.seconds <= 0 or request.seconds > limit:
-        return refuse(job.id, f"A keep lasts more than 0 and at most {format_duration(limit)}.",
-                      f"保留时长须大于 0 且不超过 {format_duration(limit)}。")
+        more = (extra_en, extra_zh) if request.seconds > 0 else ("", "")
+        return refuse(job.id, f"A keep lasts more than 0 and at most {format_duration(limit)}.{more[0]}",
+                      f"保留时长须大于 0 且不超过 {format_duration(limit)}。{more[1]}")
     reason = " ".join(words) or ("通过聊天保留" if lang == "zh" else "kept from chat")
     until = now + timedelta(seconds=request.seconds)
     deps.audit.record("exemption", at=now, run_id=run_id, target=job.id, status="granted", reason=reason,

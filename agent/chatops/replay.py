@@ -7,6 +7,7 @@ that cannot be written (read-only or full data dir, a held lock) takes no callba
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -39,6 +40,12 @@ class SeenCallbacks:
             except DB_ERRORS as exc:
                 raise StoreUnavailable(classify(exc, self.path)) from exc
             return cur.rowcount == 1
+
+    def forget(self, key: str) -> None:
+        """Take back a key whose callback was not carried out (its handler failed): the platform's retry of the
+        same request is then taken, not refused as a replay. Best effort: a store that cannot be written keeps it."""
+        with self._lock, contextlib.suppress(*DB_ERRORS):
+            self._conn.execute("DELETE FROM seen_callbacks WHERE key = ?", (key,))
 
 
 __all__ = ["Problem", "SeenCallbacks", "StoreUnavailable"]

@@ -84,14 +84,28 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                                      lambda: int(now_s() * 1000))
         except dingtalk.CallbackRefused as exc:
             raise HTTPException(401, str(exc)) from None
-        first_use(f"dingtalk\x00{request.headers['timestamp']}\x00{request.headers['sign']}")
+        key = f"dingtalk\x00{request.headers['timestamp']}\x00{request.headers['sign']}"
+        first_use(key)
         try:
             body = dingtalk.OutgoingMessage.model_validate_json(await request.body())
         except ValidationError as exc:
             raise HTTPException(422, f"not a DingTalk outgoing message: {exc.errors()[0]['msg']}") from None
         chat_id = body.senderStaffId or body.senderId
-        reply = await run_in_threadpool(commands(request).handle, "dingtalk", chat_id, body.content)
+        reply = await taken_once(key, commands(request).handle, "dingtalk", chat_id, body.content)
         return JSONResponse(dingtalk.text_reply(reply))
+
+    async def taken_once(key: str, handle, *args: str) -> str:  # noqa: ANN001
+        """Run a callback's command; when it fails (a data store that cannot be written: 503, nothing done), the
+        callback's key is taken back, so the platform's retry of the same request is carried out, not refused
+        as a replay and lost."""
+        try:
+            return await run_in_threadpool(handle, *args)
+        except BaseException:
+            seen.forget(key)
+            raise
+
+    def wecom_key(timestamp: str, nonce: str) -> str:
+        return f"wecom\x00{timestamp}\x00{nonce}"
 
     def _wecom_check(msg_signature: str, timestamp: str, nonce: str, encrypted: str) -> str:
         if crypto is None:
@@ -104,7 +118,7 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
             plain = crypto.verify_and_decrypt(msg_signature, timestamp, nonce, encrypted)
         except WeComCryptoError as exc:
             raise HTTPException(401, str(exc)) from None
-        first_use(f"wecom\x00{timestamp}\x00{nonce}")
+        first_use(wecom_key(timestamp, nonce))
         return plain
 
     @router.get("/webhooks/wecom", response_class=PlainTextResponse)
@@ -133,7 +147,8 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         if len(message.content) > limit:
             reply = f"Not taken: a message has at most {limit} characters. / 未受理：消息最多 {limit} 个字符。"
         else:
-            reply = await run_in_threadpool(commands(request).handle, "wecom", message.from_user, message.content)
+            reply = await taken_once(wecom_key(timestamp, nonce), commands(request).handle, "wecom",
+                                     message.from_user, message.content)
         assert crypto is not None
         inner = wecom.text_reply_xml(message.from_user, crypto.corp_id, reply, int(now_s()))
         return Response(wecom.encrypted_reply(crypto, inner, int(now_s())), media_type="application/xml")

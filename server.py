@@ -46,6 +46,17 @@ def _finite(value: object) -> object:
     return value
 
 
+def _echo(value: object) -> object:
+    """An input a validation error echoes: a body FastAPI handed over as raw bytes (a content type it does not
+    parse) as text, undecodable bytes replaced; text cut at 200 characters (a 5,000-character message need not
+    come back whole)."""
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value[:800]).decode("utf-8", "replace")
+    if isinstance(value, str) and len(value) > 200:
+        return value[:200] + " …"
+    return value
+
+
 def create_app(settings: Settings, *, service: StewardRuntime | None = None, extra_routers: Iterable[APIRouter] = (),
                listeners: Iterable[Callable[[StewardEvent], None]] = (), notifier: Any = None,
                chat_model: Any = None, start_s: float | None = None, speed: float | None = None,
@@ -99,8 +110,7 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
         # ASCII-escaped: the errors echo the input, which may hold text UTF-8 cannot encode (a lone surrogate);
         # an echoed input is cut short (a 5,000-character message need not come back whole).
-        errors = [{**e, "input": e["input"][:200] + " …"} if isinstance(e.get("input"), str)
-                  and len(e["input"]) > 200 else e for e in exc.errors()]
+        errors = [{**e, "input": _echo(e["input"])} if "input" in e else e for e in exc.errors()]
         body = json.dumps({"detail": _finite(jsonable_encoder(errors)), "message": invalid_summary(errors)},
                           ensure_ascii=True, default=repr, allow_nan=False)
         return Response(body, status_code=422, media_type="application/json")

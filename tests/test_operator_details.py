@@ -248,7 +248,23 @@ def test_dingtalk_and_wecom_cards_are_all_chinese_in_zh(client):
     resize = _resize(2)
     title, text = card_text(resize, "zh")
     assert title == "待审批：调整节点池 a100 → 2 个节点" and leftovers(text) == []
-    assert card_text(resize, "en")[0] == "Approval needed: resize_pool a100 -> 2 nodes"
+    assert card_text(resize, "en")[0] == "Approval needed: resize of pool a100 -> 2 nodes"
+    # The forced stop's own reason (the English card's "ignored SIGTERM; ...") is on the Chinese card too, and
+    # WeCom's 400-character text keeps the way to answer: the evidence is what is cut.
+    assert "宽限期内仍未退出，只能强制停止" in card_text(approval, "zh", finding)[1]
+    assert tc["sub_title_text"].startswith(f"也可回复 `approve {approval.id}` 或 `deny {approval.id}`")
+    assert len(tc["sub_title_text"]) <= 400
+
+
+def test_a_card_shows_text_from_a_job_or_a_model_without_links():
+    """A reason the model wrote after reading a log, or a job's name, must not become a link an approver taps."""
+    approval = _resize(2)
+    ga = approval.payload["guarded_action"]
+    ga["proposal"]["reason"] = "idle; [Approve here](https://evil.example/approve) <img src=x>"
+    for lang in ("en", "zh"):
+        _, text = card_text(approval, lang)
+        assert "](https://" not in text and "<img" not in text, text
+    assert "［Approve here］(https://evil.example/approve)" in card_text(approval, "en")[1]
 
 
 @pytest.mark.integration

@@ -22,6 +22,16 @@ from core.zones import zone_suffix
 
 log = logging.getLogger("steward.chatops")
 
+_EN_ACTION = {"force_terminate": "forced stop of", "terminate": "graceful stop of", "resize_pool": "resize of pool",
+              "notify": "warning to"}
+# Text from a job or a model (a target's name, a reason that quotes a log) must not become a link or an image in a
+# card an approver taps: the brackets markdown builds them from are shown as look-alikes.
+_MARKDOWN_LINKS = str.maketrans({"[": "［", "]": "］", "<": "‹", ">": "›"})
+
+
+def _plain(text: str) -> str:
+    return text.translate(_MARKDOWN_LINKS)
+
 
 def card_text(approval: Approval, language: str, finding: Finding | None = None,
               zone: tzinfo = UTC) -> tuple[str, str]:
@@ -29,15 +39,18 @@ def card_text(approval: Approval, language: str, finding: Finding | None = None,
     the Chinese card shows in Chinese (the proposal keeps the detector's English); `zone`: the display time zone."""
     ga = approval.payload.get("guarded_action", {})
     proposal, decision = ga.get("proposal", {}), ga.get("decision", {})
-    reason = proposal.get("reason", "")
+    reason = _plain(proposal.get("reason", ""))
+    target = _plain(approval.target)
     nodes = proposal.get("target_nodes")
     expires = f"{approval.expires_at.astimezone(zone):%Y-%m-%d %H:%M}{zone_suffix(zone, language)}"
     whom = ", ".join(approval.approvers)
     if language == "zh":
         size = f" → {nodes} 个节点" if nodes is not None else ""
-        title = f"待审批：{action_label(approval.action, language)} {approval.target}{size}"
+        title = f"待审批：{action_label(approval.action, language)} {target}{size}"
         why = decision_reason(str(decision.get("rule") or "approval"), str(decision.get("reason") or ""), language)
-        evidence = describe(finding, language, zone) if finding is not None else ""
+        if approval.action == "force_terminate":  # what the English reason says first ("ignored SIGTERM; ...")
+            why = f"作业收到优雅停止信号（SIGTERM）后，宽限期内仍未退出，只能强制停止；{why}"
+        evidence = _plain(describe(finding, language, zone)) if finding is not None else ""
         text = (f"### {title}\n\n级别 {approval.level}。原因：{why}\n\n"
                 + (f"依据：{evidence}\n\n" if evidence else "")
                 + f"截止：{expires}（逾期未答复则本次请求失效，不会执行）\n\n请求编号：`{approval.id}`")
@@ -47,7 +60,7 @@ def card_text(approval: Approval, language: str, finding: Finding | None = None,
             text += f"\n\n请以下审批人处理：{'、'.join(approval.approvers)}"
     else:
         size = f" -> {nodes} nodes" if nodes is not None else ""
-        title = f"Approval needed: {approval.action} {approval.target}{size}"
+        title = f"Approval needed: {_EN_ACTION.get(approval.action, approval.action)} {target}{size}"
         text = (f"### {title}\n\nLevel {approval.level}. Why: {reason}\n\nAnswer by {expires} (unanswered by then, "
                 f"this request lapses and nothing is done).\n\nRequest `{approval.id}`")
         if approval.round > 1:
@@ -95,10 +108,11 @@ def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "
         reply = (f"也可回复 `approve {approval.id}` 或 `deny {approval.id}`。" if language == "zh"
                  else f"Or reply `approve {approval.id}` / `deny {approval.id}`.")
         lines = [line for line in text.splitlines()[1:] if line.strip()]
+        # WeCom cuts the card's text at 400 characters: the way to answer goes first, the evidence is what is cut.
         messages: list[tuple[str, dingtalk.DingTalkRobot | wecom.WeComRobot | None, dict[str, Any]]] = [
             ("dingtalk", ding, dingtalk.action_card(title, text, buttons)),
             ("wecom", wecom_robot, wecom.approval_card(title, lines[0] if lines else title,
-                                                       "\n".join([*lines[1:], reply]), buttons, links.public_url + "/")),
+                                                       "\n".join([reply, *lines[1:]]), buttons, links.public_url + "/")),
         ]
         if approval.approvers:  # route the question to its escalation group: @-mention each member
             ping = f"{approval.id}：{title}" if language == "zh" else f"{approval.id}: {title}"

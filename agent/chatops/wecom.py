@@ -29,13 +29,17 @@ def markdown_message(text: str, *, mention_user_ids: Sequence[str] = ()) -> dict
     return {"msgtype": "markdown", "markdown": {"content": f"{text}\n{mentions}".rstrip()}}
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def approval_card(title: str, desc: str, body: str, buttons: list[tuple[str, str]], detail_url: str) -> dict:
     """A text_notice template_card: the title and a one-line `desc`, the `body` (evidence, deadline) below, and a
     jump list opening each (label, url). Tapping the card itself (a text_notice card must open something) opens
     `detail_url`, the steward's own page, never an answer: only a button answers."""
     return {"msgtype": "template_card", "template_card": {
         "card_type": "text_notice", "main_title": {"title": title[:36], "desc": desc[:44]},
-        "sub_title_text": (body or desc)[:400],
+        "sub_title_text": _cut(body or desc, 400),
         "jump_list": [{"type": 1, "title": label, "url": url} for label, url in buttons],
         "card_action": {"type": 1, "url": detail_url},
     }}

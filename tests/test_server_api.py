@@ -335,3 +335,18 @@ def test_runbook_pages_make_references_links(client):
     assert "<script>" not in render_markdown("<script>alert(1)</script>\n\n[x](javascript:alert(1))")
     assert 'href="javascript:' not in render_markdown("[x](javascript:alert(1))")
     assert client.get("/runbooks/no-such-runbook").status_code == 404
+
+
+def test_a_restarted_demo_keeps_what_a_human_approved(tmp_path):
+    """An approved resize runs under the approval's id, not a sweep's: a restart rebuilt the pool whole while the
+    audit said it was shrunk, and savings counted GPUs the cluster showed in use again."""
+    settings = settings_for(tmp_path)
+    with client_for(settings) as first:
+        approval_id = sweep_with_approval(first)
+        assert first.post(f"/api/approvals/{approval_id}", json={"decision": "approve"}).status_code == 200
+        rt = first.app.state.runtime
+        nodes = next(p for p in rt.deps.pools.list_pools() if p.name == "a100-ondemand").nodes
+        assert nodes < 4
+    with client_for(settings) as second:
+        pool = next(p for p in second.app.state.runtime.deps.pools.list_pools() if p.name == "a100-ondemand")
+        assert pool.nodes == nodes

@@ -128,9 +128,13 @@ def restore_actions(cluster: Any, audit: Any, scenario: str, upto_s: float) -> i
     """The stops and resizes the steward carried out on this scenario before a restart, carried out again at their
     own times: the simulated cluster is rebuilt from its scenario, and without them a job the steward stopped
     would run again and a pool it shrank would be whole, as no real cluster would show. How many were."""
+    # An action a human approved runs under the approval's id: this scenario's when a sweep of it asked.
+    asked = {str(e.data.get("approval_id")) for e in audit.entries(kind="approval", status="pending", limit=100_000)
+             if str(e.run_id or "").startswith(scenario) and e.data.get("approval_id")}
     done = 0
     for e in audit.entries(kind="execution", status="executed", limit=100_000, newest_first=False):
-        if e.action not in RESTORED or not e.target or not str(e.run_id or "").startswith(scenario):
+        run = str(e.run_id or "")
+        if e.action not in RESTORED or not e.target or not (run.startswith(scenario) or run in asked):
             continue
         at = cluster.offset_of(e.at)
         if at < 0 or at > upto_s:

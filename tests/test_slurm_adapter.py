@@ -245,3 +245,21 @@ def test_a_job_id_slurm_hands_out_again_is_another_job():
     new = SlurmJob(**{**old.__dict__, "submitted_at": datetime(2026, 12, 2, 16, 38, tzinfo=UTC)})
     assert job_uid(old) != job_uid(new) and job_uid(old).startswith("slurm:25@")
     assert job_uid(SlurmJob(**{**old.__dict__, "submitted_at": None})) == "slurm:25"  # text output without %V
+
+
+def test_a_job_with_srun_steps_gets_sigterm_in_its_steps_and_a_failed_scancel_is_a_failed_stop():
+    """`--full` also signals the batch script's `srun`, which then kills its step after KillWait, cutting the
+    checkpoint a SIGTERM handler writes: a job with steps is signalled in its steps. A scancel that could not reach
+    slurmctld delivered nothing: the stop fails, rather than read later as a job that ignored SIGTERM."""
+    listing = {"jobs": [dict(JSON_OLD["jobs"][0])]}
+    cli = FakeCli({("squeue", "--steps"): "11.0\n11.batch\n11.extern\n",
+                   ("squeue", "--json"): lambda: json.dumps(listing), ("scancel",): ""})
+    result = SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False, grace_s=60, reason="idle")
+    assert ("scancel", "--signal=TERM", "11") in cli.calls and "its steps 11.0" in result.detail
+    unreachable = SlurmError(["scancel"], "exited 1: Unable to contact slurm controller", 1,
+                             "scancel: error: Unable to contact slurm controller (connect failure)")
+    cli = FakeCli({("squeue", "--steps"): "11.batch\n", ("squeue", "--json"): lambda: json.dumps(listing),
+                   ("scancel",): unreachable})
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False, grace_s=60, reason="idle")
+    assert ("scancel", "--signal=TERM", "--full", "11") in cli.calls

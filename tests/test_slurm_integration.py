@@ -221,3 +221,37 @@ def test_stopping_one_array_task_stops_only_that_task(slurm, tmp_path):
         assert ("scancel", str(array)) not in scheduler.calls and second.state == "running"
     finally:
         slurm.cli("scancel", str(array))
+
+
+def test_a_graceful_stop_lets_an_srun_step_finish_its_checkpoint(slurm, tmp_path):
+    """The usual training job runs its work as an `srun` step inside sbatch. `scancel --signal=TERM --full` also
+    signals that srun, which kills the step after KillWait (2 s here, 30 s by default): a SIGTERM handler that needs
+    3 s to checkpoint was cut short. Signalled in its steps, the step checkpoints and exits on its own."""
+    out = tmp_path
+    done = out / "ckpt.txt"
+    script = out / "train.sh"
+    script.write_text("#!/bin/bash\n"
+                      f"srun bash -c 'trap \"echo got TERM >> {done}; sleep 3; echo ckpt done >> {done}; exit 0\" TERM; "
+                      "while true; do sleep 0.2; done'\n")
+    job = slurm.sbatch("-J", "steps", "-p", "gpu", "--gres=gpu:1", "-D", str(out), "-o", f"{out}/steps-%j.log",
+                       str(script))
+    try:
+        _wait_running(slurm, job)
+        scheduler = SlurmScheduler(SlurmCli(env=slurm.env), stop_settle_s=0)
+        for _ in range(100):  # bounded poll for srun to start its step
+            if f"{job}.0" in slurm.cli("squeue", "--steps", "-h", "-o", "%i", "-j", str(job)).stdout.split():
+                break
+            time.sleep(0.2)
+        [steward] = [j for j in scheduler.list_jobs() if j.name == "steps"]
+        result = scheduler.stop_job(steward.id, force=False, grace_s=20, uid=steward.uid)
+        assert result.status in ("stopped", "stopping") and f"its steps {job}.0" in result.detail, result
+        assert ("scancel", "--signal=TERM", str(job)) in scheduler.cli.calls
+        ended = _ended(slurm, job)
+        for _ in range(50):  # the step's handler sleeps 3 s before it writes its last line
+            if done.exists() and "ckpt done" in done.read_text():
+                break
+            time.sleep(0.2)
+        assert done.exists() and done.read_text().splitlines() == ["got TERM", "ckpt done"], (
+            done.read_text() if done.exists() else "no checkpoint", ended, slurm.logs()[-1500:])
+    finally:
+        slurm.cli("scancel", str(job))

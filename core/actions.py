@@ -139,6 +139,7 @@ class Exemption(_Record):
     until: datetime
     by: str
     reason: str = ""
+    target_uid: str | None = None  # the kept job's immutable identity, where known: it holds if the name changes
 
 
 class DeniedAnswer(_Record):

@@ -55,6 +55,32 @@ def test_a_warning_to_an_earlier_namesake_does_not_license_a_stop():
     assert decide(_stop(), facts, Policy(), History(entries=[_warning("slurm:200")])).verdict == "allow"
 
 
+def test_a_job_renamed_by_a_namesake_keeps_its_warning_its_keep_and_its_denial():
+    """Slurm ids are names: `gpu/lone` becomes `gpu/lone-7` when a second `lone` is submitted (a real Slurm). The
+    records are about the uid, so the warning still licenses the stop (it was warned again and its notice began
+    anew), an owner's keep still protects it, and a human's "no" still holds."""
+    renamed = JobInfo(id="gpu/lone-7", uid="slurm:7@1", scheduler="slurm", namespace="gpu", name="lone", user="carol",
+                      gpus=1)
+    finding = [f.model_copy(update={"target": "gpu/lone-7"}) for f in _idle()]
+    warned = _warning("slurm:7@1").model_copy(update={"target": "gpu/lone"})
+    stop = ProposedAction(action="terminate", target="gpu/lone-7", finding_kind="idle", target_uid="slurm:7@1")
+    facts = Facts(now=NOW, job=renamed, findings=finding)
+    assert decide(stop, facts, Policy(), History(entries=[warned])).verdict == "allow"
+    namesake = warned.model_copy(update={"target": "gpu/lone-7", "target_uid": "slurm:8@2"})
+    assert decide(stop, facts, Policy(), History(entries=[namesake])).rule == "warning_first"  # another job's
+    from core.actions import DeniedAnswer, Exemption
+
+    kept = Exemption(target="gpu/lone", until=NOW + timedelta(hours=3), by="chatops:carol", target_uid="slurm:7@1")
+    assert decide(stop, facts, Policy(), History(entries=[warned], exemptions=[kept])).rule == "protected"
+    denied = DeniedAnswer(action="terminate", target="gpu/lone", at=NOW - timedelta(minutes=5), target_uid="slurm:7@1",
+                          by="lead")
+    assert decide(stop, facts, Policy(), History(entries=[warned], denials=[denied])).verdict == "deny"
+    from agent.planning.policy_model import _last
+
+    assert _last(History(entries=[warned]), "notify", "gpu/lone-7", uid="slurm:7@1") == warned.at
+    assert _last(History(entries=[namesake]), "notify", "gpu/lone-7", uid="slurm:7@1") is None
+
+
 def test_an_action_proposed_for_one_uid_never_runs_against_a_namesake():
     # A force-stop approved for job 100 reaches execute after job 100 ended and job 200 took the name.
     facts = Facts(now=NOW, job=_job("slurm:200"), findings=_idle())

@@ -247,9 +247,13 @@ class StewardRuntime:
         """A time-boxed exemption; the guardrail reads it back through AuditLog.history."""
         now = self.deps.clock.now()
         until = now + timedelta(seconds=seconds)
+        try:  # the job's uid, so the exemption holds if its name changes; a name is enough when it cannot be read
+            job = self.deps.scheduler.get_job(target) if "/" in target else None
+        except Exception:  # noqa: BLE001
+            job = None
         seq = self.deps.audit.record("exemption", at=now, run_id="api", target=target, status="granted",
                                      reason=reason or "exempted by an approver",
-                                     data={"until": until.isoformat(), "by": by})
+                                     data={"until": until.isoformat(), "by": by, "target_uid": (job.uid or None) if job else None})
         return seq, until
 
     def exemptions(self) -> list[AuditEntry]:

@@ -261,7 +261,7 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
     reason = " ".join(words) or ("通过聊天保留" if lang == "zh" else "kept from chat")
     until = now + timedelta(seconds=request.seconds)
     deps.audit.record("exemption", at=now, run_id=run_id, target=job.id, status="granted", reason=reason,
-                      data={"until": until.isoformat(), "by": by, **(data or {})})
+                      data={"until": until.isoformat(), "by": by, "target_uid": job.uid or None, **(data or {})})
     from agent.planning.policy_model import owner_time  # the owner's zone, as the warning they answer
 
     return _t(lang, f"OK: {job.id} is kept until {owner_time(until, deps.policy, 'en')} ({reason}). The steward "

@@ -88,12 +88,11 @@ class Case:
         return (job.uid or None) if job is not None else self.action.target_uid
 
     def same_job(self, entry: HistoryEntry) -> bool:
-        """The entry is about this very job, not an earlier one under the same name (a namesake). A job whose
-        backend gave no uid matches only entries recorded without one: an entry with a uid is about that job."""
-        if entry.target != self.action.target:
-            return False
+        """The entry is about this very job, not an earlier one under the same name (a namesake), under whatever
+        name it had then (a Slurm name-based id changes when a namesake is submitted). A job whose backend gave no
+        uid matches only entries under its name recorded without one: an entry with a uid is about that job."""
         if self.uid is None:
-            return not entry.target_uid
+            return entry.target == self.action.target and not entry.target_uid
         return entry.target_uid == self.uid
 
     def past(self, *actions: str, statuses: tuple[str, ...] | None = None) -> list[HistoryEntry]:

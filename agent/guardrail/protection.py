@@ -64,7 +64,9 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
     kept = _keep_until(job, now)
     if kept:
         return kept
-    live = [e for e in history.exemptions if e.target == job.id and as_utc(e.until) > now]
+    # By name, and by the job's uid where the keep recorded it: a Slurm name-based id changes when a namesake comes.
+    live = [e for e in history.exemptions if (e.target == job.id or (e.target_uid and e.target_uid == job.uid))
+            and as_utc(e.until) > now]
     if live:
         # The longest-running exemption is the one the owner will ask about.
         exemption = max(live, key=lambda e: as_utc(e.until))
@@ -98,6 +100,8 @@ def denial_in_force(history: History, action: str, target: str, uid: str | None,
     if hold_s <= 0:
         return None
     start = as_utc(now) - timedelta(seconds=hold_s)
-    held = [d for d in history.denials if d.action == action and d.target == target
-            and (d.target_uid is None or uid is None or d.target_uid == uid) and start < as_utc(d.at) <= as_utc(now)]
+    held = [d for d in history.denials if d.action == action
+            and ((d.target == target and (d.target_uid is None or uid is None or d.target_uid == uid))
+                 or (d.target_uid is not None and d.target_uid == uid))  # that very job, under a new name too
+            and start < as_utc(d.at) <= as_utc(now)]
     return max(held, key=lambda d: as_utc(d.at), default=None)

@@ -82,13 +82,14 @@ class Planner(Protocol):
 
 def _last(history: History, action: str, target: str, kind: str | None = None,
           statuses: tuple[str, ...] = ("executed",), uid: str | None = None) -> datetime | None:
-    """When `action` last happened to this job; with `uid`, to this very job and not an earlier namesake ("": a
-    job whose backend gave no uid, which only records made without one are about, as the guardrail reads them)."""
+    """When `action` last happened to this job; with `uid`, to this very job and not an earlier namesake, under
+    whatever name it had then ("": a job whose backend gave no uid, which only records made under its name
+    without one are about, as the guardrail reads them)."""
     times = [
         e.at for e in history.entries
-        if e.action == action and e.target == target and e.status in statuses
+        if e.action == action and e.status in statuses
         and (kind is None or e.finding_kind is None or e.finding_kind == kind)
-        and (uid is None or (e.target_uid or "") == uid)
+        and ((e.target_uid or "") == uid if uid else e.target == target and (uid is None or not e.target_uid))
     ]
     return max(times) if times else None
 

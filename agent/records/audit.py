@@ -536,7 +536,8 @@ class AuditLog:
             if e.at <= now
         ]
         exemptions = [
-            Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "")
+            Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "",
+                      target_uid=e.data.get("target_uid") or None)
             for e in self.exemptions(now)
         ]
         pending: dict[str, str] = {}

@@ -29,7 +29,8 @@ JSON_OLD = {"jobs": [  # Slurm 22.05, OpenAPI v0.0.38
      "job_state": "RUNNING", "nodes": "gpu[01-02]", "node_count": 2, "start_time": T0,
      "tres_alloc_str": "cpu=2,node=2,billing=2", "tres_per_node": "gres:gpu:4"},
     {"job_id": 12, "name": "wait", "partition": "gpu", "user_name": "bob", "account": "ml", "qos": "",
-     "job_state": "PENDING", "nodes": "", "node_count": 1, "start_time": 0, "tres_per_node": "gres:gpu:a100:2"},
+     "job_state": "PENDING", "nodes": "", "node_count": 1, "start_time": T0 + 3600,  # the expected start
+     "tres_per_node": "gres:gpu:a100:2"},
 ]}
 JSON_NEW = {"jobs": [  # Slurm >= 23.11: state lists and {"set", "number"} numbers
     {"job_id": 21, "name": "train", "partition": "gpu", "user_name": "carol", "account": "research", "qos": "high",

@@ -208,11 +208,14 @@ def jobs_from_json(text: str) -> list[SlurmJob]:
         count = _number(raw.get("node_count")) or len(nodes)
         own = str(_number(raw.get("job_id")) or "")
         job_id = array_id(own, raw)
+        state = _state(raw.get("job_state"))
         jobs.append(SlurmJob(
             job_id=job_id, internal_id=own if own != job_id else None, name=str(raw.get("name") or ""),
             partition=str(raw.get("partition") or ""), user=_text(raw.get("user_name")) or str(raw.get("user_id", "")),
-            account=_text(raw.get("account")), qos=_text(raw.get("qos")), state=_state(raw.get("job_state")),
-            gpus=_job_gpus(raw, count), nodes=nodes, started_at=_epoch(raw.get("start_time")),
+            account=_text(raw.get("account")), qos=_text(raw.get("qos")), state=state,
+            # A pending job's start_time is when Slurm expects to start it, as in the text form: not a start.
+            gpus=_job_gpus(raw, count), nodes=nodes,
+            started_at=_epoch(raw.get("start_time")) if state.upper() != "PENDING" else None,
             reason=_text(raw.get("state_reason")), submitted_at=_epoch(raw.get("submit_time")),
             gpu_type=gpu_type(",".join(str(raw.get(k) or "") for k in ("tres_per_job", "tres_per_node"))),
             het_job_id=str(_number(raw.get("het_job_id"))) if _number(raw.get("het_job_id")) else None,

@@ -59,9 +59,9 @@ def test_approve_from_the_shell_is_carried_out_by_the_server_once(tmp_path, caps
         assert rt.deps.audit.entries(kind="approval", status="refused_answer")
     assert main(["approvals", "list", "--lang", "zh"]) == 0
     zh = capsys.readouterr().out
-    assert "最近的处理" in zh and f"{approval_id}  调整节点池 a100-ondemand: 已批准" in zh
+    assert "最近的处理" in zh and f"{approval_id}  调整节点池 a100-ondemand：cli:" in zh
     # Times are read in the team's zone, the zone named (STEWARD_DISPLAY_TZ).
-    assert re.search(r"已批准 \d{4}-\d\d-\d\d \d\d:\d\d（UTC） cli:", zh)
+    assert re.search(r"：cli:\S+ 于 \d{4}-\d\d-\d\d \d\d:\d\d（UTC）批准，理由：night, pool unused", zh)
 
 
 def test_approvals_without_a_store_and_unknown_ids_are_clear_errors(tmp_path, capsys):

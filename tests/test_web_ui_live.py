@@ -220,14 +220,14 @@ def test_exempt_list_and_revoke_from_the_page(tmp_path):
         form.locator("input[name=job]").fill("research/lr-sweep")
         form.locator("input[name=reason]").fill("deadline Friday")
         form.locator("button[type=submit]").click()
-        expect(page.locator("#exempt-note.ok")).to_contain_text("豁免至 11-02 22:20 UTC", timeout=20_000)
+        expect(page.locator("#exempt-note.ok")).to_contain_text("保留至 11-02 22:20 UTC", timeout=20_000)
         row = page.locator("#exempt-table tbody tr", has_text="research/lr-sweep")
         expect(row).to_contain_text("11-02 22:20")
         expect(row).to_contain_text("deadline Friday")
         assert [e.target for e in runtime.deps.audit.history(runtime.deps.clock.now()).exemptions] == \
             ["research/lr-sweep"]
         row.locator("button.revoke").click()
-        expect(page.locator("#exempt-table tbody")).to_contain_text("目前没有生效的豁免", timeout=20_000)
+        expect(page.locator("#exempt-table tbody")).to_contain_text("目前没有生效的保留", timeout=20_000)
         assert runtime.deps.audit.history(runtime.deps.clock.now()).exemptions == []
         revoked = runtime.deps.audit.entries(kind="exemption", status="revoked")
         assert [(e.target, e.data["by"]) for e in revoked] == [("research/lr-sweep", "local-dev")]

@@ -87,7 +87,12 @@ def _existing_store(args: argparse.Namespace, settings: Settings, w: dict[str, s
 def _size(a: Approval, w: dict[str, str]) -> str:
     """A resize names the node count approving carries out."""
     nodes = ((a.payload.get("guarded_action") or {}).get("proposal") or {}).get("target_nodes")
-    return f" -> {w['nodes'].format(n=nodes)}" if a.action == "resize_pool" and nodes is not None else ""
+    arrow = "→" if w is WORDS["zh"] else "->"
+    return f" {arrow} {w['nodes'].format(n=nodes)}" if a.action == "resize_pool" and nodes is not None else ""
+
+
+# An answer in Chinese, as a verb after who gave it and when ("cli:bob 于 … 批准").
+_ANSWERED_ZH = {"approved": "批准", "denied": "拒绝", "expired": "过期"}
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -111,6 +116,10 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if pending:
         print(w["pending"].format(n=len(pending)))
         for a in pending:
+            if lang == "zh":
+                print(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)}（{w['level']} {a.level}），"
+                      f"{w['expires']} {settings.local(a.expires_at, lang)}")
+                continue
             print(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)} ({w['level']} {a.level}), "
                   f"{w['expires']} {settings.local(a.expires_at, lang)}")
         print(w["answer_with"])
@@ -118,6 +127,13 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
         print(("\n" if pending else "") + w["recent"])
         for a in recent:
             when = settings.local(a.answered_at, lang) if a.answered_at else ""
+            if lang == "zh":  # "apr_x  调整节点池 a100：cli:bob 于 2026-11-02 20:50（北京时间）批准，理由：…"
+                done = status_label(a.status, lang)
+                if a.status in _ANSWERED_ZH and when:
+                    done = f"{a.answered_by + ' ' if a.answered_by else ''}于 {when}{_ANSWERED_ZH[a.status]}"
+                reason = f"，理由：{a.answer_reason}" if a.answer_reason else ""
+                print(f"  {a.id}  {action_label(a.action, lang)} {a.target}：{done}{reason}")
+                continue
             why = f": {a.answer_reason}" if a.answer_reason else ""
             print(f"  {a.id}  {action_label(a.action, lang)} {a.target}: {status_label(a.status, lang)} {when} "
                   f"{a.answered_by or ''}{why}".rstrip())
@@ -138,7 +154,7 @@ def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
         taken = store.answer(args.id, decision=decision, by=by, reason=args.reason or "via steward approvals",
                              now=data_dir_now(data_dir, settings), run_id=args.id)
     except ApprovalError as exc:
-        print(w["refused"].format(why=exc), file=sys.stderr)
+        print(w["refused"].format(why=exc.zh if w is WORDS["zh"] else exc), file=sys.stderr)
         return 1
     try:
         store.audit_answer(taken)  # the server skips it when it completes the answer

@@ -125,7 +125,8 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     """The entries people ask about: what was warned, stopped, refused, asked or failed, oldest first."""
     from datetime import timedelta
 
-    from agent.graph.report import action_label, audit_text, status_label
+    from agent.graph.report import audit_heading, audit_text, outcome_text
+    from core.zones import zone_suffix
 
     words = _words(settings, args)
     path = _log_path(args, settings)
@@ -158,10 +159,15 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     zone = settings.zone()
     for e in entries:
         when = e.at.astimezone(zone) if e.at.tzinfo else e.at.replace(tzinfo=UTC).astimezone(zone)
-        what = " ".join(x for x in (action_label(e.action, lang) if e.action else e.kind, e.target or "",
-                                    status_label(e.status, lang) if e.status else "") if x)
-        why = audit_text(e.kind, e.status, e.action, e.target, e.reason, e.data, lang).strip().splitlines()
-        print(f"{when:%Y-%m-%d %H:%M} {what}" + (f"  {why[0]}" if why else ""))
+        what = audit_heading(e.kind, e.status, e.action, e.target, lang)
+        why = audit_text(e.kind, e.status, e.action, e.target, e.reason, e.data, lang, zone).strip().splitlines()
+        if lang == "zh" and e.kind == "execution":  # the heading names the action and its status already
+            why = outcome_text(e.action or "", e.status or "", str(e.data.get("detail") or ""), e.reason or "",
+                               lang).strip().splitlines()
+        if why and lang == "zh" and why[0] in what:  # the heading says it already ("答复未受理 答复未受理")
+            why = []
+        # The time in the display zone, named, as the times in the entry's text are.
+        print(f"{when:%Y-%m-%d %H:%M}{zone_suffix(zone, lang)} {what}" + (f"  {why[0]}" if why else ""))
     if not entries:
         print("（无记录）" if lang == "zh" else "(no entries)")
     return 0

@@ -38,7 +38,9 @@ STATUS_ZH = {
     "expired": "已过期", "approve": "批准", "deny": "拒绝", "expire": "过期",
     "approved": "已批准", "denied": "已拒绝", "pending": "待审批",
     "needs_approval": "需人工审批", "allow": "放行", "observe_failed": "读取集群失败",
-    "refused_answer": "答复未受理", "granted": "已批准豁免", "revoked": "已撤销",
+    "refused_answer": "答复未受理", "granted": "已保留", "revoked": "已撤销", "proposed": "已提议", "acting": "执行中",
+    "sweep": "巡检", "reasked": "再次请求", "escalated": "已升级", "confirmed": "已确认", "detected": "自动发现",
+    "recorded": "已记录", "flagged": "已标记上升",
 }
 
 
@@ -64,7 +66,7 @@ def status_label(status: str, language: str) -> str:
 
 # Actions as the Chinese UI, CLI and chat name them (the command names stay in English output and the audit).
 ACTION_ZH = {"notify": "警告", "terminate": "优雅停止", "force_terminate": "强制停止", "resize_pool": "调整节点池",
-             "drain_node": "排空节点"}
+             "drain_node": "排空节点", "keep": "保留", "cordon": "封锁节点"}
 
 
 def action_label(action: str, language: str) -> str:
@@ -231,7 +233,7 @@ def _decision_line(d: dict[str, Any], outcomes: dict[str, dict[str, Any]], lang:
     p, dec = d["proposal"], d["decision"]
     zh = lang == "zh"
     nodes = p.get("target_nodes")
-    target = p["target"] + ("" if nodes is None else f" -> {nodes} 个节点" if zh else f" -> {nodes} nodes")
+    target = p["target"] + ("" if nodes is None else f" → {nodes} 个节点" if zh else f" -> {nodes} nodes")
     head = (f"  {pad(action_label(p['action'], lang), 16)} {target}（级别 {dec['level']}）：" if zh
             else f"  {p['action']:<16} {target} (level {dec['level']}): ")
     out = outcomes.get(d["id"])
@@ -412,10 +414,73 @@ def plain_times(text: str) -> str:
     return _ISO.sub(lambda m: f"{m[1]} {m[2]} UTC", text)
 
 
+# Audit entry kinds in Chinese (as the web UI's akind.* labels); an exemption is what chat and the UI call a keep.
+KIND_ZH = {"finding": "发现", "proposal": "提议", "decision": "护栏判定", "intent": "准备执行", "execution": "执行",
+           "approval": "审批", "stop_confirmed": "确认停止", "exemption": "保留", "report": "报告", "error": "错误",
+           "alert_incident": "告警事件", "change": "变更", "change_impact": "变更影响", "usage": "用量记录"}
+
+
+def audit_status(kind: str, status: str | None, action: str | None, language: str) -> str:
+    """An audit entry's status for people, by what kind of entry it is: a refused `keep` is a request the steward
+    did not take (no scheduler involved), a granted exemption is a keep in force (nobody approved it), a finding's
+    status is its kind, a guardrail `deny` is the guardrail's. English keeps the recorded status."""
+    status = status or ""
+    if language != "zh" or not status:
+        return status
+    if kind == "finding":
+        return kind_label(status, language)
+    if kind == "exemption":
+        return {"granted": "已保留", "revoked": "已撤销"}.get(status, status_label(status, language))
+    if kind == "decision":
+        return {"refused": "未受理", "deny": "护栏拒绝", "allow": "放行"}.get(status, status_label(status, language))
+    if kind == "execution" and status == "refused" and action not in ("terminate", "force_terminate"):
+        return "被拒绝"  # a node pool or node backend refused it, not the scheduler
+    return status_label(status, language)
+
+
+def audit_heading(kind: str, status: str | None, action: str | None, target: str | None, language: str) -> str:
+    """What one audit entry is about, as `steward audit log` leads its line with: the action (else the entry's
+    kind), the target and the status; in Chinese with the kind and status in words."""
+    if language != "zh":
+        return " ".join(x for x in (action or kind, target or "", status or "") if x)
+    said = audit_status(kind, status, action, language)
+    if kind == "report" and status in ("sweep", "approval"):
+        return f"{said}报告"
+    what = action_label(action, language) if action else KIND_ZH.get(kind, kind)
+    return " ".join(x for x in (what, target or "", said) if x)
+
+
+# Why an answer to an approval request was not taken (ApprovalStore.answer, the ChatOps unsigned-sender refusal).
+_ANSWERED_ZH = {"approved": "批准", "denied": "拒绝"}
+_PLATFORM_ZH = {"dingtalk": "钉钉", "wecom": "企业微信", "feishu": "飞书", "slack": "Slack"}
+
+
+def _refused_answer_zh(reason: str) -> str:
+    if m := re.match(r"^answer from (\S+) refused: already (\w+) by (\S+)", reason):
+        done = "已过期" if m[2] == "expired" else f"已由 {'策略' if m[3] == 'policy' else m[3]} {_ANSWERED_ZH.get(m[2], m[2])}"
+        return f"{m[1]} 的答复未受理：该请求{done}"
+    if m := re.match(r"^answer from (\S+) refused: expired", reason):
+        return f"{m[1]} 的答复未受理：该请求已过期"
+    if m := re.match(r"^(approve|deny) through (\w+) refused: its callbacks do not sign the sender", reason):
+        where = _PLATFORM_ZH.get(m[2], m[2])
+        return f"通过{where}的{'批准' if m[1] == 'approve' else '拒绝'}未受理：{where}回调不对发送者签名"
+    return ""
+
+
+def _moment(value: str, zone: tzinfo, language: str) -> str:
+    """A stored ISO time in `zone`, the zone named; the text as it was when it is not a time."""
+    try:
+        local = _local(value, zone)
+    except ValueError:
+        return plain_times(value)
+    return f"{local:%Y-%m-%d %H:%M}{zone_suffix(zone, language)}"
+
+
 def audit_text(kind: str, status: str | None, action: str | None, target: str | None, reason: str | None,
-               data: dict[str, Any], language: str) -> str:
+               data: dict[str, Any], language: str, zone: tzinfo = UTC) -> str:
     """One audit entry's reason for people: as recorded (times made readable) in English, rebuilt in Chinese from
-    the entry's structured fields (the English original stays in the log)."""
+    the entry's structured fields (the English original stays in the log); times the Chinese rebuilds are in
+    `zone`, named."""
     reason = plain_times(reason or "")
     if language != "zh":
         return reason
@@ -442,11 +507,15 @@ def audit_text(kind: str, status: str | None, action: str | None, target: str | 
         said = reason.split(": ", 1)[1] if status in ("approved", "denied") and ": " in reason else ""
         return {"pending": "等待人工审批", "approved": f"{by} 已批准", "denied": f"{by} 已拒绝",
                 "expired": "无人答复，已过期，未执行", "reasked": "上次请求无人答复，再次请求审批",
-                "escalated": "升级给下一组审批人"}.get(status or "", status_label(status or "", language)) + (
+                "escalated": "升级给下一组审批人",
+                "refused_answer": _refused_answer_zh(reason) or "答复未受理"}.get(
+                    status or "", status_label(status or "", language)) + (
             f"：{said}" if said else "")
     if kind == "exemption":
-        until = plain_times(str(data.get("until") or ""))
-        return f"豁免至 {until}" if status == "granted" else "豁免已撤销"
+        by = f"，由 {data['by']} 设置" if data.get("by") else ""
+        if status == "granted":
+            return f"保留至 {_moment(str(data.get('until') or ''), zone, language)}{by}"
+        return f"保留已撤销，由 {data['by']} 撤销" if data.get("by") else "保留已撤销"
     if kind == "report":
         return "巡检报告"
     if kind == "error" and reason:  # what failed, in the sweep's translated words and the backend's own

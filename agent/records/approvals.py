@@ -84,15 +84,29 @@ def _migrate(conn: Any) -> None:
 
 
 class ApprovalError(ValueError):
-    """An answer that cannot be taken: unknown id, already answered, or expired."""
+    """An answer that cannot be taken: unknown id, already answered, or expired. str() is the English; `zh` the same
+    in Chinese, for a reply to someone who reads the product in Chinese (the English when none was given)."""
+
+    def __init__(self, message: str, zh: str | None = None) -> None:
+        super().__init__(message)
+        self.zh = zh if zh is not None else message
+
+    def text(self, language: str) -> str:
+        """The message in `language` (zh or en)."""
+        return self.zh if language == "zh" else str(self)
 
 
 class ApprovalUnavailable(ApprovalError):
     """The approval store cannot be written (read-only, full, locked): the answer was not taken; ask again."""
 
     def __init__(self, problem: Problem) -> None:
-        super().__init__(f"answer not taken, the request stays open: {problem.detail}")
+        super().__init__(f"answer not taken, the request stays open: {problem.detail}",
+                         zh=f"答复未受理，请求仍待处理：{problem.detail}")
         self.problem = problem
+
+
+# An answered request's status in Chinese, for the refusal of a later answer.
+_ANSWERED_ZH = {"approved": "批准", "denied": "拒绝"}
 
 
 class Approval(BaseModel):
@@ -290,12 +304,13 @@ class ApprovalStore:
         raises ApprovalUnavailable and the request stays open.
         """
         if decision not in ("approve", "deny"):
-            raise ApprovalError(f"decision must be approve or deny, not {decision!r}")
+            raise ApprovalError(f"decision must be approve or deny, not {decision!r}",
+                                zh=f"答复只能是 approve 或 deny，不能是 {decision!r}")
         if not by or not by.strip():
-            raise ApprovalError("an answer needs the approver's identity")
+            raise ApprovalError("an answer needs the approver's identity", zh="答复须注明审批人身份")
         current = self.get(approval_id)
         if current is None:
-            raise ApprovalError(f"no approval with id {approval_id!r}")
+            raise ApprovalError(f"no approval with id {approval_id!r}", zh=f"没有编号为 {approval_id} 的审批请求")
         new_status = "approved" if decision == "approve" else "denied"
         try:
             taken = self._write(
@@ -312,6 +327,11 @@ class ApprovalStore:
                 if latest and latest.status != "pending"
                 else "expired"
             )
+            why_zh = (
+                f"已由 {latest.answered_by or '策略'} {_ANSWERED_ZH.get(latest.status, latest.status)}"
+                if latest and latest.status in _ANSWERED_ZH
+                else "已过期"
+            )
             try:
                 self.audit.record(
                     "approval", at=now, run_id=run_id, target=current.target, action=current.action,
@@ -320,7 +340,9 @@ class ApprovalStore:
                 )
             except StoreUnavailable as exc:  # the refusal stands either way; say it went unaudited
                 why += f" (refusal not audited: {exc.problem.detail})"
-            raise ApprovalError(f"approval {approval_id} cannot be answered: {why}")
+                why_zh += f"（本次未受理未能写入审计：{exc.problem.detail}）"
+            raise ApprovalError(f"approval {approval_id} cannot be answered: {why}",
+                                zh=f"审批请求 {approval_id} 无法再处理：{why_zh}")
         answered = self.get(approval_id)
         assert answered is not None
         return answered
@@ -329,7 +351,8 @@ class ApprovalStore:
         """Audit an answer or expiry once (skipped when its entry is already there): at the time it was given."""
         status = approval.status
         if status not in ("approved", "denied", "expired"):
-            raise ApprovalError(f"approval {approval.id} is {status}: nothing to audit")
+            raise ApprovalError(f"approval {approval.id} is {status}: nothing to audit",
+                                zh=f"审批请求 {approval.id} 的状态为 {status}：没有可审计的答复")
         if self.audit.exists(kind="approval", status=status, approval_id=approval.id):
             return
         at = approval.answered_at or approval.expires_at

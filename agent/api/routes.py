@@ -230,9 +230,9 @@ def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who:
     except UnknownApproval as exc:
         raise HTTPException(404, str(exc)) from None
     except ApprovalUnavailable as exc:
-        raise HTTPException(503, str(exc)) from None
+        raise HTTPException(503, exc.text(lang)) from None
     except ApprovalError as exc:
-        raise HTTPException(409, str(exc)) from None
+        raise HTTPException(409, exc.text(lang)) from None
     if result.state.get("deferred"):
         response.status_code = 202
     approval = rt.deps.approvals.get(approval_id)
@@ -247,8 +247,14 @@ def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who:
 @router.post("/api/exemptions", response_model=ExemptionResult, status_code=201, tags=["approvals"],
              responses={422: {"model": ErrorBody}, 503: {"model": ErrorBody}})
 def exempt(request: Request, body: ExemptionRequest, who: Approver, lang: UiLang = "en") -> ExemptionResult:
-    """Errors in the reader's language (`lang`): a duration as people type it (`4h`, `4 hours`, `4小时`)."""
+    """Errors in the reader's language (`lang`): a duration as people type it (`4h`, `4 hours`, `4小时`). A refusal
+    is audited like one from chat (a `decision` entry, action `keep`, status `refused`)."""
     def refuse(status: int, en: str, zh: str) -> HTTPException:
+        if status == 422:  # the caller's request, not the steward's state: what was asked and why it was not done
+            rt = runtime_of(request)
+            rt.deps.audit.record("decision", at=rt.deps.clock.now(), run_id="api", target=body.job[:200],
+                                 action="keep", status="refused", reason=en,
+                                 data={"by": who.name, "duration": body.duration[:50], "reason_zh": zh})
         return HTTPException(status, zh if lang == "zh" else en)
 
     try:
@@ -257,7 +263,7 @@ def exempt(request: Request, body: ExemptionRequest, who: Approver, lang: UiLang
         raise refuse(422, f"duration {body.duration!r} is not a duration: write e.g. 30m, 4h or 2d",
                      f"时长 {body.duration!r} 无法识别：请写成 30m、4h、2d 或 4小时") from None
     if seconds <= 0 or seconds > 30 * 86400:
-        raise refuse(422, "an exemption lasts more than 0 and at most 30 days", "豁免时长须大于 0 且不超过 30 天")
+        raise refuse(422, "an exemption lasts more than 0 and at most 30 days", "保留时长须大于 0 且不超过 30 天")
     rt = runtime_of(request)
     known = rt.knows_target(body.job)
     if known is None:
@@ -282,7 +288,7 @@ def revoke(request: Request, body: RevokeRequest, who: Approver) -> RevokeResult
     them at once. A second revoke finds none in force (404)."""
     seq = runtime_of(request).revoke_exemption(body.job, by=who.name, reason=body.reason)
     if seq is None:
-        raise HTTPException(404, f"no exemption is in force on {body.job!r} / {body.job!r} 当前没有生效的豁免")
+        raise HTTPException(404, f"no exemption is in force on {body.job!r} / {body.job!r} 当前没有生效的保留")
     return RevokeResult(job=body.job, by=who.name, audit_seq=seq)
 
 

@@ -116,13 +116,15 @@ class ChatCommands:
         service = self.service_provider()
         if service.deps.approvals.get(approval_id) is None:
             return _t(lang, f"No approval request {approval_id}.", f"没有编号为 {approval_id} 的审批请求。")
+        en, zh = _PLATFORM_NAMES.get(platform, (platform, platform))
         try:
-            service.answer(approval_id, decision, by=by, reason=reason or f"via {platform}")
+            service.answer(approval_id, decision, by=by, reason=reason or _t(lang, f"via {en}", f"通过{zh}"))
         except ApprovalError as exc:
-            return _t(lang, f"Not taken: {exc}", f"未受理：{exc}")
+            return _t(lang, f"Not taken: {exc}", f"未受理：{exc.zh}")
         done = service.deps.approvals.get(approval_id)
         status = done.status if done else decision
-        return _t(lang, f"{approval_id}: {status} by {by}.", f"{approval_id}：已由 {by} {'批准' if decision == 'approve' else '拒绝'}（{status}）。")
+        return _t(lang, f"{approval_id}: {status} by {by}.",
+                  f"{approval_id}：已由 {by} {'批准' if status == 'approved' else '拒绝' if status == 'denied' else '处理'}。")
 
     def _refuse_unsigned(self, platform: str, chat_id: str, decision: str, approval_id: str, lang: str) -> str:
         """Audited and refused: anyone holding one captured callback could send this text under any sender id."""

@@ -186,6 +186,11 @@ def test_cost_forecast_and_a_job_named_by_its_owner(client):
     # The pools: the demo's on-demand pool sits in its predicted quiet evening by now.
     start, events = ask(client, "明天晚上什么时候可以缩容？", CAROL)
     assert start["intent"] == "forecast" and "a100-ondemand" in events[-1]["answer"]
+    # A question about pools is about pools: "idle" in it once matched the jobs' idle findings ("no waste"), and
+    # "night" a job named nightly-eval.
+    for question in ("哪个节点池晚上空闲？", "which pool is idle at night?"):
+        start, events = ask(client, question, CAROL)
+        assert start["intent"] == "forecast" and "a100-ondemand" in events[-1]["answer"], (question, events[-1])
     # A user, not a job: her one job answers; another user's several are listed.
     start, events = ask(client, "why did you warn carol's notebook?", BOB)
     assert start["intent"] == "job" and JOB in events[-1]["answer"] and "Why: idle" in events[-1]["answer"]

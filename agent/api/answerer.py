@@ -59,9 +59,14 @@ def reply_language(text: str, ui_lang: Lang | None = None) -> Lang:
     return ui_lang or "en"
 
 
+_POOL = re.compile(r"\b(?:node ?)?pools?\b|节点池|资源池", re.IGNORECASE)
+
+
 def classify(text: str) -> Intent:
     if parse_keep(text) is not None:
         return "keep"
+    if _POOL.search(text) and not re.search(r"cost|spen[dt]|bill|花|费用|成本|sav|节省", text, re.IGNORECASE):
+        return "forecast"  # "which pool is idle at night?": pools' quiet windows and plans, not jobs' waste
     lowered = text.lower()
     for intent, words in _INTENTS:
         if any(w in lowered for w in words):

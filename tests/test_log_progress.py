@@ -170,3 +170,16 @@ def test_the_schedulers_own_cancel_line_is_not_progress():
     # A word that merely contains a progress word is no hint; one that starts or follows a non-letter is.
     assert analyse_log("j", lines(["upstepdown 5"]), NOW).progress_lines == 0
     assert analyse_log("j", lines(["global_step 5"]), NOW).progress_lines == 1
+
+
+def test_a_process_dumping_its_own_counters_makes_no_progress():
+    """Ray's raylet, logging to stderr, dumps its event counters every minute; they grow on their own, so an idle
+    GPU worker looked busy for good. A stats line that reports training (a step, a loss) is still progress."""
+    ray = [f"[2026-11-02 09:{10 + i}:00,101 I 61 61] node_manager.cc:525: [state-dump] Global stats: {41523 + 271 * i} "
+           f"total (12 active)" for i in range(6)]
+    ray += [f"[2026-11-02 09:{10 + i}:00,103 I 61 61] node_manager.cc:525: [state-dump] NodeManager.deadline_timer."
+            f"debug_state_dump - {612 + i} total (1 active), CPU time: mean = 0.412 ms" for i in range(6)]
+    ray += [f"uptime {3600 + 60 * i} s, served 0 requests" for i in range(6)]
+    assert analyse_log("j", lines(ray), NOW).progress_lines == 0
+    training = [f"epoch 3 stats: step {100 + i} loss {0.9 - i / 100:.2f}" for i in range(6)]
+    assert analyse_log("j", lines(training), NOW).progress_lines == 6

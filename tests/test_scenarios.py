@@ -85,6 +85,7 @@ DIFFICULTY: dict[str, str] = {
     "uneven-shards-partial-idle": "medium",
     "sd-unlabelled-hourly-requests": "hard",
     "tgi-unlabelled-router-log": "hard",
+    "ray-workers-waiting-placement-group": "medium",
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
     "exporter-dark-at-the-stop-sweep": "hard",

@@ -34,6 +34,9 @@ _PROGRESS_HINT = re.compile(
     r"(?<![a-z])(?:step|iter|epoch|loss|shard|batch|samples|tokens)|it/s|s/it|\d+\s*/\s*\d+|\d+(?:\.\d+)?%|损失|轮|步",
     re.I,
 )
+# A periodic dump of a process's own counters (Ray's raylet `[state-dump] Global stats: 41523 total`, uptime and
+# statistics lines) moves by itself, busy or idle: not progress unless it also reports some (a step, a loss).
+_SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state|stats|statistics|uptime)(?![a-z])", re.I)
 # The scheduler's own lines in a job's output ("slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***", written
 # when the steward's SIGTERM lands) say what happened to the job, never that it progressed.
 _SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
@@ -103,7 +106,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
             last_step = float(step.group(1))
         previous = last_seen.get(template)
         last_seen[template] = numbers
-        if _STALL.search(text):
+        if _STALL.search(text) or (_SELF_STATS.search(text) and not _PROGRESS_HINT.search(text)):
             continue
         moved = bool(_PROGRESS_HINT.search(text)) if previous is None else previous != numbers
         if moved:

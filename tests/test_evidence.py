@@ -98,7 +98,7 @@ def test_log_states_and_odd_numbers():
     assert "未检查日志" in describe(f.model_copy(update={"metrics": f.metrics | {"log_inspected": 0.0}}), "zh")
     no_progress = {k: v for k, v in f.metrics.items() if k not in ("log_progress_age_s", "log_last_step")}
     assert "最近 100 行日志无进展" in describe(f.model_copy(update={"metrics": no_progress}), "zh")
-    assert "日志为空" in describe(f.model_copy(update={"metrics": no_progress | {"log_lines": 0.0}}), "zh")
+    assert "近期无日志输出" in describe(f.model_copy(update={"metrics": no_progress | {"log_lines": 0.0}}), "zh")
     assert describe(f.model_copy(update={"metrics": f.metrics | {"quiet_s": float("inf")}}), "zh") == f.evidence
     odd = Finding(kind="node_health", target="n9", target_type="node", since=AT, detected_at=AT, evidence="node n9: ?",
                   metrics={"gpu2_xid": 31.0, "affected_gpus": 1.0})

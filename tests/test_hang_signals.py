@@ -214,7 +214,7 @@ def test_keepalive_blips_are_idle_whose_stop_needs_a_human():
     # The stretch began when the job did (its log never showed progress): a fixed point, not the window's start.
     assert f.since == AT - timedelta(hours=2)
     assert "6 short bursts of GPU activity in the last 1h, one every 10m, each at most 5m" in f.evidence
-    assert "log empty" in f.evidence and "tensor pipe max 0%" in f.evidence and "power max 72 W (18% of 400 W)" in f.evidence
+    assert "no recent log lines" in f.evidence and "tensor pipe max 0%" in f.evidence and "power max 72 W (18% of 400 W)" in f.evidence
     assert "a stop needs a human's approval" in f.evidence
     zh = describe(f, "zh")
     assert "6 次短暂的 GPU 活动，每 10 分钟一次" in zh and "疑似保活脚本" in zh and "停止需经人工批准" in zh

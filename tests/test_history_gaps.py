@@ -354,3 +354,14 @@ def test_a_job_younger_than_the_idle_window_is_not_idle_yet():
 
     assert findings(55) == []
     assert [f.kind for f in findings(65)] == ["idle"]
+
+
+def test_a_coarse_slice_with_all_its_samples_is_whole_at_a_slow_scrape_interval():
+    """A 150 s scrape puts 2 samples in a 5-minute slice and 6 in a 15-minute one. Proof against any sample times
+    needed 7, so no coarse slice was ever whole and an idle stretch stopped at the fine read ('idle for 1h15m' on a
+    notebook idle all weekend). Samples come at a fixed interval: an empty fine slice loses 2 of the 6."""
+    from agent.detectors.history import _no_empty_fine_slice
+
+    assert _no_empty_fine_slice(6, 6, 3) and not _no_empty_fine_slice(5, 6, 3)  # 150 s
+    assert _no_empty_fine_slice(15, 15, 3) and _no_empty_fine_slice(13, 15, 3)  # 60 s: as before
+    assert not _no_empty_fine_slice(3, 3, 3)  # 300 s: one sample a fine slice, nothing to prove it by

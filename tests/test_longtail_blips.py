@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from agent.config.policy import parse_policy
+from agent.detectors.evidence import describe
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.longtail import long_tail_reason, material_slices
 from agent.detectors.signals import group_signals
@@ -193,3 +194,14 @@ def test_a_silence_already_going_when_the_lookback_began_is_the_jobs_rhythm_when
     assert detect(slices, POLICY, started=None)[1] == []  # start unknown: read in the job's favour
     [f] = detect(slices, POLICY, started=timedelta(seconds=len(slices) * SLICE - SLICE))[1]
     assert f.since == AT - timedelta(minutes=165)
+
+
+def test_a_stretch_as_long_as_the_data_read_is_at_least_that_long():
+    """Idle as far back as the data read goes, in a job older than that: 'for 24h' understated a notebook idle all
+    weekend; it is 'at least'. A job that started inside the span is idle since its start, exactly."""
+    slices = quiet(round(POLICY.detectors.longtail.lookback / SLICE))  # the whole day read, all quiet
+    [old] = detect(slices, POLICY, started=timedelta(hours=30))[1]
+    assert "util for at least 24h" in old.evidence and old.metrics["quiet_at_least"] == 1.0, old.evidence
+    assert "已持续至少 24 小时" in describe(old, "zh")
+    [young] = detect(slices, POLICY, started=timedelta(hours=2))[1]
+    assert "util for 2h " in young.evidence and "quiet_at_least" not in young.metrics, young.evidence

@@ -118,7 +118,7 @@ def _log(f: Finding, m: Metrics) -> str:
         return f"日志自 {zh_time(last.timestamp())}起无进展{step}"
     if m["log_lines"]:
         return f"最近 {m['log_lines']:g} 行日志无进展"
-    return "日志为空"
+    return "近期无日志输出"
 
 
 def _io(m: Metrics) -> str:
@@ -137,7 +137,8 @@ def _idle(f: Finding, m: Metrics) -> str:
     grace = (f"；按该作业自身的工作节奏仍在宽限期内，{zh_time(f.stop_after.timestamp(), date=True)}前不会停止"
              if f.stop_after is not None and "grace_left_s" in m else "")
     return (
-        f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续 {duration_zh(m['quiet_s'])}{blip}"
+        f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续{'至少' if m.get('quiet_at_least') else ''} "
+        f"{duration_zh(m['quiet_s'])}{blip}"
         f"（样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}{grace}"
     )
 

@@ -77,8 +77,15 @@ def _no_empty_fine_slice(count: int, expected: int, ratio: int) -> bool:
 
     `expected` is what a healthy coarse slice holds at least (expected_samples: the floor). A fine slice holds at
     most expected // ratio + 1 (the interval need not divide the slice), so with one fine slice empty the count is
-    at most (ratio - 1) times that; more than that, and none was empty."""
-    return count > (ratio - 1) * (expected // ratio + 1)
+    at most (ratio - 1) times that; more than that, and none was empty, whenever the samples came.
+
+    Samples come at a fixed interval (a Prometheus scrape, a DCGM or NVML collect), and an empty fine slice then
+    lost at least expected // ratio of them: with two or more per fine slice, a coarse slice holding all it
+    should cannot have lost them. Without this, an interval of 100-300 s (two or three samples a fine slice)
+    left no coarse slice proven whole, and an idle stretch was never read past the fine slices.
+    """
+    per_fine = expected // ratio
+    return count > (ratio - 1) * (per_fine + 1) or (per_fine >= 2 and count >= expected)
 
 
 def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:

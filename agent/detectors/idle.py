@@ -31,7 +31,7 @@ def log_summary(logs: LogProgress | None) -> str:
         return f"no log progress since {logs.last_progress_at:%H:%M} UTC{step}"
     if logs.lines:
         return f"no progress in the last {logs.lines} log lines"
-    return "log empty"
+    return "no recent log lines"
 
 
 def in_grace(tail: LongTail | None, at: datetime, warn_in_grace: bool) -> datetime | None:
@@ -119,6 +119,10 @@ class IdleGpuDetector:
             if quiet == 0:
                 continue  # the newest slice was not seen whole (an exporter gap now): nothing is known about now
             since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
+            # Quiet as far back as the data read goes, in a job older than that: the stretch is longer still.
+            history = window.series.history
+            read = len(history.util_max) * history.ratio if history is not None else window.series.length
+            at_least = quiet >= read and (job.started_at is None or job.started_at < since)
             if job.started_at is not None and job.started_at > since:
                 since = job.started_at  # the GPU's quiet before the job started on it is not the job's
             # The stretch of waste begins after the last work of any kind, not only the GPU's: an owner who answered
@@ -126,7 +130,7 @@ class IdleGpuDetector:
             worked = last_other_work(window.series, logs, self.longtail, cpu=spin is None)
             if worked is not None and worked > since:
                 since = worked
-            finding = self._finding(job, window, logs, since, obs.at, blips)
+            finding = self._finding(job, window, logs, since, obs.at, blips, at_least=at_least)
             spin = spin or self._trickle(window)
             if spin is not None:
                 finding = with_doubt(finding, *spin, in_evidence=spin[0])
@@ -186,12 +190,13 @@ class IdleGpuDetector:
                 f"{duration_zh(silent)}：卡死的 DataLoader worker 也会这样空转占用一个核心")
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime,
-                 blips: float = 0.0) -> Finding:
+                 blips: float = 0.0, at_least: bool = False) -> Finding:
         quiet_s = (at - since).total_seconds()
         # Blips: activity under IdleRule.blip_gpu_seconds in all over the stretch is not work.
         blip = f", blips only ({blips:.0f} GPU-s of work in all)" if blips > 0 else ""
         evidence = (
-            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} at max {w.max_util:.1f}% util for {format_duration(quiet_s)}"
+            f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} at max {w.max_util:.1f}% util for "
+            f"{'at least ' if at_least else ''}{format_duration(quiet_s)}"
             f"{blip} (coverage {w.coverage:.0%}), holding {w.mem_gb:.0f} GB; {log_summary(logs)}; {w.io_summary()}"
         )
         metrics = {
@@ -202,6 +207,8 @@ class IdleGpuDetector:
         }
         if blips > 0:
             metrics["blip_gpu_s"] = round(blips, 1)
+        if at_least:
+            metrics["quiet_at_least"] = 1.0  # quiet as far back as the data read: longer still
         if w.cpu_avg is not None:
             metrics["cpu_pct"] = w.cpu_avg
         metrics.update(log_metrics(logs, at) | io_metrics(w))

@@ -89,7 +89,8 @@ def _window_counts(c: ContainerTrace, times: np.ndarray, window: float) -> tuple
 
 
 def _alive(trace: Trace, c: ContainerTrace, times: np.ndarray, age: float) -> np.ndarray:
-    return (times >= c.first + age) & (times <= trace.life_end(c))
+    """Sweep times at which a rule looking back `age` may act on the container (none before --act-after)."""
+    return (times >= c.first + age) & (times <= trace.life_end(c)) & (times >= trace.act_after_s)
 
 
 def _hours(seconds: float) -> str:

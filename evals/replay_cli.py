@@ -165,7 +165,7 @@ def cmd_replay(args: argparse.Namespace, settings: Any) -> int:
         return 2
     try:
         trace = load_trace(args.trace, id_col=args.id_col, time_col=args.time_col, util_col=args.util_col,
-                           mem_col=args.mem_col).stretched(args.time_scale)
+                           mem_col=args.mem_col).stretched(args.time_scale).repeated(args.repeat, args.act_after)
         policy = load_policy(args.policy)
     except (TraceError, PolicyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -226,6 +226,12 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--time-scale", type=float, default=1.0, metavar="F",
                    help="replay the trace at another tempo: every time, pause and interval times F (robustness: "
                         "the same users pausing F times as long; default 1)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="replay the trace N times in a row (after --time-scale): is a container stopped in one "
+                        "lull back at work after it? (default 1)")
+    p.add_argument("--act-after", type=_duration, default=0.0, metavar="DURATION",
+                   help="no policy stops anything before this (e.g. 34h with --repeat 3: the first night and "
+                        "morning are history to learn from); warnings still go out")
     p.add_argument("--json", action="store_true", help="print JSON, with every stop and warning of every policy")
     p.add_argument("--html", type=Path, help="also write a self-contained HTML report here")
     p.add_argument("--frontier", action="store_true",

@@ -52,6 +52,7 @@ class Trace:
     containers: dict[str, ContainerTrace] = field(default_factory=dict)
     columns: dict[str, str] = field(default_factory=dict)  # role -> column used ("" = none)
     rows: int = 0
+    act_after_s: float = 0.0  # no policy stops anything before this (--act-after): history to learn from first
 
     def ended_inside(self, c: ContainerTrace) -> bool:
         """The container really ended: its samples stop well before the trace does (3 intervals)."""
@@ -71,6 +72,27 @@ class Trace:
         return replace(self, path=f"{self.path} (time x{factor:g})", duration_s=self.duration_s * factor,
                        interval_s=self.interval_s * factor,
                        containers={k: replace(c, t=c.t * factor) for k, c in self.containers.items()})
+
+
+    def repeated(self, times: int, act_after_s: float = 0.0) -> Trace:
+        """The trace `times` times in a row, each container living through all of them (its samples shifted by the
+        trace's length plus one interval each time), and no stop before `act_after_s`. Asks what a trace that ends
+        in a lull cannot: is a container stopped tonight back at work tomorrow, and does the policy learn from the
+        night before? (The dev trace ends in its fleet's nightly lull, docs/evals.md.)"""
+        if times < 1:
+            raise TraceError(f"--repeat must be at least 1, got {times}")
+        if not (act_after_s >= 0 and math.isfinite(act_after_s)):
+            raise TraceError(f"--act-after must be a duration of 0 or more, got {act_after_s}")
+        if times == 1 and act_after_s == 0:
+            return self
+        period = self.duration_s + self.interval_s
+        containers = {k: replace(c, t=np.concatenate([c.t + i * period for i in range(times)]),
+                                 util=np.tile(c.util, times), mem_mb=np.tile(c.mem_mb, times))
+                      for k, c in self.containers.items()}
+        label = f" (x{times})" if times > 1 else ""
+        label += f" (acting after {act_after_s / 3600:g} h)" if act_after_s else ""
+        return replace(self, path=f"{self.path}{label}", duration_s=period * (times - 1) + self.duration_s,
+                       containers=containers, act_after_s=act_after_s)
 
 
 def _pick(header: list[str], wanted: str | None, names: tuple[str, ...], role: str, source: str,

@@ -143,6 +143,8 @@ class TraceCluster:
         c = self.trace.containers.get(cid)
         if c is None or self.state(c, self.offset_s) != "running":
             return StopResult(job=job, status="already_gone", detail="not running")
+        if self.offset_s < self.trace.act_after_s:
+            return StopResult(job=job, status="refused", detail="replay: no stops before --act-after")
         self._stopped[cid] = self.offset_s
         self.stops.append(TraceStop(cid, self.offset_s, force))
         return StopResult(job=job, status="stopped", detail="replay: the container is gone from here on")

@@ -121,6 +121,30 @@ def test_time_scale_replays_the_same_cluster_at_another_tempo(trace_file: Path, 
     assert main(["replay", str(trace_file), "--time-scale", "nan"]) == 2
 
 
+def test_repeat_replays_the_day_again_and_act_after_holds_every_stop_till_then(trace_file: Path, capsys):
+    """A trace that ends in a lull scores a stop against an hour or two of future; replayed twice in a row, a
+    container stopped in the first lull is seen working the next day. --act-after lets the policies learn from
+    the first day: no rule, and not the agent, stops anything before it."""
+    trace = load_trace(trace_file)
+    twice = trace.repeated(2)
+    assert twice.duration_s == 2 * trace.duration_s + STEP and len(twice.containers["idle-forever"].t) == 2 * len(
+        trace.containers["idle-forever"].t)
+    assert trace.repeated(1) is trace
+    held = trace.repeated(2, act_after_s=trace.duration_s)
+    zero = run_zero(held, window_s=3600)
+    assert zero.stops and min(at for _, at in zero.stops) >= trace.duration_s, zero.stops
+    assert run_zero(trace.repeated(2), window_s=3600).stops[0][1] < trace.duration_s
+    agent = run_agent(held, Policy())
+    assert agent.warnings and min(at for _, at in agent.warnings) < trace.duration_s  # warnings still go out
+    assert all(at >= trace.duration_s for _, at in agent.stops), agent.stops
+    # idle-forever's day began with an hour of work after five idle hours: the agent now knows that rhythm.
+    assert "idle-forever" not in dict(agent.stops)
+    with pytest.raises(TraceError, match="--repeat must be at least 1"):
+        trace.repeated(0)
+    assert main(["replay", str(trace_file), "--repeat", "2", "--act-after", "6h", "--json"]) == 0
+    assert "(x2) (acting after 6 h)" in json.loads(capsys.readouterr().out)["trace"]
+
+
 def test_a_blip_budget_sees_through_blips_that_an_all_zero_rule_cannot(tmp_path: Path):
     # Worked an hour, then idle but for a 7% sample every 40 minutes (4.2 GPU-seconds each): never 2 h of
     # zeros, and under a GPU-minute of work in all after any stop.

@@ -263,8 +263,13 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
             grace_left_s=(needed - quiet) * s if unprecedented else None,
         )
     gap = series.coverage(rule.lookback).gap(min_coverage)
-    if gap is not None and _gaps_could_protect(series, rule, quiet_pct, quiet, lookback, bursts, material):
-        return LongTail(gap)
+    hidden = _gaps_could_protect(series, rule, quiet_pct, quiet, lookback, bursts, material) if gap else None
+    if gap is not None and hidden is not None:
+        # As with a rhythm seen whole: once the quiet is longer than any pause the gaps could hide, the owner may be
+        # told; the stop waits for the margin on that longest possible pause.
+        longest, needed = hidden
+        return LongTail(f"{gap}; the gaps could hide a pause up to {format_duration(longest * series.slice_s)}",
+                        grace_left_s=(needed - quiet) * series.slice_s if quiet > longest else None)
     return None
 
 
@@ -304,9 +309,10 @@ def _longest_silence_before_work(values: list[float | None], busy: list[int], co
 def _gaps_could_protect(
     series: JobSeries, rule: LongTailRule, quiet_pct: float, quiet: int, lookback: int, bursts: int,
     material: list[bool],
-) -> bool:
+) -> tuple[int, float] | None:
     """Whether some filling of the unknown slices in the lookback would make the job periodic and its
-    current pause not yet long for it (the most protective reading of the gaps).
+    current pause not yet long for it (the most protective reading of the gaps): then (the longest pause it could
+    hide, the quiet that filling would need, both in fine slices), else None.
 
     Unknown: a slice inside the job's life (all of the lookback when its start is unknown) with no valid
     reading, or a quiet coarse slice with samples missing (a burst may hide in them). A slice before the
@@ -321,7 +327,7 @@ def _gaps_could_protect(
     values = coarse.util_max if coarse is not None else series.util_max
     frame = lookback - quiet // r  # the lookback's slices before the current quiet run
     if frame <= 0:
-        return False
+        return None
     start = series.at - timedelta(seconds=lookback * step)
     born = series.started_at
     kinds: list[str] = []  # "B" busy, "b" busy but not throughout, "U" unknown, "Q" quiet, "X" before the job
@@ -338,7 +344,7 @@ def _gaps_could_protect(
         else:
             kinds.append("Q")
     if "U" not in kinds:
-        return False  # nothing unknown in the job's life: the reading above stands
+        return None  # nothing unknown in the job's life: the reading above stands
     maybe = [p for p, kind in enumerate(kinds) if kind in "BbU"]
     ends = [0 if kind == "B" else r - 1 for kind in kinds]  # quiet fine slices a slice may hide at each end
     worked = (maybe[-1] - maybe[0] + 1) * r
@@ -354,5 +360,6 @@ def _gaps_could_protect(
     # a pause inside an unknown coarse slice.
     between = any(kind not in "Bb" for kind in kinds[maybe[0] + 1 : maybe[-1]])
     if bursts < 2 and not (between or r >= 3 or (r >= 2 and len(maybe) >= 2)):
-        return False
-    return quiet < max(rule.quiet_factor * longest, rule.quiet_share * worked)
+        return None
+    needed = max(rule.quiet_factor * longest, rule.quiet_share * worked)
+    return (longest, needed) if quiet < needed else None

@@ -310,6 +310,15 @@ def test_terminate_twice_while_stopping_is_denied():
     check(d, "deny", "already_done", "is stopping", "grace period")
 
 
+def test_a_force_that_did_not_end_the_job_is_not_sent_again_and_says_why():
+    """Forced and still stopping (a node that does not answer): another force changes nothing, and 'waiting for
+    the grace period' was untrue."""
+    history = warned(60, entry("terminate", 30), entry("force_terminate", 10))
+    d = decide(act("force_terminate"), facts(job(state="stopping")), Policy(), history, approved=True)
+    check(d, "deny", "already_done", "force-stopped", "still stopping", "check its node")
+    assert "grace period" not in d.reason
+
+
 def test_pending_approval_is_not_asked_twice():
     proposal = act("force_terminate")
     history = warned(60, entry("terminate", 10), pending_approvals=[proposal.key()])

@@ -132,6 +132,13 @@ def duplicate_rule(case: Case) -> Denial:
             )
     if case.is_stop and job is not None and job.state == "stopping":
         done = case.past(action.action)
+        if done and action.action == "force_terminate":
+            # Forced and still not gone: the scheduler cannot end it (a node that does not answer, a process stuck in
+            # the kernel). Another force would change nothing; a person has to look.
+            return "already_done", (
+                f"job {job.id} was force-stopped at {when(done[-1].at)} and is still stopping: the scheduler has not "
+                f"ended it (check its node: unreachable, or a process stuck in the kernel); a force is not sent twice"
+            )
         if done:
             return "already_done", (
                 f"job {job.id} was sent {action.action} at {when(done[-1].at)} and is stopping; "

@@ -20,3 +20,32 @@ def test_dingtalk_settings_mount_the_webhooks_and_approval_cards(tmp_path):
     paths = {route.path for route in routers[0].routes}
     assert {"/webhooks/dingtalk", "/chatops/approve"} <= paths
     assert len(listeners) == 1
+
+
+def test_a_question_asked_in_dingtalk_is_answered_as_the_web_chat_answers_it(tmp_path):
+    """`steward serve` wired no answerer into ChatOps: every question got the same findings summary. A question in
+    the chat now reaches the built-in answerer with the server's cluster reading, in plain text."""
+    import time
+
+    from agent.chatops import dingtalk
+    from tests.test_server_api import client_for, settings_for
+
+    settings = settings_for(tmp_path).model_copy(update={"dingtalk_app_secret": SecretStr("app-secret")})
+    routers, _ = chatops_wiring(settings)
+    with client_for(settings, extra_routers=routers) as client:
+        client.post("/api/sweeps")
+
+        def say(text: str) -> str:
+            ts = str(int(time.time() * 1000))
+            body = {"msgtype": "text", "text": {"content": text}, "senderStaffId": "staff-carol",
+                    "conversationId": "cid"}
+            reply = client.post("/webhooks/dingtalk", json=body,
+                                headers={"timestamp": ts, "sign": dingtalk.sign(ts, "app-secret")})
+            assert reply.status_code == 200, reply.text
+            time.sleep(0.002)  # each (timestamp, sign) is taken once
+            return reply.json()["text"]["content"]
+
+        pools = say("哪个节点池晚上空闲？")
+        assert "a100-ondemand" in pools and "**" not in pools, pools
+        cost = say("what did each team spend this week?")
+        assert "By team:" in cost, cost

@@ -15,7 +15,7 @@ from agent.records.approvals import ApprovalError
 from core.actions import Finding
 from core.durations import format_duration, parse_duration, spoken_units
 
-Answer = Callable[[str, str, str], str]  # (question, user, language) -> reply
+Answer = Callable[[str, str, str], str | None]  # (question, user, language) -> reply; None: the findings summary
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days
 APPROVER_MAX_KEEP_S = 30 * 86400.0
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -104,8 +104,8 @@ class ChatCommands:
                 return self._refuse_unsigned(platform, chat_id, decision, decided.group(2), lang)
             return self._answer(platform, chat_id, decision, decided.group(2), decided.group(3).strip(), lang)
         user = self.directory.cluster_user(platform, chat_id)
-        if self.answer is not None:
-            return self.answer(text, user, lang)
+        if self.answer is not None and (reply := self.answer(text, user, lang)) is not None:
+            return reply
         return findings_summary(self.service_provider(), lang, platform)
 
     def _answer(self, platform: str, chat_id: str, decision: Literal["approve", "deny"], approval_id: str,

@@ -6,7 +6,8 @@ import html
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Annotated
+from datetime import UTC
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -35,6 +36,29 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
                         "<meta name='viewport' content='width=device-width'></head><body style='font-family:"
                         f"sans-serif;max-width:36em;margin:2em auto'><h2>{html.escape(title)}</h2>{body}</body></html>",
                         status_code=status, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+
+
+def offline_answer(provider: Callable[[], Any]) -> Answer:
+    """Free questions from DingTalk or WeCom ("为什么停止 …", "这周花了多少钱？") answered as the web chat's built-in
+    answerer answers them, from the server's runtime; None (the findings summary) where the service is not one."""
+
+    def ask(question: str, user: str, lang: str) -> str | None:
+        runtime = provider()
+        if not hasattr(runtime, "read_cluster"):
+            return None
+        from agent.api.answerer import answer
+        from agent.api.chat import SweepStillReading, chat_context
+
+        language: Literal["en", "zh"] = "zh" if lang == "zh" else "en"
+        try:
+            ctx, notice = chat_context(runtime, language, zone=getattr(runtime, "zone", UTC))
+        except SweepStillReading as exc:
+            return str(exc)
+        reply = next((e["answer"] for e in answer(ctx, question, language) if e["type"] == "done"), None)
+        # Chat messages are plain text: the web chat's **bold** would show as asterisks.
+        return None if reply is None else (notice + reply).replace("**", "")
+
+    return ask
 
 
 def chatops_router(settings: Settings, service_provider: Callable[[], StewardService] | None = None, *,
@@ -71,7 +95,7 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
 
     def commands(request: Request) -> ChatCommands:
         provider = service_provider or (lambda: request.app.state.runtime)
-        return ChatCommands(provider, directory, answer, approvals_url=approvals_url)
+        return ChatCommands(provider, directory, answer or offline_answer(provider), approvals_url=approvals_url)
 
     @router.post("/webhooks/dingtalk", openapi_extra=_body_schema("application/json", DINGTALK_BODY),
                  responses={401: {"description": "bad, stale or replayed signature"}})

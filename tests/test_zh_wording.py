@@ -231,3 +231,22 @@ def test_the_web_ui_says_keep_in_chinese_and_names_who_set_it():
     assert _label(zh, "akind.exemption") == "保留" and _label(zh, "status.granted") == "已保留"
     assert _label(zh, "col.set_by") == "设置人" and _label(zh, "col.by") != "审批人"
     assert _label(en, "exempt.submit") == "Exempt" and _label(en, "col.by") == "By" and _label(en, "col.set_by") == "By"
+
+
+def test_a_warning_in_chinese_has_a_chinese_subject():
+    """The e-mail (and chat) subject of a Chinese warning was English: `GPU Steward: <job>`."""
+    from agent.config.policy import Policy
+    from agent.graph.service import SweepService
+    from agent.planning.policy_model import PolicyModel
+    from agent.wiring import simulated_deps
+    from evals.suite import SCENARIO_DIR
+    from sim.scenario import load_scenario
+
+    deps, cluster = simulated_deps(load_scenario(SCENARIO_DIR / "slurm-idle-job.yaml"), Policy(), PolicyModel(),
+                                   language="zh")
+    service = SweepService(deps)
+    for minute in range(5, 181, 5):
+        cluster.advance_to(minute * 60)
+        service.sweep()
+    sent = deps.notifier.sent  # type: ignore[attr-defined]
+    assert sent and all(m.subject.startswith("GPU Steward：") for m in sent), [m.subject for m in sent]

@@ -52,7 +52,7 @@ def _keeper(rt: StewardRuntime, who: Principal) -> KeepFn:
     def keep(request: KeepRequest | str, job: str | None, lang: Lang) -> str:
         if not rt.graph_lock.acquire(timeout=rt.read_wait_s):  # the cluster is read fresh, never mid-sweep
             return _t(lang, "A sweep is running; send `keep` again in a moment. Nothing was changed.",
-                      "巡检正在进行，请稍后再发送 `keep`。未做任何更改。")
+                      "巡检正在进行，请稍后再发送 `保留`。未做任何更改。")
         try:
             return grant_keep(rt.deps, request, user=who.name, approver=who.role == "approver",
                               by=f"web:{who.name}", run_id="chat", lang=lang, context_job=job,

@@ -166,7 +166,10 @@ def execute_action(
                 return outcome("skipped", f"deferred: {hours}; {p.reason or 'a warning'}", f"deferred: {hours}")
             # A Slurm user knows the job by its number (squeue, the output file), not by partition/name.
             number = (job.labels.get("slurm.array_task") or job.labels.get("slurm.job_id")) if job else None
-            subject = f"GPU Steward: {p.target}" + (f" (Slurm job {number})" if number else "")
+            if deps.language == "zh":
+                subject = f"GPU Steward：{p.target}" + (f"（Slurm 作业 {number}）" if number else "")
+            else:
+                subject = f"GPU Steward: {p.target}" + (f" (Slurm job {number})" if number else "")
             sent = deps.notifier.notify(recipient, subject, body, job_id=p.target)
             # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
             sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}

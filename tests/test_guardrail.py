@@ -317,6 +317,9 @@ def test_a_force_that_did_not_end_the_job_is_not_sent_again_and_says_why():
     d = decide(act("force_terminate"), facts(job(state="stopping")), Policy(), history, approved=True)
     check(d, "deny", "already_done", "force-stopped", "still stopping", "check its node")
     assert "grace period" not in d.reason
+    from agent.graph.report import decision_reason, rule_of_reason
+
+    assert rule_of_reason(d.reason) == "already_done" and "调度器未能结束它" in decision_reason(d.rule, d.reason, "zh")
 
 
 def test_pending_approval_is_not_asked_twice():
@@ -347,7 +350,11 @@ def test_zero_stops_per_hour_switches_stops_off():
 
 def test_breaker_trips_on_failures():
     history = warned(60, *(entry("terminate", m, status="failed", target="x") for m in (10, 20, 30)))
-    check(decide(act(), facts(), Policy(), history), "deny", "circuit_breaker", "3 actions failed", "12:30 UTC")
+    check(decide(act(), facts(), Policy(), history), "deny", "circuit_breaker", "3 actions on the cluster failed",
+          "12:30 UTC")
+    # Warnings the mail server refused say nothing about stopping: they do not pause the stops.
+    mail_down = warned(60, *(entry("notify", m, status="failed", target="x") for m in (10, 20, 30)))
+    assert decide(act(), facts(), Policy(), mail_down).verdict == "allow"
 
 
 def test_failures_do_not_block_notices():

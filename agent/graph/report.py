@@ -105,6 +105,8 @@ def decision_reason(rule: str, reason: str, language: str) -> str:
         return "已获人工批准"
     if rule == "allow" and reason.startswith("dry run"):
         return "演练模式：所有护栏规则均通过，未实际执行"
+    if rule == "already_done" and " was force-stopped at " in reason:
+        return "已强制停止，但作业仍在停止中：调度器未能结束它（请检查其节点是否失联，或进程卡在内核中），不再重复强制停止"
     return RULE_ZH.get(rule, "护栏规则未通过")
 
 
@@ -124,9 +126,9 @@ RULE_OF_REASON = (
     (re.compile(r"a stop needs a delivered|^the owner of job \S+ was warned at "), "warning_first"),
     (re.compile(r"has not been asked to stop gracefully|was sent a graceful stop at "), "graceful_first"),
     (re.compile(r"was already notified|is already awaiting approval"), "duplicate"),
-    (re.compile(r" and is stopping; waiting for the "), "already_done"),
+    (re.compile(r" and is stopping; waiting for the | was force-stopped at .* and is still stopping"), "already_done"),
     (re.compile(r" is already stopping"), "already_stopping"),
-    (re.compile(r"actions failed in the last hour|GPUs reclaimed in the last hour"), "circuit_breaker"),
+    (re.compile(r"failed in the last hour \(the breaker|GPUs reclaimed in the last hour"), "circuit_breaker"),
     (re.compile(r"stops_per_hour|stops in the last hour reach the limit"), "rate_limit"),
     (re.compile(r"names no target node count|does not shrink it|is below the minimum|is above the maximum|"
                 r"would remove a busy node|; the reserve is "), "reserve"),

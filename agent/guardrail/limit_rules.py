@@ -178,10 +178,12 @@ def circuit_breaker_rule(case: Case) -> Denial:
     if case.level < 2:
         return None
     breaker = case.policy.rate_limits.circuit_breaker
-    failures = case.last_hour([e for e in case.history.entries if e.status == "failed"])
+    # Actions on the cluster that failed: a warning the mail server refused says nothing about stopping or
+    # resizing (and no stop goes without a delivered warning anyway); it paused every stop for an hour.
+    failures = case.last_hour([e for e in case.history.entries if e.status == "failed" and e.action != "notify"])
     if len(failures) >= breaker.max_failures_per_hour:
         return "circuit_breaker", (
-            f"{len(failures)} actions failed in the last hour (the breaker trips at "
+            f"{len(failures)} actions on the cluster failed in the last hour (the breaker trips at "
             f"{breaker.max_failures_per_hour}); mutating actions pause until {when(as_utc(failures[0].at) + HOUR)}"
         )
     job = case.job

@@ -221,3 +221,14 @@ def test_a_sweep_returns_and_shows_what_it_carried_out_on_answers_given_since_th
     assert _answered_lines(result.answered, "en")[0] == (
         f"answered (approve by cli:lead): force_terminate {pending.target} executed")
     assert _answered_lines(result.answered, "zh")[0].startswith(f"已按审批执行（批准，cli:lead）：强制停止 {pending.target} 已执行")
+
+
+def test_a_real_cluster_sweep_says_by_its_exit_status_what_went_wrong():
+    """Cron sees 3 for a cluster not read whole, 4 for an action that failed (a warning the mail server refused sat
+    behind exit 0), 0 for a clean sweep."""
+    from agent.cli.sweep import sweep_exit
+
+    failed = {"outcomes": [{"action": "notify", "status": "failed"}, {"action": "terminate", "status": "executed"}]}
+    assert sweep_exit(failed) == 4
+    assert sweep_exit({**failed, "observed": {"degraded": ["GPU metrics stale"]}}) == 3
+    assert sweep_exit({"outcomes": [{"status": "executed"}, {"status": "refused"}], "observed": {"degraded": []}}) == 0

@@ -93,6 +93,17 @@ def _answered_lines(answered: list[Any], language: str) -> list[str]:
 
 
 DEGRADED_EXIT = 3  # `steward sweep` on a real cluster: the sweep ran, but on data it could not read whole
+ACTION_FAILED_EXIT = 4  # it read the cluster, and an action it carried out failed (a stop, a warning not delivered)
+
+
+def sweep_exit(state: dict) -> int:
+    """A real-cluster sweep's exit status for cron and monitoring: 3 degraded (part of the cluster not read; it says
+    more than a failed action, which it may explain), 4 an action failed, 0 clean."""
+    if state.get("observed", {}).get("degraded"):
+        return DEGRADED_EXIT
+    if any(o.get("status") == "failed" for o in state.get("outcomes", [])):
+        return ACTION_FAILED_EXIT
+    return 0
 
 
 def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
@@ -113,8 +124,8 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
             print(line)
         print(report_for_people(result.report, result.state, deps, settings.zone()))
         print("\n" + _words(deps.language)["audit"].format(path=deps.audit.path, count=deps.audit.count()))
-    # Cron and monitoring tell a sweep that could not read (part of) the cluster from a clean one by its status.
-    return DEGRADED_EXIT if result.state.get("observed", {}).get("degraded") else 0
+    # Cron and monitoring tell a sweep that could not read (part of) the cluster, or whose action failed, by its status.
+    return sweep_exit(result.state)
 
 
 def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:

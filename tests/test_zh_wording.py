@@ -250,3 +250,15 @@ def test_a_warning_in_chinese_has_a_chinese_subject():
         service.sweep()
     sent = deps.notifier.sent  # type: ignore[attr-defined]
     assert sent and all(m.subject.startswith("GPU Steward：") for m in sent), [m.subject for m in sent]
+
+
+def test_a_forced_stop_request_says_first_why_it_must_be_forced():
+    """The web approval card showed the finding's idle evidence and "level 3 is above the automatic limit": the reason
+    a stop must be forced (SIGTERM ignored through the grace period) was on no card, in either language."""
+    from agent.graph.report import approval_why
+
+    reason = "force_terminate of ml/x is level 3, above the automatic limit 2"
+    en, zh = (approval_why("force_terminate", "approval", reason, lang) for lang in ("en", "zh"))
+    assert en.startswith("it did not exit within the grace period after SIGTERM") and reason in en
+    assert zh.startswith("作业收到优雅停止信号（SIGTERM）后") and "级别 3 高于自动执行上限 2" in zh
+    assert approval_why("resize_pool", "approval", reason, "en") == reason

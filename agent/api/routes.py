@@ -41,7 +41,7 @@ from agent.api.schemas import (
 )
 from agent.api.sparkline import finding_sparks
 from agent.detectors.evidence import describe
-from agent.graph.report import audit_text, decision_reason, outcome_text, report_for_people
+from agent.graph.report import approval_why, audit_text, outcome_text, report_for_people
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.audit import AuditEntry
 from agent.records.savings import compute_savings
@@ -145,8 +145,8 @@ def approval_view(rt: StewardRuntime, a: Approval, lang: str = "en", template: s
     """The request with its target's latest finding (owner, GPUs, cost per hour, evidence) and, once approved,
     the audited outcome of the action it allowed."""
     decision = (a.payload.get("guarded_action") or {}).get("decision") or {}
-    view = ApprovalView(**a.model_dump(), why=decision_reason(str(decision.get("rule", "approval")),
-                                                              str(decision.get("reason", "")), lang))
+    view = ApprovalView(**a.model_dump(), why=approval_why(a.action, str(decision.get("rule", "approval")),
+                                                           str(decision.get("reason", "")), lang))
     finding = next((f for f in rt.findings() if f.target == a.target), None)
     if finding is not None:
         hourly = finding.waste_cost / finding.waste_gpu_hours * finding.gpus if finding.waste_gpu_hours else None

@@ -15,7 +15,7 @@ from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks
 from agent.chatops.notifier import Route
 from agent.detectors.evidence import describe
-from agent.graph.report import action_label, decision_reason
+from agent.graph.report import action_label, approval_why
 from agent.records.approvals import Approval
 from core.actions import Finding
 from core.zones import zone_suffix
@@ -47,9 +47,8 @@ def card_text(approval: Approval, language: str, finding: Finding | None = None,
     if language == "zh":
         size = f" → {nodes} 个节点" if nodes is not None else ""
         title = f"待审批：{action_label(approval.action, language)} {target}{size}"
-        why = decision_reason(str(decision.get("rule") or "approval"), str(decision.get("reason") or ""), language)
-        if approval.action == "force_terminate":  # what the English reason says first ("ignored SIGTERM; ...")
-            why = f"作业收到优雅停止信号（SIGTERM）后，宽限期内仍未退出，只能强制停止；{why}"
+        why = approval_why(approval.action, str(decision.get("rule") or "approval"), str(decision.get("reason") or ""),
+                           language)
         evidence = _plain(describe(finding, language, zone)) if finding is not None else ""
         text = (f"### {title}\n\n级别 {approval.level}。原因：{why}\n\n"
                 + (f"依据：{evidence}\n\n" if evidence else "")

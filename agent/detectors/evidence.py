@@ -219,7 +219,7 @@ def _oversized(f: Finding, m: Metrics) -> str:
     return (
         f"按需节点池 {f.target}：{m['nodes']:g} 个节点中有 {m['empty_nodes']:g} 个已空置至少 "
         f"{duration_zh(m['empty_window_s'])}{listed}；作业占用 {m['used_gpus']:g}/{m['total_gpus']:g} 块 GPU；"
-        f"保留 {m['reserve_fraction']:.0%} 余量、最少 {m['min_nodes']:g} 个节点 -> 建议缩至 {m['suggested_nodes']:g} 个节点；"
+        f"保留 {m['reserve_fraction']:.0%} 余量、最少 {m['min_nodes']:g} 个节点 → 建议缩至 {m['suggested_nodes']:g} 个节点；"
         f"可释放 {f.gpus} 块 GPU（单价 {m['price_per_gpu_hour']:g} {f.currency}/GPU 小时）"
         + (_forecast_zh(f, m) if m.get("forecast") else
            f"；{zh_time(m['scale_up_at'])}扩容回 {m['scale_up_nodes']:g} 个节点"

@@ -89,6 +89,18 @@ RULE_ZH = {
 }
 
 
+FORCED_WHY = ("it did not exit within the grace period after SIGTERM, so only a forced stop (SIGKILL) ends it",
+              "作业收到优雅停止信号（SIGTERM）后，宽限期内仍未退出，只能强制停止")
+
+
+def approval_why(action: str, rule: str, reason: str, language: str) -> str:
+    """Why a request waits for a person, in `language`: a forced stop says first why it must be forced."""
+    why = decision_reason(rule, reason, language)
+    if action != "force_terminate":
+        return why
+    return f"{FORCED_WHY[1]}；{why}" if language == "zh" else f"{FORCED_WHY[0]}; {why}"
+
+
 def decision_reason(rule: str, reason: str, language: str) -> str:
     """The guardrail's reason for people: as written in English, in Chinese by its rule (numbers where known)."""
     if language != "zh":

@@ -34,9 +34,10 @@ _PROGRESS_HINT = re.compile(
     r"(?<![a-z])(?:step|iter|epoch|loss|shard|batch|samples|tokens)|it/s|s/it|\d+\s*/\s*\d+|\d+(?:\.\d+)?%|损失|轮|步",
     re.I,
 )
-# A periodic dump of a process's own counters (Ray's raylet `[state-dump] Global stats: 41523 total`, uptime and
-# statistics lines) moves by itself, busy or idle: not progress unless it also reports some (a step, a loss).
-_SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state|stats|statistics|uptime)(?![a-z])", re.I)
+# A periodic dump of a process's own event counters (Ray's raylet `[state-dump] Global stats: 41523 total`) moves by
+# itself, busy or idle: not progress unless it also reports some (a step, a loss). Only that dump's own marker: a
+# "stats" or "uptime" line may well count real work ("Throughput stats: 23000 images done").
+_SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state)(?![a-z])", re.I)
 # The scheduler's own lines in a job's output ("slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***", written
 # when the steward's SIGTERM lands) say what happened to the job, never that it progressed.
 _SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)

@@ -180,7 +180,7 @@ class MetricSlices:
         return value
 
     def gpu_series(self, end: float, now: float, lookback_s: float, slice_s: float) -> list[GpuSeries]:
-        expected = round(slice_s / self.step)
+        expected = expected_samples(slice_s, self.step)  # the floor, as Prometheus and the history count it
         return [self._series(run, node, g, slice_s, expected, aggs)
                 for run, node, g, aggs in self._gpu_slices(end, now, lookback_s, slice_s)]
 

@@ -276,3 +276,16 @@ def test_backend_calls_per_sweep():
     assert sim.backend_calls == 149
     with pytest.raises(ValueError):
         sim.advance_to(0)
+
+
+def test_a_scrape_interval_that_does_not_divide_the_slice_still_makes_full_slices():
+    """At a 200 s step a 5-minute slice holds 1 or 2 samples. The simulator expected round(1.5) = 2, so every other
+    slice read 'incomplete', window coverage 75 %, and no job was ever judged idle; Prometheus and the coarse
+    history expect the floor."""
+    cluster = SimCluster(parse_scenario({
+        "version": 1, "name": "slow-scrape", "duration": "3h", "step": "200s",
+        "pools": [{"name": "a100", "gpus_per_node": 1, "nodes": 1, "price_per_gpu_hour": 2.0}],
+        "jobs": [{"id": "ml/idle", "user": "u", "gpus": 1, "phases": [{"gpu_util": 0, "gpu_mem_gb": 10}]}]}))
+    cluster.advance_to(2 * 3600)
+    [series] = cluster.gpu_series(cluster.now(), 3600, 300)
+    assert series.expected == 1 and all(n >= series.expected for n in series.samples), series.samples

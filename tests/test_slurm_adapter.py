@@ -253,13 +253,19 @@ def test_a_job_with_srun_steps_gets_sigterm_in_its_steps_and_a_failed_scancel_is
     checkpoint a SIGTERM handler writes: a job with steps is signalled in its steps. A scancel that could not reach
     slurmctld delivered nothing: the stop fails, rather than read later as a job that ignored SIGTERM."""
     listing = {"jobs": [dict(JSON_OLD["jobs"][0])]}
-    cli = FakeCli({("squeue", "--steps"): "11.0\n11.batch\n11.extern\n",
+    cli = FakeCli({("squeue", "--steps"): "11.0 python\n11.batch batch\n11.extern extern\n",
                    ("squeue", "--json"): lambda: json.dumps(listing), ("scancel",): ""})
     result = SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False, grace_s=60, reason="idle")
     assert ("scancel", "--signal=TERM", "11") in cli.calls and "its steps 11.0" in result.detail
     unreachable = SlurmError(["scancel"], "exited 1: Unable to contact slurm controller", 1,
                              "scancel: error: Unable to contact slurm controller (connect failure)")
-    cli = FakeCli({("squeue", "--steps"): "11.batch\n", ("squeue", "--json"): lambda: json.dumps(listing),
+    # Work in the batch script, an owner's shell (or a watcher) attached as a step: the batch script is signalled.
+    for steps in ("11.0 bash\n11.batch batch\n", "11.1 nvidia-smi\n11.4294967295 extern\n"):
+        cli = FakeCli({("squeue", "--steps"): steps, ("squeue", "--json"): lambda: json.dumps(listing),
+                       ("scancel",): ""})
+        SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False, grace_s=60, reason="idle")
+        assert ("scancel", "--signal=TERM", "--full", "11") in cli.calls, steps
+    cli = FakeCli({("squeue", "--steps"): "11.batch batch\n", ("squeue", "--json"): lambda: json.dumps(listing),
                    ("scancel",): unreachable})
     with pytest.raises(SlurmError, match="Unable to contact"):
         SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False, grace_s=60, reason="idle")

@@ -229,10 +229,12 @@ def test_a_graceful_stop_lets_an_srun_step_finish_its_checkpoint(slurm, tmp_path
     3 s to checkpoint was cut short. Signalled in its steps, the step checkpoints and exits on its own."""
     out = tmp_path
     done = out / "ckpt.txt"
+    train = out / "train.py.sh"  # the step's name is the program srun starts: not a shell attached beside the work
+    train.write_text(f"#!/bin/bash\ntrap 'echo got TERM >> {done}; sleep 3; echo ckpt done >> {done}; exit 0' TERM\n"
+                     "while true; do sleep 0.2; done\n")
+    train.chmod(0o755)
     script = out / "train.sh"
-    script.write_text("#!/bin/bash\n"
-                      f"srun bash -c 'trap \"echo got TERM >> {done}; sleep 3; echo ckpt done >> {done}; exit 0\" TERM; "
-                      "while true; do sleep 0.2; done'\n")
+    script.write_text(f"#!/bin/bash\nsrun {train}\n")
     job = slurm.sbatch("-J", "steps", "-p", "gpu", "--gres=gpu:1", "-D", str(out), "-o", f"{out}/steps-%j.log",
                        str(script))
     try:

@@ -236,18 +236,21 @@ class SlurmScheduler:
         return next((j for j in jobs if j.job_id == slurm_id and j.steward_state not in _GONE_STATES), None)
 
     def _steps(self, slurm_id: str) -> list[str]:
-        """The job's running `srun` steps; none when squeue cannot say (then the batch script is signalled)."""
+        """The job's `srun` steps that run its work; none when squeue cannot say, or when its steps are only shells
+        or watchers attached beside work running in the batch script (then the batch script is signalled)."""
         try:
-            return _step_ids(self.cli.run("squeue", "--steps", "--noheader", "--format=%i", "--jobs", slurm_id).stdout)
+            return _step_ids(self.cli.run("squeue", "--steps", "--noheader", "--format=%i %j", "--jobs",
+                                          slurm_id).stdout)
         except SlurmError:
             return []
 
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
                  uid: str | None = None) -> StopResult:
         """Graceful: SIGTERM, which a job can trap to checkpoint; the guardrail waits grace_s before a force. To the
-        job's `srun` steps when it has any (`scancel --signal=TERM`): with `--full` the batch script's `srun` gets
-        it too and answers by killing its step after KillWait, cutting the checkpoint short. Else to the batch
-        script and its children (`--full`), where the work runs. Force: plain `scancel` (Slurm's own TERM,
+        job's `srun` steps when its work runs in them (`scancel --signal=TERM`): with `--full` the batch script's
+        `srun` gets it too and answers by killing its step after KillWait, cutting the checkpoint short. Else
+        (no steps, or only a shell or watcher attached beside it) to the batch script and its children (`--full`),
+        where the work runs. Force: plain `scancel` (Slurm's own TERM,
         KillWait, KILL) and the job ends CANCELLED. Idempotent: a finished job is already_gone."""
         job = self._find(job_id, self._refresh())
         if job is None:
@@ -284,9 +287,22 @@ class SlurmScheduler:
             time.sleep(0.25)
 
 
+# Step names (the program srun started) that are a person's shell or a watcher beside the work, not the work: a job
+# whose steps are only these runs its work in the batch script (`srun --jobid N --overlap --pty bash` attached).
+_SIDE_STEPS = frozenset({"bash", "sh", "zsh", "fish", "csh", "tcsh", "ksh", "dash", "interactive", "nvidia-smi",
+                         "nvtop", "top", "htop", "watch", "sleep", "tail", "tmux", "screen"})
+
+
 def _step_ids(squeue_steps: str) -> list[str]:
-    """The `srun` steps in `squeue --steps -o %i` output ("4.0", "5_3.1"), not the batch or extern step."""
-    return [word for word in squeue_steps.split() if re.fullmatch(r"[\w\[\]-]+\.\d+", word)]
+    """The `srun` steps that run the job's work, from `squeue --steps -o "%i %j"` lines ("4.0 python"): not the
+    batch or extern step (ids like 4.batch, 4.4294967295), nor a shell or watcher attached beside the work."""
+    out = []
+    for line in squeue_steps.splitlines():
+        step, _, name = line.strip().partition(" ")
+        number = re.fullmatch(r"[\w\[\]-]+\.(\d+)", step)
+        if number and int(number.group(1)) < 4_294_967_000 and name.strip().lower() not in _SIDE_STEPS:
+            out.append(step)
+    return out
 
 
 def slurm_scheduler_from_settings(settings: Any) -> SlurmScheduler:

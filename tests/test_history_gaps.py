@@ -371,3 +371,13 @@ def test_a_coarse_slice_with_all_its_samples_is_whole_at_a_slow_scrape_interval(
     assert _no_empty_fine_slice(6, 6, 3) and not _no_empty_fine_slice(5, 6, 3)  # 150 s
     assert _no_empty_fine_slice(15, 15, 3) and _no_empty_fine_slice(13, 15, 3)  # 60 s: as before
     assert not _no_empty_fine_slice(3, 3, 3)  # 300 s: one sample a fine slice, nothing to prove it by
+
+
+def test_a_sampler_denser_than_configured_does_not_pass_a_slice_with_a_hole_as_whole():
+    """Configured 150 s, real 120 s: slices hold 7 or 8 samples, and one that lost a 5-minute fine slice (2-3 samples)
+    still holds the 6 the setting expects. Against what the GPU's slices usually hold, it is not whole."""
+    from agent.detectors.history import _no_empty_fine_slice, _typical
+
+    typical = _typical([8, 7, 8, 7, 8, 6, 8])
+    assert typical == 8 and not _no_empty_fine_slice(6, 6, 3, typical) and _no_empty_fine_slice(8, 6, 3, typical)
+    assert _no_empty_fine_slice(6, 6, 3, _typical([6, 6, 6, 6]))  # configured right: as before

@@ -72,7 +72,14 @@ class CoarseHistory:
         return count, spent_gpu_s
 
 
-def _no_empty_fine_slice(count: int, expected: int, ratio: int) -> bool:
+def _typical(samples: list[int]) -> int:
+    """The count a GPU's coarse slices usually hold (the lower median of those with any): above `expected` when
+    the sampler is denser than configured (a 120 s scrape read as 150 s), which Prometheus corrects only past 1.5x."""
+    held = sorted(c for c in samples if c)
+    return held[(len(held) - 1) // 2] if held else 0
+
+
+def _no_empty_fine_slice(count: int, expected: int, ratio: int, typical: int = 0) -> bool:
     """Whether a coarse slice's sample count proves every one of its `ratio` fine slices had a sample.
 
     `expected` is what a healthy coarse slice holds at least (expected_samples: the floor). A fine slice holds at
@@ -82,10 +89,12 @@ def _no_empty_fine_slice(count: int, expected: int, ratio: int) -> bool:
     Samples come at a fixed interval (a Prometheus scrape, a DCGM or NVML collect), and an empty fine slice then
     lost at least expected // ratio of them: with two or more per fine slice, a coarse slice holding all it
     should cannot have lost them. Without this, an interval of 100-300 s (two or three samples a fine slice)
-    left no coarse slice proven whole, and an idle stretch was never read past the fine slices.
+    left no coarse slice proven whole, and an idle stretch was never read past the fine slices. "All it should"
+    is the more of `expected` and `typical` (what the GPU's slices usually hold): a sampler denser than configured
+    fills a slice with an empty fine slice up to `expected` (a review: a 120 s scrape configured as 150 s).
     """
     per_fine = expected // ratio
-    return count > (ratio - 1) * (per_fine + 1) or (per_fine >= 2 and count >= expected)
+    return count > (ratio - 1) * (per_fine + 1) or (per_fine >= 2 and count >= max(expected, typical))
 
 
 def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
@@ -94,10 +103,12 @@ def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
         return None
     if len(gpus) == 1:  # most jobs hold one GPU: its own lists
         g = gpus[0]
-        whole = [_no_empty_fine_slice(c, g.expected, ratio) for c in g.samples]
+        typical = _typical(g.samples)
+        whole = [_no_empty_fine_slice(c, g.expected, ratio, typical) for c in g.samples]
         return CoarseHistory(ratio=ratio, slice_s=g.slice_s, util_max=g.util_max, full=whole,
                              util_min=g.util_min or [None] * len(whole), util_avg=g.util_avg)
     length = max(len(g.util_max) for g in gpus)
+    typicals = [_typical(g.samples) for g in gpus]
     cols = [(align_end(g.util_max, length), align_end(g.samples, length), g.expected,
              align_end(g.util_min, length) if g.util_min else [None] * length,
              align_end(g.util_avg, length) if g.util_avg else [None] * length) for g in gpus]
@@ -112,6 +123,6 @@ def merge_history(gpus: list[GpuHistory], ratio: int) -> CoarseHistory | None:
         avgs.append(sum(means) / len(means) if len(means) == len(cols) else None)
         # One GPU busy throughout keeps every fine slice of the job active.
         mins.append(max((low for c in cols if (low := c[3][k]) is not None), default=None))
-        full.append(all(_no_empty_fine_slice(c[1][k] or 0, c[2], ratio) for c in cols))
+        full.append(all(_no_empty_fine_slice(c[1][k] or 0, c[2], ratio, t) for c, t in zip(cols, typicals, strict=True)))
     return CoarseHistory(ratio=ratio, slice_s=max(g.slice_s for g in gpus), util_max=maxes, full=full, util_min=mins,
                          util_avg=avgs)

@@ -22,14 +22,15 @@ log = logging.getLogger("steward.chat")
 
 
 def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None = None,
-                 job: str | None = None, zone: tzinfo = UTC) -> tuple[ChatContext, str]:
+                 job: str | None = None, zone: tzinfo = UTC, newest_only: bool = False) -> tuple[ChatContext, str]:
     """The context, and a notice to put before the answer when it could not read the cluster fresh.
 
     A running sweep holds the graph lock (the first one for as long as it builds the runbook index): chat
     waits `rt.read_wait_s` at most, then answers from the newest reading this process holds, saying so.
     """
     deps = rt.deps
-    obs, fresh = rt.read_cluster("chat")
+    # newest_only: the newest reading held, never a cluster read (a chat platform waits a few seconds at most).
+    obs, fresh = (rt.newest_observation(), True) if newest_only else rt.read_cluster("chat")
     if obs is None:
         raise SweepStillReading(_t(lang, "The first sweep is still reading the cluster; ask again in a moment.",
                                    "首次巡检仍在读取集群，请稍后再问。"))

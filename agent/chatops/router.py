@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import logging
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -38,6 +39,9 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
                         status_code=status, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
 
+log = logging.getLogger("steward.chatops")
+
+
 def offline_answer(provider: Callable[[], Any]) -> Answer:
     """Free questions from DingTalk or WeCom ("为什么停止 …", "这周花了多少钱？") answered as the web chat's built-in
     answerer answers them, from the server's runtime; None (the findings summary) where the service is not one."""
@@ -50,11 +54,14 @@ def offline_answer(provider: Callable[[], Any]) -> Answer:
         from agent.api.chat import SweepStillReading, chat_context
 
         language: Literal["en", "zh"] = "zh" if lang == "zh" else "en"
-        try:
-            ctx, notice = chat_context(runtime, language, zone=getattr(runtime, "zone", UTC))
+        try:  # the newest reading held: WeCom and DingTalk wait about 5 s, and retry a callback that is late
+            ctx, notice = chat_context(runtime, language, zone=getattr(runtime, "zone", UTC), newest_only=True)
+            reply = next((e["answer"] for e in answer(ctx, question, language) if e["type"] == "done"), None)
         except SweepStillReading as exc:
             return str(exc)
-        reply = next((e["answer"] for e in answer(ctx, question, language) if e["type"] == "done"), None)
+        except Exception:  # noqa: BLE001 - a failed answer falls back to the findings summary, never a 500
+            log.warning("chat answer for a ChatOps question failed; replying with the findings summary", exc_info=True)
+            return None
         # Chat messages are plain text: the web chat's **bold** would show as asterisks.
         return None if reply is None else (notice + reply).replace("**", "")
 

@@ -205,3 +205,12 @@ def test_a_stretch_as_long_as_the_data_read_is_at_least_that_long():
     assert "已持续至少 24 小时" in describe(old, "zh")
     [young] = detect(slices, POLICY, started=timedelta(hours=2))[1]
     assert "util for 2h " in young.evidence and "quiet_at_least" not in young.metrics, young.evidence
+
+
+def test_a_silence_older_than_the_lookback_lengthens_a_rhythm_but_makes_none():
+    """A notebook idle since before the lookback and used once: one burst is no rhythm, so it is stopped after its
+    use as before; the open silence would have given it 1.5 x a day of grace (a probe: stopped 16 h after use)."""
+    lookback = round(POLICY.detectors.longtail.lookback / SLICE)
+    slices = quiet(lookback - 12 - 30) + [BURST] * 12 + quiet(30)  # idle, an hour of work, quiet 150 minutes
+    [f] = detect(slices, POLICY, started=timedelta(hours=30))[1]
+    assert f.since == AT - timedelta(minutes=150) and f.stop_after is None

@@ -243,9 +243,10 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
         born = series.started_at
         open_start = len(values) >= lookback and (
             born is None or born <= series.at - timedelta(seconds=lookback * r * series.slice_s))
-        longest_gap, came_back = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct,
-                                                              back, open_start)
-        bursts += came_back  # the work before that silence
+        # It lengthens a rhythm the lookback shows (two bursts or more), never makes one: a notebook idle for a day
+        # and used once is stopped after that use as before (a probe: a 16-hour grace for one hour of work).
+        longest_gap, _ = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct, back,
+                                                      open_start)
     worked = (busy[-1] - busy[0] + 1) * r if busy else 0
     needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
     if bursts >= 2 and quiet < needed:

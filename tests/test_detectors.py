@@ -158,11 +158,16 @@ def test_a_stretch_is_only_as_long_as_it_was_watched():
     dark_now = job_gpus("ml/train", utils)
     dark_now[0] = dark_now[0].model_copy(update={"samples": [EXPECTED] * 23 + [4]})  # 6 of 10 samples missing now
     assert IdleGpuDetector(POLICY).detect(observe([job()], dark_now, [io("ml/train", 24)])) == []
-    # The gap 10 minutes back: the stretch starts after it (its owner is warned anew), not 100 minutes ago.
+    # The gap 10 minutes back: the stretch starts after it, not 100 minutes ago, and 10 minutes of quiet are no
+    # idle finding (an exporter dark five minutes an hour had its owner warned "idle for 5m" every hour).
     dark_before = job_gpus("ml/train", utils)
     dark_before[0] = dark_before[0].model_copy(update={"samples": [EXPECTED] * 21 + [4] + [EXPECTED] * 2})
-    [f] = IdleGpuDetector(POLICY).detect(observe([job()], dark_before, [io("ml/train", 24)]))
-    assert f.since == AT - timedelta(minutes=10)
+    assert IdleGpuDetector(POLICY).detect(observe([job()], dark_before, [io("ml/train", 24)])) == []
+    # Once a whole window has passed since the gap, the owner is warned anew about the stretch after it.
+    long_before = job_gpus("ml/train", utils)
+    long_before[0] = long_before[0].model_copy(update={"samples": [EXPECTED] * 8 + [4] + [EXPECTED] * 15})
+    [f] = IdleGpuDetector(POLICY).detect(observe([job()], long_before, [io("ml/train", 24)]))
+    assert f.since == AT - timedelta(minutes=75)
     # One missed sample (30 GPU-s unseen) is no gap that could hide a GPU-minute.
     jitter = job_gpus("ml/train", utils)
     jitter[0] = jitter[0].model_copy(update={"samples": [EXPECTED] * 21 + [9] + [EXPECTED] * 2})

@@ -214,3 +214,17 @@ def test_a_silence_older_than_the_lookback_lengthens_a_rhythm_but_makes_none():
     slices = quiet(lookback - 12 - 30) + [BURST] * 12 + quiet(30)  # idle, an hour of work, quiet 150 minutes
     [f] = detect(slices, POLICY, started=timedelta(hours=30))[1]
     assert f.since == AT - timedelta(minutes=150) and f.stop_after is None
+
+
+def test_a_gap_inside_the_window_leaves_no_idle_finding_shorter_than_the_window():
+    """An exporter dark for five minutes every hour: the window is 92 % covered, but the gap could hide work and ends
+    the stretch, so the owner was warned every hour that the job had been "idle for 5m" and it was never stopped.
+    Quiet for less than the window is no idle finding; quiet for the whole window after the gap is one."""
+    slices = [BURST] * 6 + quiet(24)
+    counts = [EXPECTED] * len(slices)
+    counts[-6] = 1  # the exporter restarting: one sample of the slice 30 minutes ago
+    assert detect(slices, POLICY, samples=counts)[1] == []
+    counts = [EXPECTED] * len(slices)
+    counts[-14] = 1  # the same gap before the window: quiet for the whole window since
+    [f] = detect(slices, POLICY, samples=counts)[1]
+    assert f.since == AT - timedelta(minutes=65)

@@ -118,6 +118,10 @@ class IdleGpuDetector:
             quiet, blips = window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)
             if quiet == 0:
                 continue  # the newest slice was not seen whole (an exporter gap now): nothing is known about now
+            if quiet < window.slices:
+                # A gap inside the window that could hide work ended the stretch: quiet for less than the window
+                # is no idle finding (an exporter dark five minutes an hour had its jobs warned "idle for 5m" hourly).
+                continue
             since = obs.at - timedelta(seconds=quiet * window.series.slice_s)
             # Quiet as far back as the data read goes, in a job older than that: the stretch is longer still.
             history = window.series.history

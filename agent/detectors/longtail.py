@@ -245,8 +245,8 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
             born is None or born <= series.at - timedelta(seconds=lookback * r * series.slice_s))
         # It lengthens a rhythm the lookback shows (two bursts or more), never makes one: a notebook idle for a day
         # and used once is stopped after that use as before (a probe: a 16-hour grace for one hour of work).
-        longest_gap, _ = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct, back,
-                                                      open_start)
+        longest_gap = _longest_silence_before_work(values[first:end], busy, coarse, first, quiet_pct, back,
+                                                    open_start)
     worked = (busy[-1] - busy[0] + 1) * r if busy else 0
     needed = max(rule.quiet_factor * longest_gap, rule.quiet_share * worked)
     if bursts >= 2 and quiet < needed:
@@ -275,7 +275,7 @@ def _periodic(window: JobWindow, rule: LongTailRule, quiet_pct: float, min_cover
 
 
 def _longest_silence_before_work(values: list[float | None], busy: list[int], coarse: CoarseHistory | None,
-                                 first: int, quiet_pct: float, back: int, open_start: bool = False) -> tuple[int, bool]:
+                                 first: int, quiet_pct: float, back: int, open_start: bool = False) -> int:
     """The longest silence (slices with no activity, blips included as activity) the job came back from with
     work: one whose end is followed by a burst slice in `busy` (indices into `values`, the lookback before the
     current quiet stretch) within `back` slices (the idle window), blips in between allowed: a model load or
@@ -285,14 +285,14 @@ def _longest_silence_before_work(values: list[float | None], busy: list[int], co
 
     A silence before the lookback's first activity counts only with `open_start` (the job was alive before the
     lookback began): it is at least its seen part long. Otherwise it ran from the job's start, a set-up, not a
-    pause. Also returns whether that open silence was one the job came back from (a burst before the lookback)."""
+    pause."""
     r = coarse.ratio if coarse is not None else 1
     work = busy  # ascending, as _periodic builds it
 
     def edge(k: int) -> int:
         return r - 1 if k >= 0 and coarse is not None and not coarse.solid(first + k, quiet_pct) else 0
 
-    longest, came_back = 0, False
+    longest = 0
     last_active: int | None = -1 if open_start else None  # -1: the work before the lookback, if any
     w = 0  # the first burst slice at or after k
     for k, value in enumerate(values):
@@ -302,9 +302,8 @@ def _longest_silence_before_work(values: list[float | None], busy: list[int], co
             w += 1
         if last_active is not None and w < len(work) and work[w] - k <= back:
             longest = max(longest, (k - last_active - 1) * r + edge(last_active) + edge(k))
-            came_back = came_back or (last_active == -1 and k > 0)
         last_active = k
-    return longest, came_back
+    return longest
 
 
 def _gaps_could_protect(

@@ -243,3 +243,35 @@ def test_chat_says_it_cannot_stop_a_job_and_names_a_protection(client):
     assert zh.startswith("聊天无法停止作业") and "cv-team/detector-train" in zh
     en = ask(client, "is prod/llm-serving gonna get killed?", CAROL)[1][-1]["answer"]
     assert "It is protected (" in en and "never stops it" in en
+
+
+def test_a_keep_on_an_earlier_namesake_is_not_reported_as_keeping_this_run():
+    """Notebook pods come back under the same name: the chat must not tell the new run's owner it is kept
+    because the last run was (the guardrail would stop it: keeps match by uid)."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.api.answerer import ChatContext, job_status
+    from agent.records.audit import AuditLog
+    from core.cluster import JobInfo
+    from core.observation import Observation
+
+    now = datetime(2026, 11, 2, 22, 0, tzinfo=UTC)
+    audit = AuditLog()
+    audit.record("exemption", at=now - timedelta(hours=3), run_id="chat", target=JOB, status="granted",
+                 reason="demo tonight", data={"until": (now + timedelta(hours=5)).isoformat(), "by": "carol",
+                                              "target_uid": "uid-old"})
+    audit.record("finding", at=now - timedelta(hours=2), run_id="r1", target=JOB, status="idle",
+                 reason="idle for 1h", data={"kind": "idle", "target_uid": "uid-old"})
+    job = JobInfo(id=JOB, uid="uid-new", scheduler="kubernetes", namespace="ml-team", name="jupyter-carol",
+                  user="carol", gpus=1, state="running", node="gpu-1", started_at=now - timedelta(minutes=40))
+    obs = Observation(at=now, slice_s=300, lookback_s=3600, jobs=[job])
+    ctx = ChatContext(findings=[], observation=obs, tools={}, audit=audit, pending=[], now=now, currency="CNY")
+    answer = job_status(ctx, JOB, "en")
+    assert "kept until" not in answer and "Why: idle" not in answer, answer
+    assert "2 record(s) from the last day are about an earlier job under this name" in answer, answer
+    assert "此前同名的另一个作业" in job_status(ctx, JOB, "zh")
+    # The same keep, recorded for this run, is reported.
+    audit.record("exemption", at=now - timedelta(minutes=5), run_id="chat", target=JOB, status="granted",
+                 reason="still need it", data={"until": (now + timedelta(hours=2)).isoformat(), "by": "carol",
+                                               "target_uid": "uid-new"})
+    assert "kept until" in job_status(ctx, JOB, "en")

@@ -325,6 +325,12 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
     history = [e for e in ctx.audit.entries(target=job_id, since=now - timedelta(days=1), limit=500,
                                             newest_first=False) if e.at <= now]
     job = next((j for j in ctx.observation.jobs if j.id == job_id), None)
+    earlier = 0
+    if job is not None and job.uid:
+        # A name is reused (every notebook pod, every `srun --pty bash`): a record about another uid is about an
+        # earlier run, whose keep does not protect this one (the guardrail matches keeps by uid too).
+        mine = [e for e in history if (e.data.get("target_uid") or job.uid) == job.uid]
+        earlier, history = len(history) - len(mine), mine
     if job is not None and any(e.kind == "execution" and e.action in ("terminate", "force_terminate")
                                and e.status == "executed" and str(e.data.get("detail", "")).startswith("stopped")
                                and e.at >= ctx.observation.at for e in history):
@@ -341,6 +347,10 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
                         f"**{job_id}**（{job.user}，{job.gpus} 块 GPU）：当前{JOB_STATE_ZH.get(job.state, job.state)}。"))
     else:
         lines.append(_t(lang, f"**{job_id}** is no longer running.", f"**{job_id}** 已不在运行。"))
+    if earlier:
+        lines.append(_t(lang, f"({earlier} record(s) from the last day are about an earlier job under this name, not "
+                              "this run; none of them applies to it.)",
+                        f"（过去一天有 {earlier} 条记录属于此前同名的另一个作业，与本次运行无关，对它不适用。）"))
     if finding is not None:
         lines.append(_t(lang, f"Why: {finding.kind}. {describe(finding, lang, ctx.zone)}{_rb(finding)}",
                         f"原因：{kind_label(finding.kind, lang)}。{describe(finding, lang, ctx.zone)}{_rb(finding)}"))

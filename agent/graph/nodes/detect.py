@@ -22,10 +22,12 @@ def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
     if deps.runbook_search is not None:
         searched: dict[str, str | None] = {}
         findings = [_with_runbook(deps, f, searched) for f in findings]
+    uids = {j.id: j.uid for j in obs.jobs if j.uid}
     for f in findings:
         deps.audit.record("finding", at=obs.at, run_id=state["run_id"], target=f.target, action=None,
                           status=f.kind, reason=f.evidence,
                           data={"kind": f.kind, "since": f.since.isoformat(), "gpus": f.gpus,
+                                "target_uid": uids.get(f.target),  # which run of a reused name it was about
                                 "waste_gpu_hours": f.waste_gpu_hours, "waste_cost": f.waste_cost,
                                 "runbook": f.runbook, "metrics": f.metrics,  # the numbers evidence is rendered from
                                 "stop_after": f.stop_after.isoformat() if f.stop_after else None})

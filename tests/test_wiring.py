@@ -96,21 +96,54 @@ def test_serve_runs_against_a_real_backend(tmp_path):
             api.stop()
 
 
+def _cluster_without_prometheus(api, tmp_path, monkeypatch) -> None:
+    """`steward sweep`'s settings for a real Kubernetes backend (the loopback API) whose Prometheus does not answer."""
+    from tests.conftest import free_port
+
+    mirror_sim(api, SimCluster(parse_scenario(SCENARIO)))
+    monkeypatch.setenv("STEWARD_BACKEND", "kubernetes")
+    monkeypatch.setenv("STEWARD_KUBECONFIG", str(kubeconfig(api, tmp_path)))
+    monkeypatch.setenv("STEWARD_PROMETHEUS_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("STEWARD_RUNBOOKS_ENABLED", "false")
+
+
 def test_a_cluster_sweep_that_could_not_read_exits_3_for_cron(tmp_path, monkeypatch, capsys):
     """`steward sweep` against a real backend whose Prometheus does not answer: it reports the degradation and
     exits 3, so cron and monitoring tell it from a clean sweep (it exited 0)."""
     from agent.cli.main import main
-    from tests.conftest import free_port
 
     api = FakeKubernetesApi().start()
     try:
-        mirror_sim(api, SimCluster(parse_scenario(SCENARIO)))
-        monkeypatch.setenv("STEWARD_BACKEND", "kubernetes")
-        monkeypatch.setenv("STEWARD_KUBECONFIG", str(kubeconfig(api, tmp_path)))
-        monkeypatch.setenv("STEWARD_PROMETHEUS_URL", f"http://127.0.0.1:{free_port()}")
-        monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path / "data"))
-        monkeypatch.setenv("STEWARD_RUNBOOKS_ENABLED", "false")
+        _cluster_without_prometheus(api, tmp_path, monkeypatch)
         assert main(["sweep"]) == 3
         assert "cluster not read: metrics unavailable" in capsys.readouterr().out
+    finally:
+        api.stop()
+
+
+def test_a_cron_sweep_beside_the_server_does_nothing_while_the_server_holds_the_sweeper_lease(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """A cron `steward sweep` on the server's data dir used to run beside the server's sweep: the job in flight was
+    evicted (and warned) twice. It takes the server's lease now: held by the server, the cron sweep reads and does
+    nothing and exits 75 (EX_TEMPFAIL); once the lease is free it sweeps, and lets the lease go after."""
+    from agent.cli.main import main
+    from agent.cli.sweep import BUSY_EXIT
+    from agent.scheduling.leases import SqliteLease
+
+    api = FakeKubernetesApi().start()
+    try:
+        _cluster_without_prometheus(api, tmp_path, monkeypatch)
+        (tmp_path / "data").mkdir()
+        server = SqliteLease(tmp_path / "data" / "leases.sqlite", "gpu-steward-sweeper", "server-pod-1", 600)
+        assert server.acquire()
+        assert main(["sweep"]) == BUSY_EXIT
+        captured = capsys.readouterr()
+        assert "not swept: another steward holds the sweeper lease 'gpu-steward-sweeper' (server-pod-1)" in captured.err
+        assert captured.out == ""  # no report: nothing was read, judged or done
+        assert server.current_holder() == "server-pod-1"  # the cron run did not take or drop the server's lease
+        server.release()
+        assert main(["sweep"]) == 3  # swept (Prometheus is not there: degraded, as above)
+        assert server.current_holder() is None  # and gave the lease back
     finally:
         api.stop()

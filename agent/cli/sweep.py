@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import sys
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
@@ -16,6 +17,7 @@ from agent.config.settings import Settings
 from agent.detectors.evidence import kind_label
 from agent.graph.deps import StewardDeps
 from agent.graph.report import action_label, pad, report_for_people, status_label
+from agent.scheduling.scheduler import SweepSchedule, SweepScheduler
 from core.durations import format_duration
 from core.text import plural
 from core.zones import zone_suffix
@@ -94,6 +96,7 @@ def _answered_lines(answered: list[Any], language: str) -> list[str]:
 
 DEGRADED_EXIT = 3  # `steward sweep` on a real cluster: the sweep ran, but on data it could not read whole
 ACTION_FAILED_EXIT = 4  # it read the cluster, and an action it carried out failed (a stop, a warning not delivered)
+BUSY_EXIT = 75  # EX_TEMPFAIL: another steward (the server, another cron sweep) holds the sweeper lease; nothing ran
 
 
 def sweep_exit(state: dict) -> int:
@@ -108,6 +111,7 @@ def sweep_exit(state: dict) -> int:
 
 def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     """One sweep of the real cluster that STEWARD_BACKEND names."""
+    from agent.api.build import make_lease
     from agent.graph.service import SweepService
     from agent.retrieval.index import runbooks_from_settings
     from agent.wiring import cluster_deps, make_planner
@@ -116,7 +120,23 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     deps = cluster_deps(settings, policy, make_planner(settings))
     runbooks_from_settings(deps, settings)
     saver = SqliteSaver(sqlite3.connect(str(settings.checkpoint_db), check_same_thread=False))
-    result = SweepService(deps, checkpointer=saver, run_prefix=settings.backend).sweep(trigger="cli")
+    service = SweepService(deps, checkpointer=saver, run_prefix=settings.backend)
+    # The server's sweeper lease: a cron sweep beside `steward serve` on one data dir (or one Postgres, or in the
+    # cluster's Lease) never runs while the server sweeps, so no job is warned or stopped twice by the two.
+    lease = make_lease(settings)
+    guard = SweepScheduler(lambda trigger: service.sweep(trigger=trigger), deps.clock.now, SweepSchedule(every_s=1),
+                           lease)
+    try:
+        ran, result = guard.run_as_leader("cli")
+    finally:
+        lease.release()
+    if ran != "ran":
+        holder = getattr(lease, "current_holder", lambda: None)()
+        why = getattr(lease, "problem", None)
+        print(f"not swept: another steward holds the sweeper lease {settings.lease_name!r}"
+              + (f" ({holder})" if holder else "") + "; it sweeps this cluster, so this run did nothing"
+              if why is None else f"not swept: the sweeper lease cannot be taken: {why.detail}", file=sys.stderr)
+        return BUSY_EXIT
     if args.json:
         print(json.dumps(result.state, default=str, ensure_ascii=False, indent=2))
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ class SweepService:
         self.graph = build_graph(deps, checkpointer=checkpointer)
         self.run_prefix = run_prefix
         self._seq = itertools.count(1)
+        # Run ids are thread ids in the shared checkpoint store and group the audit: a server and a cron sweep on
+        # one data dir, started in the same second, must not share one (each process counts from 1).
+        self._process = uuid.uuid4().hex[:6]
         self._recent_sweeps: deque[str] = deque()
 
     def _config(self, thread_id: str) -> dict[str, Any]:
@@ -64,7 +68,7 @@ class SweepService:
         answered = self.complete_answers()
         self.expire_due()
         now = self.deps.clock.now()
-        run_id = f"{self.run_prefix}-{now:%Y%m%dT%H%M%S}-{next(self._seq)}"
+        run_id = f"{self.run_prefix}-{now:%Y%m%dT%H%M%S}-{self._process}-{next(self._seq)}"
         state = self.graph.invoke({"mode": "sweep", "run_id": run_id, "trigger": trigger}, self._config(run_id))
         opened = [self._open_approval(GuardedAction.model_validate(raw), run_id)
                   for raw in state.get("approval_requests", [])]
@@ -94,7 +98,7 @@ class SweepService:
         """
         deps = self.deps
         now = deps.clock.now()
-        run_id = f"{trigger}-{now:%Y%m%dT%H%M%S}-{next(self._seq)}"
+        run_id = f"{trigger}-{now:%Y%m%dT%H%M%S}-{self._process}-{next(self._seq)}"
         obs = deps.observe()
         deps.remember(run_id, obs)
         findings = [f.model_copy(update={"runbook": runbook}) if runbook and not f.runbook and

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import secrets
 import socket
 import threading
@@ -156,7 +157,8 @@ def _utc(value: datetime) -> datetime:
 
 
 class ApprovalStore:
-    def __init__(self, path: str | Path, audit: AuditLog) -> None:
+    def __init__(self, path: str | Path, audit: AuditLog, *, holder_pid: int | None = None) -> None:
+        """holder_pid: the process the claims are made for (default this one; a test stands in for another)."""
         location = str(path)
         self.path = pg.redact(location)
         # On Postgres every replica shares the table: the conditional UPDATEs below (status = 'pending', a lapsed
@@ -166,9 +168,11 @@ class ApprovalStore:
         self._lock = threading.Lock()
         self.audit = audit
         self.write_problem: Problem | None = None
-        # Who claims an answer to complete it: the host, so a process restarted there takes its own claims back
-        # at once (a killed process leaves them), while another replica waits for them to lapse.
-        self.holder = socket.gethostname() or "localhost"
+        # Who claims an answer to complete it: this process on this host. A process restarted there takes the
+        # claims of the one it replaced back at once (a killed process leaves them, `_left_here`); another live
+        # process, a cron sweep beside the server on one host or another replica, waits for them to lapse.
+        self.host = socket.gethostname() or "localhost"
+        self.holder = f"{self.host}/{holder_pid if holder_pid is not None else os.getpid()}"
         if self.readonly is not None:
             log.warning("approval store opened read-only: %s", self.readonly.detail)
 
@@ -379,13 +383,34 @@ class ApprovalStore:
         return self._select("status IN ('approved', 'denied', 'expired') AND completed_at IS NULL", ())
 
     def claim(self, approval_id: str) -> bool:
-        """Take the right to complete an answered request; False while another process holds it."""
+        """Take the right to complete an answered request; False while another live process holds it."""
         now = time.time()
+        with self._lock:
+            row = self._conn.execute("SELECT claimed_by FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+        left = row[0] if row and self._left_here(row[0]) else self.holder
         return self._write(
             "UPDATE approvals SET claimed_by = ?, claimed_until = ? WHERE id = ? AND completed_at IS NULL"
-            " AND status != 'pending' AND (claimed_by IS NULL OR claimed_by = ? OR claimed_until <= ?)",
-            (self.holder, now + CLAIM_S, approval_id, self.holder, now),
+            " AND status != 'pending' AND (claimed_by IS NULL OR claimed_by = ? OR claimed_by = ? OR claimed_until <= ?)",
+            (self.holder, now + CLAIM_S, approval_id, self.holder, left, now),
         ) == 1
+
+    def _left_here(self, holder: str | None) -> bool:
+        """A claim made on this host by a process that no longer runs (the one this one replaced), or by a version
+        that named only the host. A live process keeps its claim: it may be carrying the answer out right now."""
+        if not holder or holder == self.holder:
+            return False
+        host, _, pid = holder.rpartition("/")
+        if not pid.isdigit():
+            return holder == self.host
+        if host != self.host:
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # it runs, under another user
+            return False
+        return False
 
     def release(self, approval_id: str) -> None:
         """Give up a claim (its completion failed and will be tried again); best effort."""

@@ -19,6 +19,9 @@ ActionStatus = Literal[
 # The intervention level of each action is fixed here, never chosen by the model.
 ACTION_LEVELS: dict[str, int] = {"notify": 1, "terminate": 2, "force_terminate": 3, "resize_pool": 4, "cordon": 4}
 NODE_ACTIONS = frozenset({"cordon"})  # the target is a node (its uid in target_uid); no job is stopped
+# The detail of a graceful stop a process was killed around, on a scheduler that shows no stopping state (Slurm): the
+# SIGTERM may have gone out, and the job may be handling it, so none is sent again before the grace period is over.
+UNSURE_STOP = "unknown whether the graceful stop reached the job"
 STOP_ACTIONS = frozenset({"terminate", "force_terminate"})
 # crash_loop: a running repeat offender, raised only when the policy turns it on (detectors.doomed.stop_repeat_offenders).
 STOPPABLE_KINDS = frozenset({"idle", "zombie", "crash_loop"})

@@ -257,3 +257,64 @@ def test_a_graceful_stop_lets_an_srun_step_finish_its_checkpoint(slurm, tmp_path
             done.read_text() if done.exists() else "no checkpoint", ended, slurm.logs()[-1500:])
     finally:
         slurm.cli("scancel", str(job))
+
+
+def test_a_steward_killed_after_scancel_does_not_signal_the_job_again_inside_its_grace(slurm, tmp_path):
+    """Killed between `scancel --signal=TERM` and its audit, the restarted steward cannot tell from squeue whether the
+    SIGTERM went out (a job handling it, or ignoring it, reads RUNNING). It used to settle the stop as not done and
+    send a second SIGTERM at once, into the job's checkpoint. Now none goes out before the grace period has passed;
+    after it, a second graceful stop (harmless to a job that ignored the first), never a forced one unasked."""
+    from tests.fault_world import Killed, kill_at
+
+    out = str(tmp_path)
+    notebook = slurm.sbatch("-J", "notebook", "-p", "gpu", "--gres=gpu:1", "-D", out, "-o", f"{out}/nb-%j.log",
+                            "--wrap", "trap '' TERM; while true; do sleep 1; done")
+    mailbox = Mailbox()
+    policy = parse_policy(POLICY)
+    try:
+        _wait_running(slurm, notebook)
+        time.sleep(policy.detectors.idle.window + 2)
+        live = LiveSim(SimCluster(_scenario(datetime.now(UTC) - timedelta(minutes=10))))
+        calls = []
+
+        def process(port):  # a freshly started steward: a new adapter, the stores reopened from the data dir
+            scheduler = SlurmScheduler(SlurmCli(env=slurm.env), stop_settle_s=0)
+            calls.append(scheduler.calls)
+            audit = AuditLog(tmp_path / "audit.sqlite")
+            notifier = EmailNotifier("127.0.0.1", "steward@example.org", port=port, timeout_s=5,
+                                     addresses=AddressBook(template="{user}@example.org"))
+            deps = StewardDeps(metrics=live, scheduler=scheduler, logs=scheduler, pools=live.cluster,
+                               notifier=notifier, clock=live, policy=policy, audit=audit,
+                               approvals=ApprovalStore(tmp_path / "approvals.sqlite", audit), planner=PolicyModel())
+            return SweepService(deps)
+
+        def terms():
+            return [c for cs in calls for c in cs if c[0] == "scancel" and "--signal=TERM" in c]
+
+        with smtp_server(mailbox) as port:
+            first = process(port)
+            first.sweep("test")  # warns
+            assert len(mailbox.messages()) == 1
+            time.sleep(policy.warning.min_notice + 0.5)
+            kill_at(first.deps.audit, "record",
+                    when=lambda kind, **kw: kind == "execution" and kw.get("action") == "terminate")
+            with pytest.raises(Killed):
+                first.sweep("test")  # SIGTERM sent, then the process dies before its outcome is audited
+            assert len(terms()) == 1
+            second = process(port)
+            second.sweep("test")
+            time.sleep(1)
+            second.sweep("test")
+            rows = [(e.action, e.status, e.reason) for e in second.deps.audit.entries(
+                kind="execution", target=None, limit=50, newest_first=False) if e.action == "terminate"]
+            assert len(terms()) == 1, rows
+            assert rows and rows[0][1] == "skipped" and "may have been sent" in rows[0][2], rows
+            time.sleep(policy.stop.grace_period + 0.5)
+            second.sweep("test")  # past the grace: a second graceful stop, recorded as carried out
+            assert len(terms()) == 2
+            done = [e for e in second.deps.audit.entries(kind="execution", limit=50) if e.action == "terminate"
+                    and e.status == "executed"]
+            assert len(done) == 1
+            assert not [c for cs in calls for c in cs if c[0] == "scancel" and "--signal=KILL" in c]
+    finally:
+        slurm.cli("scancel", str(notebook))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from agent.planning.policy_model import stop_deadline, warning_message
 from core.actions import (
     STOP_ACTIONS,
     STOPPABLE_KINDS,
+    UNSURE_STOP,
     ActionOutcome,
     ActionStatus,
     Finding,
@@ -23,9 +25,16 @@ from core.actions import (
 from core.cluster import JobInfo
 from core.durations import format_duration
 
+log = logging.getLogger("steward.execute")
 MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
 # How far back a sweep looks for actions a stopped process left without an outcome: the guardrail's own memory.
 INTERRUPTED_LOOKBACK = timedelta(hours=24)
+
+
+class OutcomeNotRecorded(RuntimeError):
+    """An action's outcome could not be written to the audit log (the store locked or full): the action may have
+    taken effect, so it is never recorded as failed; its intent is settled from fresh state by a later sweep."""
+
 
 if TYPE_CHECKING:
     from agent.graph.deps import StewardDeps
@@ -98,6 +107,7 @@ def execute_action(
     p = ga.proposal
     now = deps.clock.now()
     uid = p.target_uid
+    recorded: list[ActionOutcome] = []
 
     def outcome(status: ActionStatus, reason: str, detail: str = "", gpus: int = 0,
                 deadline: datetime | None = None, removed_nodes: int = 0,
@@ -106,15 +116,20 @@ def execute_action(
                             reason=reason, detail=detail, gpus=gpus,
                             reclaimed_gpu_hours_per_hour=float(gpus) if status == "executed" and p.action != "notify"
                             else 0.0, approved_by=approved_by, target_uid=uid, deadline=deadline)
-        deps.audit.record(
-            "execution", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level, status=status,
-            reason=reason,
-            data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "detail": detail,
-                  "deadline": deadline.isoformat() if deadline else None, "approved_by": approved_by,
-                  "target_uid": uid,
-                  "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "removed_nodes": removed_nodes,
-                  **(extra or {})},
-        )
+        try:
+            deps.audit.record(
+                "execution", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level, status=status,
+                reason=reason,
+                data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "detail": detail,
+                      "deadline": deadline.isoformat() if deadline else None, "approved_by": approved_by,
+                      "target_uid": uid,
+                      "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "removed_nodes": removed_nodes,
+                      **(extra or {})},
+            )
+        except Exception as exc:
+            raise OutcomeNotRecorded(f"the outcome of {p.action} {p.target} ({status}) could not be audited: "
+                                     f"{exc}") from exc
+        recorded.append(out)
         return out
 
     if _already_executed(deps, ga.id, p.target):
@@ -187,7 +202,10 @@ def execute_action(
             out = outcome(status, p.reason, f"{result.status}: {result.detail}".strip(": "),
                           gpus=gpus if status == "executed" else 0)
             if status == "executed" and job is not None:
-                record_credit(deps, run_id, job, p, facts.findings, now)
+                try:
+                    record_credit(deps, run_id, job, p, facts.findings, now)
+                except Exception:  # the stop is done and audited; a lost credit is not a failed stop
+                    log.exception("could not record the owner's credit for stopping %s", p.target)
             return out
         if p.action == "resize_pool":
             assert p.target_nodes is not None
@@ -206,7 +224,13 @@ def execute_action(
             done = cordon(p.target, uid=uid)
             status = {"cordoned": "executed", "unchanged": "skipped", "refused": "refused"}.get(done.status, "failed")  # type: ignore[assignment]
             return outcome(status, p.reason, f"{done.status}: {done.detail}".strip(": "))
+    except OutcomeNotRecorded:
+        # The call was made (or refused) but its outcome is not in the audit: not a backend failure. The intent
+        # stays without an outcome, and the next sweep settles it from fresh state (settle_interrupted).
+        raise
     except Exception as exc:  # the backend failed: audited as failed, counts toward the circuit breaker
+        if recorded:
+            raise  # after the outcome was audited: that outcome stands
         return outcome("failed", f"{p.action} failed: {type(exc).__name__}: {exc}")
     return outcome("failed", f"unknown action {p.action}")
 
@@ -328,4 +352,8 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
         return "executed", f"the job is stopping: the {action} took effect", int(intent.data.get("gpus") or 0), 0
     if action in STOP_ACTIONS and job.state in ("completed", "failed", "cancelled"):
         return "skipped", f"the job is {job.state}; nothing more to do", 0, 0
+    if action == "terminate" and job.scheduler == "slurm" and job.state == "running":
+        # squeue shows no sign of a SIGTERM: a job checkpointing on it, or ignoring it, reads as running.
+        return "skipped", (f"{UNSURE_STOP}: Slurm lists a signalled job as running, so the SIGTERM may have been "
+                           "sent; it is not sent again before the grace period has passed"), 0, 0
     return "skipped", f"the job is still {job.state}: the {action} did not take effect; redone if still warranted", 0, 0

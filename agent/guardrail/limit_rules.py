@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from agent.guardrail.case import HOUR, Case, Denial
 from agent.guardrail.protection import as_utc, denial_in_force, when
-from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, HistoryEntry
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, UNSURE_STOP, HistoryEntry
 from core.cluster import PoolInfo
 from core.durations import format_duration
 from core.pool_plans import open_scale_down, scale_up_uid
@@ -149,6 +149,16 @@ def duplicate_rule(case: Case) -> Denial:
             # a graceful stop is never sent twice; only an approved force may follow.
             asked = f" since {when(job.stop_requested_at)}" if job.stop_requested_at else ""
             return "already_stopping", f"job {job.id} is already stopping{asked}; a graceful stop is not sent twice"
+    if action.action == "terminate" and job is not None and job.state == "running":
+        # A process killed around its graceful stop left it unknown whether the SIGTERM went out (Slurm shows none):
+        # the job may be checkpointing on it. A second one waits out the grace period, as a forced stop would.
+        grace = timedelta(seconds=case.policy.stop.grace_period)
+        unsure = [e for e in case.past("terminate", statuses=("skipped",)) if e.detail.startswith(UNSURE_STOP)]
+        if unsure and as_utc(unsure[-1].at) + grace > case.now:
+            return "already_stopping", (
+                f"job {job.id} may have been sent a graceful stop (the steward was interrupted around it; settled at "
+                f"{when(unsure[-1].at)}); another is not sent before its grace period ends at "
+                f"{when(as_utc(unsure[-1].at) + grace)}")
     if action.key() in case.history.pending_approvals:
         return "duplicate", f"the same {action.action} on {case.target} is already awaiting approval"
     return None

@@ -1,0 +1,113 @@
+"""Two stewards on one data dir, and the audit store failing between an action and its outcome: what a cron sweep
+beside the server, a second host completing an answer, or a locked audit database must never do (act twice, or
+record a stop that took effect as failed). The real adapters against the loopback Kubernetes API and Prometheus
+(tests/fault_world.py), on-disk SQLite stores."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+
+import pytest
+
+from agent.graph.execute import OutcomeNotRecorded
+from tests.fault_world import World, executions
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = World(tmp_path)
+    yield w
+    w.close()
+
+
+def test_an_audit_store_locked_right_after_an_eviction_never_records_the_stop_as_failed(world):
+    server = world.service()
+    world.at(80)
+    server.sweep()  # warned
+    server.deps.audit._conn.execute("PRAGMA busy_timeout = 300")
+    real = server.deps.scheduler.stop_job
+    held: list[sqlite3.Connection] = []
+
+    def stop_then_lock(*a, **kw):  # another writer (a cron sweep, `steward approvals`) holds the audit for 0.45 s
+        result = real(*a, **kw)
+        conn = sqlite3.connect(str(world.data_dir / "audit.sqlite"), isolation_level=None, check_same_thread=False)
+        conn.execute("BEGIN IMMEDIATE")
+        held.append(conn)
+        threading.Timer(0.45, conn.rollback).start()
+        return result
+
+    server.deps.scheduler.stop_job = stop_then_lock
+    world.at(110)
+    with pytest.raises(OutcomeNotRecorded):
+        server.sweep()  # the eviction went out; its outcome could not be written
+    assert world.pod()["metadata"].get("deletionTimestamp")
+    assert [e.status for e in executions(server.deps.audit, action="terminate")] == []  # not "failed"
+    server.deps.scheduler.stop_job = real
+    server.sweep()  # the next sweep (at once) settles the intent from fresh state: the pod is terminating
+    stops = executions(server.deps.audit, action="terminate")
+    assert [e.status for e in stops] == ["executed"], [(e.status, e.reason) for e in stops]
+    assert "took effect" in (stops[0].reason or "")
+    assert len(world.evictions()) == 1
+
+
+def _other_process_store(steward, pid: int):
+    """The approvals store as another process on this host opens it (claims made for `pid`)."""
+    from agent.records.approvals import ApprovalStore
+
+    steward.deps.approvals._conn.close()
+    steward.deps.approvals = ApprovalStore(steward.deps.approvals.path, steward.deps.audit, holder_pid=pid)
+    return steward
+
+
+def test_a_cron_sweep_on_the_servers_host_does_not_carry_out_the_answer_the_server_is_carrying_out(tmp_path):
+    """The claim on an answer named only the host: a cron sweep beside the server took the server's claim and
+    carried out the same approved forced stop while the server's was on the wire (two intents, two forces)."""
+    from tests.records_world import Steward
+
+    server = Steward(tmp_path)
+    approval = server.sweep_until_approval()
+    cron = _other_process_store(Steward(tmp_path, cluster=server.cluster), os.getppid())  # alive, not us
+    cluster = server.cluster
+
+    class Scheduler:  # the server's view of the cluster; the cron sweep runs while the server's force is on the wire
+        def __getattr__(self, name):
+            return getattr(cluster, name)
+
+        def stop_job(self, job_id, **kw):
+            if kw.get("force"):
+                cron.service.complete_answers()
+            return cluster.stop_job(job_id, **kw)
+
+    server.deps.scheduler = Scheduler()
+    server.service.answer(approval.id, "approve", by="oncall-lead")
+    intents = [e for e in server.deps.audit.entries(kind="intent", limit=100) if e.action == "force_terminate"]
+    assert len(intents) == 1 and len([s for s in cluster.stops if s.force]) == 1
+
+
+def test_a_claim_left_by_a_process_that_no_longer_runs_on_this_host_is_taken_back_at_once(tmp_path):
+    """A restarted steward on the same host completes the answer its killed predecessor had claimed, without
+    waiting for the claim to lapse; one left by a live process on another host waits."""
+    import subprocess
+    from datetime import UTC, datetime
+
+    from agent.records.approvals import ApprovalStore
+    from agent.records.audit import AuditLog
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    audit = AuditLog(tmp_path / "audit.sqlite")
+    store = ApprovalStore(tmp_path / "approvals.sqlite", audit, holder_pid=dead.pid)
+
+    now = datetime.now(UTC)
+    asked = store.request(proposal_key="k", target="ml/x", action="force_terminate", level=3, now=now,
+                          expire_after_s=3600, payload={}, run_id="r1")
+    store.answer(asked.id, decision="approve", by="lead", reason="", now=now, run_id="r1")  # then the process died
+    here = ApprovalStore(tmp_path / "approvals.sqlite", audit)
+    elsewhere = ApprovalStore(tmp_path / "approvals.sqlite", audit)
+    elsewhere.host, elsewhere.holder = "other-host", "other-host/1"
+    assert not elsewhere.claim(asked.id)  # another host: the claim may be live there
+    assert here.claim(asked.id)  # this host, its process gone: taken back at once
+    other = ApprovalStore(tmp_path / "approvals.sqlite", audit, holder_pid=os.getppid())
+    assert not other.claim(asked.id)  # now held by a live process (this one): nobody else takes it

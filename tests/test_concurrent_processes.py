@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from datetime import timedelta
 
 import pytest
 
@@ -111,3 +112,64 @@ def test_a_claim_left_by_a_process_that_no_longer_runs_on_this_host_is_taken_bac
     assert here.claim(asked.id)  # this host, its process gone: taken back at once
     other = ApprovalStore(tmp_path / "approvals.sqlite", audit, holder_pid=os.getppid())
     assert not other.claim(asked.id)  # now held by a live process (this one): nobody else takes it
+
+
+def test_a_job_that_ignored_sigterm_a_day_ago_is_still_one_the_steward_signalled(tmp_path):
+    """Nobody answers the forced-stop request of a job that ignores SIGTERM. Past the history's 24 h its graceful stop
+    used to be forgotten: the owner was warned again ("will be stopped gracefully") and the forced stop was never
+    asked for again, so the job kept its GPUs for good. 30 h in, it is still asked about, and warned only once."""
+    from tests.records_world import JOB, Steward
+
+    steward = Steward(tmp_path)
+    steward.sweep_until_approval()
+    while steward.cluster.offset_s < 30 * 3600:
+        steward.sweep(minutes=15)
+    audit = steward.deps.audit
+    done = [e for e in audit.entries(kind="execution", target=JOB, status="executed", limit=1000) if e.action]
+    warnings = [e for e in done if e.action == "notify" and not (e.reason or "").startswith("asking an approver")]
+    assert len(warnings) == 1, [(e.at, e.reason) for e in warnings]
+    [signalled] = [e.at for e in done if e.action == "terminate"]
+    asked = [e.at for e in audit.entries(kind="approval", status="pending", limit=1000) if e.target == JOB]
+    assert asked and max(asked) > signalled + timedelta(hours=24), (signalled, asked)
+    steward.close()
+
+
+def test_a_keep_given_while_the_sweep_re_reads_the_job_holds_for_that_sweeps_stop(tmp_path):
+    """ChatOps grants a keep without waiting for a running sweep. One that came while the stop step re-read the job
+    (seconds to tens of seconds on a real cluster: its metrics, its pod, its log) was answered "kept ... will not stop
+    it before then", and the same sweep stopped the job: the step had read the keeps once, before."""
+    from fastapi.testclient import TestClient
+
+    from agent.api.build import fast_forward
+    from agent.chatops.commands import ChatCommands
+    from agent.chatops.directory import UserDirectory
+    from agent.chatops.router import offline_answer
+    from agent.config.settings import Settings
+    from server import create_app
+
+    job = "ml-team/jupyter-carol"
+    settings = Settings(data_dir=tmp_path, leader_lock="none", sweep_every_s=300, runbooks_enabled=False,
+                        scenario="evals/scenarios/idle-notebook.yaml")
+    app = create_app(settings, speed=0, start_s=0, run_scheduler=False)
+    with TestClient(app, base_url="http://localhost"):
+        rt = app.state.runtime
+        fast_forward(rt, until_s=150 * 60)  # warned; the stop is due at the next sweep
+        assert not [e for e in rt.deps.audit.entries(kind="execution", target=job) if e.action == "terminate"]
+        chat = ChatCommands(lambda: rt, UserDirectory.from_settings(settings), offline_answer(lambda: rt))
+        real_get = rt.deps.scheduler.get_job
+        replies: list[str] = []
+
+        def get_job(job_id, *a, **kw):  # the act step re-reads its target; the owner's keep arrives meanwhile
+            if job_id == job and not replies:
+                replies.append("")  # once: the keep itself reads the job too
+                replies[0] = chat.handle("wecom", "carol", f"keep 4h {job} demo tonight")
+            return real_get(job_id, *a, **kw)
+
+        rt.deps.scheduler.get_job = get_job
+        with rt.graph_lock:
+            rt.sim_clock.cluster.advance(300)
+        rt.sweep_now("schedule")
+        stops = [e for e in rt.deps.audit.entries(kind="execution", target=job) if e.action == "terminate"]
+        assert replies and replies[0].startswith("OK"), replies
+        assert [e.status for e in stops] == ["blocked"], [(e.status, e.reason) for e in stops]
+        assert "kept" in (stops[0].reason or "") or "exempt" in (stops[0].reason or ""), stops[0].reason

@@ -137,12 +137,16 @@ def execute_action(
                              reason="already executed (idempotent)")
     try:
         facts = fresh_facts(deps, run_id, p.target, run_findings)
+        if history is None:
+            history = deps.audit.history(now, denials_for=deps.policy.approvals.denials_lookback())
+        else:
+            # The owner's keep is part of the target's fresh state: one given while this sweep ran (ChatOps and the
+            # API grant keeps without waiting for a sweep) holds for this very action, as its reply said it would.
+            history.exemptions = deps.audit.exemptions_in_force(now)
     except Exception as exc:  # cannot re-read state: do not act blind
         return outcome("failed", f"could not re-read fresh state: {exc}")
     if facts.job is not None and not uid:
         uid = facts.job.uid or None
-    if history is None:
-        history = deps.audit.history(now, denials_for=deps.policy.approvals.denials_lookback())
     decision = decide(p, facts, deps.policy, history, approved=approved_by is not None,
                       asked_at=ga.decided_at if approved_by is not None else None)
     # A warning (it announces a stop) states its deadline, the one its text gives (the notice, or the end of the

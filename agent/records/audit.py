@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from agent.records import pg
 from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, columns, dialect, open_store
-from core.actions import DeniedAnswer, Exemption, History, HistoryEntry
+from core.actions import STOP_ACTIONS, DeniedAnswer, Exemption, History, HistoryEntry
 
 log = logging.getLogger("steward.audit")
 
@@ -89,6 +89,8 @@ CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
 """
 TRIGGERS = ("audit_no_update", "audit_no_delete")
 PG_TRIGGERS = (*TRIGGERS, "audit_no_truncate")
+# How long a stop the steward carried out is remembered past the history's lookback: as long as a keep can last.
+STOP_MEMORY = timedelta(days=31)
 GENESIS = "0" * 64  # prev_hash of the very first entry of a log
 CONTENT = ("seq", "at", "recorded_at", "run_id", "kind", "target", "action", "level", "status", "reason", "data")
 CHAIN_BROKEN = "audit_chain_broken"
@@ -438,6 +440,7 @@ class AuditLog:
         run_id: str | None = None,
         since: datetime | None = None,
         limit: int = 100,
+        action: str | None = None,
         offset: int = 0,
         newest_first: bool = True,
         checked: bool = False,
@@ -445,7 +448,8 @@ class AuditLog:
         """Entries matching the filters. checked: each one's hash is recomputed from its content, and one that
         does not match (or has none after the chain began) raises AuditTampered instead of being returned."""
         clauses, args = [], []
-        for column, value in (("kind", kind), ("target", target), ("status", status), ("run_id", run_id)):
+        for column, value in (("kind", kind), ("target", target), ("status", status), ("run_id", run_id),
+                              ("action", action)):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 args.append(value)
@@ -509,6 +513,12 @@ class AuditLog:
         return [e for e in rows if e.status == "granted" and e.seq not in revoked
                 and datetime.fromisoformat(str(e.data["until"])) > now]
 
+    def exemptions_in_force(self, now: datetime) -> list[Exemption]:
+        """The keeps in force at `now`, as the guardrail reads them."""
+        return [Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "",
+                          target_uid=e.data.get("target_uid") or None)
+                for e in self.exemptions(now)]
+
     def history(self, now: datetime, lookback: timedelta = timedelta(hours=24),
                 denials_for: timedelta | None = None) -> History:
         """What the guardrail needs to know about the past: actions, exemptions, pending approvals, and the
@@ -518,7 +528,14 @@ class AuditLog:
         """
         since = now - lookback
         denials_since = now - (denials_for if denials_for is not None else lookback)
-        executions = self.entries(kind="execution", since=since, limit=100_000, newest_first=False, checked=True)
+        # A job signalled more than a lookback ago and still there (it ignored SIGTERM; its forced stop was never
+        # approved) is still one the steward signalled: without it, its owner was warned again a day later, and the
+        # forced stop was never asked for again (the graceful one was refused as already sent).
+        signalled = [e for action in STOP_ACTIONS
+                     for e in self.entries(kind="execution", action=action, status="executed", since=now - STOP_MEMORY,
+                                           limit=100_000, newest_first=False, checked=True) if e.at < since]
+        executions = sorted(signalled, key=lambda e: e.seq) + self.entries(
+            kind="execution", since=since, limit=100_000, newest_first=False, checked=True)
         entries = [
             HistoryEntry(
                 action=e.action,  # type: ignore[arg-type]
@@ -535,11 +552,7 @@ class AuditLog:
             for e in executions
             if e.at <= now
         ]
-        exemptions = [
-            Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "",
-                      target_uid=e.data.get("target_uid") or None)
-            for e in self.exemptions(now)
-        ]
+        exemptions = self.exemptions_in_force(now)
         pending: dict[str, str] = {}
         denied: set[str] = set()
         denials: list[DeniedAnswer] = []

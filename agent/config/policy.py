@@ -135,7 +135,7 @@ class ServingRule(_Section):
 
     enabled: bool = True
     # The labels the common serving stacks' charts and operators set: KServe, Knative, Seldon, Triton, TGI, vLLM,
-    # SGLang, Ollama (a service the list misses can carry steward.io/workload=serving).
+    # SGLang, Ollama, KubeRay's RayService (a service the list misses can carry steward.io/workload=serving).
     selectors: list[str] = ["app.kubernetes.io/component=inference", "app.kubernetes.io/component=serving",
                             "app.kubernetes.io/component=predictor", "component=predictor",
                             "serving.kserve.io/inferenceservice", "serving.knative.dev/service",
@@ -143,7 +143,8 @@ class ServingRule(_Section):
                             "app=triton-inference-server", "app.kubernetes.io/name=text-generation-inference",
                             "app=text-generation-inference", "app.kubernetes.io/name=vllm", "app=vllm",
                             "app.kubernetes.io/name=sglang", "app=sglang", "app.kubernetes.io/name=ollama",
-                            "app=ollama", "steward.io/workload=serving"]
+                            "app=ollama", "ray.io/originated-from-crd=RayService", "ray.io/serve=true",
+                            "steward.io/workload=serving"]
 
 
 class LongTailRule(_Section):

@@ -25,8 +25,12 @@ from core.observation import Observation
 
 # Labels the gang-scheduling operators put on every pod of one job (Kubeflow training operator, Volcano,
 # LeaderWorkerSet, JobSet). Not batch/v1 `job-name`: the pods of a parallel Job are independent workers.
+# The labels gang schedulers put on every pod of one job: Kubeflow's training operator, Volcano, LeaderWorkerSet,
+# JobSet, the scheduler-plugins Coscheduling PodGroup (its current label and the one before v0.26), Kueue's plain
+# Pod groups, and a Slurm heterogeneous job. Pods a gang scheduler starts together die together.
 GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
-               "jobset.sigs.k8s.io/jobset-name", SLURM_HET_JOB_LABEL)
+               "jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
+               "kueue.x-k8s.io/pod-group-name", SLURM_HET_JOB_LABEL)
 WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
 
 

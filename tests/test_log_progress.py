@@ -187,3 +187,26 @@ def test_a_process_dumping_its_own_counters_makes_no_progress():
                  [f"[stats] rows written: {12000 + 100 * i}" for i in range(6)],
                  [f"Uptime 0:{12 + i}:00 - evaluated {12000 + 50 * i} prompts" for i in range(6)]):
         assert analyse_log("j", lines(work), NOW).progress_lines >= 5, work[0]
+
+
+def test_time_passing_is_not_progress():
+    """A poll loop's random back-off and an upload spinner's elapsed time move, and once read as work: a ColabFold
+    job polling a PENDING MSA ticket for hours, wandb.finish() stuck at 0B/928B (scenarios
+    colabfold-msa-pending-forever, slurm-array-wandb-finish-hang). Counts beside a time span still count."""
+    back_off = [f"Sleeping for {s}s. Reason: PENDING" for s in (7, 10, 8, 9, 6, 7, 9, 5)]
+    assert analyse_log("j", lines(back_off, 9), NOW).progress_lines == 0
+    spinner = [f"wandb: ⢿ uploading wandb-metadata.json 0B/928B ({m}.0m)" for m in range(10, 100, 10)]
+    assert analyse_log("j", lines(spinner, 600), NOW).progress_lines == 0  # only time moves
+    timed = [f"step {100 + i} took {0.4 + i / 100:.2f}s loss={0.9 - i / 100:.2f}" for i in range(6)]
+    assert analyse_log("j", lines(timed), NOW).progress_lines == 6
+    counts = [f"embedded {3 + i}.2M samples in 12s" for i in range(4)]  # M: a count, not minutes
+    assert analyse_log("j", lines(counts), NOW).progress_lines == 4
+    speed = [f"iter {i} 2s/it" for i in range(4)]
+    assert analyse_log("j", lines(speed), NOW).progress_lines == 4
+
+
+def test_a_request_answered_is_progress_whatever_its_numbers():
+    """An access log's moving number is its latency, a time span: the request itself is the work
+    (daily-serving-cycle's quiet-hour requests keep its reranker untouched)."""
+    p = analyse_log("j", lines(["POST /v1/rerank 200 41ms", "GET /healthz 200 1ms", "POST /v1/rerank 200 41ms"]), NOW)
+    assert p.requests == 2 and p.progress_lines == 2 and p.last_progress_at == T0 + timedelta(seconds=60)

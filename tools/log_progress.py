@@ -19,12 +19,17 @@ _CLOCK = re.compile(
     r"\d{4}[-/]\d{1,2}[-/]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?"
 )
+# A time span ("7s", "15.0m", "250 ms", "3 min"): time passing, like a clock, is no progress. A poll loop's random
+# back-off ("Sleeping for 7s") and an upload spinner's elapsed time ("0B/928B (15.0m)") moved and read as work.
+# Lower case only: "3.2M samples" and "12K tokens" are counts.
+_DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![\w/])")
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _WORD = re.compile(r"[^\W\d_]+")
 # Lines about waiting are not progress even when their numbers move ("ran for 600123 ms").
 _STALL = re.compile(
     r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|retries|heartbeat|alive|hang(?:ing)?|hung|stuck"
-    r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|unavailable|unreachable|healthz?|readyz|livez)\b"
+    r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|back-?off|sleep(?:ing)?"
+    r"|unavailable|unreachable|healthz?|readyz|livez)\b"
     r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询",
     re.I,
 )
@@ -77,7 +82,7 @@ def request_path(text: str) -> str | None:
 
 def _shape(text: str) -> tuple[str, tuple[str, ...]]:
     """(template, numbers): lines with the same words are comparable; their numbers are the counters."""
-    text = _CLOCK.sub(" ", text)
+    text = _DURATION.sub(" ", _CLOCK.sub(" ", text))
     template = " ".join(_WORD.findall(text))
     return template, tuple(_NUMBER.findall(text))
 
@@ -98,7 +103,10 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         last_line_at = at if last_line_at is None else max(last_line_at, at)
         text = line.text[:_MAX_CHARS]
         if (served := request_path(text)) is not None:
+            # A request answered is work, whatever its numbers (its latency is a time span, not a counter).
             requests, path = requests + 1, served
+            progress_at.append(at)
+            continue
         template, numbers = _shape(text)
         if not numbers or _SCHEDULER.search(text):
             continue

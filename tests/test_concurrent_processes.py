@@ -173,3 +173,47 @@ def test_a_keep_given_while_the_sweep_re_reads_the_job_holds_for_that_sweeps_sto
         assert replies and replies[0].startswith("OK"), replies
         assert [e.status for e in stops] == ["blocked"], [(e.status, e.reason) for e in stops]
         assert "kept" in (stops[0].reason or "") or "exempt" in (stops[0].reason or ""), stops[0].reason
+
+
+def test_an_answer_given_before_the_deadline_is_taken_while_a_sweep_holds_the_graph(tmp_path):
+    """A sweep holds the graph lock for its whole run (80 s at 10k GPUs). An approval answered 1.5 s before its
+    deadline waited for it, was judged against the clock after, and was refused as expired. It is judged as of when it
+    arrived now, and carried out once the sweep is done."""
+    import time as wall
+    from datetime import timedelta
+
+    from fastapi.testclient import TestClient
+
+    from agent.api.build import fast_forward
+    from agent.config.settings import Settings
+    from server import create_app
+
+    class MovingClock:  # a wall clock, as on a real cluster: it moves by itself while the sweep runs
+        def __init__(self, start):
+            self.start, self.t0 = start, wall.monotonic()
+
+        def now(self):
+            return self.start + timedelta(seconds=wall.monotonic() - self.t0)
+
+    settings = Settings(data_dir=tmp_path, leader_lock="none", sweep_every_s=300, runbooks_enabled=False)
+    app = create_app(settings, speed=0, start_s=0, run_scheduler=False)
+    with TestClient(app, base_url="http://localhost") as client:
+        rt = app.state.runtime
+        fast_forward(rt, until_s=2 * 3600 + 55 * 60)  # the demo's forced stop waits for a human
+        [pending] = [a for a in rt.deps.approvals.pending() if a.action == "force_terminate"]
+        rt.deps.clock = MovingClock(pending.expires_at - timedelta(seconds=2))
+        sweeping = threading.Event()
+
+        def sweep_in_progress():
+            with rt.graph_lock:
+                sweeping.set()
+                wall.sleep(3)
+
+        sweep = threading.Thread(target=sweep_in_progress)
+        sweep.start()
+        sweeping.wait()
+        assert rt.deps.clock.now() < pending.expires_at
+        answered = client.post(f"/api/approvals/{pending.id}", json={"decision": "approve", "reason": "in time"})
+        sweep.join()
+        assert answered.status_code == 200, answered.json()
+        assert rt.deps.approvals.get(pending.id).status == "approved"

@@ -231,14 +231,22 @@ class StewardRuntime:
 
     def answer(self, approval_id: str, decision: Literal["approve", "deny"], by: str, reason: str = "") -> SweepResult:
         """A human answer, once; ApprovalError for a second or stale answer, UnknownApproval for a bad id."""
-        if self.deps.approvals.get(approval_id) is None:
+        asked = self.deps.approvals.get(approval_id)
+        if asked is None:
             raise UnknownApproval(f"no approval with id {approval_id!r}")
+        # Judged on time as of when it arrived: taken at once (the store's conditional write makes that safe beside a
+        # running sweep), carried out under the graph lock. Taken after the lock, an answer 1.5 s before the deadline
+        # waited out a sweep and was refused as expired.
+        received = self.deps.clock.now()
+        if asked.status == "pending" and asked.expires_at <= received:
+            with self.graph_lock:  # a late answer meets an expired request (its expiry audited), not a pending one
+                try:
+                    self.service.expire_due()
+                except StoreUnavailable as exc:
+                    raise ApprovalUnavailable(exc.problem) from exc
+        taken = self.service.take(approval_id, decision, by=by, reason=reason, now=received)
         with self.graph_lock:
-            try:
-                self.service.expire_due()  # an answer after the deadline meets an expired request, not a pending one
-            except StoreUnavailable as exc:
-                raise ApprovalUnavailable(exc.problem) from exc
-            result = self.service.answer(approval_id, decision, by=by, reason=reason)
+            result = self.service.complete_or_defer(taken)
         approval = self.deps.approvals.get(approval_id)
         self._emit(StewardEvent("approval_answered", self.deps.clock.now(), approval=approval, result=result))
         return result

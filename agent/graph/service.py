@@ -15,6 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from langgraph.types import Command
@@ -153,12 +154,16 @@ class SweepService:
         cannot be written). Once taken it is never lost: when auditing or resuming fails, the result says it
         is deferred (state["deferred"]) and `complete_answers` finishes it later.
         """
-        now = self.deps.clock.now()
-        taken = self.deps.approvals.answer(approval_id, decision=decision, by=by, reason=reason, now=now,
-                                           run_id=approval_id)
-        return self._complete_or_defer(taken)
+        return self.complete_or_defer(self.take(approval_id, decision, by=by, reason=reason))
 
-    def _complete_or_defer(self, approval: Approval) -> SweepResult:
+    def take(self, approval_id: str, decision: Literal["approve", "deny"], by: str, reason: str = "",
+             now: datetime | None = None) -> Approval:
+        """Record a human answer durably, exactly once, as of `now` (when it arrived; default the clock's now).
+        The store's own conditional write makes it safe beside a running sweep; `complete_or_defer` carries it out."""
+        return self.deps.approvals.answer(approval_id, decision=decision, by=by, reason=reason,
+                                          now=now or self.deps.clock.now(), run_id=approval_id)
+
+    def complete_or_defer(self, approval: Approval) -> SweepResult:
         try:
             return self.complete(approval)
         except Exception as exc:  # recorded already: finished by complete_answers, never dropped
@@ -197,7 +202,7 @@ class SweepService:
 
     def expire_due(self) -> list[SweepResult]:
         """Silence is never approval: overdue requests are closed as expired and nothing is done."""
-        return [self._complete_or_defer(item)
+        return [self.complete_or_defer(item)
                 for item in self.deps.approvals.expire_due(self.deps.clock.now(), run_id="expiry")]
 
 

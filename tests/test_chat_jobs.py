@@ -275,3 +275,35 @@ def test_a_keep_on_an_earlier_namesake_is_not_reported_as_keeping_this_run():
                  reason="still need it", data={"until": (now + timedelta(hours=2)).isoformat(), "by": "carol",
                                                "target_uid": "uid-new"})
     assert "kept until" in job_status(ctx, JOB, "en")
+
+
+def test_a_chatops_answer_right_after_a_keep_reads_the_keep_and_names_an_old_reading(tmp_path):
+    """ChatOps answers from the newest reading held (a platform waits a few seconds), but reads keeps and approvals as
+    of now: a keep granted a minute after the last sweep was answered "nothing is planned". When no sweep has
+    finished for a while the answer says how old its reading is."""
+    from fastapi.testclient import TestClient
+
+    from agent.api.build import fast_forward
+    from agent.chatops.commands import ChatCommands
+    from agent.chatops.directory import UserDirectory
+    from agent.chatops.router import offline_answer
+    from agent.config.settings import Settings
+    from server import create_app
+
+    settings = Settings(data_dir=tmp_path, leader_lock="none", sweep_every_s=300, runbooks_enabled=False,
+                        scenario="evals/scenarios/idle-notebook.yaml")
+    app = create_app(settings, speed=0, start_s=0, run_scheduler=False)
+    with TestClient(app, base_url="http://localhost"):
+        rt = app.state.runtime
+        fast_forward(rt, until_s=95 * 60)  # carol's notebook was warned
+        with rt.graph_lock:
+            rt.sim_clock.cluster.advance(120)  # two minutes after the sweep
+        chat = ChatCommands(lambda: rt, UserDirectory.from_settings(settings), offline_answer(lambda: rt))
+        assert chat.handle("wecom", "carol", f"keep 4h {JOB} demo tonight").startswith("OK")
+        reply = chat.handle("wecom", "carol", f"is {JOB} kept? when will it be stopped?")
+        assert "kept until" in reply and "newest reading" not in reply, reply
+        with rt.graph_lock:
+            rt.sim_clock.cluster.advance(40 * 60)  # no sweep finishes for 40 minutes
+        reply = chat.handle("wecom", "carol", f"is {JOB} kept?")
+        assert "The newest reading of the cluster is from" in reply and "42m ago" in reply, reply
+        assert "集群" in chat.handle("wecom", "carol", f"{JOB} 保留了吗？")

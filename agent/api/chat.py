@@ -15,11 +15,14 @@ from agent.api.auth import Principal, Viewer
 from agent.api.runtime import StewardRuntime
 from agent.api.schemas import ChatRequest
 from agent.chatops.commands import KeepRequest, grant_keep
+from core.durations import format_duration
 from tools.agent_tools import ToolContext, is_mutating, make_tools
 
 router = APIRouter()
 log = logging.getLogger("steward.chat")
 
+
+STALE_AFTER_S = 600.0  # a reading older than this and two sweep intervals is named as old in the answer
 
 def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None = None,
                  job: str | None = None, zone: tzinfo = UTC, newest_only: bool = False) -> tuple[ChatContext, str]:
@@ -34,14 +37,20 @@ def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None
     if obs is None:
         raise SweepStillReading(_t(lang, "The first sweep is still reading the cluster; ask again in a moment.",
                                    "首次巡检仍在读取集群，请稍后再问。"))
+    # The records are read as of now, whatever the reading's age: a keep granted since the last sweep is in force
+    # (the answer said "nothing is planned" about a job kept a minute before).
+    now = max(obs.at, deps.clock.now())
     notice = "" if fresh else _stale_notice(rt, obs.at, lang)
+    every = rt.scheduler.schedule.every_s or STALE_AFTER_S
+    if fresh and (now - obs.at).total_seconds() > max(2 * every, STALE_AFTER_S):
+        notice = _old_notice(rt, obs.at, now, lang)  # sweeps have not finished for a while: say how old it is
     tool_ctx = ToolContext(observation=obs, findings=rt.findings(), scheduler=deps.scheduler, logs=deps.logs,
                            redactor=deps.policy.redaction.redactor(),
                            runbook_search=deps.runbook_search, proposed_by="chat")
     # Chat only reads: mutating tools are never bound here, so a chat cannot even propose an action.
     tools = {t.name: t for t in make_tools(tool_ctx) if not is_mutating(t)}
     ctx = ChatContext(findings=rt.findings(), observation=obs, tools=tools, audit=deps.audit,
-                      pending=deps.approvals.pending(), now=obs.at, currency=deps.currency, policy=deps.policy,
+                      pending=deps.approvals.pending(), now=now, currency=deps.currency, policy=deps.policy,
                       job=job, keep=_keeper(rt, who) if who is not None else None, zone=zone)
     ctx.tools.update({t.name: t for t in chat_tools(ctx, lang)})
     return ctx, notice
@@ -81,6 +90,16 @@ def _stale_notice(rt: StewardRuntime, at: datetime, lang: Lang) -> str:
                   f"（首次巡检仍在进行，暂无发现；以下为 {read} 读取的作业与指标。）")
     return _t(lang, f"(A sweep is running; this answer uses the cluster as read at {read}.)",
               f"（巡检正在进行；以下回答基于 {read} 读取的集群状态。）")
+
+
+def _old_notice(rt: StewardRuntime, at: datetime, now: datetime, lang: Lang) -> str:
+    from agent.detectors.evidence import zone_suffix
+
+    read = f"{at.astimezone(rt.zone):%H:%M}{zone_suffix(rt.zone, lang)}"
+    ago = format_duration(round((now - at).total_seconds() / 60) * 60)
+    return _t(lang, f"(The newest reading of the cluster is from {read}, {ago} ago: no sweep has finished since. "
+                    "Jobs and findings below are as of then; keeps and approvals are current.)",
+              f"（最近一次读取集群是在 {read}，已过去 {ago}：此后没有完成的巡检。以下作业与发现为当时状态；保留与审批为当前状态。）")
 
 
 def _sse(event: ChatEvent) -> str:

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 
 from agent.chatops import dingtalk
 from agent.chatops.cards import approval_card_listener
-from agent.chatops.links import ApprovalLinks, UsedNonces
+from agent.chatops.links import ApprovalLinks, LinkRefused, UsedNonces
 from agent.chatops.notifier import ChatOpsNotifier, Route
 from agent.chatops.replay import SeenCallbacks
 from agent.chatops.router import chatops_router
@@ -337,6 +337,12 @@ def test_approval_card_listener_posts_action_card_with_signed_links(robot):
     approve_url = card["btns"][0]["actionURL"]
     token = urllib.parse.parse_qs(urllib.parse.urlsplit(approve_url).query)["token"][0]
     assert world.links.verify(token, NOW).d == "approve"
+    # The buttons answer until the card's "Answer by" (they died after CHATOPS_LINK_TTL_S, an hour, of four).
+    deadline = approval.expires_at.timestamp()
+    assert deadline - NOW > world.links.ttl_s
+    assert world.links.verify(token, deadline - 60).d == "approve"
+    with pytest.raises(LinkRefused):
+        world.links.verify(token, deadline + 60)
 
 
 def test_approve_link_garbage_is_refused_not_500():

@@ -99,8 +99,12 @@ def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "
                       and f.get("kind") == _proposal(approval).get("finding_kind")), None)
         title, text = card_text(approval, language, Finding.model_validate(found) if found else None, zone)
         labels = ("批准", "拒绝") if language == "zh" else ("Approve", "Deny")
-        buttons = [(labels[0], links.url(approval.id, "approve", now_s())),
-                   (labels[1], links.url(approval.id, "deny", now_s()))]
+        # The buttons live as long as the request they answer ("Answer by" on the card), at least the configured
+        # lifetime: they died an hour in while the card said four. An answered or expired request refuses them anyway.
+        at = now_s()
+        ttl = max(links.ttl_s, approval.expires_at.timestamp() - at)
+        buttons = [(labels[0], links.url(approval.id, "approve", at, ttl_s=ttl)),
+                   (labels[1], links.url(approval.id, "deny", at, ttl_s=ttl))]
         ding, wecom_robot = route.dingtalk, route.wecom
         # DingTalk does not sign who sent a reply, so only the card's buttons answer there; a WeCom app callback is
         # signed, so its users may also reply. WeCom's text card holds a few lines: the reason and the evidence.

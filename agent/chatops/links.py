@@ -63,8 +63,9 @@ class ApprovalLinks:
         payload = json.dumps(claim.model_dump(), separators=(",", ":"), sort_keys=True).encode()
         return f"{_b64(payload)}.{self._mac(payload)}"
 
-    def url(self, approval_id: str, decision: str, now_s: float, recipient: str = "") -> str:
-        token = self.token(approval_id, decision, now_s, recipient)
+    def url(self, approval_id: str, decision: str, now_s: float, recipient: str = "",
+            ttl_s: float | None = None) -> str:
+        token = self.token(approval_id, decision, now_s, recipient, ttl_s)
         return f"{self.public_url}/chatops/approve?{urllib.parse.urlencode({'token': token})}"
 
     def verify(self, token: str, now_s: float) -> LinkClaim:

@@ -147,6 +147,10 @@ def test_warning_posts_an_event_and_annotates_the_deadline(api, settings):
     assert "idle for 1h" in event["message"] and event["source"] == {"component": "gpu-steward"}
     assert pod["metadata"]["annotations"][STOP_AFTER] == (NOW + timedelta(seconds=1800)).isoformat()
     (_, _, _), = api.calls("PATCH", "/pods/train-0")
+    # A warning whose stop waits for the job's long-tail grace states that later deadline, as its text does.
+    later = NOW + timedelta(hours=3)
+    notifier.notify("alice", "s", "b", job_id="ml/train-0", deadline=later)
+    assert api.store.get("pods", "ml", "train-0")["metadata"]["annotations"][STOP_AFTER] == later.isoformat()
     assert notifier.notify("alice", "s", "b", job_id="ml/gone").status == "error"
     assert notifier.notify("ops", "s", "b").status == "suppressed"
 

@@ -12,6 +12,7 @@ import re
 import smtplib
 import ssl
 from collections.abc import Mapping
+from datetime import datetime
 from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import formatdate, make_msgid
@@ -117,7 +118,8 @@ class EmailNotifier:
         self.addresses = addresses or AddressBook()
         self.ssl_context = ssl_context
 
-    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None) -> NotifyResult:
+    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
+               deadline: datetime | None = None) -> NotifyResult:
         address = self.addresses.resolve(recipient)
         if address is None:
             return self._error(recipient, f"no e-mail address: {recipient!r} is not a valid address" if "@" in recipient

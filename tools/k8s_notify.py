@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from core.cluster import NotifyResult
@@ -28,7 +28,8 @@ class KubernetesEventNotifier:
         self.clock = clock or WallClock()
         self.api_calls = 0
 
-    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None) -> NotifyResult:
+    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
+               deadline: datetime | None = None) -> NotifyResult:
         from kubernetes import client
 
         if job_id is None:
@@ -36,7 +37,8 @@ class KubernetesEventNotifier:
                                 detail="no pod to attach a Kubernetes event to")
         ns, name = split_job_id(job_id)
         now = self.clock.now()
-        stop_after = (now + timedelta(seconds=self.notice_s)).isoformat()
+        # The warning's own deadline (the later of the notice and the job's long-tail grace), else the notice.
+        stop_after = (deadline or now + timedelta(seconds=self.notice_s)).isoformat()
         try:
             # The annotation first: it tells us the pod still exists and gives its uid for the event.
             self.api_calls += 1

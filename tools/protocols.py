@@ -92,7 +92,10 @@ class NodePools(Protocol):
 
 @runtime_checkable
 class Notifier(Protocol):
-    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None) -> NotifyResult:
+    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
+               deadline: datetime | None = None) -> NotifyResult:
+        """deadline: the earliest stop the message announces (a warning), for channels that carry it apart from
+        the text (the Kubernetes pod annotation); None for advice and digests."""
         ...
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -79,7 +80,8 @@ class ChatOpsNotifier:
             return self.per_project[job.project]
         return self.default
 
-    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None) -> NotifyResult:
+    def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
+               deadline: datetime | None = None) -> NotifyResult:
         assert self.delivery is not None
         now = self.clock.now()
         key = dedupe_key(job_id, recipient, body)

@@ -189,7 +189,7 @@ def execute_action(
                 subject = f"GPU Steward：{p.target}" + (f"（Slurm 作业 {number}）" if number else "")
             else:
                 subject = f"GPU Steward: {p.target}" + (f" (Slurm job {number})" if number else "")
-            sent = deps.notifier.notify(recipient, subject, body, job_id=p.target)
+            sent = deps.notifier.notify(recipient, subject, body, job_id=p.target, deadline=warning_deadline)
             # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
             sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}
             status: ActionStatus = sent_as.get(sent.status, "failed")

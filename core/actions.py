@@ -143,6 +143,7 @@ class Exemption(_Record):
     by: str
     reason: str = ""
     target_uid: str | None = None  # the kept job's immutable identity, where known: it holds if the name changes
+    at: datetime | None = None  # when it was granted
 
 
 class DeniedAnswer(_Record):
@@ -162,3 +163,14 @@ class History(_Record):
     pending_approvals: list[str] = Field(default_factory=list)  # proposal keys awaiting a human
     denied_recently: list[str] = Field(default_factory=list)  # proposal keys a human denied or let expire
     denials: list[DeniedAnswer] = Field(default_factory=list)  # human denials, oldest first
+    keeps: list[Exemption] = Field(default_factory=list)  # every keep granted in the lookback, in force or over
+
+
+def last_keep(history: History, target: str, uid: str | None) -> datetime | None:
+    """When the owner (or an approver) last kept this job, in force or over: a keep answers the warnings before it,
+    so a stop after it lapses needs a new warning with its full notice. A job with a uid is matched by it (a keep
+    recorded without one, by name); one without, by name among keeps recorded without one."""
+    times = [k.at for k in history.keeps if k.at is not None
+             and ((k.target_uid == uid or (not k.target_uid and k.target == target)) if uid
+                  else (k.target == target and not k.target_uid))]
+    return max(times) if times else None

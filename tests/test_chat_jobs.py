@@ -307,3 +307,34 @@ def test_a_chatops_answer_right_after_a_keep_reads_the_keep_and_names_an_old_rea
         reply = chat.handle("wecom", "carol", f"is {JOB} kept?")
         assert "The newest reading of the cluster is from" in reply and "42m ago" in reply, reply
         assert "集群" in chat.handle("wecom", "carol", f"{JOB} 保留了吗？")
+
+
+def test_after_a_short_keep_lapses_the_owner_is_warned_again_before_any_stop(tmp_path):
+    """A keep answers the warning before it. A 10-minute keep used to lapse into a stop at the very next sweep, on the
+    warning the keep had answered; now the owner is warned again and has the full notice."""
+    from datetime import timedelta
+
+    from fastapi.testclient import TestClient
+
+    from agent.api.build import fast_forward
+    from agent.chatops.commands import ChatCommands
+    from agent.chatops.directory import UserDirectory
+    from agent.chatops.router import offline_answer
+    from agent.config.settings import Settings
+    from server import create_app
+
+    settings = Settings(data_dir=tmp_path, leader_lock="none", sweep_every_s=300, runbooks_enabled=False,
+                        scenario="evals/scenarios/idle-notebook.yaml")
+    app = create_app(settings, speed=0, start_s=0, run_scheduler=False)
+    with TestClient(app, base_url="http://localhost"):
+        rt = app.state.runtime
+        fast_forward(rt, until_s=100 * 60)  # warned at 95 min; the earliest stop is 155 min
+        chat = ChatCommands(lambda: rt, UserDirectory.from_settings(settings), offline_answer(lambda: rt))
+        assert chat.handle("wecom", "carol", "keep 10m ml-team/jupyter-carol one more plot").startswith("OK")
+        fast_forward(rt, until_s=200 * 60)
+        done = [e for e in rt.deps.audit.entries(kind="execution", target="ml-team/jupyter-carol", status="executed",
+                                                 limit=100, newest_first=False)]
+        warnings = [e.at for e in done if e.action == "notify"]
+        stops = [e.at for e in done if e.action == "terminate"]
+        assert len(warnings) == 2, done
+        assert stops and stops[0] >= warnings[1] + timedelta(seconds=rt.deps.policy.warning.min_notice), (warnings, stops)

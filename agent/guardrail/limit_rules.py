@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from agent.guardrail.case import HOUR, Case, Denial
 from agent.guardrail.protection import as_utc, denial_in_force, when
-from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, UNSURE_STOP, HistoryEntry
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, UNSURE_STOP, HistoryEntry, last_keep
 from core.cluster import PoolInfo
 from core.durations import format_duration
 from core.pool_plans import open_scale_down, scale_up_uid
@@ -50,6 +50,11 @@ def warning_first_rule(case: Case) -> Denial:
               if kind is None or e.finding_kind is None or e.finding_kind == kind]
     if failed:
         oldest = max(oldest, max(failed))
+    # A keep answers the warnings before it: once it lapses, the stop needs a new warning and its full notice (a
+    # probe's owner who kept a job for 3 minutes was stopped at the first sweep after, on the old warning).
+    kept = last_keep(case.history, case.action.target, case.uid)
+    if kept is not None:
+        oldest = max(oldest, as_utc(kept))
 
     def announces_this_stop(e: HistoryEntry) -> bool:
         # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job.
@@ -122,6 +127,9 @@ def duplicate_rule(case: Case) -> Denial:
         # A new stretch of waste (the job worked in between) is a new violation: its warning is not a repeat.
         began = stretch_began(case)
         after = case.now - every if began is None else max(case.now - every, began)
+        kept = last_keep(case.history, case.action.target, case.uid)  # a keep answered the warnings before it
+        if kept is not None:
+            after = max(after, as_utc(kept))
         recent = [e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > after]
         if recent:
             last = recent[-1]

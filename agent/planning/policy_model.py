@@ -18,7 +18,7 @@ from agent.guardrail.decide import protection_reason
 from agent.guardrail.protection import denial_in_force
 from agent.planning.prompts import render, template_name
 from agent.records.cost import money
-from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction, last_keep
 from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import Observation
@@ -296,6 +296,9 @@ class PolicyModel:
         # guardrail no longer counts it, so keep trying to deliver one.
         failed = _last(history, "notify", f.target, f.kind, ("failed",), uid=match)
         stale = stale or (warned is not None and failed is not None and failed > warned)
+        # A keep answered the warning before it: after the keep, the owner is warned again (warning_first_rule).
+        kept = last_keep(history, f.target, match or None)
+        stale = stale or (warned is not None and kept is not None and kept > warned)
         # In the job's long-tail grace (f.stop_after): one warning per stop, sent no earlier than a repeat period
         # before the stop can land, and no stop before the grace ends (the guardrail's grace_rule too).
         grace_left = (f.stop_after - now) if f.stop_after is not None else timedelta(0)

@@ -515,9 +515,7 @@ class AuditLog:
 
     def exemptions_in_force(self, now: datetime) -> list[Exemption]:
         """The keeps in force at `now`, as the guardrail reads them."""
-        return [Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "",
-                          target_uid=e.data.get("target_uid") or None)
-                for e in self.exemptions(now)]
+        return [_exemption(e) for e in self.exemptions(now)]
 
     def history(self, now: datetime, lookback: timedelta = timedelta(hours=24),
                 denials_for: timedelta | None = None) -> History:
@@ -574,13 +572,21 @@ class AuditLog:
                 pending.pop(key, None)
                 if e.status in ("denied", "expired"):
                     denied.add(key)
+        keeps = [_exemption(e) for e in self.entries(kind="exemption", status="granted", since=since, limit=100_000,
+                                                     newest_first=False, checked=True) if e.at <= now]
         return History(
             entries=entries,
+            keeps=keeps,
             exemptions=[x for x in exemptions if x.until > now],
             pending_approvals=list(pending),
             denied_recently=sorted(denied),
             denials=denials,
         )
+
+
+def _exemption(e: AuditEntry) -> Exemption:
+    return Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "",
+                     target_uid=e.data.get("target_uid") or None, at=e.at)
 
 
 def _resize_fields(e: AuditEntry) -> dict[str, Any]:

@@ -217,3 +217,54 @@ def test_an_answer_given_before_the_deadline_is_taken_while_a_sweep_holds_the_gr
         sweep.join()
         assert answered.status_code == 200, answered.json()
         assert rt.deps.approvals.get(pending.id).status == "approved"
+
+
+def test_an_approved_stop_whose_outcome_could_not_be_written_is_settled_not_sent_again(tmp_path, monkeypatch):
+    """An approved graceful stop went out; the audit refused its outcome, so the answer was deferred and completed
+    again at the next sweep, which re-ran the stop: a second SIGTERM at once, on a scheduler that shows no stopping
+    state (Slurm). The action's own unsettled intent is settled from fresh state instead."""
+    import tests.records_world as records_world
+    from agent.config.policy import Policy
+    from tests.records_world import JOB, Steward
+
+    policy = Policy.model_validate({"levels": {"max_auto": 1, "require_approval": [2, 3, 4]}})
+    real_deps = records_world.simulated_deps
+    monkeypatch.setattr(records_world, "simulated_deps", lambda sc, _p, pl, **kw: real_deps(sc, policy, pl, **kw))
+    steward = Steward(tmp_path)
+    cluster = steward.cluster
+
+    class SlurmLike:  # a signalled job still reads RUNNING
+        def __getattr__(self, name):
+            return getattr(cluster, name)
+
+        @staticmethod
+        def _as_slurm(job):
+            return None if job is None else job.model_copy(
+                update={"scheduler": "slurm", "state": "running" if job.state == "stopping" else job.state})
+
+        def list_jobs(self):
+            return [self._as_slurm(j) for j in cluster.list_jobs()]
+
+        def get_job(self, job_id):
+            return self._as_slurm(cluster.get_job(job_id))
+
+    steward.deps.scheduler = SlurmLike()
+    approval = steward.sweep_until_approval()
+    assert approval.action == "terminate"
+    real_record = steward.deps.audit.record
+    refused: list[bool] = []
+
+    def record(kind, *args, **kw):  # the audit store refuses the stop's outcome once (locked by another writer)
+        if kind == "execution" and kw.get("action") == "terminate" and not refused:
+            refused.append(True)
+            raise RuntimeError("database is locked")
+        return real_record(kind, *args, **kw)
+
+    steward.deps.audit.record = record
+    assert steward.service.answer(approval.id, "approve", by="lead").state.get("deferred")
+    steward.service.complete_answers()  # the next sweep's first step, or a restart
+    assert len([s for s in cluster.stops if not s.force]) == 1
+    [settled] = [e for e in steward.deps.audit.entries(kind="execution", target=JOB, limit=100)
+                 if e.action == "terminate"]
+    assert settled.status == "skipped" and "may have been sent" in (settled.reason or ""), settled.reason
+    steward.close()

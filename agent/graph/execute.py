@@ -47,6 +47,15 @@ def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
     )
 
 
+def _unsettled_intent(deps: StewardDeps, action_id: str, target: str, now: datetime) -> Any:
+    """The intent this action left without an outcome, if any (within INTERRUPTED_LOOKBACK)."""
+    for e in deps.audit.entries(kind="intent", target=target, since=now - INTERRUPTED_LOOKBACK, limit=1000):
+        if e.data.get("action_id") == action_id:
+            done = deps.audit.entries(kind="execution", target=target, since=e.at, limit=1000)
+            return None if any(x.data.get("action_id") == action_id for x in done) else e
+    return None
+
+
 def _pool_history(deps: StewardDeps, at: datetime) -> History:
     """The history the scale-up detector reads executed scale-downs from (and the guardrail decides on)."""
     return deps.audit.history(at, denials_for=deps.policy.approvals.denials_lookback())
@@ -135,6 +144,16 @@ def execute_action(
     if _already_executed(deps, ga.id, p.target):
         return ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status="skipped", at=now,
                              reason="already executed (idempotent)")
+    # This very action was started before and its outcome never written (the process died, or the audit store
+    # refused the outcome and an approved answer is being completed again): settle it from fresh state, never redo it.
+    started = _unsettled_intent(deps, ga.id, p.target, now)
+    if started is not None:
+        try:
+            effect, detail, done_gpus, removed = _interrupted_effect(deps, started)
+        except Exception as exc:  # cannot re-read state: do not act blind
+            return outcome("failed", f"could not re-read fresh state: {exc}")
+        return outcome(effect, f"interrupted at {started.at:%H:%M} before its outcome was recorded: {detail}", detail,
+                       gpus=done_gpus, removed_nodes=removed)
     try:
         facts = fresh_facts(deps, run_id, p.target, run_findings)
         if history is None:

@@ -210,3 +210,16 @@ def test_a_request_answered_is_progress_whatever_its_numbers():
     (daily-serving-cycle's quiet-hour requests keep its reranker untouched)."""
     p = analyse_log("j", lines(["POST /v1/rerank 200 41ms", "GET /healthz 200 1ms", "POST /v1/rerank 200 41ms"]), NOW)
     assert p.requests == 2 and p.progress_lines == 2 and p.last_progress_at == T0 + timedelta(seconds=60)
+
+
+def test_a_time_span_that_does_not_follow_the_clock_is_an_ordinary_number():
+    """A reviewer's counterexamples to reading every time span as a clock: simulated time, per-item timings, audio
+    generated, rows loaded ("2.5m"), and a dataset named Sleep-EDF are work; only elapsed time is not."""
+    for texts in ([f"Simulation time: {1.5 * i:.2f} h" for i in range(1, 8)],
+                  [f"Processed chunk in {0.8 + (i % 3) / 10:.2f}s" for i in range(8)],
+                  [f"Generated {15.1 + i * 3.3:.1f}s of audio" for i in range(8)],
+                  [f"loaded {2.5 * i:.1f}m rows" for i in range(1, 8)],
+                  [f"[Sleep-EDF] epoch 3 step {100 + i} loss {0.9 - i / 100:.2f}" for i in range(8)]):
+        assert analyse_log("j", lines(texts), NOW).progress_lines >= len(texts) - 1, texts
+    elapsed = [f"still uploading: {30 * i}s elapsed" for i in range(1, 8)]  # grows with the 30 s between lines
+    assert analyse_log("j", lines(elapsed), NOW).progress_lines == 0

@@ -19,16 +19,19 @@ _CLOCK = re.compile(
     r"\d{4}[-/]\d{1,2}[-/]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?"
 )
-# A time span ("7s", "15.0m", "250 ms", "3 min"): time passing, like a clock, is no progress. A poll loop's random
-# back-off ("Sleeping for 7s") and an upload spinner's elapsed time ("0B/928B (15.0m)") moved and read as work.
-# Lower case only: "3.2M samples" and "12K tokens" are counts.
-_DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![\w/])")
+# A time span ("15.0m", "250 ms", "3 min"; lower case only: "3.2M samples" is a count). One that grows with the wall
+# clock between two lines of the same words, nothing else moving, is elapsed time: a clock, not progress (an upload
+# spinner's "0B/928B (15.0m)" read as work for hours). A span that moves otherwise ("Processed chunk in 0.81s",
+# "Simulation time: 1.50 h") is judged like any number.
+_DURATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?(ms|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![\w/])")
+_UNIT_S = {"ms": 0.001, "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0,
+           "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0}
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _WORD = re.compile(r"[^\W\d_]+")
 # Lines about waiting are not progress even when their numbers move ("ran for 600123 ms").
 _STALL = re.compile(
     r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|retries|heartbeat|alive|hang(?:ing)?|hung|stuck"
-    r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|back-?off|sleep(?:ing)?"
+    r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|back-?off|sleeping|sleep for"
     r"|unavailable|unreachable|healthz?|readyz|livez)\b"
     r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询",
     re.I,
@@ -82,9 +85,23 @@ def request_path(text: str) -> str | None:
 
 def _shape(text: str) -> tuple[str, tuple[str, ...]]:
     """(template, numbers): lines with the same words are comparable; their numbers are the counters."""
-    text = _DURATION.sub(" ", _CLOCK.sub(" ", text))
+    text = _CLOCK.sub(" ", text)
     template = " ".join(_WORD.findall(text))
     return template, tuple(_NUMBER.findall(text))
+
+
+def _elapsed_only(before: tuple[str, datetime], text: str, at: datetime) -> bool:
+    """Whether the only numbers that moved since `before` (the previous line of the same words, and when) are time
+    spans that grew by about the time between the two lines (half to twice it): elapsed time, not work."""
+    old_text, old_at = before
+    gap = (at - old_at).total_seconds() if _comparable(at, old_at) else 0.0
+    old_spans, new_spans = _DURATION.findall(_CLOCK.sub(" ", old_text)), _DURATION.findall(_CLOCK.sub(" ", text))
+    rest = [_NUMBER.findall(_DURATION.sub(" ", _CLOCK.sub(" ", t))) for t in (old_text, text)]
+    if gap <= 0 or rest[0] != rest[1] or len(old_spans) != len(new_spans):
+        return False
+    grew = [float(b[0]) * _UNIT_S.get(b[1], 1.0) - float(a[0]) * _UNIT_S.get(a[1], 1.0)
+            for a, b in zip(old_spans, new_spans, strict=True) if a != b]
+    return bool(grew) and all(gap / 2 <= d <= gap * 2 for d in grew)
 
 
 def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Redactor = DEFAULT_REDACTOR) -> LogProgress:
@@ -93,7 +110,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
 
     The kept tail is the only log text that leaves this function (to the model, the UI, a notification):
     secrets in it are redacted here, once, by pattern."""
-    last_seen: dict[str, tuple[str, ...]] = {}
+    last_seen: dict[str, tuple[tuple[str, ...], str, datetime]] = {}
     progress_at: list[datetime] = []
     last_step: float | None = None
     last_line_at: datetime | None = None
@@ -114,10 +131,11 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         if step:
             last_step = float(step.group(1))
         previous = last_seen.get(template)
-        last_seen[template] = numbers
+        last_seen[template] = (numbers, text, at)
         if _STALL.search(text) or (_SELF_STATS.search(text) and not _PROGRESS_HINT.search(text)):
             continue
-        moved = bool(_PROGRESS_HINT.search(text)) if previous is None else previous != numbers
+        moved = (bool(_PROGRESS_HINT.search(text)) if previous is None
+                 else previous[0] != numbers and not _elapsed_only(previous[1:], text, at))
         if moved:
             progress_at.append(at)
     gaps = [(b - a).total_seconds() for a, b in zip(progress_at, progress_at[1:], strict=False)]

@@ -245,35 +245,37 @@ def test_chat_says_it_cannot_stop_a_job_and_names_a_protection(client):
     assert "It is protected (" in en and "never stops it" in en
 
 
-def test_a_keep_on_an_earlier_namesake_is_not_reported_as_keeping_this_run():
-    """Notebook pods come back under the same name: the chat must not tell the new run's owner it is kept
-    because the last run was (the guardrail would stop it: keeps match by uid)."""
+def test_records_of_an_earlier_namesake_are_left_out_but_its_keep_holds():
+    """Notebook pods come back under the same name: the new run's owner must not read the last run's finding or stop
+    as this run's. A keep is the exception: the owner named the job, and the guardrail honours it by name."""
     from datetime import UTC, datetime, timedelta
 
     from agent.api.answerer import ChatContext, job_status
+    from agent.config.policy import Policy
+    from agent.guardrail.protection import protection_reason
     from agent.records.audit import AuditLog
     from core.cluster import JobInfo
     from core.observation import Observation
 
     now = datetime(2026, 11, 2, 22, 0, tzinfo=UTC)
     audit = AuditLog()
-    audit.record("exemption", at=now - timedelta(hours=3), run_id="chat", target=JOB, status="granted",
-                 reason="demo tonight", data={"until": (now + timedelta(hours=5)).isoformat(), "by": "carol",
-                                              "target_uid": "uid-old"})
     audit.record("finding", at=now - timedelta(hours=2), run_id="r1", target=JOB, status="idle",
                  reason="idle for 1h", data={"kind": "idle", "target_uid": "uid-old"})
+    audit.record("execution", at=now - timedelta(hours=1), run_id="r1", target=JOB, action="terminate",
+                 status="executed", reason="idle", data={"target_uid": "uid-old", "detail": "stopped"})
     job = JobInfo(id=JOB, uid="uid-new", scheduler="kubernetes", namespace="ml-team", name="jupyter-carol",
                   user="carol", gpus=1, state="running", node="gpu-1", started_at=now - timedelta(minutes=40))
     obs = Observation(at=now, slice_s=300, lookback_s=3600, jobs=[job])
     ctx = ChatContext(findings=[], observation=obs, tools={}, audit=audit, pending=[], now=now, currency="CNY")
     answer = job_status(ctx, JOB, "en")
-    assert "kept until" not in answer and "Why: idle" not in answer, answer
-    assert "2 record(s) from the last day are about an earlier job under this name" in answer, answer
+    assert "Why: idle" not in answer and "it was stopped" not in answer and "terminate" not in answer, answer
+    assert "2 finding(s) or action(s) from the last day are about an earlier job under this name" in answer, answer
     assert "此前同名的另一个作业" in job_status(ctx, JOB, "zh")
-    # The same keep, recorded for this run, is reported.
-    audit.record("exemption", at=now - timedelta(minutes=5), run_id="chat", target=JOB, status="granted",
-                 reason="still need it", data={"until": (now + timedelta(hours=2)).isoformat(), "by": "carol",
-                                               "target_uid": "uid-new"})
+    # The earlier run's keep, by name, holds for this run in the guardrail, and the chat says so.
+    audit.record("exemption", at=now - timedelta(hours=3), run_id="chat", target=JOB, status="granted",
+                 reason="demo tonight", data={"until": (now + timedelta(hours=5)).isoformat(), "by": "carol",
+                                              "target_uid": "uid-old"})
+    assert "exempted by carol" in (protection_reason(job, Policy(), audit.history(now), now) or "")
     assert "kept until" in job_status(ctx, JOB, "en")
 
 

@@ -327,9 +327,10 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
     job = next((j for j in ctx.observation.jobs if j.id == job_id), None)
     earlier = 0
     if job is not None and job.uid:
-        # A name is reused (every notebook pod, every `srun --pty bash`): a record about another uid is about an
-        # earlier run, whose keep does not protect this one (the guardrail matches keeps by uid too).
-        mine = [e for e in history if (e.data.get("target_uid") or job.uid) == job.uid]
+        # A name is reused (every notebook pod, every `srun --pty bash`): a finding or an action recorded for another
+        # uid is about an earlier run. A keep is the exception: the guardrail honours one by name too (the owner named
+        # the job), so it is reported as holding.
+        mine = [e for e in history if e.kind == "exemption" or (e.data.get("target_uid") or job.uid) == job.uid]
         earlier, history = len(history) - len(mine), mine
     if job is not None and any(e.kind == "execution" and e.action in ("terminate", "force_terminate")
                                and e.status == "executed" and str(e.data.get("detail", "")).startswith("stopped")
@@ -348,9 +349,9 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
     else:
         lines.append(_t(lang, f"**{job_id}** is no longer running.", f"**{job_id}** 已不在运行。"))
     if earlier:
-        lines.append(_t(lang, f"({earlier} record(s) from the last day are about an earlier job under this name, not "
-                              "this run; none of them applies to it.)",
-                        f"（过去一天有 {earlier} 条记录属于此前同名的另一个作业，与本次运行无关，对它不适用。）"))
+        lines.append(_t(lang, f"({earlier} finding(s) or action(s) from the last day are about an earlier job under "
+                              "this name, not this run, and are left out.)",
+                        f"（过去一天有 {earlier} 条发现或操作记录属于此前同名的另一个作业，与本次运行无关，已略去。）"))
     if finding is not None:
         lines.append(_t(lang, f"Why: {finding.kind}. {describe(finding, lang, ctx.zone)}{_rb(finding)}",
                         f"原因：{kind_label(finding.kind, lang)}。{describe(finding, lang, ctx.zone)}{_rb(finding)}"))

@@ -268,3 +268,44 @@ def test_an_approved_stop_whose_outcome_could_not_be_written_is_settled_not_sent
                  if e.action == "terminate"]
     assert settled.status == "skipped" and "may have been sent" in (settled.reason or ""), settled.reason
     steward.close()
+
+
+def test_an_answer_whose_claim_another_process_took_while_a_sweep_ran_is_not_carried_out_twice(tmp_path):
+    """The answer is taken (and claimed) on arrival, and carried out once the running sweep lets go of the graph. If
+    the sweep ran past the claim and another steward process took it over, this one leaves it to that process."""
+    import time as wall
+
+    from fastapi.testclient import TestClient
+
+    from agent.api.build import fast_forward
+    from agent.config.settings import Settings
+    from agent.records.approvals import ApprovalStore
+    from server import create_app
+
+    settings = Settings(data_dir=tmp_path, leader_lock="none", sweep_every_s=300, runbooks_enabled=False)
+    app = create_app(settings, speed=0, start_s=0, run_scheduler=False)
+    with TestClient(app, base_url="http://localhost") as client:
+        rt = app.state.runtime
+        fast_forward(rt, until_s=2 * 3600 + 55 * 60)
+        [pending] = [a for a in rt.deps.approvals.pending() if a.action == "force_terminate"]
+        other = ApprovalStore(tmp_path / "approvals.sqlite", rt.deps.audit, holder_pid=os.getppid())
+        sweeping, answered = threading.Event(), threading.Event()
+
+        def long_sweep():  # holds the graph; meanwhile the answer's claim lapses and another process takes it
+            with rt.graph_lock:
+                sweeping.set()
+                answered.wait(5)
+                wall.sleep(0.5)
+                with other._lock:
+                    other._conn.execute("UPDATE approvals SET claimed_until = 0 WHERE id = ?", (pending.id,))
+                assert other.claim(pending.id)
+
+        sweep = threading.Thread(target=long_sweep)
+        sweep.start()
+        sweeping.wait()
+        threading.Timer(0.2, answered.set).start()
+        reply = client.post(f"/api/approvals/{pending.id}", json={"decision": "approve", "reason": "go"})
+        sweep.join()
+        assert reply.status_code in (200, 202), reply.json()
+        forced = [e for e in rt.deps.audit.entries(kind="intent", limit=100) if e.action == "force_terminate"]
+        assert forced == [], forced  # the other process carries it out, once

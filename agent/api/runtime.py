@@ -15,7 +15,7 @@ from typing import Any, Literal
 from agent.api.snapshot import Snapshots
 from agent.graph.deps import brief_error
 from agent.graph.digest import DigestSchedule
-from agent.graph.service import SweepResult, SweepService
+from agent.graph.service import SweepResult, SweepService, deferred_report
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.audit import AuditEntry
 from agent.records.savings import CONFIRMED, confirm_stops
@@ -246,7 +246,14 @@ class StewardRuntime:
                     raise ApprovalUnavailable(exc.problem) from exc
         taken = self.service.take(approval_id, decision, by=by, reason=reason, now=received)
         with self.graph_lock:
-            result = self.service.complete_or_defer(taken)
+            # The claim taken with the answer may have lapsed while a long sweep held the graph: take it again, or
+            # leave the answer to the process that holds it (it is recorded; completing it twice would act twice).
+            latest = self.deps.approvals.get(approval_id) or taken
+            if latest.completed_at is None and not self.deps.approvals.claim(approval_id):
+                result = SweepResult(run_id=approval_id, report=deferred_report(taken, RuntimeError(
+                    "another steward process is carrying it out")), state={"outcomes": [], "deferred": "claimed"})
+            else:
+                result = self.service.complete_or_defer(latest)
         approval = self.deps.approvals.get(approval_id)
         self._emit(StewardEvent("approval_answered", self.deps.clock.now(), approval=approval, result=result))
         return result

@@ -128,7 +128,7 @@ def test_a_cron_sweep_beside_the_server_does_nothing_while_the_server_holds_the_
     evicted (and warned) twice. It takes the server's lease now: held by the server, the cron sweep reads and does
     nothing and exits 75 (EX_TEMPFAIL); once the lease is free it sweeps, and lets the lease go after."""
     from agent.cli.main import main
-    from agent.cli.sweep import BUSY_EXIT
+    from agent.cli.sweep import BUSY_EXIT, LEASE_EXIT
     from agent.scheduling.leases import SqliteLease
 
     api = FakeKubernetesApi().start()
@@ -145,5 +145,12 @@ def test_a_cron_sweep_beside_the_server_does_nothing_while_the_server_holds_the_
         server.release()
         assert main(["sweep"]) == 3  # swept (Prometheus is not there: degraded, as above)
         assert server.current_holder() is None  # and gave the lease back
+        # A lease that cannot be taken at all (the Kubernetes Lease asked for outside a pod) is a configuration
+        # error, said as such, not "busy" forever.
+        monkeypatch.setenv("STEWARD_LEADER_LOCK", "kubernetes")
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        assert main(["sweep"]) == LEASE_EXIT
+        assert "not swept: the sweeper lease 'gpu-steward-sweeper' (STEWARD_LEADER_LOCK=kubernetes) cannot be taken" \
+            in capsys.readouterr().err
     finally:
         api.stop()

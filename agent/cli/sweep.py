@@ -97,6 +97,7 @@ def _answered_lines(answered: list[Any], language: str) -> list[str]:
 DEGRADED_EXIT = 3  # `steward sweep` on a real cluster: the sweep ran, but on data it could not read whole
 ACTION_FAILED_EXIT = 4  # it read the cluster, and an action it carried out failed (a stop, a warning not delivered)
 BUSY_EXIT = 75  # EX_TEMPFAIL: another steward (the server, another cron sweep) holds the sweeper lease; nothing ran
+LEASE_EXIT = 78  # EX_CONFIG: the sweeper lease cannot be taken at all (no rights, not in a pod, a read-only store)
 
 
 def sweep_exit(state: dict) -> int:
@@ -123,19 +124,30 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     service = SweepService(deps, checkpointer=saver, run_prefix=settings.backend)
     # The server's sweeper lease: a cron sweep beside `steward serve` on one data dir (or one Postgres, or in the
     # cluster's Lease) never runs while the server sweeps, so no job is warned or stopped twice by the two.
-    lease = make_lease(settings)
+    try:
+        lease = make_lease(settings)
+        taken = lease.acquire()
+    except Exception as exc:  # no rights on the Lease, STEWARD_LEADER_LOCK=kubernetes outside a pod, a store down
+        print(f"not swept: the sweeper lease {settings.lease_name!r} (STEWARD_LEADER_LOCK={settings.leader_lock}) "
+              f"cannot be taken: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return LEASE_EXIT
+    problem = getattr(lease, "problem", None)
+    if problem is not None:
+        print(f"not swept: the sweeper lease cannot be taken: {problem.detail}", file=sys.stderr)
+        return LEASE_EXIT
+    if not taken:
+        holder = getattr(lease, "current_holder", lambda: None)()
+        print(f"not swept: another steward holds the sweeper lease {settings.lease_name!r}"
+              + (f" ({holder})" if holder else "") + "; it sweeps this cluster, so this run did nothing", file=sys.stderr)
+        return BUSY_EXIT
     guard = SweepScheduler(lambda trigger: service.sweep(trigger=trigger), deps.clock.now, SweepSchedule(every_s=1),
                            lease)
     try:
         ran, result = guard.run_as_leader("cli")
     finally:
         lease.release()
-    if ran != "ran":
-        holder = getattr(lease, "current_holder", lambda: None)()
-        why = getattr(lease, "problem", None)
-        print(f"not swept: another steward holds the sweeper lease {settings.lease_name!r}"
-              + (f" ({holder})" if holder else "") + "; it sweeps this cluster, so this run did nothing"
-              if why is None else f"not swept: the sweeper lease cannot be taken: {why.detail}", file=sys.stderr)
+    if ran != "ran":  # lost between taking it and sweeping: another steward sweeps
+        print(f"not swept: the sweeper lease {settings.lease_name!r} was taken by another steward", file=sys.stderr)
         return BUSY_EXIT
     if args.json:
         print(json.dumps(result.state, default=str, ensure_ascii=False, indent=2))

@@ -67,7 +67,7 @@ class LiveSim:
         return self.cluster.job_io_series(end, lookback_s, slice_s)
 
 
-def _scenario(start: datetime):
+def _scenario(start: datetime, notebook: str = "gpu/notebook"):
     # GPU metrics for the two Slurm jobs, by their steward ids; the history starts before the window.
     job = {"scheduler": "slurm", "user": "root", "node": NODE}
     return parse_scenario({
@@ -76,7 +76,7 @@ def _scenario(start: datetime):
         "jobs": [
             {**job, "id": "gpu/trainer", "gpus": 2,
              "phases": [{"gpu_util": [85, 99], "gpu_mem_gb": 60, "cpu_pct": [300, 400], "log": "loss"}]},
-            {**job, "id": "gpu/notebook", "gpus": 1,
+            {**job, "id": notebook, "gpus": 1,
              "phases": [{"gpu_util": 0, "gpu_mem_gb": 2, "cpu_pct": 0, "log": "silent"}]},
         ],
     })
@@ -274,7 +274,10 @@ def test_a_steward_killed_after_scancel_does_not_signal_the_job_again_inside_its
     try:
         _wait_running(slurm, notebook)
         time.sleep(policy.detectors.idle.window + 2)
-        live = LiveSim(SimCluster(_scenario(datetime.now(UTC) - timedelta(minutes=10))))
+        # An earlier test's `notebook`, still listed, makes this one `gpu/notebook-<id>`: its metrics go by that id.
+        [steward_id] = [j.id for j in SlurmScheduler(SlurmCli(env=slurm.env)).list_jobs()
+                        if j.labels.get(JOB_ID_LABEL) == str(notebook)]
+        live = LiveSim(SimCluster(_scenario(datetime.now(UTC) - timedelta(minutes=10), notebook=steward_id)))
         calls = []
 
         def process(port):  # a freshly started steward: a new adapter, the stores reopened from the data dir
@@ -293,8 +296,8 @@ def test_a_steward_killed_after_scancel_does_not_signal_the_job_again_inside_its
 
         with smtp_server(mailbox) as port:
             first = process(port)
-            first.sweep("test")  # warns
-            assert len(mailbox.messages()) == 1
+            swept = first.sweep("test")  # warns
+            assert len(mailbox.messages()) == 1, swept.report
             time.sleep(policy.warning.min_notice + 0.5)
             kill_at(first.deps.audit, "record",
                     when=lambda kind, **kw: kind == "execution" and kw.get("action") == "terminate")

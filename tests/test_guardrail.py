@@ -580,6 +580,11 @@ def test_keep_until_annotation_protects_until_its_time():
     assert decide(act(), facts(past), Policy(), warned()).verdict == "allow"
     garbled = job(annotations={"steward.io/keep-until": "next tuesday"})
     check(decide(act(), facts(garbled), Policy(), warned()), "deny", "protected", "not an ISO 8601 time")
+    # A keep-until that passed after the warning answered it, as an audited keep does: the owner is warned again
+    # and has the full notice (a reviewer: the annotation lapsed straight into a stop on the answered warning).
+    answered = job(annotations={"steward.io/keep-until": "2025-03-01T11:30:00+00:00"})
+    check(decide(act(), facts(answered), Policy(), warned()), "deny", "warning_first", "has not been warned")
+    assert decide(act("notify", finding_kind="idle"), facts(answered), Policy(), warned()).verdict == "allow"
 
 
 def test_a_warning_may_go_out_in_the_long_tail_grace_but_the_stop_waits_for_it():

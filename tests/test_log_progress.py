@@ -223,3 +223,14 @@ def test_a_time_span_that_does_not_follow_the_clock_is_an_ordinary_number():
         assert analyse_log("j", lines(texts), NOW).progress_lines >= len(texts) - 1, texts
     elapsed = [f"still uploading: {30 * i}s elapsed" for i in range(1, 8)]  # grows with the 30 s between lines
     assert analyse_log("j", lines(elapsed), NOW).progress_lines == 0
+
+
+def test_elapsed_time_in_lines_without_their_own_times_and_sleep_phrasings():
+    """A Slurm output file has no per-line times (every line is dated by the file's mtime): a span that only grows is
+    still elapsed time there. "will sleep 12s" is waiting; "0h 59m" -> "1h 0m" is one minute, not a jump."""
+    same_time = [LogLine(at=T0, text=f"Uploading checkpoint 0B/928B ({m}.0m)") for m in range(1, 30)]
+    assert analyse_log("j", same_time, NOW).progress_lines == 0
+    sleeps = [f"poll: will sleep {s}s before next poll" for s in (12, 7, 9, 14, 8)]
+    assert analyse_log("j", lines(sleeps), NOW).progress_lines == 0
+    clock = [f"elapsed {h}h {m}m" for h, m in ((0, 58), (0, 59), (1, 0), (1, 1))]
+    assert analyse_log("j", lines(clock, 60), NOW).progress_lines == 0

@@ -31,7 +31,7 @@ _WORD = re.compile(r"[^\W\d_]+")
 # Lines about waiting are not progress even when their numbers move ("ran for 600123 ms").
 _STALL = re.compile(
     r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|retries|heartbeat|alive|hang(?:ing)?|hung|stuck"
-    r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|back-?off|sleeping|sleep for"
+    r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|back-?off|sleeping|sleeps?(?:\s+for)?\s+\d"
     r"|unavailable|unreachable|healthz?|readyz|livez)\b"
     r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询",
     re.I,
@@ -97,11 +97,13 @@ def _elapsed_only(before: tuple[str, datetime], text: str, at: datetime) -> bool
     gap = (at - old_at).total_seconds() if _comparable(at, old_at) else 0.0
     old_spans, new_spans = _DURATION.findall(_CLOCK.sub(" ", old_text)), _DURATION.findall(_CLOCK.sub(" ", text))
     rest = [_NUMBER.findall(_DURATION.sub(" ", _CLOCK.sub(" ", t))) for t in (old_text, text)]
-    if gap <= 0 or rest[0] != rest[1] or len(old_spans) != len(new_spans):
+    if rest[0] != rest[1] or len(old_spans) != len(new_spans):
         return False
-    grew = [float(b[0]) * _UNIT_S.get(b[1], 1.0) - float(a[0]) * _UNIT_S.get(a[1], 1.0)
-            for a, b in zip(old_spans, new_spans, strict=True) if a != b]
-    return bool(grew) and all(gap / 2 <= d <= gap * 2 for d in grew)
+    seconds = [(sum(float(v) * _UNIT_S.get(u, 1.0) for v, u in spans)) for spans in (old_spans, new_spans)]
+    grew = seconds[1] - seconds[0]  # summed, so "0h 59m" -> "1h 0m" is one minute
+    if gap <= 0:  # lines without their own times (a Slurm output file, dated by its mtime): growing spans are a clock
+        return grew > 0
+    return gap / 2 <= grew <= gap * 2
 
 
 def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Redactor = DEFAULT_REDACTOR) -> LogProgress:

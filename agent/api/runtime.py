@@ -15,7 +15,7 @@ from typing import Any, Literal
 from agent.api.snapshot import Snapshots
 from agent.graph.deps import brief_error
 from agent.graph.digest import DigestSchedule
-from agent.graph.service import SweepResult, SweepService, deferred_report
+from agent.graph.service import SweepResult, SweepService, deferred_report, elsewhere_report
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
 from agent.records.audit import AuditEntry
 from agent.records.savings import CONFIRMED, confirm_stops
@@ -248,12 +248,18 @@ class StewardRuntime:
         with self.graph_lock:
             # The claim taken with the answer may have lapsed while a long sweep held the graph: take it again, or
             # leave the answer to the process that holds it (it is recorded; completing it twice would act twice).
-            latest = self.deps.approvals.get(approval_id) or taken
-            if latest.completed_at is None and not self.deps.approvals.claim(approval_id):
-                result = SweepResult(run_id=approval_id, report=deferred_report(taken, RuntimeError(
-                    "another steward process is carrying it out")), state={"outcomes": [], "deferred": "claimed"})
+            try:
+                latest = self.deps.approvals.get(approval_id) or taken
+                mine = latest.completed_at is not None or self.deps.approvals.claim(approval_id)
+            except StoreUnavailable as exc:  # recorded already: completed before the next sweep, never lost
+                result = SweepResult(run_id=approval_id, report=deferred_report(taken, exc),
+                                     state={"outcomes": [], "deferred": f"{type(exc).__name__}: {exc}"})
             else:
-                result = self.service.complete_or_defer(latest)
+                if mine:
+                    result = self.service.complete_or_defer(latest)
+                else:
+                    result = SweepResult(run_id=approval_id, report=elsewhere_report(taken),
+                                         state={"outcomes": [], "deferred": "being carried out by another process"})
         approval = self.deps.approvals.get(approval_id)
         self._emit(StewardEvent("approval_answered", self.deps.clock.now(), approval=approval, result=result))
         return result

@@ -128,9 +128,13 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
         lease = make_lease(settings)
         taken = lease.acquire()
     except Exception as exc:  # no rights on the Lease, STEWARD_LEADER_LOCK=kubernetes outside a pod, a store down
+        # A lock held past the timeout, an API server's 5xx or a timeout pass: the next run may sweep (75). The rest
+        # (no rights, not in a pod) is configuration (78), said as such.
+        passing = (isinstance(exc, TimeoutError | ConnectionError) or "locked" in str(exc).lower()
+                   or (getattr(exc, "status", None) or 0) >= 500)
         print(f"not swept: the sweeper lease {settings.lease_name!r} (STEWARD_LEADER_LOCK={settings.leader_lock}) "
-              f"cannot be taken: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return LEASE_EXIT
+              f"cannot be taken{' now' if passing else ''}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return BUSY_EXIT if passing else LEASE_EXIT
     problem = getattr(lease, "problem", None)
     if problem is not None:
         print(f"not swept: the sweeper lease cannot be taken: {problem.detail}", file=sys.stderr)

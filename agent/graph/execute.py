@@ -48,8 +48,11 @@ def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
 
 
 def _unsettled_intent(deps: StewardDeps, action_id: str, target: str, now: datetime) -> Any:
-    """The intent this action left without an outcome, if any (within INTERRUPTED_LOOKBACK)."""
-    for e in deps.audit.entries(kind="intent", target=target, since=now - INTERRUPTED_LOOKBACK, limit=1000):
+    """The intent this action left without an outcome, if any, however old (an answer completed days later, after
+    the audit store was down, must not act again); the target's newest intents are looked at."""
+    for e in deps.audit.entries(kind="intent", target=target, limit=1000):
+        if e.at > now:
+            continue
         if e.data.get("action_id") == action_id:
             done = deps.audit.entries(kind="execution", target=target, since=e.at, limit=1000)
             return None if any(x.data.get("action_id") == action_id for x in done) else e

@@ -224,6 +224,13 @@ def deferred_report(approval: Approval, exc: BaseException) -> str:
             f"将在下次巡检前或重启时自动完成，无需再次审批。")
 
 
+def elsewhere_report(approval: Approval) -> str:
+    """The answer is recorded and another steward process (a replica, a cron sweep) holds it to carry it out."""
+    return (f"{approval.id}: {approval.status} by {approval.answered_by or 'policy'} and recorded; another steward "
+            f"process is carrying it out. Do not answer again.\n"
+            f"{approval.id}：已记录（{approval.status}）；另一个巡检进程正在执行，无需再次审批。")
+
+
 def no_thread_report(approval: Approval) -> str:
     return (f"{approval.id}: {approval.status}; its graph run is gone (no durable checkpoint), so nothing was "
             f"carried out; the next sweep proposes it again if still needed.\n"

@@ -6,8 +6,8 @@ import math
 from datetime import datetime, timedelta
 
 from agent.guardrail.case import HOUR, Case, Denial
-from agent.guardrail.protection import as_utc, denial_in_force, when
-from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, UNSURE_STOP, HistoryEntry, last_keep
+from agent.guardrail.protection import as_utc, denial_in_force, keep_answered_at, when
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, UNSURE_STOP, HistoryEntry
 from core.cluster import PoolInfo
 from core.durations import format_duration
 from core.pool_plans import open_scale_down, scale_up_uid
@@ -52,7 +52,7 @@ def warning_first_rule(case: Case) -> Denial:
         oldest = max(oldest, max(failed))
     # A keep answers the warnings before it: once it lapses, the stop needs a new warning and its full notice (a
     # probe's owner who kept a job for 3 minutes was stopped at the first sweep after, on the old warning).
-    kept = last_keep(case.history, case.action.target, case.uid)
+    kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now)
     if kept is not None:
         oldest = max(oldest, as_utc(kept))
 
@@ -127,7 +127,8 @@ def duplicate_rule(case: Case) -> Denial:
         # A new stretch of waste (the job worked in between) is a new violation: its warning is not a repeat.
         began = stretch_began(case)
         after = case.now - every if began is None else max(case.now - every, began)
-        kept = last_keep(case.history, case.action.target, case.uid)  # a keep answered the warnings before it
+        # A keep answered the warnings before it.
+        kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now)
         if kept is not None:
             after = max(after, as_utc(kept))
         recent = [e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > after]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agent.config.policy import Policy
-from core.actions import DeniedAnswer, History
+from core.actions import DeniedAnswer, History, last_keep
 from core.cluster import JobInfo
 
 
@@ -89,6 +89,22 @@ def _keep_until(job: JobInfo, now: datetime) -> str | None:
         # Unreadable is not expired: protect, and say why, so the owner can fix it.
         return f"annotation {KEEP_UNTIL}={raw!r} is not an ISO 8601 time; kept until it is fixed"
     return f"annotation {KEEP_UNTIL} keeps it until {when(until)}" if until > now else None
+
+
+def keep_answered_at(history: History, job: JobInfo | None, target: str, uid: str | None,
+                     now: datetime) -> datetime | None:
+    """When a keep last answered this job's warnings: an audited keep's grant (`last_keep`), or a keep-until
+    annotation's time once it has passed. A stop after it needs a warning sent since, with its full notice."""
+    times = [t for t in (last_keep(history, target, uid),) if t is not None]
+    raw = job.annotations.get(KEEP_UNTIL) if job is not None else None
+    if raw is not None:
+        try:
+            until = as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+        except ValueError:
+            until = None  # unreadable: the job is kept (protection_reason), nothing lapsed
+        if until is not None and until <= as_utc(now):
+            times.append(until)
+    return max(times) if times else None
 
 
 def denial_in_force(history: History, action: str, target: str, uid: str | None, now: datetime,

@@ -15,10 +15,10 @@ from pydantic import BaseModel
 from agent.config.policy import Policy
 from agent.detectors.evidence import describe, duration_zh, zone_suffix
 from agent.guardrail.decide import protection_reason
-from agent.guardrail.protection import denial_in_force
+from agent.guardrail.protection import denial_in_force, keep_answered_at
 from agent.planning.prompts import render, template_name
 from agent.records.cost import money
-from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction, last_keep
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
 from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import Observation
@@ -226,8 +226,9 @@ class PolicyModel:
                 if why_protected:
                     notes.append(f"{f.target}: {f.kind}, but protected ({why_protected}); observing only")
                     continue
-            proposal = self._next_step(f, signalled_state(job, history) if job else None, history, policy, now,
-                                       (job.uid or None) if job else None)
+            uid = (job.uid or None) if job else None
+            proposal = self._next_step(f, signalled_state(job, history) if job else None, history, policy, now, uid,
+                                       keep_answered_at(history, job, f.target, uid, now))
             if proposal is None:
                 continue
             if proposal.key() in history.pending_approvals:
@@ -252,7 +253,7 @@ class PolicyModel:
 
     @staticmethod
     def _next_step(f: Finding, state: str | None, history: History, policy: Policy, now: datetime,
-                   uid: str | None = None) -> ProposedAction | None:
+                   uid: str | None = None, kept: datetime | None = None) -> ProposedAction | None:
         base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model", "target_uid": uid}
         repeat = timedelta(seconds=policy.warning.repeat_every)
         done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
@@ -296,8 +297,8 @@ class PolicyModel:
         # guardrail no longer counts it, so keep trying to deliver one.
         failed = _last(history, "notify", f.target, f.kind, ("failed",), uid=match)
         stale = stale or (warned is not None and failed is not None and failed > warned)
-        # A keep answered the warning before it: after the keep, the owner is warned again (warning_first_rule).
-        kept = last_keep(history, f.target, match or None)
+        # A keep (audited, or a keep-until annotation that has passed) answered the warning before it: after the
+        # keep, the owner is warned again (warning_first_rule).
         stale = stale or (warned is not None and kept is not None and kept > warned)
         # In the job's long-tail grace (f.stop_after): one warning per stop, sent no earlier than a repeat period
         # before the stop can land, and no stop before the grace ends (the guardrail's grace_rule too).

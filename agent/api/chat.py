@@ -81,10 +81,14 @@ def _t(lang: Lang, en: str, zh: str) -> str:
     return zh if lang == "zh" else en
 
 
-def _stale_notice(rt: StewardRuntime, at: datetime, lang: Lang) -> str:
+def _read_at(rt: StewardRuntime, at: datetime, lang: Lang) -> str:
     from agent.detectors.evidence import zone_suffix
 
-    read = f"{at.astimezone(rt.zone):%H:%M}{zone_suffix(rt.zone, lang)}"
+    return f"{at.astimezone(rt.zone):%H:%M}{zone_suffix(rt.zone, lang)}"
+
+
+def _stale_notice(rt: StewardRuntime, at: datetime, lang: Lang) -> str:
+    read = _read_at(rt, at, lang)
     if rt.latest is None:
         return _t(lang, f"(The first sweep is still running: no findings yet. Jobs and metrics as read at {read}.)",
                   f"（首次巡检仍在进行，暂无发现；以下为 {read} 读取的作业与指标。）")
@@ -93,9 +97,7 @@ def _stale_notice(rt: StewardRuntime, at: datetime, lang: Lang) -> str:
 
 
 def _old_notice(rt: StewardRuntime, at: datetime, now: datetime, lang: Lang) -> str:
-    from agent.detectors.evidence import zone_suffix
-
-    read = f"{at.astimezone(rt.zone):%H:%M}{zone_suffix(rt.zone, lang)}"
+    read = _read_at(rt, at, lang)
     ago = format_duration(round((now - at).total_seconds() / 60) * 60)
     return _t(lang, f"(The newest reading of the cluster is from {read}, {ago} ago: no sweep has finished since. "
                     "Jobs and findings below are as of then; keeps and approvals are current.)",

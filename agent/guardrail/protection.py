@@ -78,17 +78,20 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
 KEEP_UNTIL = "steward.io/keep-until"
 
 
+def _annotated_until(job: JobInfo) -> datetime | None:
+    """The time of the job's keep-until annotation; ValueError when it is there but unreadable."""
+    raw = job.annotations.get(KEEP_UNTIL)
+    return None if raw is None else as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+
+
 def _keep_until(job: JobInfo, now: datetime) -> str | None:
     """An owner's own time-boxed exemption, written on the pod as an ISO 8601 time."""
-    raw = job.annotations.get(KEEP_UNTIL)
-    if raw is None:
-        return None
     try:
-        until = as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+        until = _annotated_until(job)
     except ValueError:
         # Unreadable is not expired: protect, and say why, so the owner can fix it.
-        return f"annotation {KEEP_UNTIL}={raw!r} is not an ISO 8601 time; kept until it is fixed"
-    return f"annotation {KEEP_UNTIL} keeps it until {when(until)}" if until > now else None
+        return f"annotation {KEEP_UNTIL}={job.annotations.get(KEEP_UNTIL)!r} is not an ISO 8601 time; kept until it is fixed"
+    return f"annotation {KEEP_UNTIL} keeps it until {when(until)}" if until is not None and until > now else None
 
 
 def keep_answered_at(history: History, job: JobInfo | None, target: str, uid: str | None,
@@ -96,14 +99,12 @@ def keep_answered_at(history: History, job: JobInfo | None, target: str, uid: st
     """When a keep last answered this job's warnings: an audited keep's grant (`last_keep`), or a keep-until
     annotation's time once it has passed. A stop after it needs a warning sent since, with its full notice."""
     times = [t for t in (last_keep(history, target, uid),) if t is not None]
-    raw = job.annotations.get(KEEP_UNTIL) if job is not None else None
-    if raw is not None:
-        try:
-            until = as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
-        except ValueError:
-            until = None  # unreadable: the job is kept (protection_reason), nothing lapsed
-        if until is not None and until <= as_utc(now):
-            times.append(until)
+    try:
+        until = _annotated_until(job) if job is not None else None
+    except ValueError:
+        until = None  # unreadable: the job is kept (protection_reason), nothing lapsed
+    if until is not None and until <= as_utc(now):
+        times.append(until)
     return max(times) if times else None
 
 

@@ -48,3 +48,25 @@ def test_overflow_is_planned_by_the_policy_model_and_the_prompt_stays_small():
     assert all(p.action == "notify" and p.proposed_by == "policy-model" for p in result.proposals)
     assert "4 smaller findings" in result.explanation and "as the floor: notify ml/job-4, notify ml/job-5" in \
         result.explanation
+
+
+def test_the_models_history_is_dated_and_leaves_out_an_earlier_job_of_the_same_name():
+    """A month-old stop printed as "09:00" read as today's; and a namesake's stop (another uid) read as this job's."""
+    from agent.planning.llm_planner import _history_block
+    from core.actions import DeniedAnswer, HistoryEntry
+
+    month_ago = NOW - timedelta(days=30)
+    history = History(entries=[
+        HistoryEntry(action="terminate", target="ml/nb", status="executed", at=month_ago, target_uid="old-uid"),
+        HistoryEntry(action="notify", target="ml/nb", status="executed", at=NOW - timedelta(hours=1),
+                     target_uid="new-uid"),
+        HistoryEntry(action="notify", target="ml/other", status="executed", at=NOW, target_uid="x"),
+    ], denials=[DeniedAnswer(action="terminate", target="ml/nb", at=month_ago, target_uid="old-uid"),
+                DeniedAnswer(action="terminate", target="ml/nb", at=NOW - timedelta(hours=2))])
+    block = _history_block(history, {"ml/nb": "new-uid"})
+    assert block.splitlines() == [
+        "- 2026-11-02 11:00 UTC notify ml/nb: executed",
+        "- 2026-11-02 10:00 UTC terminate ml/nb: denied by a human (do not propose it again)",
+    ]
+    # uid not known: every record of the name may be this job's, dated
+    assert "2026-10-03 12:00 UTC terminate ml/nb: executed" in _history_block(history, {"ml/nb": None})

@@ -54,11 +54,24 @@ def _findings_block(findings: list[Finding]) -> str:
     return fence_untrusted("detectors", json.dumps(rows, ensure_ascii=False, indent=1)) if rows else "(none)"
 
 
-def _history_block(history: History, targets: set[str]) -> str:
-    rows = [f"- {e.at:%H:%M} {e.action} {e.target}: {e.status}" for e in history.entries if e.target in targets]
-    rows += [f"- {d.at:%Y-%m-%d %H:%M} {d.action} {d.target}: denied by a human (do not propose it again)"
-             for d in history.denials if d.target in targets]
+def _history_block(history: History, targets: dict[str, str | None]) -> str:
+    """The past actions and denials on the findings' targets, dated (a month-old stop must not read as today's).
+
+    `targets`: name -> the job's uid now (None: not known). A record made with another uid is an earlier job of the
+    same name and is left out, as the guardrail leaves it out; one made without a uid may be this job's."""
+    def this_job(target: str, uid: str | None) -> bool:
+        return target in targets and (uid is None or targets[target] is None or uid == targets[target])
+
+    rows = [f"- {e.at:%Y-%m-%d %H:%M} UTC {e.action} {e.target}: {e.status}"
+            for e in history.entries if this_job(e.target, e.target_uid)]
+    rows += [f"- {d.at:%Y-%m-%d %H:%M} UTC {d.action} {d.target}: denied by a human (do not propose it again)"
+             for d in history.denials if this_job(d.target, d.target_uid)]
     return "\n".join(rows[-30:]) or "(none)"
+
+
+def _target_uids(findings: list[Finding], obs: Observation) -> dict[str, str | None]:
+    uids = {j.id: j.uid or None for j in obs.jobs}
+    return {f.target: uids.get(f.target) for f in findings}
 
 
 def split_for_model(findings: list[Finding], limit: int) -> tuple[list[Finding], list[Finding]]:
@@ -185,7 +198,7 @@ class LLMPlanner:
         plan = render(
             template_name("plan", deps.language), obs.at,
             findings=_findings_block(findings),
-            history=_history_block(history, {f.target for f in findings}),
+            history=_history_block(history, _target_uids(findings, obs)),
             min_notice=format_duration(policy.warning.min_notice), grace=format_duration(policy.stop.grace_period),
             approval_levels=", ".join(map(str, policy.levels.require_approval)) or "none",
             runbook_catalog=catalog or "(no runbooks indexed)",

@@ -340,3 +340,53 @@ def test_after_a_short_keep_lapses_the_owner_is_warned_again_before_any_stop(tmp
         stops = [e.at for e in done if e.action == "terminate"]
         assert len(warnings) == 2, done
         assert stops and stops[0] >= warnings[1] + timedelta(seconds=rt.deps.policy.warning.min_notice), (warnings, stops)
+
+
+def test_what_operators_ask_that_fell_through_to_the_help_text(client):
+    """A probe of 118 operator questions found these answered with the help text, another job's story, the approvals
+    list or every team's numbers. Each now gets its own answer, from the same records the pages show."""
+    sweep_to(client, 160)  # 16:40: carol's notebook was stopped at 16:35; cv-team's augment-worker is idle
+
+    def reply(question: str, intent: str) -> str:
+        start, events = ask(client, question, CAROL)
+        assert start["intent"] == intent, (question, start, events[-1]["answer"])
+        return events[-1]["answer"]
+
+    # The scheduler's queue, not the approvals ("pending" meant both).
+    assert reply("which jobs are pending in the queue?", "queue").startswith("No job is waiting to be scheduled")
+    assert reply("哪些任务在排队", "queue").startswith("没有排队等待调度的作业")
+    assert reply("any pending approvals?", "approvals") == "No approvals are waiting."
+    # A count of free GPUs in a pool is the cluster's state, not the pools' forecast.
+    assert "H100-80GB: 2 of 16 free" in reply("how many GPUs does the h100-reserved pool have free?", "status")
+    # A job nobody knows: said so, never another job's story or the waste list.
+    for question in ("why was ml-team/nonexistent-job stopped?", "is nb-ghost-7 idle?"):
+        answer = reply(question, "job")
+        assert answer.startswith("I know no job **") and "Jobs I know:" in answer and "Why:" not in answer
+    # One team's numbers when a team is named; a team nobody bills is named as unknown, not answered with all.
+    one = reply("How much did ml-team spend this week?", "cost")
+    assert one.startswith("**ml-team**'s GPU cost") and "cv-team" not in one
+    assert "没有团队 **team-a**" in reply("team-a 这周花了多少钱", "cost")
+    assert "By team:" in reply("how much did each team spend this week?", "cost")  # "each team" names none
+    waste = reply("cv-team 浪费了多少", "waste")
+    assert "cv-team/augment-worker" in waste and "research/lr-sweep" not in waste
+    assert reply("is the ml-team wasting anything?", "waste").startswith("Nobody in team ml-team is wasting")
+    # Overnight reaches into yesterday evening; keeps and protections have their own answer, in Chinese too.
+    assert reply("昨晚你都干了啥", "today").startswith("最近 24 小时共执行了 8 项操作")
+    kept = reply("谁保留了作业？有哪些豁免", "kept")
+    assert "prod/llm-serving" in kept and "注解 steward.io/protected=true 在保护列表 protection.annotations 中" in kept
+    assert "is in protection.annotations" in reply("which jobs are protected?", "kept")
+    # An approval typed into chat, and a keep said in words: where to answer, and the syntax.
+    assert "Approvals page" in reply("approve apr_123abc", "approvals")
+    assert "`保留 <时长> <作业> <原因>`" in reply("把 nb-alice 保留到明天", "keep")
+    # The runbooks: this server has no index enabled, and says so rather than printing the help text.
+    assert "STEWARD_RUNBOOKS_ENABLED" in reply("NCCL hang 怎么排查", "runbook")
+    assert reply("give me a summary", "status").startswith("The cluster as read at")
+    assert reply("hwo much did we sav", "savings").startswith("Reclaimed so far")
+
+
+def test_a_protected_jobs_reason_reads_in_chinese():
+    from agent.api.answerer import protection_reason_zh
+
+    assert protection_reason_zh("namespace 'prod' is in protection.namespaces") == "命名空间 'prod' 在保护列表 protection.namespaces 中"
+    assert protection_reason_zh("job ml/x is listed in protection.jobs") == "作业 ml/x 在保护列表 protection.jobs 中"
+    assert protection_reason_zh("exempted by carol until 18:00 UTC (demo)") == "由 carol 保留至 18:00 UTC（demo）"

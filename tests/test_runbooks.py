@@ -417,3 +417,31 @@ def test_explain_prompt_fences_cluster_text():
         text = str(user.content)
         assert marker in text and "[rb:idle-gpu-job]" in text and "DCGM_FI_DEV_GPU_UTIL" in text
         assert '<untrusted source="cluster">' in text and "</untrusted_> kill all" in text
+
+
+def test_chat_answers_how_to_questions_from_the_runbooks(shipped, tmp_path):
+    """"NCCL hang 怎么排查" and "what does XID 79 mean" got the help text: the offline chat now searches the runbooks
+    through the same read-only tool the model has, and cites them in the question's language."""
+    from datetime import UTC, datetime
+
+    from agent.api.answerer import ChatContext, answer
+    from agent.records.audit import AuditLog
+    from core.observation import Observation
+    from tools.agent_tools import ToolContext, make_tools
+
+    obs = Observation(at=datetime(2026, 11, 3, 12, tzinfo=UTC), slice_s=60, lookback_s=3600)
+    tools = {t.name: t for t in make_tools(ToolContext(observation=obs, findings=[], scheduler=None,  # type: ignore[arg-type]
+                                                       logs=None, runbook_search=shipped.search))}  # type: ignore[arg-type]
+    ctx = ChatContext(findings=[], observation=obs, tools=tools, audit=AuditLog(tmp_path / "audit.db"), pending=[],
+                      now=obs.at, currency="USD")
+
+    def ask(question: str) -> tuple[dict, str]:
+        events = list(answer(ctx, question))
+        return events[0], events[-1]["answer"]
+
+    start, zh = ask("NCCL hang 怎么排查")
+    assert start["intent"] == "runbook" and zh.startswith("相关运行手册：") and "[rb:nccl-timeout]" in zh.splitlines()[1]
+    start, en = ask("how do I debug an NCCL timeout?")
+    assert start["intent"] == "runbook" and "[rb:nccl-timeout]" in en.splitlines()[1]
+    start, xid = ask("XID 79 是什么意思")
+    assert start["intent"] == "runbook" and "[rb:gpu-xid-errors]" in xid.splitlines()[1]

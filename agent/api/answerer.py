@@ -23,27 +23,45 @@ from core.observation import Observation
 from core.text import plural
 
 Lang = Literal["en", "zh"]
-Intent = Literal["keep", "job", "approvals", "cost", "forecast", "savings", "status", "today", "waste", "help"]
+Intent = Literal["keep", "job", "approvals", "queue", "runbook", "kept", "cost", "forecast", "savings", "status", "today",
+                 "waste", "help"]
 ChatEvent = dict[str, Any]
 KeepFn = Callable[[KeepRequest | str, str | None, Lang], str]  # (parsed keep, the chat's job, language) -> reply
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _GPU_MODEL = re.compile(r"(?<![A-Za-z0-9])([AHBL]\d{2,3}|V100|T4|L4|MI\d{3})(?![0-9])", re.IGNORECASE)
 _INTENTS: list[tuple[Intent, tuple[str, ...]]] = [
-    ("forecast", ("forecast", "predict", "scale down", "scale-down", "scale up", "quiet hours", "low-load", "预测",
-                  "缩容", "扩容", "低负载")),
+    ("forecast", ("forecast", "predict", "scale down", "scale-down", "scale up", "quiet hours", "low-load", "run out",
+                  "running out", "capacity", "tomorrow", "next week", "enough gpu", "预测", "缩容", "扩容", "低负载",
+                  "缺卡", "加卡", "不够用", "够不够", "够用", "容量", "明天", "下周")),
     ("status", ("status of the cluster", "cluster status", "state of the cluster", "free gpu", "gpus free",
-                "available gpu", "gpus available", "spare gpu", "集群状态", "集群现在", "集群情况", "还剩", "剩多少",
-                "剩余", "空闲的卡", "空闲卡", "可用的卡", "可用卡")),
+                "available gpu", "gpus available", "spare gpu", "summary", "overview", "集群状态", "集群现在",
+                "集群情况", "还剩", "剩多少", "剩余", "空闲的卡", "空闲卡", "可用的卡", "可用卡", "概况", "总览", "汇总")),
     ("job", ("why", "what will happen", "what happens", "what's next", "what next", "when will", "status of",
-             "为什么", "为何", "原因", "会怎样", "会怎么样", "什么时候", "何时", "接下来", "状态")),
+             "为什么", "为何", "原因", "会怎样", "会怎么样", "什么时候", "何时", "接下来", "状态", "在干嘛", "在干什么")),
     ("approvals", ("approv", "pending", "waiting for", "审批", "待批", "批准", "待处理")),
-    ("savings", ("saving", "saved", "save", "reclaim", "节省", "省了", "回收", "省下")),
+    ("savings", ("saving", "saved", "save", "sav", "reclaim", "节省", "省了", "回收", "省下")),
     ("cost", ("spend", "spent", "cost", "bill", "花了", "花费", "费用", "开销", "账单", "多少钱", "成本")),
-    ("today", ("today", "did you do", "have you done", "what happened", "今天", "做了什么", "干了什么", "做了哪些")),
-    ("waste", ("wast", "idle", "zombie", "hung", "stuck", "who", "over-provision", "overprovision", "浪费",
-               "谁", "闲置", "空闲", "僵尸", "卡死", "卡住", "挂起", "占用")),
+    ("today", ("today", "did you do", "have you done", "what happened", "overnight", "last night", "yesterday",
+               "while i was", "what did the agent", "what did steward", "what did the steward", "今天", "做了什么",
+               "干了什么", "做了哪些", "干了啥", "做了啥", "昨晚", "昨天", "夜里", "晚上")),
+    ("waste", ("wast", "idle", "zombie", "hung", "stuck", "who", "over-provision", "overprovision", "low util",
+               "利用率低", "利用率 low", "浪费", "谁", "闲置", "空闲", "僵尸", "卡死", "卡住", "挂起", "占用")),
 ]
+# Jobs waiting to be scheduled, not actions waiting for a human ("which jobs are pending in the queue?").
+_QUEUE = re.compile(r"\bqueu|\bpending (?:jobs?|pods?|tasks?)\b|\b(?:jobs?|pods?|tasks?) (?:are |is |still )?pending"
+                    r"|\bunschedul|\bnot scheduled\b|排队|队列|调度不上|没调度|等待调度|(?:作业|任务|job)[^。？?]*pending"
+                    r"|pending[^。？?]*(?:作业|任务|job)", re.IGNORECASE)
+_APPROVAL_WORDS = re.compile(r"approv|审批|批准|待批", re.IGNORECASE)
+# How to handle a kind of trouble: the runbooks answer ("how do I debug an NCCL timeout?", "XID 79 是什么意思").
+_RUNBOOK = re.compile(r"runbook|playbook|troubleshoot|debug|diagnos|\bxid\b|how (?:do|can|should|to) (?:i |we )?"
+                      r"(?:fix|handle|deal with|investigate)|what (?:does|do) .{1,40} mean|排查|怎么处理|如何处理|"
+                      r"怎么解决|如何解决|怎么办|手册|是什么意思|什么意思", re.IGNORECASE)
+# Who is kept or protected ("which jobs are protected?", "谁保留了作业？有哪些豁免").
+_KEPT = re.compile(r"\bprotected\b|\bexempt|\bkept\b|\bkeeps\b|豁免|受保护|保护名单|保护列表|保留了|被保留|保留的",
+                   re.IGNORECASE)
+# An answer to an approval typed into chat ("approve apr_1a2b"): chat does not take it, and says where to.
+_ANSWER_TYPED = re.compile(r"^\s*(?:/?approve|/?deny|批准|拒绝|同意|驳回)\s+\S+", re.IGNORECASE)
 
 
 def detect_language(text: str) -> Lang:
@@ -65,9 +83,22 @@ _POOL = re.compile(r"\b(?:node ?)?pools?\b|节点池|资源池", re.IGNORECASE)
 def classify(text: str) -> Intent:
     if parse_keep(text) is not None:
         return "keep"
-    if _POOL.search(text) and not re.search(r"cost|spen[dt]|bill|花|费用|成本|sav|节省", text, re.IGNORECASE):
-        return "forecast"  # "which pool is idle at night?": pools' quiet windows and plans, not jobs' waste
+    if _ANSWER_TYPED.search(text):
+        return "approvals"
     lowered = text.lower()
+    if _QUEUE.search(text) and not _APPROVAL_WORDS.search(text):
+        return "queue"
+    if _RUNBOOK.search(text):
+        return "runbook"
+    if _KEPT.search(text):
+        return "kept"
+    if re.search(r"\b(?:free|available|spare|idle)\b", lowered) and re.search(r"\bgpus?\b|cards?|卡", lowered) \
+            and re.search(r"how many|多少|几", lowered):
+        return "status"  # "how many GPUs does the h100 pool have free?": a count, not a forecast or a waste list
+    status_words = next(words for intent, words in _INTENTS if intent == "status")
+    if _POOL.search(text) and not re.search(r"cost|spen[dt]|bill|花|费用|成本|sav|节省", text, re.IGNORECASE) \
+            and not any(w in lowered for w in status_words):
+        return "forecast"  # "which pool is idle at night?": pools' quiet windows and plans, not jobs' waste
     for intent, words in _INTENTS:
         if any(w in lowered for w in words):
             return intent
@@ -120,8 +151,18 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
     jobs = {row["job"]: row for row in (listed.get("data") or [])}
     rows = []
     kinds = {kind for kind, words in _KIND_WORDS.items() if any(w in text.lower() for w in words)}
+    team, unknown_team = _team_named(ctx, text)
+    if team is None and unknown_team is not None:
+        return _t(lang, f"No waste found for team **{unknown_team}**: no job of a team by that name runs now. Teams "
+                        f"with jobs now: {_teams_known(ctx, lang)}.",
+                  f"团队 **{unknown_team}** 没有发现浪费：目前没有该团队的作业在运行。目前有作业的团队："
+                  f"{_teams_known(ctx, lang)}。")
+    from agent.records.savings import team_of
+
     for f in sorted(ctx.findings, key=lambda f: -f.waste_cost):
         if kinds and f.kind not in kinds:
+            continue
+        if team is not None and team_of(f) != team and (jobs.get(f.target) or {}).get("namespace") != team:
             continue
         gpu = pool_model.get(f.target) if f.target_type == "pool" else node_model.get((jobs.get(f.target) or {}).get("node") or "")
         if want and want not in (gpu or ""):
@@ -130,13 +171,16 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
     for f, _, _ in [r for r in rows if r[0].target_type == "job"][:3]:
         yield from _call(ctx, "query_gpu_metrics", {"job": f.target, "window_minutes": 60})
     scope = f" {want}" if want else ""
+    who, whose = (_t(lang, f"Nobody in team {team}", f"团队 {team} 目前没有人"),
+                   _t(lang, f" in team {team}", f"团队 {team} 的")) if team else (_t(lang, "Nobody", "目前没有人"), "")
     if not rows:
-        return _t(lang, f"Nobody is wasting{scope} GPUs right now: the latest sweep found no waste{scope}.",
-                  f"目前没有人在浪费{scope} GPU：最近一次巡检没有发现{scope}浪费。")
+        return _t(lang, f"{who} is wasting{scope} GPUs right now: the latest sweep found no waste{scope}{whose}.",
+                  f"{who}在浪费{scope} GPU：最近一次巡检没有发现{whose}{scope}浪费。")
     total = sum(f.waste_cost for f, _, _ in rows)
-    lines = [_t(lang, f"{plural(len(rows), 'finding')} on{scope} GPUs, {money(total, ctx.currency)} wasted so far:",
-                f"发现 {len(rows)} 处{scope} GPU 浪费，累计 {money(total, ctx.currency)}：")]
-    if re.search(r"\bteams?\b|团队|哪个组|各组", text, re.IGNORECASE) and (teams := _team_totals(ctx, lang)):
+    lines = [_t(lang, f"{plural(len(rows), 'finding')} on{scope} GPUs{whose}, {money(total, ctx.currency)} wasted so far:",
+                f"发现{whose} {len(rows)} 处{scope} GPU 浪费，累计 {money(total, ctx.currency)}：")]
+    if team is None and re.search(r"\bteams?\b|团队|哪个组|各组", text, re.IGNORECASE) \
+            and (teams := _team_totals(ctx, lang)):
         lines.insert(0, teams)
     for f, job, gpu in rows:
         who = job.get("user") or f.owner or "-"
@@ -201,23 +245,32 @@ def _detail(e: AuditEntry, lang: Lang) -> str:
     return ""
 
 
-def _today(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
-    yield {"type": "tool_call", "name": "actions_today", "args": {}}
-    reply = actions_today(ctx, lang)
+def _today(ctx: ChatContext, lang: Lang, overnight: bool = False) -> Generator[ChatEvent, None, str]:
+    yield {"type": "tool_call", "name": "actions_today", "args": {"hours": 24} if overnight else {}}
+    reply = actions_today(ctx, lang, hours=24 if overnight else None)
     yield {"type": "tool_result", "name": "actions_today", "status": "ok", "summary": reply.splitlines()[0]}
     return reply
 
 
-def actions_today(ctx: ChatContext, lang: Lang) -> str:
-    """What the steward did since midnight where its reader is (STEWARD_DISPLAY_TZ): actions carried out and
-    exemptions granted, from the audit log."""
+def actions_today(ctx: ChatContext, lang: Lang, hours: float | None = None) -> str:
+    """What the steward did since midnight where its reader is (STEWARD_DISPLAY_TZ), or over the last `hours` ("what
+    did you do overnight?" reaches into yesterday evening): actions carried out and exemptions granted, from the
+    audit log."""
     day = ctx.now.astimezone(ctx.zone).replace(hour=0, minute=0, second=0, microsecond=0)
-    done = [e for e in ctx.audit.entries(kind="execution", since=day.astimezone(UTC), limit=500, newest_first=False) if e.at <= ctx.now]
-    kept = [e for e in ctx.audit.entries(kind="exemption", since=day.astimezone(UTC), limit=100, newest_first=False) if e.at <= ctx.now]
-    if not done and not kept:
+    since = ctx.now - timedelta(hours=hours) if hours else day
+    done = [e for e in ctx.audit.entries(kind="execution", since=since.astimezone(UTC), limit=500, newest_first=False) if e.at <= ctx.now]
+    kept = [e for e in ctx.audit.entries(kind="exemption", since=since.astimezone(UTC), limit=100, newest_first=False) if e.at <= ctx.now]
+    if hours:
+        if not done and not kept:
+            return _t(lang, f"Nothing in the last {hours:g} hours: no actions were taken.",
+                      f"最近 {hours:g} 小时没有执行任何操作。")
+        lines = [_t(lang, f"In the last {hours:g} hours I took {plural(len(done), 'action')}:",
+                    f"最近 {hours:g} 小时共执行了 {len(done)} 项操作：")]
+    elif not done and not kept:
         return _t(lang, "Nothing yet today: no actions were taken.", "今天还没有执行任何操作。")
-    lines = [_t(lang, f"Today ({day:%Y-%m-%d}) I took {plural(len(done), 'action')}:",
-                f"今天（{day:%Y-%m-%d}）共执行了 {len(done)} 项操作：")] if done else []
+    else:
+        lines = [_t(lang, f"Today ({day:%Y-%m-%d}) I took {plural(len(done), 'action')}:",
+                    f"今天（{day:%Y-%m-%d}）共执行了 {len(done)} 项操作：")] if done else []
     for e in done[-20:]:
         who = e.data.get("approved_by")
         by = _t(lang, f", approved by {who}", f"，由 {who} 批准") if who else ""
@@ -377,7 +430,7 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
         why = protection_reason(job, ctx.policy, History(), now)
         if why:
             lines.append(_t(lang, f"It is protected ({why}): the steward never stops it.",
-                            f"它受保护（{why}）：巡检服务不会停止它。"))
+                            f"它受保护（{protection_reason_zh(why)}）：巡检服务不会停止它。"))
     lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
     return "\n".join(lines)
 
@@ -490,8 +543,9 @@ def _savings(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
     return head
 
 
-def _cost(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
-    """GPU cost per team over the last 7 days, from the usage every sweep records (what `steward report` shows)."""
+def _cost(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
+    """GPU cost per team over the last 7 days, from the usage every sweep records (what `steward report` shows); one
+    team's only when the question names it, and "no such team" when it names one chat does not know."""
     from agent.records.usage import build_report
 
     yield {"type": "tool_call", "name": "cost_report", "args": {"days": 7}}
@@ -502,6 +556,21 @@ def _cost(ctx: ChatContext, lang: Lang) -> Generator[ChatEvent, None, str]:
         return _t(lang, "No usage recorded in the last 7 days yet: every sweep records it.",
                   "最近 7 天还没有用量记录：每次巡检都会记录。")
     span = f"{_when(r.since, ctx.now, ctx.zone, lang)} - {_when(r.until, ctx.now, ctx.zone, lang)}"
+    team, unknown = _team_named(ctx, text)
+    billed = {t.name.lower(): t for t in r.by_team}
+    if team is None and unknown is not None and unknown.lower() not in billed:
+        listed = ("、" if lang == "zh" else ", ").join(t.name for t in r.by_team[:12])
+        return _t(lang, f"No team **{unknown}** in the usage of {span}. Teams billed: {listed or 'none'}.",
+                  f"{span} 的用量中没有团队 **{unknown}**。有费用的团队：{listed or '无'}。")
+    name = team or unknown
+    if name is not None:
+        t = billed.get(name.lower())
+        if t is None:
+            return _t(lang, f"**{name}** used no GPUs {span}.", f"**{name}** 在 {span} 没有使用 GPU。")
+        return _t(lang, f"**{t.name}**'s GPU cost {span}: {money(t.cost, r.currency)} for {t.gpu_hours:,.1f} GPU-hours "
+                        f"(of {money(r.cost, r.currency)} in all). The full report: `steward report`.",
+                  f"**{t.name}** 在 {span} 的 GPU 成本：{money(t.cost, r.currency)}，共 {t.gpu_hours:,.1f} GPU 小时"
+                  f"（全部为 {money(r.cost, r.currency)}）。完整报告：`steward report`。")
     lines = [_t(lang, f"GPU cost {span}: {money(r.cost, r.currency)} for {r.gpu_hours:,.1f} GPU-hours "
                       f"({money(r.waste_cost, r.currency)} of it on waste found). By team:",
                 f"{span} 的 GPU 成本：{money(r.cost, r.currency)}，共 {r.gpu_hours:,.1f} GPU 小时"
@@ -618,6 +687,174 @@ def _approvals(ctx: ChatContext, lang: Lang) -> str:
     return "\n".join(lines)
 
 
+# "keep" said another way than the command ("把 nb-alice 保留到明天", "please keep my notebook"): the syntax, not a guess.
+_OVERNIGHT = re.compile(r"overnight|last night|yesterday|while i was|昨晚|昨天|夜里|晚上", re.IGNORECASE)
+_KEEP_ASKED = re.compile(r"^\s*(?:please\s+|pls\s+)?keep\b|(?:把|将|请|帮我).{0,60}保留|^\s*保留", re.IGNORECASE)
+
+
+def _keep_syntax(lang: Lang) -> str:
+    return _t(lang, "To keep a job, send `keep <duration> <job> <reason>`, e.g. `keep 4h ml-team/jupyter-carol demo "
+                    "tonight` (an owner up to 24 h, an approver up to 30 days).",
+              "保留作业请发送 `保留 <时长> <作业> <原因>`，例如 `保留 4h ml-team/jupyter-carol 今晚演示`"
+              "（所有者最长 24 小时，审批人最长 30 天）。")
+
+
+def _queue(ctx: ChatContext, lang: Lang) -> str:
+    """Jobs waiting to be scheduled, longest-waiting first, with why the scheduler says they wait; and what the queue
+    detector found about them (stuck Pending)."""
+    obs = ctx.observation
+    waiting = sorted((j for j in obs.jobs if j.state == "pending"),
+                     key=lambda j: j.submitted_at or obs.at)
+    stuck = {f.target: f for f in ctx.findings if f.kind == "stuck_pending"}
+    if not waiting:
+        return _t(lang, f"No job is waiting to be scheduled (as read at {_when(obs.at, ctx.now, ctx.zone, lang)}).",
+                  f"没有排队等待调度的作业（{_when(obs.at, ctx.now, ctx.zone, lang)}读取）。")
+    lines = [_t(lang, f"{plural(len(waiting), 'job')} waiting to be scheduled:", f"有 {len(waiting)} 个作业排队等待调度：")]
+    for j in waiting[:15]:
+        since = format_duration((obs.at - j.submitted_at).total_seconds()) if j.submitted_at else "?"
+        why = j.pending_reason or _t(lang, "no reason reported", "未报告原因")
+        if j.pending_message:
+            why += f" ({j.pending_message[:120]})" if lang == "en" else f"（{j.pending_message[:120]}）"
+        lines.append(_t(lang, f"- **{j.id}** ({j.user}, {plural(j.gpus, 'GPU')}): waiting {since}; {why}",
+                        f"- **{j.id}**（{j.user}，{j.gpus} 块 GPU）：已等待 {since}；{why}"))
+        if (f := stuck.get(j.id)) is not None:
+            lines.append(f"  {describe(f, lang, ctx.zone)}{_rb(f)}")
+    if len(waiting) > 15:
+        lines.append(_t(lang, f"... and {len(waiting) - 15} more.", f"……另有 {len(waiting) - 15} 个。"))
+    return "\n".join(lines)
+
+
+def _runbook(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
+    """The runbooks that answer a "how do I handle ..." question, best first, by meaning (Chinese or English)."""
+    if "retrieve_runbook" not in ctx.tools:
+        return HELP[lang]
+    found = yield from _call(ctx, "retrieve_runbook", {"query": text[:500]})
+    if found.get("status") == "no_data" and not found.get("data") and "index" in str(found.get("message")):
+        return _t(lang, "The runbook index is not enabled on this server (STEWARD_RUNBOOKS_ENABLED), so I cannot "
+                        "search the runbooks; they are the Markdown files under `runbooks/`.",
+                  "此服务未启用运行手册索引（STEWARD_RUNBOOKS_ENABLED），无法检索运行手册；"
+                  "运行手册为 `runbooks/` 目录下的 Markdown 文件。")
+    hits = [h for h in (found.get("data") or []) if (h.get("language") or lang) == lang] or (found.get("data") or [])
+    if not hits:
+        return _t(lang, "No runbook matches that. The runbooks cover idle GPUs, hung jobs, NCCL timeouts, GPU XID "
+                        "errors, stuck Pending jobs, pool sizing and more: ask about one of them.",
+                  "没有匹配的运行手册。运行手册涵盖空闲 GPU、卡死作业、NCCL 超时、GPU XID 错误、长时间排队、节点池规模等，"
+                  "可以就其中之一提问。")
+    lines = [_t(lang, "The runbooks for that:", "相关运行手册：")]
+    for h in hits[:3]:
+        excerpt = " ".join(str(h.get("excerpt") or "").split())[:280]
+        section = f" — {h['section']}" if h.get("section") else ""
+        lines.append(f"- **{h.get('title') or h.get('id')}**{section} [rb:{h.get('id')}]: {excerpt}")
+    return "\n".join(lines)
+
+
+def _kept(ctx: ChatContext, lang: Lang) -> str:
+    """Keeps in force (who kept what, until when, why) and the running jobs the policy protects (which rule)."""
+    from agent.guardrail.protection import protection_reason
+    from core.actions import History
+
+    keeps = ctx.audit.exemptions_in_force(ctx.now)
+    lines: list[str] = []
+    if keeps:
+        lines.append(_t(lang, f"{plural(len(keeps), 'keep')} in force:", f"生效中的保留（豁免）共 {len(keeps)} 项："))
+        for k in sorted(keeps, key=lambda k: k.until):
+            until = _when(k.until, ctx.now, ctx.zone, lang)
+            why = f" ({k.reason})" if k.reason and lang == "en" else (f"（{k.reason}）" if k.reason else "")
+            lines.append(_t(lang, f"- **{k.target}** kept until {until} by {k.by}{why}",
+                            f"- **{k.target}** 由 {k.by} 保留至 {until}{why}"))
+    protected = []
+    if ctx.policy is not None:
+        for j in ctx.observation.jobs:
+            rule = protection_reason(j, ctx.policy, History(), ctx.now) if j.state in ("running", "pending") else None
+            if rule:
+                protected.append((j.id, rule))
+    if protected:
+        lines.append(_t(lang, f"{plural(len(protected), 'job')} protected by policy (never stopped):",
+                        f"受策略保护的作业 {len(protected)} 个（不会被停止）："))
+        lines += [f"- **{job}**: {rule}" if lang == "en" else f"- **{job}**：{protection_reason_zh(rule)}"
+                  for job, rule in protected[:20]]
+    if not lines:
+        return _t(lang, "No job is kept or protected right now.", "目前没有被保留或受保护的作业。")
+    return "\n".join(lines)
+
+
+_RULE_ZH = {"job": "作业", "namespace": "命名空间", "partition": "分区", "user": "用户", "project": "项目", "account": "账户",
+            "QOS": "QOS", "priority": "优先级", "label": "标签", "annotation": "注解"}
+
+
+def protection_reason_zh(reason: str) -> str:
+    """A protection rule's reason (agent/guardrail/protection.py, English) in Chinese; a keep's own words stay."""
+    m = re.fullmatch(r"job (\S+) is listed in (protection\.\w+)", reason)
+    if m:
+        return f"作业 {m.group(1)} 在保护列表 {m.group(2)} 中"
+    m = re.fullmatch(r"(\w+) (.+) is in (protection\.\w+)", reason)
+    if m and m.group(1) in _RULE_ZH:
+        return f"{_RULE_ZH[m.group(1)]} {m.group(2)} 在保护列表 {m.group(3)} 中"
+    m = re.fullmatch(r"exempted by (.+?) until (.+?)(?: \((.*)\))?", reason)
+    if m:
+        return f"由 {m.group(1)} 保留至 {m.group(2)}" + (f"（{m.group(3)}）" if m.group(3) else "")
+    m = re.fullmatch(r"annotation (\S+) keeps it until (.+)", reason)
+    if m:
+        return f"注解 {m.group(1)} 保留至 {m.group(2)}"
+    return reason
+
+
+def _unknown_job(ctx: ChatContext, text: str) -> str | None:
+    """A word of the question written like a job id (`ml-team/x`, `eval-harness`) that no job chat knows matches:
+    the answer is "I don't know it", never another job's story or a list of others."""
+    known = [n.lower() for n in known_jobs(ctx)]
+    others = {p.name.lower() for p in ctx.observation.pools} | {n.name.lower() for n in ctx.observation.nodes}
+    others |= {t.lower() for j in ctx.observation.jobs for t in (j.namespace, j.project, j.user) if t}
+    others |= {f.team.lower() for f in ctx.findings if f.team}
+    for word in _TOKEN.findall(text):
+        w = word.lower().strip(".-")
+        if ("/" not in w and "-" not in w) or w in others or w.startswith("apr_") or _GPU_MODEL.fullmatch(w) \
+                or w in _NOT_NAMES or re.fullmatch(r"[\d.-]+|\w+-(?:provision\w*|load|down|up|time|made|line)", w):
+            continue
+        if not any(w in n for n in known):
+            return word.strip(".-")
+    return None
+
+
+def _no_such_job(ctx: ChatContext, name: str, lang: Lang) -> str:
+    some = ("、" if lang == "zh" else ", ").join(known_jobs(ctx)[:8])
+    return _t(lang, f"I know no job **{name}**: none by that name runs now, was flagged, or was acted on in the last "
+                    f"day. Jobs I know: {some or 'none'}.",
+              f"我不知道作业 **{name}**：没有这个名字的作业正在运行、被标记，或在最近一天被处理过。"
+              f"我知道的作业：{some or '无'}。")
+
+
+# Words around "team" that name none ("each team spend", "a per-team breakdown").
+_NOT_TEAMS = {"", "per", "each", "every", "by", "all", "other", "cross", "multi", "my", "our", "your", "the", "which",
+              "what", "spend", "spent", "cost", "costs", "is", "are", "was", "wasting", "waste", "has", "have", "did",
+              "do", "does", "use", "uses", "using", "total", "totals", "breakdown", "and", "or", "in", "on", "of"}
+
+
+def _team_named(ctx: ChatContext, text: str) -> tuple[str | None, str | None]:
+    """(a team the question names, a team-like word that names none) from the teams chat knows: jobs' projects and
+    namespaces, findings' teams."""
+    teams = {t for j in ctx.observation.jobs for t in (j.project, j.namespace) if t}
+    teams |= {f.team for f in ctx.findings if f.team}
+    words = {w.lower() for w in _TOKEN.findall(text)}
+    hits = sorted(t for t in teams if t.lower() in words)
+    if hits:
+        return hits[0], None
+    for pattern in (r"(?ai)(?<![\w-])(team[-_][\w-]+|[\w-]+[-_]team)(?![\w-])", r"(?ai)\bteam\s+([a-z0-9][\w-]*)",
+                    r"(?a)([A-Za-z0-9][\w-]*)\s*(?:团队|组)"):
+        for asked in re.finditer(pattern, text):
+            word = asked.group(1)
+            if re.sub(r"[-_]?team$|^team[-_]?", "", word.lower()) not in _NOT_TEAMS:
+                return None, word
+    return None, None
+
+
+def _teams_known(ctx: ChatContext, lang: Lang) -> str:
+    teams = sorted({t for j in ctx.observation.jobs for t in (j.project or j.namespace,) if t}
+                   | {f.team for f in ctx.findings if f.team})
+    return ("、" if lang == "zh" else ", ").join(teams[:12]) or _t(lang, "none", "无")
+
+
+
 HELP = {
     "en": "I can answer: who is wasting GPUs (e.g. \"who is wasting A100s right now?\"), why a job was flagged or "
           "stopped and what happens to it next (\"why did you stop ml-team/jupyter-carol?\"), what I did today, "
@@ -634,30 +871,51 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
     """Tool calls as they happen, then the answer in small chunks (the same events the model path streams)."""
     lang = lang or detect_language(text)
     intent = classify(text)
-    if intent in ("help", "waste", "today", "approvals", "savings") and named_jobs(ctx, text) \
-            and "who" not in text.lower() and "谁" not in text:
+    named = named_jobs(ctx, text)
+    if intent in ("help", "waste", "today", "approvals", "savings", "runbook") and named \
+            and "who" not in text.lower() and "谁" not in text and not _ANSWER_TYPED.search(text):
         intent = "job"  # "is ml-team/x idle?", "what happened to x?": the job's own story answers it
     elif intent == "help" and _owner_named(ctx, text) is not None:
         intent = "job"  # "what is frank running?": frank's jobs
-    elif intent == "help" and re.search(r"\bstatus\b|\bcluster\b|集群|概况|总览", text, re.IGNORECASE):
-        intent = "status"
+    elif intent in ("help", "forecast") and _KEEP_ASKED.search(text):
+        intent = "keep"  # "把 nb-alice 保留到明天": how to keep, not tomorrow's forecast
+    unknown = None if named or intent in ("keep", "approvals", "runbook", "cost", "savings", "forecast", "queue") \
+        else _unknown_job(ctx, text)
+    if unknown is not None and (team_word := _team_named(ctx, text)[1]) is not None \
+            and team_word.lower() == unknown.lower():
+        unknown = None  # "how much is team vision-lab wasting?": a team, not a job
+    if unknown is not None:
+        intent = "job"
     yield {"type": "start", "intent": intent, "lang": lang, "answerer": "offline"}
-    if intent == "keep":
-        reply = yield from _keep(ctx, text, lang)
+    if unknown is not None:
+        reply = _no_such_job(ctx, unknown, lang)
+    elif intent == "keep":
+        reply = (yield from _keep(ctx, text, lang)) if parse_keep(text) is not None else _keep_syntax(lang)
     elif intent == "job":
         reply = yield from _job(ctx, text, lang)
     elif intent == "waste":
         reply = yield from _waste(ctx, text, lang)
     elif intent == "today":
-        reply = yield from _today(ctx, lang)
+        reply = yield from _today(ctx, lang, overnight=bool(_OVERNIGHT.search(text)))
     elif intent == "savings":
         reply = yield from _savings(ctx, lang)
     elif intent == "approvals":
         reply = _approvals(ctx, lang)
+        if _ANSWER_TYPED.search(text):
+            reply = _t(lang, "Chat does not take approval answers: answer on the Approvals page, the DingTalk/WeCom "
+                             "card, or `POST /api/approvals/{id}` as an approver.\n\n",
+                       "聊天不接受审批答复：请审批人在“审批”页面、钉钉/企业微信卡片上作答，或调用 "
+                       "`POST /api/approvals/{id}`。\n\n") + reply
+    elif intent == "queue":
+        reply = _queue(ctx, lang)
+    elif intent == "runbook":
+        reply = yield from _runbook(ctx, text, lang)
+    elif intent == "kept":
+        reply = _kept(ctx, lang)
     elif intent == "status":
         reply = _cluster(ctx, lang)
     elif intent == "cost":
-        reply = yield from _cost(ctx, lang)
+        reply = yield from _cost(ctx, text, lang)
     elif intent == "forecast":
         reply = yield from _forecast(ctx, lang)
     else:

@@ -22,6 +22,9 @@ KNOWN_MISSES: dict[str, str] = {
     "(every sign of a hung collective, and rank 0's CPU-side save to NFS shows nothing the steward reads); the stop "
     "waits for a person, because rank 0's pod is neither flagged nor seen working (agent/detectors/gang.py), and none "
     "happens",
+    "megatron-ckpt-save-nfs-3h": "a Megatron checkpoint written to NFS for 175 minutes with nothing in the pod's own "
+    "counters is reported idle and its owner warned; its newest log line announces the save and none finishes it, so "
+    "the stop waits for a person (agent/detectors/idle.py unfinished_write), and none happens",
 }
 
 

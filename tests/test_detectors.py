@@ -523,3 +523,26 @@ def test_signals_can_be_shared_between_log_candidates_and_run_detectors():
     assert log_candidates(obs, POLICY, signals) == ["ml/train"]
     with_logs = obs.model_copy(update={"logs": {"ml/train": progress("ml/train", AT - timedelta(minutes=90))}})
     assert [f.kind for f in run_detectors(with_logs, POLICY, signals)] == ["zombie"]
+
+
+def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
+    """verl#2860: a checkpoint to NFS for 3 hours, GPUs at 0 % and nothing in the pod's counters (the NFS client writes
+    from the node's kernel), one "saving checkpoint" line: the idle job's stop needs a person."""
+    from agent.detectors.idle import unfinished_write
+
+    def with_tail(*lines: str) -> LogProgress:
+        return progress("ml/train", AT - timedelta(hours=2)).model_copy(update={"tail": list(lines)})
+
+    saving = with_tail("step 2000 loss 1.9", "saving checkpoint at iteration    2000 to /mnt/nfs/ckpt in torch_dist format")
+    assert unfinished_write(saving) is not None
+    assert unfinished_write(with_tail("正在保存检查点 /mnt/nfs/ckpt")) is not None
+    # Finished, failed, or a notebook server's own autosave: nothing is in flight.
+    for done in ("successfully saved checkpoint from iteration 2000", "saving checkpoint took 312.4s",
+                 "[I 12:00:01 ServerApp] Saving file at /work/model.ipynb", "upload of model artifacts failed",
+                 "step 2010 loss 1.8", "检查点保存完成"):
+        assert unfinished_write(with_tail(done)) is None, done
+    assert unfinished_write(None) is None
+
+    obs = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24)], {"ml/train": saving})
+    found = [f for f in run_detectors(obs, POLICY) if f.kind == "idle"]
+    assert len(found) == 1 and "announces a write that no line has finished" in (found[0].stop_needs_approval or "")

@@ -120,3 +120,27 @@ def test_the_components_of_a_slurm_heterogeneous_job_are_one_job():
     assert kinds(obs) == {}
     alone = [pod("het-0", "n1", {}, namespace="gpu"), jobs[1]]
     assert kinds(observe(alone, gpus, [io(j.id, 24) for j in alone], {}, nodes=nodes)) == {"gpu/het-0": "idle"}
+
+
+RAY = {"ray.io/cluster": "sft", "ray.io/node-type": "worker"}
+
+
+def _ray(cpu_worker_cpu: float, cpu_worker_net: float = 0.0):
+    """Two KubeRay GPU workers at 0 % for 2 h, and a CPU-only worker pod of the same cluster (no GPU series)."""
+    gpu_a, gpu_b = pod("gpu-a", "n1", RAY), pod("gpu-b", "n2", RAY)
+    cpu_w = job("llm/cpu-a", gpus=0, node="n3", labels=RAY)
+    jobs = [gpu_a, gpu_b, cpu_w]
+    gpus = job_gpus("llm/gpu-a", [0.0] * 24, node="n1") + job_gpus("llm/gpu-b", [0.0] * 24, node="n2")
+    ios = [io("llm/gpu-a", 24), io("llm/gpu-b", 24), io("llm/cpu-a", 24, cpu=cpu_worker_cpu, net=cpu_worker_net)]
+    nodes = [NodeInfo(name=n, pool="a100", gpus=8, jobs=[j.id for j in jobs if j.node == n]) for n in ("n1", "n2", "n3")]
+    return observe(jobs, gpus, ios, {}, nodes=nodes)
+
+
+def test_ray_gpu_workers_wait_while_the_clusters_cpu_workers_shuffle():
+    """ray#26630: GPU workers idle while CPU-only pods of the same RayCluster prepare the data were stopped (judged
+    alone; a pod without GPUs had no evidence to give). Its CPU beyond a spin, or its network, is work now."""
+    assert kinds(_ray(cpu_worker_cpu=1400.0)) == {}
+    assert kinds(_ray(cpu_worker_cpu=20.0, cpu_worker_net=150.0)) == {}
+    # An idle Ray cluster (its CPU pod at a few %): the GPU workers are idle, and their stop needs nobody extra.
+    idle = [f for f in run_detectors(_ray(cpu_worker_cpu=20.0), POLICY) if f.kind == "idle"]
+    assert {f.target for f in idle} == {"llm/gpu-a", "llm/gpu-b"} and all(not f.stop_needs_approval for f in idle)

@@ -94,6 +94,8 @@ DIFFICULTY: dict[str, str] = {
     "fs-hang-dstate": "hard",
     "interactive-bursty-session": "hard",
     "exporter-dark-at-the-stop-sweep": "hard",
+    "ray-train-gpu-workers-wait-cpu-shuffle": "hard",
+    "megatron-ckpt-save-nfs-3h": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -28,9 +28,14 @@ from core.observation import Observation
 # The labels gang schedulers put on every pod of one job: Kubeflow's training operator, Volcano, LeaderWorkerSet,
 # JobSet, the scheduler-plugins Coscheduling PodGroup (its current label and the one before v0.26), Kueue's plain
 # Pod groups, and a Slurm heterogeneous job. Pods a gang scheduler starts together die together.
+# KubeRay's `ray.io/cluster` too: a Ray Train job's GPU workers wait on the cluster's CPU workers (a shuffle, data
+# ingest) and fail with them, and its head holds the job's driver.
 GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
                "jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
-               "kueue.x-k8s.io/pod-group-name", SLURM_HET_JOB_LABEL)
+               "kueue.x-k8s.io/pod-group-name", "ray.io/cluster", SLURM_HET_JOB_LABEL)
+# A pod with no GPU of its own spins at most this much CPU when hung (% of one core: a main loop and a poller); more is
+# work (a Ray CPU worker shuffling data at 1,400 %).
+GPULESS_SPIN_PCT = 200.0
 WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
 
 
@@ -55,7 +60,7 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
     series = signals.jobs.get(job.id)
     logs = obs.logs.get(job.id)
     if series is None:
-        return None
+        return _gpuless_work(job, obs, policy) if job.gpus <= 0 else None
     window = series.window(d.idle.window, job.gpus)
     start = window.at - timedelta(seconds=window.seconds)
     if logs is not None and logs.last_progress_at is not None and logs.last_progress_at >= start:
@@ -72,6 +77,25 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
         work = GpuActivity.of(window, d.idle.min_coverage).real_work(d.activity)
         if work:
             return work[0]
+    return None
+
+
+def _gpuless_work(job: JobInfo, obs: Observation, policy: Policy) -> str | None:
+    """What shows a pod without GPUs (a Ray head, a CPU worker) working over the idle window: network or disk at
+    the active line, or CPU beyond what a hung process spins, in every slice read of the window's newest half (work
+    now, not a burst an hour ago). None when its counters are not read or show none."""
+    d = policy.detectors
+    io = next((s for s in obs.io if s.job == job.id), None)
+    if io is None or io.slice_s <= 0:
+        return None
+    n = max(1, int(d.idle.window / io.slice_s) // 2)
+    for name, values, line in (("network", io.net_rx_mbps, d.longtail.io_threshold_mbps),
+                               ("disk", io.disk_read_mbps, d.longtail.io_threshold_mbps),
+                               ("process CPU", io.cpu_pct, GPULESS_SPIN_PCT)):
+        recent = [v for v in values[-n:] if v is not None]
+        if recent and min(recent) >= line:
+            unit = "% of a core" if name == "process CPU" else " MB/s"
+            return f"{name} of {job.id} (no GPUs) at {min(recent):.0f}{unit} or more"
     return None
 
 
@@ -106,7 +130,9 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
                 if f.target_type == "job" and f.kind in WAITING_KINDS and f.stop_needs_approval}
     for (_, label, value), pods in gangs.items():
         held = [p for p in pods if p.id in flagged]
-        others = [p for p in pods if p.id not in flagged and p.state == "running"]
+        # A pod without GPUs is never flagged, so one not seen working is no doubt (an idle Ray cluster's head).
+        others = [p for p in pods if p.id not in flagged and p.state == "running"
+                  and (p.gpus > 0 or _gpuless_work(p, obs, policy) is not None)]
         if not held:
             continue
         if any(shows_work(p, obs, signals, policy) is not None for p in others):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 
 from agent.config.policy import LongTailRule, Policy
@@ -20,6 +21,34 @@ ACTIVE_STATES = frozenset({"running", "stopping"})
 # % of one core, is work a spin does not explain (a pandas cell at 600 %, a FAISS build on 15 cores).
 SPIN_CORES_PER_GPU = 1.0
 SPIN_CORES_EXTRA = 1.0
+
+
+# The newest log line says the job began writing or moving its state (a checkpoint to NFS, weights to object storage)
+# and no line says it finished: mid-operation, which can take hours with nothing in the pod's own counters (an NFS
+# client writes from the node's kernel). A notebook server's own save lines are not such an operation.
+_STARTED = re.compile(
+    r"\b(?:saving|writing|uploading|exporting|persisting|flushing|syncing|copying|pushing|serializing|consolidating)"
+    r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|artifacts?"
+    r"|distcp|snapshots?)\b|(?:正在|开始)(?:保存|写入|上传|导出)|(?:保存|写入|上传|导出)(?:检查点|模型|权重)",
+    re.I)
+_FINISHED = re.compile(r"\b(?:saved|written|uploaded|exported|done|finished|completed?|success\w*|took|failed|error)\b"
+                       r"|完成|成功|已保存|失败", re.I)
+_NOTEBOOK_SERVER = re.compile(r"NotebookApp|ServerApp|LabApp|\.ipynb", re.I)
+
+
+def unfinished_write(logs: LogProgress | None) -> tuple[str, str] | None:
+    """Why a quiet job's stop needs a person when its newest log line announces a write of its state that no line
+    has finished; else None."""
+    lines = [t for t in (logs.tail if logs is not None else []) if t.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    if not _STARTED.search(last) or _FINISHED.search(last) or _NOTEBOOK_SERVER.search(last):
+        return None
+    quoted = " ".join(last.split())[:120]
+    return (f"its newest log line announces a write that no line has finished (\"{quoted}\"): a checkpoint written "
+            f"to network storage shows no I/O in the pod's own counters, so the stop needs a person",
+            f"其最新一条日志宣告了一次尚未完成的写入（“{quoted}”）：写往网络存储的检查点在 pod 自身的计数器中看不到 I/O")
 
 
 def log_summary(logs: LogProgress | None) -> str:
@@ -135,7 +164,7 @@ class IdleGpuDetector:
             if worked is not None and worked > since:
                 since = worked
             finding = self._finding(job, window, logs, since, obs.at, blips, at_least=at_least)
-            spin = spin or self._trickle(window)
+            spin = spin or self._trickle(window) or unfinished_write(logs)
             if spin is not None:
                 finding = with_doubt(finding, *spin, in_evidence=spin[0])
             if tail is not None and stop_after is not None:

@@ -117,6 +117,11 @@ def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client
     assert decision.verdict == "deny" and decision.rule == "protected" and "web:carol" in decision.reason
     answer = ask(client, f"what will happen to {JOB}?", CAROL)[1][-1]["answer"]
     assert "Next: nothing. It is kept until 19:35 UTC by web:carol (finishing a demo)" in answer
+    # The waste list says so too: it still wastes, and is not stopped before the keep ends.
+    waste = ask(client, "who is wasting GPUs?", CAROL)[1][-1]["answer"]
+    row = next(line for line in waste.splitlines() if JOB in line)
+    assert row.endswith("(kept by web:carol until 19:35 UTC: not stopped before)"), row
+    assert "已由 web:carol 保留至 19:35（UTC），期间不会停止" in ask(client, "谁在浪费 GPU？", CAROL)[1][-1]["answer"]
 
 
 def test_keep_refuses_a_job_that_does_not_run_and_answers_in_chinese(client):

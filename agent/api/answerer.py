@@ -182,13 +182,30 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
     if team is None and re.search(r"\bteams?\b|团队|哪个组|各组", text, re.IGNORECASE) \
             and (teams := _team_totals(ctx, lang)):
         lines.insert(0, teams)
+    kept = _keeps_by_job(ctx)
     for f, job, gpu in rows:
         who = job.get("user") or f.owner or "-"
+        keep = kept.get(f.target)
         if lang == "zh":
-            lines.append(f"- **{f.target}**（{who}，{f.gpus}× {gpu}）{kind_label(f.kind, lang)}：{describe(f, lang, ctx.zone)}{_rb(f)}")
+            note = f"（已由 {keep.by} 保留至 {_when(keep.until, ctx.now, ctx.zone, lang)}，期间不会停止）" if keep else ""
+            lines.append(f"- **{f.target}**（{who}，{f.gpus}× {gpu}）{kind_label(f.kind, lang)}：{describe(f, lang, ctx.zone)}"
+                         f"{_rb(f)}{note}")
         else:
-            lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {describe(f, lang, ctx.zone)}{_rb(f)}")
+            note = f" (kept by {keep.by} until {_when(keep.until, ctx.now, ctx.zone, lang)}: not stopped before)" if keep else ""
+            lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {describe(f, lang, ctx.zone)}{_rb(f)}{note}")
     return "\n".join(lines)
+
+
+def _keeps_by_job(ctx: ChatContext) -> dict[str, Any]:
+    """The keep in force on each job now (the latest-ending one), matched as the guardrail matches it: by name, or by
+    the job's uid where the keep recorded one."""
+    uids = {j.uid: j.id for j in ctx.observation.jobs if j.uid}
+    out: dict[str, Any] = {}
+    for k in ctx.audit.exemptions_in_force(ctx.now):
+        for name in {k.target, uids.get(k.target_uid or "", k.target)}:
+            if name not in out or k.until > out[name].until:
+                out[name] = k
+    return out
 
 
 ACTION_WORDS: dict[str, tuple[str, str]] = {

@@ -85,6 +85,14 @@ class FinishedJob(_Record):
 # The label a Slurm job's JobInfo carries when it is a component of a heterogeneous job (its het_job_id): the
 # components live and die together (scancel of the leader cancels all), like the pods of a PyTorchJob.
 SLURM_HET_JOB_LABEL = "slurm.het_job_id"
+# The labels gang schedulers put on every pod of one job (agent/detectors/gang.py): Kubeflow's training operator,
+# Volcano, LeaderWorkerSet, JobSet, the scheduler-plugins Coscheduling PodGroup (its current label and the one
+# before v0.26), Kueue's plain Pod groups, KubeRay's cluster (a Ray Train job's GPU workers wait on its CPU workers
+# and fail with them), and a Slurm heterogeneous job. Not batch/v1 `job-name`: a parallel Job's pods are independent.
+GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
+               "jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
+               "kueue.x-k8s.io/pod-group-name", "ray.io/cluster", SLURM_HET_JOB_LABEL)
+RAY_CLUSTER_LABEL = "ray.io/cluster"
 
 
 def gpu_model_matches(wanted: str | None, model: str) -> bool:

@@ -364,7 +364,7 @@ def test_what_operators_ask_that_fell_through_to_the_help_text(client):
     # A count of free GPUs in a pool is the cluster's state, not the pools' forecast.
     assert "H100-80GB: 2 of 16 free" in reply("how many GPUs does the h100-reserved pool have free?", "status")
     # A job nobody knows: said so, never another job's story or the waste list.
-    for question in ("why was ml-team/nonexistent-job stopped?", "is nb-ghost-7 idle?"):
+    for question in ("why was ml-team/nonexistent-job stopped?", "is job nb-ghost-7 idle?"):
         answer = reply(question, "job")
         assert answer.startswith("I know no job **") and "Jobs I know:" in answer and "Why:" not in answer
     # One team's numbers when a team is named; a team nobody bills is named as unknown, not answered with all.
@@ -387,6 +387,18 @@ def test_what_operators_ask_that_fell_through_to_the_help_text(client):
     assert "STEWARD_RUNBOOKS_ENABLED" in reply("NCCL hang 怎么排查", "runbook")
     assert reply("give me a summary", "status").startswith("The cluster as read at")
     assert reply("hwo much did we sav", "savings").startswith("Reclaimed so far")
+    # A review of the above: questions it had sent astray.
+    for question in ("how is the cluster?", "集群怎么样", "which Slurm queue has free GPUs?"):
+        assert reply(question, "status").startswith(("The cluster as read at 16:40 UTC", "16:40（UTC）读取的集群")), question
+    for question in ("which team wastes the most?", "哪个团队浪费最多"):
+        assert reply(question, "waste").startswith(("By team:", "按团队：")), question
+    assert "By team:" in reply("GPU cost by team this week", "cost")
+    assert reply("what is team prod spending?", "cost").startswith("**prod**'s GPU cost")  # "spending" is no "pending"
+    for question in ("who is wasting A100-80GB?", "which long-running jobs are idle?", "who keeps wasting GPUs?",
+                     "who was idle last night?", "晚上谁在浪费"):
+        assert "I know no job" not in reply(question, "waste"), question
+    assert reply("will ml-team/jupyter-carol be stopped tomorrow?", "job").startswith(f"**{JOB}**")
+    assert reply("what did you do last night?", "today").startswith("In the last 24 hours")  # "night": no nightly-eval
 
 
 def test_a_protected_jobs_reason_reads_in_chinese():

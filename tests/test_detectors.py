@@ -539,7 +539,8 @@ def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
     # Finished, failed, or a notebook server's own autosave: nothing is in flight.
     for done in ("successfully saved checkpoint from iteration 2000", "saving checkpoint took 312.4s",
                  "[I 12:00:01 ServerApp] Saving file at /work/model.ipynb", "upload of model artifacts failed",
-                 "step 2010 loss 1.8", "检查点保存完成"):
+                 "step 2010 loss 1.8", "检查点保存完成", "Will be saving checkpoints every 1000 steps",
+                 "Syncing model weights from rank 0", "wandb: Uploading artifacts...", "正在保存日志文件"):
         assert unfinished_write(with_tail(done)) is None, done
     assert unfinished_write(None) is None
 

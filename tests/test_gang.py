@@ -144,3 +144,30 @@ def test_ray_gpu_workers_wait_while_the_clusters_cpu_workers_shuffle():
     # An idle Ray cluster (its CPU pod at a few %): the GPU workers are idle, and their stop needs nobody extra.
     idle = [f for f in run_detectors(_ray(cpu_worker_cpu=20.0), POLICY) if f.kind == "idle"]
     assert {f.target for f in idle} == {"llm/gpu-a", "llm/gpu-b"} and all(not f.stop_needs_approval for f in idle)
+
+
+def test_a_busy_ray_gpu_worker_leaves_an_idle_one_warned_and_a_launcher_without_gpus_still_raises_doubt():
+    """A review: one busy GPU worker of a shared Ray cluster hid an idle one altogether (Ray workers need not wait for
+    each other: the finding stands, its stop for a person); and a Kubeflow job's launcher without GPUs, quiet to the
+    steward's counters, no longer made its idle workers' stop need a person."""
+    busy, idle_w = pod("gpu-a", "n1", RAY), pod("gpu-b", "n2", RAY)
+    gpus = job_gpus("llm/gpu-a", [70.0] * 24, node="n1") + job_gpus("llm/gpu-b", [0.0] * 24, node="n2")
+    nodes = [NodeInfo(name=n, pool="a100", gpus=8, jobs=[f"llm/gpu-{x}"]) for n, x in (("n1", "a"), ("n2", "b"))]
+    found = [f for f in run_detectors(observe([busy, idle_w], gpus, [io("llm/gpu-a", 24), io("llm/gpu-b", 24)], {},
+                                              nodes=nodes), POLICY) if f.kind == "idle"]
+    assert [f.target for f in found] == ["llm/gpu-b"] and "another GPU worker of its Ray cluster" in (
+        found[0].stop_needs_approval or "")
+
+    launcher = job("llm/launcher", gpus=0, node="n3", labels=GANG)
+    w0, w1 = pod("worker-0", "n1"), pod("worker-1", "n2")
+    gpus = job_gpus("llm/worker-0", [0.0] * 24, node="n1") + job_gpus("llm/worker-1", [0.0] * 24, node="n2")
+    ios = [io("llm/worker-0", 24), io("llm/worker-1", 24), io("llm/launcher", 24, cpu=100.0)]
+    nodes = [NodeInfo(name=n, pool="a100", gpus=8, jobs=[j]) for n, j in
+             (("n1", "llm/worker-0"), ("n2", "llm/worker-1"), ("n3", "llm/launcher"))]
+    found = [f for f in run_detectors(observe([launcher, w0, w1], gpus, ios, {}, nodes=nodes), POLICY)
+             if f.kind == "idle"]
+    assert {f.target for f in found} == {"llm/worker-0", "llm/worker-1"}
+    assert all("neither idle nor hung" in (f.stop_needs_approval or "") for f in found)
+    # The launcher working beyond a spin (a CPU-side evaluation at 600 %): the workers wait for it.
+    ios[-1] = io("llm/launcher", 24, cpu=600.0)
+    assert kinds(observe([launcher, w0, w1], gpus, ios, {}, nodes=nodes)) == {}

@@ -74,6 +74,23 @@ def test_lists_gpu_pods_with_one_call_and_reads_owners(api, settings):
     assert (jobs["ml/queued"].state, jobs["ml/queued"].node) == ("pending", None)
 
 
+def test_pods_without_gpus_of_a_distributed_job_are_listed_with_it(api, settings):
+    """A RayJob's head and CPU workers (no GPUs) decide whether its GPU workers wait (agent/detectors/gang.py); listed
+    only GPU pods, a Ray Train job's GPU workers waiting on its CPU shuffle were stopped. A pod without GPUs of no
+    GPU job's gang stays out."""
+    ray = {"ray.io/cluster": "sft", "ray.io/node-type": "worker"}
+    api.store.put("pods", gpu_pod("rec", "sft-gpu-a", 4, labels=ray))
+    api.store.put("pods", gpu_pod("rec", "sft-cpu-a", 0, labels=ray))
+    api.store.put("pods", gpu_pod("rec", "sft-head", 0, labels={**ray, "ray.io/node-type": "head"}))
+    api.store.put("pods", gpu_pod("other", "sft-cpu-b", 0, labels=ray))  # same value, another namespace
+    api.store.put("pods", gpu_pod("rec", "etl-head", 0, labels={"ray.io/cluster": "etl"}))  # a CPU-only Ray cluster
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    jobs = {j.id: j for j in k8s.list_jobs()}
+    assert {"rec/sft-gpu-a", "rec/sft-cpu-a", "rec/sft-head"} <= set(jobs)
+    assert not {"other/sft-cpu-b", "rec/etl-head", "ml/cpu-only"} & set(jobs)
+    assert jobs["rec/sft-cpu-a"].gpus == 0 and k8s.api_calls == 1
+
+
 def test_nodes_reuse_the_sweeps_pod_list(api, settings):
     k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
     k8s.list_jobs()

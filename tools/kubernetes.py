@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult
+from core.cluster import GANG_LABELS, CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult
 from tools.k8s_pods import (
     ACTIVE_PODS,
     FINISHED_PODS,
@@ -92,10 +92,15 @@ class KubernetesScheduler:
 
     # -- jobs --------------------------------------------------------------------------------------
     def gpu_pods(self, *, fresh: bool = True) -> list[dict]:
-        """Running and pending pods that ask for GPUs, from one list call (or the last one, if recent)."""
+        """Running and pending pods that ask for GPUs, and the pods without GPUs of the same distributed jobs (a Ray
+        cluster's head and CPU workers, an MPI launcher: whether they work decides whether the GPU pods wait for
+        them, agent/detectors/gang.py), from one list call (or the last one, if recent)."""
         if fresh or time.monotonic() - self._pods_at > self.pods_fresh_s:
-            listed = self._json("list_pod_for_all_namespaces", field_selector=ACTIVE_PODS)
-            self._pods = [p for p in listed.get("items") or [] if pod_gpus(p, self.reading.gpu_resource) > 0]
+            listed = self._json("list_pod_for_all_namespaces", field_selector=ACTIVE_PODS).get("items") or []
+            gpu = [p for p in listed if pod_gpus(p, self.reading.gpu_resource) > 0]
+            gangs = {key for p in gpu if (key := _gang_key(p)) is not None}
+            self._pods = gpu + [p for p in listed if pod_gpus(p, self.reading.gpu_resource) <= 0
+                                and _gang_key(p) in gangs]
             self._pods_at = time.monotonic()
         return self._pods
 
@@ -256,3 +261,11 @@ def kubernetes_scheduler_from_settings(settings: Settings, *, clock: Clock | Non
     from kubernetes import client
 
     return KubernetesScheduler(client.CoreV1Api(api_client or kubernetes_api_client(settings)), clock=clock)
+
+
+def _gang_key(pod: dict) -> tuple[str, str, str] | None:
+    """(namespace, label, value) of the distributed job a pod belongs to (core.cluster.GANG_LABELS), else None."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    label = next((k for k in GANG_LABELS if labels.get(k)), None)
+    return (meta.get("namespace", "default"), label, labels[label]) if label else None

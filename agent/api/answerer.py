@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from langchain_core.tools import StructuredTool
 
-from agent.chatops.commands import JOB_STATE_ZH, KeepRequest, parse_keep
+from agent.chatops.commands import ANSWER_COMMAND, JOB_STATE_ZH, KeepRequest, parse_keep
 from agent.config.policy import Policy
 from agent.detectors.evidence import describe, describe_record, kind_label, localised
 from agent.records.approvals import Approval
@@ -39,9 +39,9 @@ _INTENTS: list[tuple[Intent, tuple[str, ...]]] = [
                 "集群情况", "还剩", "剩多少", "剩余", "空闲的卡", "空闲卡", "可用的卡", "可用卡", "概况", "总览", "汇总")),
     ("job", ("why", "what will happen", "what happens", "what's next", "what next", "when will", "status of",
              "为什么", "为何", "原因", "会怎样", "会怎么样", "什么时候", "何时", "接下来", "状态", "在干嘛", "在干什么")),
-    ("approvals", ("approv", "pending", "waiting for", "审批", "待批", "批准", "待处理")),
     ("savings", ("saving", "saved", "save", "sav", "reclaim", "节省", "省了", "回收", "省下")),
     ("cost", ("spend", "spent", "cost", "bill", "花了", "花费", "费用", "开销", "账单", "多少钱", "成本")),
+    ("approvals", ("approv", "pending", "waiting for", "审批", "待批", "批准", "待处理")),
     ("today", ("today", "did you do", "have you done", "what happened", "overnight", "last night", "yesterday",
                "while i was", "what did the agent", "what did steward", "what did the steward", "今天", "做了什么",
                "干了什么", "做了哪些", "干了啥", "做了啥", "昨晚", "昨天", "夜里", "晚上")),
@@ -58,10 +58,11 @@ _RUNBOOK = re.compile(r"runbook|playbook|troubleshoot|debug|diagnos|\bxid\b|how 
                       r"(?:fix|handle|deal with|investigate)|what (?:does|do) .{1,40} mean|排查|怎么处理|如何处理|"
                       r"怎么解决|如何解决|怎么办|手册|是什么意思|什么意思", re.IGNORECASE)
 # Who is kept or protected ("which jobs are protected?", "谁保留了作业？有哪些豁免").
-_KEPT = re.compile(r"\bprotected\b|\bexempt|\bkept\b|\bkeeps\b|豁免|受保护|保护名单|保护列表|保留了|被保留|保留的",
+_KEPT = re.compile(r"\bprotected\b|\bexempt|\bkept\b|豁免|受保护|保护名单|保护列表|保留了|被保留|保留的",
                    re.IGNORECASE)
-# An answer to an approval typed into chat ("approve apr_1a2b"): chat does not take it, and says where to.
-_ANSWER_TYPED = re.compile(r"^\s*(?:/?approve|/?deny|批准|拒绝|同意|驳回)\s+\S+", re.IGNORECASE)
+# An answer to an approval typed into chat ("approve apr_1a2b"): chat does not take it, and says where to (the ChatOps
+# command's own pattern).
+_ANSWER_TYPED = ANSWER_COMMAND
 
 
 def detect_language(text: str) -> Lang:
@@ -86,21 +87,22 @@ def classify(text: str) -> Intent:
     if _ANSWER_TYPED.search(text):
         return "approvals"
     lowered = text.lower()
+    if re.search(r"\b(?:free|available|spare)\b|空闲的?卡|可用的?卡|剩", lowered) \
+            and re.search(r"\bgpus?\b|cards?|卡", lowered) and not re.search(r"\b(?:you|we)\b|你们?|我们", lowered):
+        return "status"  # "how many GPUs does the h100 pool have free?", "which queue has free GPUs?": a count
     if _QUEUE.search(text) and not _APPROVAL_WORDS.search(text):
         return "queue"
     if _RUNBOOK.search(text):
         return "runbook"
     if _KEPT.search(text):
         return "kept"
-    if re.search(r"\b(?:free|available|spare|idle)\b", lowered) and re.search(r"\bgpus?\b|cards?|卡", lowered) \
-            and re.search(r"how many|多少|几", lowered):
-        return "status"  # "how many GPUs does the h100 pool have free?": a count, not a forecast or a waste list
-    status_words = next(words for intent, words in _INTENTS if intent == "status")
-    if _POOL.search(text) and not re.search(r"cost|spen[dt]|bill|花|费用|成本|sav|节省", text, re.IGNORECASE) \
-            and not any(w in lowered for w in status_words):
+    if _POOL.search(text) and not re.search(r"cost|spen[dt]|bill|花|费用|成本|sav|节省", text, re.IGNORECASE):
         return "forecast"  # "which pool is idle at night?": pools' quiet windows and plans, not jobs' waste
     for intent, words in _INTENTS:
         if any(w in lowered for w in words):
+            if intent == "today" and re.search(r"wast|idle|浪费|闲置|空闲|谁", lowered) \
+                    and not re.search(r"\b(?:you|steward|agent)\b|你|干了|做了", lowered):
+                return "waste"  # "who was idle last night?": the waste, not what the steward did
             return intent
     return "help"
 
@@ -331,7 +333,9 @@ def named_jobs(ctx: ChatContext, text: str) -> list[str]:
     for word in _TOKEN.findall(text):
         if word.lower() in _NOT_NAMES:
             continue
-        matched = [n for n in names if word.lower() in n.lower().split("/", 1)[-1]]
+        # A whole word of the name (`jupyter` in jupyter-carol), not a piece of one ("night" is no nightly-eval).
+        matched = [n for n in names if word.lower() == (short := n.lower().split("/", 1)[-1])
+                   or word.lower() in re.split(r"[-_.]", short)]
         hits += [m for m in matched if m not in hits]
     return hits
 
@@ -816,20 +820,21 @@ def protection_reason_zh(reason: str) -> str:
     return reason
 
 
+# A job named the way chat's own answers name one (`ml-team/jupyter-carol`), or right after the word job.
+_JOB_WRITTEN = re.compile(r"(?<![\w./-])([A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)"
+                          r"|\b(?:job|pod|notebook|task)\s+([A-Za-z0-9][\w.-]*-[\w.-]+)"
+                          r"|(?:作业|任务|笔记本)\s*([A-Za-z0-9][\w.-]*-[\w.-]+)", re.ASCII | re.IGNORECASE)
+
+
 def _unknown_job(ctx: ChatContext, text: str) -> str | None:
-    """A word of the question written like a job id (`ml-team/x`, `eval-harness`) that no job chat knows matches:
-    the answer is "I don't know it", never another job's story or a list of others."""
+    """A job the question names as one (`ml-team/x`, "job eval-harness") that no job chat knows matches: the answer
+    is "I don't know it", never another job's story or a list of others."""
     known = [n.lower() for n in known_jobs(ctx)]
-    others = {p.name.lower() for p in ctx.observation.pools} | {n.name.lower() for n in ctx.observation.nodes}
-    others |= {t.lower() for j in ctx.observation.jobs for t in (j.namespace, j.project, j.user) if t}
-    others |= {f.team.lower() for f in ctx.findings if f.team}
-    for word in _TOKEN.findall(text):
-        w = word.lower().strip(".-")
-        if ("/" not in w and "-" not in w) or w in others or w.startswith("apr_") or _GPU_MODEL.fullmatch(w) \
-                or w in _NOT_NAMES or re.fullmatch(r"[\d.-]+|\w+-(?:provision\w*|load|down|up|time|made|line)", w):
-            continue
-        if not any(w in n for n in known):
-            return word.strip(".-")
+    for found in _JOB_WRITTEN.finditer(text):
+        name = next(g for g in found.groups() if g).strip(".-")
+        w = name.lower()
+        if not any(w in n or n.endswith("/" + w.split("/")[-1]) for n in known):
+            return name
     return None
 
 
@@ -856,8 +861,11 @@ def _team_named(ctx: ChatContext, text: str) -> tuple[str | None, str | None]:
     hits = sorted(t for t in teams if t.lower() in words)
     if hits:
         return hits[0], None
-    for pattern in (r"(?ai)(?<![\w-])(team[-_][\w-]+|[\w-]+[-_]team)(?![\w-])", r"(?ai)\bteam\s+([a-z0-9][\w-]*)",
-                    r"(?a)([A-Za-z0-9][\w-]*)\s*(?:团队|组)"):
+    if re.search(r"(?i)\b(?:which|each|every|per|by|all|across|between)\s+teams?\b|各团队|哪个团队|哪些团队|各个团队|所有团队",
+                 text):
+        return None, None  # about every team
+    for pattern in (r"(?ai)(?<![\w-])(team[-_][\w-]+|[\w-]+[-_]team)(?![\w-])",
+                    r"(?ai)\bteam\s+([a-z0-9]+[-_][\w-]+)", r"(?a)([A-Za-z0-9][\w-]*)\s*团队"):
         for asked in re.finditer(pattern, text):
             word = asked.group(1)
             if re.sub(r"[-_]?team$|^team[-_]?", "", word.lower()) not in _NOT_TEAMS:
@@ -889,13 +897,18 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
     lang = lang or detect_language(text)
     intent = classify(text)
     named = named_jobs(ctx, text)
-    if intent in ("help", "waste", "today", "approvals", "savings", "runbook") and named \
+    in_full = any(n.lower() in text.lower() for n in named)  # named by its whole id, not a word of it
+    if intent in ("help", "waste", "today", "approvals", "savings", "runbook", "queue", "kept") and named \
             and "who" not in text.lower() and "谁" not in text and not _ANSWER_TYPED.search(text):
         intent = "job"  # "is ml-team/x idle?", "what happened to x?": the job's own story answers it
+    elif intent in ("forecast", "status") and in_full and not _POOL.search(text):
+        intent = "job"  # "will ml-team/x be stopped tomorrow?", "summary of ml-team/x"
     elif intent == "help" and _owner_named(ctx, text) is not None:
         intent = "job"  # "what is frank running?": frank's jobs
     elif intent in ("help", "forecast") and _KEEP_ASKED.search(text):
         intent = "keep"  # "把 nb-alice 保留到明天": how to keep, not tomorrow's forecast
+    elif intent == "help" and re.search(r"\bstatus\b|\bcluster\b|集群|概况|总览", text, re.IGNORECASE):
+        intent = "status"
     unknown = None if named or intent in ("keep", "approvals", "runbook", "cost", "savings", "forecast", "queue") \
         else _unknown_job(ctx, text)
     if unknown is not None and (team_word := _team_named(ctx, text)[1]) is not None \

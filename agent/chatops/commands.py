@@ -19,7 +19,7 @@ Answer = Callable[[str, str, str], str | None]  # (question, user, language) -> 
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days
 APPROVER_MAX_KEEP_S = 30 * 86400.0
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-_ANSWER = re.compile(r"^(approve|deny|批准|拒绝)\s+(\S+)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+ANSWER_COMMAND = re.compile(r"^(approve|deny|批准|拒绝)\s+(\S+)\s*(.*)$", re.IGNORECASE | re.DOTALL)
 _DECISIONS: dict[str, Literal["approve", "deny"]] = {"approve": "approve", "deny": "deny", "批准": "approve",
                                                       "拒绝": "deny"}
 # Platforms whose callbacks sign neither the sender nor the text (DingTalk's `sign` covers only the timestamp):
@@ -97,7 +97,7 @@ class ChatCommands:
         keep = parse_keep(text)
         if keep is not None:
             return self._keep(platform, chat_id, keep, lang)
-        decided = _ANSWER.match(text)
+        decided = ANSWER_COMMAND.match(text)
         if decided:
             decision = _DECISIONS[decided.group(1).lower()]
             if platform in UNSIGNED_SENDERS:

@@ -20,19 +20,9 @@ from agent.detectors.activity import GpuActivity
 from agent.detectors.evidence import with_doubt
 from agent.detectors.signals import ClusterSignals
 from core.actions import Finding
-from core.cluster import SLURM_HET_JOB_LABEL, JobInfo
+from core.cluster import GANG_LABELS, RAY_CLUSTER_LABEL, SLURM_HET_JOB_LABEL, JobInfo
 from core.observation import Observation
 
-# Labels the gang-scheduling operators put on every pod of one job (Kubeflow training operator, Volcano,
-# LeaderWorkerSet, JobSet). Not batch/v1 `job-name`: the pods of a parallel Job are independent workers.
-# The labels gang schedulers put on every pod of one job: Kubeflow's training operator, Volcano, LeaderWorkerSet,
-# JobSet, the scheduler-plugins Coscheduling PodGroup (its current label and the one before v0.26), Kueue's plain
-# Pod groups, and a Slurm heterogeneous job. Pods a gang scheduler starts together die together.
-# KubeRay's `ray.io/cluster` too: a Ray Train job's GPU workers wait on the cluster's CPU workers (a shuffle, data
-# ingest) and fail with them, and its head holds the job's driver.
-GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
-               "jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
-               "kueue.x-k8s.io/pod-group-name", "ray.io/cluster", SLURM_HET_JOB_LABEL)
 # A pod with no GPU of its own spins at most this much CPU when hung (% of one core: a main loop and a poller); more is
 # work (a Ray CPU worker shuffling data at 1,400 %).
 GPULESS_SPIN_PCT = 200.0
@@ -81,10 +71,14 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
 
 
 def _gpuless_work(job: JobInfo, obs: Observation, policy: Policy) -> str | None:
-    """What shows a pod without GPUs (a Ray head, a CPU worker) working over the idle window: network or disk at
-    the active line, or CPU beyond what a hung process spins, in every slice read of the window's newest half (work
-    now, not a burst an hour ago). None when its counters are not read or show none."""
+    """What shows a pod without GPUs (a Ray head, a CPU worker, an MPI launcher) working over the newest half of the
+    idle window (work now, not an hour ago): its log advanced, or network or disk at the active line, or CPU beyond
+    what a hung process spins, in any slice read. None when nothing read shows it (its counters may not be read)."""
     d = policy.detectors
+    logs = obs.logs.get(job.id)
+    recent = obs.at - timedelta(seconds=d.idle.window / 2)
+    if logs is not None and logs.last_progress_at is not None and logs.last_progress_at >= recent:
+        return f"the log of {job.id} (no GPUs) advanced at {logs.last_progress_at:%H:%M} UTC"
     io = next((s for s in obs.io if s.job == job.id), None)
     if io is None or io.slice_s <= 0:
         return None
@@ -92,10 +86,10 @@ def _gpuless_work(job: JobInfo, obs: Observation, policy: Policy) -> str | None:
     for name, values, line in (("network", io.net_rx_mbps, d.longtail.io_threshold_mbps),
                                ("disk", io.disk_read_mbps, d.longtail.io_threshold_mbps),
                                ("process CPU", io.cpu_pct, GPULESS_SPIN_PCT)):
-        recent = [v for v in values[-n:] if v is not None]
-        if recent and min(recent) >= line:
+        seen = [v for v in values[-n:] if v is not None]
+        if seen and max(seen) >= line:
             unit = "% of a core" if name == "process CPU" else " MB/s"
-            return f"{name} of {job.id} (no GPUs) at {min(recent):.0f}{unit} or more"
+            return f"{name} of {job.id} (no GPUs) up to {max(seen):.0f}{unit}"
     return None
 
 
@@ -130,13 +124,26 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
                 if f.target_type == "job" and f.kind in WAITING_KINDS and f.stop_needs_approval}
     for (_, label, value), pods in gangs.items():
         held = [p for p in pods if p.id in flagged]
-        # A pod without GPUs is never flagged, so one not seen working is no doubt (an idle Ray cluster's head).
+        ray = label == RAY_CLUSTER_LABEL
+        # A Ray cluster's head and CPU pods are never flagged (no GPUs), so one not seen working is no doubt: an idle
+        # Ray cluster's GPU workers are idle. In other gangs a pod without GPUs (an MPI launcher) may be the one at work.
         others = [p for p in pods if p.id not in flagged and p.state == "running"
-                  and (p.gpus > 0 or _gpuless_work(p, obs, policy) is not None)]
+                  and (not ray or p.gpus > 0 or _gpuless_work(p, obs, policy) is not None)]
         if not held:
             continue
-        if any(shows_work(p, obs, signals, policy) is not None for p in others):
-            waiting.update(p.id for p in held)
+        working = [p for p in others if shows_work(p, obs, signals, policy) is not None]
+        if working and (not ray or any(p.gpus <= 0 for p in working)):
+            waiting.update(p.id for p in held)  # they wait for it (a Ray Train job's GPU workers for its data side)
+            continue
+        if working:
+            # A Ray cluster's GPU workers need not wait for each other (a shared cluster's idle worker is waste), but a
+            # Ray Train job's do: the finding stands, its stop for a person.
+            names = ", ".join(sorted(p.id for p in working)[:3])
+            why = (f"another GPU worker of its Ray cluster ({label}={value}: {names}) is working: the workers of one "
+                   f"Ray Train job wait for each other, those of a shared cluster do not",
+                   f"其 Ray 集群（{label}={value}：{names}）中另一个 GPU worker 正在工作：同一 Ray Train 作业的 worker "
+                   f"会互相等待，共享集群的则不会")
+            doubt.update((p.id, why) for p in held)
             continue
         unsure = sorted(p.id for p in held if p.id in in_doubt)
         if others:

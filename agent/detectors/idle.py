@@ -27,12 +27,13 @@ SPIN_CORES_EXTRA = 1.0
 # and no line says it finished: mid-operation, which can take hours with nothing in the pod's own counters (an NFS
 # client writes from the node's kernel). A notebook server's own save lines are not such an operation.
 _STARTED = re.compile(
-    r"\b(?:saving|writing|uploading|exporting|persisting|flushing|syncing|copying|pushing|serializing|consolidating)"
-    r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|artifacts?"
-    r"|distcp|snapshots?)\b|(?:正在|开始)(?:保存|写入|上传|导出)|(?:保存|写入|上传|导出)(?:检查点|模型|权重)",
-    re.I)
+    r"\b(?:saving|writing|uploading|exporting|persisting|flushing|copying|pushing|serializing|consolidating)"
+    r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|distcp"
+    r"|snapshots?)\b|(?:正在|开始)?(?:保存|写入|上传|导出)(?:检查点|模型|权重|快照)", re.I)
 _FINISHED = re.compile(r"\b(?:saved|written|uploaded|exported|done|finished|completed?|success\w*|took|failed|error)\b"
                        r"|完成|成功|已保存|失败", re.I)
+# A plan or a setting, not an operation under way ("will be saving checkpoints every 1000 steps").
+_NOT_UNDER_WAY = re.compile(r"\b(?:will|every|each|interval|enabled?|disabled?)\b|每隔|每\s*\d", re.I)
 _NOTEBOOK_SERVER = re.compile(r"NotebookApp|ServerApp|LabApp|\.ipynb", re.I)
 
 
@@ -43,7 +44,8 @@ def unfinished_write(logs: LogProgress | None) -> tuple[str, str] | None:
     if not lines:
         return None
     last = lines[-1]
-    if not _STARTED.search(last) or _FINISHED.search(last) or _NOTEBOOK_SERVER.search(last):
+    if not _STARTED.search(last) or _FINISHED.search(last) or _NOT_UNDER_WAY.search(last) \
+            or _NOTEBOOK_SERVER.search(last):
         return None
     quoted = " ".join(last.split())[:120]
     return (f"its newest log line announces a write that no line has finished (\"{quoted}\"): a checkpoint written "

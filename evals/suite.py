@@ -24,7 +24,10 @@ KNOWN_MISSES: dict[str, str] = {
     "happens",
     "megatron-ckpt-save-nfs-3h": "a Megatron checkpoint written to NFS for 175 minutes with nothing in the pod's own "
     "counters is reported idle and its owner warned; its newest log line announces the save and none finishes it, so "
-    "the stop waits for a person (agent/detectors/idle.py unfinished_write), and none happens",
+    "the stop waits for a person (agent/detectors/idle.py unfinished_state_io), and none happens",
+    "vllm-tp4-load-juicefs-two-hours": "a vLLM server reading a 144 GB model from a JuiceFS volume for 130 minutes, "
+    "nothing in the pod's own counters, is reported idle and its owner warned; its newest log line announces the "
+    "load and none finishes it, so the stop waits for a person (unfinished_state_io), and none happens",
 }
 
 

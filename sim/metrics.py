@@ -9,7 +9,7 @@ from typing import cast
 
 from core.cluster import GpuHistory, GpuSeries, JobIoSeries, expected_samples
 from sim.lifecycle import Lifecycle, Run
-from sim.signals import IDLE_POWER_W, temp_c
+from sim.signals import IDLE_POWER_SHARE, board_w, temp_c
 from sim.topology import SimNode
 
 _EPS = 1e-6
@@ -27,14 +27,14 @@ def gpu_sample(run: Run | None, node: SimNode, gpu: int, t: float, k: int) -> Sa
     if run is None:
         util, mem = 0.0, 0.0
         sm = tensor = dram = nvlink = pcie = 0.0
-        power = IDLE_POWER_W
+        power = IDLE_POWER_SHARE * board_w(node.gpu_model)
     else:
         phase = run.signals.phase_at(t - run.started)
         if phase.metrics == "missing":
             return None
         index = run.gpus.index(gpu)
         util, mem = run.signals.gpu(phase, index, k)
-        sm, tensor, dram, power, nvlink, pcie = run.signals.activity(phase, index, k, util)
+        sm, tensor, dram, power, nvlink, pcie = run.signals.activity(phase, index, k, util, board_w(node.gpu_model))
     xid, xid_at = node.xid(gpu, t)
     profile = (sm, tensor, dram, nvlink * MB, pcie * MB) if node.profiling else None
     return util, mem, max(temp_c(util), node.temp_floor(gpu, t)), power, xid, xid_at, profile

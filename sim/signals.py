@@ -7,6 +7,7 @@ import math
 import zlib
 from dataclasses import dataclass
 
+from core.gpus import board_power_w
 from sim.scenario import Job, Range
 
 _MASK = 0xFFFFFFFF
@@ -39,7 +40,9 @@ def pick(value: Range, seed: int, a: int, b: int) -> float:
     return float(value)
 
 
-IDLE_POWER_W = 70.0  # an A100 holding a CUDA context and running nothing
+IDLE_POWER_SHARE = 0.175  # a GPU holding a CUDA context and running nothing draws this share of its board power
+SPIN_POWER_SHARE = 0.06  # a spinning kernel (a hung collective's poll, a keep-alive loop) adds this share at 100 %
+DEFAULT_BOARD_W = 400.0  # an A100's board power: a GPU model the power table does not know is drawn as one
 SPIN_CPU_PCT = 5.0  # launching real kernels takes host CPU: a busy GPU fed by less is taken to spin
 NVLINK_MBPS = 20_000.0  # a multi-GPU job's gradient exchange per GPU at full utilisation (MB/s, TX + RX)
 PCIE_MBPS = 1_000.0  # input batches copied to a GPU at full utilisation (MB/s)
@@ -47,18 +50,26 @@ PCIE_MBPS = 1_000.0  # input batches copied to a GPU at full utilisation (MB/s)
 Activity = tuple[float, float, float, float, float, float]
 
 
-def power_w(util: float) -> float:
-    return IDLE_POWER_W + 3.3 * min(max(util, 0.0), 100.0)
+def board_w(gpu_model: str) -> float:
+    """The node's GPU board power (core/gpus.py), an A100's where the model is unknown."""
+    return board_power_w(gpu_model) or DEFAULT_BOARD_W
 
 
-def derived_activity(util: float, work: str, multi_gpu: bool) -> Activity:
+def power_w(util: float, board: float = DEFAULT_BOARD_W) -> float:
+    """Power at `util` % of real work: an idle GPU's share of the board, rising to the whole board at 100 % (a T4 idles
+    at 12 W and an H100 at 122 W, not all at an A100's 70 W)."""
+    idle = IDLE_POWER_SHARE * board
+    return idle + (board - idle) * min(max(util, 0.0), 100.0) / 100.0
+
+
+def derived_activity(util: float, work: str, multi_gpu: bool, board: float = DEFAULT_BOARD_W) -> Activity:
     """What a GPU at `util` % does when a phase says nothing more: real kernels do math, draw power and (on a
     multi-GPU job) exchange gradients over NVLink; a spinning kernel (a hung collective's, a keep-alive loop's)
     keeps GPU_UTIL up with a few SMs polling, no tensor or memory traffic and near-idle power."""
     u = min(max(util, 0.0), 100.0) / 100.0
     if work == "spin":
-        return 0.12 * u, 0.0, 0.0, IDLE_POWER_W + 30.0 * u, 0.0, 0.0
-    return 0.9 * u, 0.5 * u, 0.4 * u, power_w(util), NVLINK_MBPS * u if multi_gpu else 0.0, PCIE_MBPS * u
+        return 0.12 * u, 0.0, 0.0, (IDLE_POWER_SHARE + SPIN_POWER_SHARE * u) * board, 0.0, 0.0
+    return 0.9 * u, 0.5 * u, 0.4 * u, power_w(util, board), NVLINK_MBPS * u if multi_gpu else 0.0, PCIE_MBPS * u
 
 
 def temp_c(util: float) -> float:
@@ -155,11 +166,12 @@ class JobSignals:
         util = pick(phase.gpu_util, self._util_seed, gpu, k)
         return util, pick(phase.gpu_mem_gb, self._mem_seed, gpu, k) * 1024.0
 
-    def activity(self, phase: PhaseSpan, gpu: int, k: int, util: float) -> Activity:
-        """The gpu-th GPU's activity at sample k, given its utilisation then: written values, else derived."""
+    def activity(self, phase: PhaseSpan, gpu: int, k: int, util: float, board: float = DEFAULT_BOARD_W) -> Activity:
+        """The gpu-th GPU's activity at sample k, given its utilisation then (`board`: its board power, W): written
+        values, else derived."""
         if gpu >= phase.active_gpus:
-            return derived_activity(0.0, "real", False)
-        derived = derived_activity(util, phase.gpu_work, phase.active_gpus >= 2)
+            return derived_activity(0.0, "real", False, board)
+        derived = derived_activity(util, phase.gpu_work, phase.active_gpus >= 2, board)
         seed = self._activity_seed
         return tuple(d if given is None else pick(given, seed, gpu * 8 + i, k)  # type: ignore[return-value]
                      for i, (d, given) in enumerate(zip(derived, phase.activity, strict=True)))

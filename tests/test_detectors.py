@@ -528,22 +528,48 @@ def test_signals_can_be_shared_between_log_candidates_and_run_detectors():
 def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
     """verl#2860: a checkpoint to NFS for 3 hours, GPUs at 0 % and nothing in the pod's counters (the NFS client writes
     from the node's kernel), one "saving checkpoint" line: the idle job's stop needs a person."""
-    from agent.detectors.idle import unfinished_write
+    from agent.detectors.idle import unfinished_state_io
 
     def with_tail(*lines: str) -> LogProgress:
         return progress("ml/train", AT - timedelta(hours=2)).model_copy(update={"tail": list(lines)})
 
     saving = with_tail("step 2000 loss 1.9", "saving checkpoint at iteration    2000 to /mnt/nfs/ckpt in torch_dist format")
-    assert unfinished_write(saving) is not None
-    assert unfinished_write(with_tail("正在保存检查点 /mnt/nfs/ckpt")) is not None
+    assert unfinished_state_io(saving) is not None
+    assert unfinished_state_io(with_tail("正在保存检查点 /mnt/nfs/ckpt")) is not None
     # Finished, failed, or a notebook server's own autosave: nothing is in flight.
     for done in ("successfully saved checkpoint from iteration 2000", "saving checkpoint took 312.4s",
                  "[I 12:00:01 ServerApp] Saving file at /work/model.ipynb", "upload of model artifacts failed",
                  "step 2010 loss 1.8", "检查点保存完成", "Will be saving checkpoints every 1000 steps",
                  "Syncing model weights from rank 0", "wandb: Uploading artifacts...", "正在保存日志文件"):
-        assert unfinished_write(with_tail(done)) is None, done
-    assert unfinished_write(None) is None
+        assert unfinished_state_io(with_tail(done)) is None, done
+    assert unfinished_state_io(None) is None
 
     obs = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24)], {"ml/train": saving})
     found = [f for f in run_detectors(obs, POLICY) if f.kind == "idle"]
-    assert len(found) == 1 and "announces a write that no line has finished" in (found[0].stop_needs_approval or "")
+    assert len(found) == 1 and "announces a write or load of its state" in (found[0].stop_needs_approval or "")
+    # A load too (vllm#5405: a 144 GB model read from a JuiceFS volume for two hours before the server answers).
+    for loading in ("INFO 11-03 08:01:40 weight_utils.py:207] Using model weights format ['*.safetensors']",
+                    "Loading checkpoint shards from /mnt/nfs/llama-70b", "正在加载模型权重"):
+        assert unfinished_state_io(with_tail(loading)) is not None, loading
+    for loaded in ("INFO 11-03 10:10:12 model_runner.py:146] Loading model weights took 33.83 GB",
+                   "Loaded checkpoint from step 2000", "Restored model from /ckpt/step_2000 (success)"):
+        assert unfinished_state_io(with_tail(loaded)) is None, loaded
+
+
+def test_gpu_work_that_gpu_util_does_not_count_is_not_idle():
+    """An NVENC re-encode (rigaya/NVEnc#148) shows GPU_UTIL 0-1.5 % while drawing half an L4's 72 W with PCIe moving
+    frames: it was warned idle and stopped. Power above the near-idle share, or interconnect traffic, is work; once it
+    ends, the stretch of waste starts after it (a warning from before must not count)."""
+    def encoder(power: list[float]) -> Observation:
+        series = [gpu("ml/encode", [0.0] * 24, index=i, model="NVIDIA L4", power_w_slices=list(power))
+                  for i in range(4)]
+        return observe([job("ml/encode")], series, [io("ml/encode", 24)], {"ml/encode": progress("ml/encode", None)})
+
+    def idle(obs: Observation) -> list:
+        return [f for f in run_detectors(obs, POLICY) if f.kind == "idle"]
+
+    assert idle(encoder([35.0] * 24)) == []  # 49 % of 72 W all along
+    assert idle(encoder([35.0] * 16 + [12.0] * 8)) == []  # the encode ended 40 minutes ago: inside the window
+    [found] = idle(encoder([35.0] * 8 + [12.0] * 16))  # ended 80 minutes ago: idle since then, not for 2 h
+    assert found.since == AT - timedelta(minutes=80)
+    assert len(idle(encoder([12.0] * 24))) == 1  # an idle L4 draws 17 %: idle

@@ -96,6 +96,8 @@ DIFFICULTY: dict[str, str] = {
     "exporter-dark-at-the-stop-sweep": "hard",
     "ray-train-gpu-workers-wait-cpu-shuffle": "hard",
     "megatron-ckpt-save-nfs-3h": "hard",
+    "nvenc-archive-reencode-gpu-util-zero": "hard",
+    "vllm-tp4-load-juicefs-two-hours": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -88,7 +88,8 @@ def test_exporter_serves_the_dcgm_profiling_fields_and_a_node_without_profiling_
     assert any(line.startswith("DCGM_FI_DEV_GPU_UTIL{") for line in bare)
     assert not any(line.startswith("DCGM_FI_PROF_SM_ACTIVE") for line in bare)  # absent, not zero
     old = series_of(sim, "ml/old")[0]
-    assert old.sm_active_avg == [] and old.nvlink_bytes_avg == [] and last(old.power_w_slices) > 300
+    # Power is drawn against the node's own board: a T4 (70 W) at 80 % draws 58 W, never an A100's 334 W.
+    assert old.sm_active_avg == [] and old.nvlink_bytes_avg == [] and last(old.power_w_slices) == pytest.approx(58.45)
 
 
 def test_activity_keys_are_checked_when_the_scenario_loads():
@@ -98,3 +99,12 @@ def test_activity_keys_are_checked_when_the_scenario_loads():
         cluster([{"id": "a/b", "phases": [{"power_w": -5}]}])
     with pytest.raises(ScenarioError, match=r"jobs\[0\]\.phases\[0\]\.gpu_work"):
         cluster([{"id": "a/b", "phases": [{"gpu_work": "busy"}]}])
+
+
+def test_an_idle_gpu_draws_a_share_of_its_own_board_not_an_a100s_70_w():
+    """The simulator drew every idle GPU at an A100's 70 W: a T4's whole board, so an idle T4 read as working once the
+    idle detector counted power as work (agent/detectors/activity.py last_real_work)."""
+    sim = cluster([{"id": "ml/nb", "gpus": 1, "node": "t4", "phases": [{"gpu_util": 0, "gpu_mem_gb": 8}]}],
+                  nodes=[{"name": "t4", "gpus": 1, "gpu_model": "T4"}])
+    sim.advance_to(H)
+    assert last(series_of(sim, "ml/nb")[0].power_w_slices) == pytest.approx(0.175 * 70.0)

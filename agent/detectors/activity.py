@@ -7,36 +7,15 @@ exporter does not report is unknown and judges nothing, in either direction.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from agent.config.policy import ActivityRule
 from agent.detectors.history import align_end
-from agent.detectors.signals import JobWindow
+from agent.detectors.signals import JobSeries, JobWindow
+from core.gpus import board_power_w
 
 MB = 1e6
-
-# Board power (W) of common datacenter GPUs by dcgm-exporter's modelName; the first match wins, so PCIe and NVL
-# variants (lower power) come before their family. Near idle is a share of it (ActivityRule.idle_power_share).
-BOARD_POWER_W: tuple[tuple[re.Pattern[str], float], ...] = tuple((re.compile(p), w) for p, w in (
-    (r"\bGB200\b", 1200.0), (r"\bB200\b", 1000.0), (r"\bB100\b", 700.0),
-    (r"\bH200 NVL\b", 600.0), (r"\bH200\b", 700.0),
-    (r"\bH100\b.*\bPCIE\b", 350.0), (r"\bH100 NVL\b", 400.0), (r"\bH100\b", 700.0),
-    (r"\bH800\b.*\bPCIE\b", 350.0), (r"\bH800\b", 700.0), (r"\bH20\b", 400.0),
-    (r"\bA100\b.*\bPCIE\b", 300.0), (r"\bA100\b", 400.0), (r"\bA800\b.*\bPCIE\b", 300.0), (r"\bA800\b", 400.0),
-    (r"\bL40S\b", 350.0), (r"\bL40\b", 300.0), (r"\bL20\b", 275.0), (r"\bL4\b", 72.0),
-    (r"\bA40\b", 300.0), (r"\bA30\b", 165.0), (r"\bA10\b", 150.0), (r"\bT4\b", 70.0), (r"\bV100\b", 300.0),
-    # Workstation and server RTX cards clusters also run (Max-Q before its family, as PCIe above).
-    (r"\bRTX PRO 6000\b.*\bMAX Q\b", 300.0), (r"\bRTX PRO 6000\b", 600.0), (r"\bRTX 6000 ADA\b", 300.0),
-    (r"\bRTX A6000\b", 300.0), (r"\bRTX 4090\b", 450.0),
-))
-
-
-def board_power_w(model: str) -> float | None:
-    """The board power of a GPU model as dcgm-exporter names it ("NVIDIA A100-SXM4-80GB"); None when unknown."""
-    name = re.sub(r"[-_]", " ", model.upper())
-    return next((watts for pattern, watts in BOARD_POWER_W if pattern.search(name)), None)
-
 
 def _window_max(window: JobWindow, column: str, min_coverage: float, scale: float = 1.0) -> tuple[float | None, bool]:
     """(the highest slice average of one field over the window's GPUs that report it, whether every GPU reports it
@@ -180,3 +159,34 @@ class GpuActivity:
                  "power_max_w": self.power_w, "board_power_w": self.board_w,
                  "nvlink_max_mbps": self.nvlink_mbps, "pcie_max_mbps": self.pcie_mbps}
         return {k: round(v, 4) for k, v in pairs.items() if v is not None}
+
+
+def last_real_work(series: JobSeries, rule: ActivityRule) -> tuple[datetime, str] | None:
+    """(end of the newest slice in which a GPU of the job did real work by a field beyond GPU_UTIL, what showed it),
+    else None. GPU_UTIL counts kernels only: a video encode (NVENC/NVDEC), copies over PCIe or NVLink, and the power
+    they draw are work it does not see. The fields that clear a hang clear idleness too: the tensor pipe and DRAM
+    beyond their idle lines, power above the near-idle share of a known board, interconnect traffic above its line.
+    SM activity alone is not work (a polling kernel is resident)."""
+    boards = {board_power_w(g.model) for g in series.gpus}
+    board = boards.pop() if len(boards) == 1 else None
+    n = series.length
+    newest: tuple[int, str] | None = None
+    for g in series.gpus:
+        columns = [(g.tensor_active_avg, rule.tensor_active_max, 1.0, "tensor pipe"),
+                   (g.dram_active_avg, rule.dram_active_max, 1.0, "DRAM activity"),
+                   (g.pcie_bytes_avg, rule.interconnect_max_mbps, MB, "PCIe traffic"),
+                   (g.nvlink_bytes_avg, rule.interconnect_max_mbps, MB, "NVLink traffic")]
+        if board:
+            columns.append((g.power_w_slices, rule.idle_power_share * board, 1.0, "power"))
+        for values, limit, scale, name in columns:
+            if not values:
+                continue
+            for back, value in enumerate(reversed(align_end(values, n))):
+                if newest is not None and back >= newest[0]:
+                    break
+                if value is not None and value / scale > limit:
+                    newest = (back, name)
+                    break
+    if newest is None:
+        return None
+    return series.at - timedelta(seconds=newest[0] * series.slice_s), newest[1]

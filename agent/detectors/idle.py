@@ -7,6 +7,7 @@ import re
 from datetime import datetime, timedelta
 
 from agent.config.policy import LongTailRule, Policy
+from agent.detectors.activity import last_real_work
 from agent.detectors.evidence import duration_zh, io_metrics, log_metrics, with_doubt
 from agent.detectors.history import align_end
 from agent.detectors.longtail import LongTail, long_tail
@@ -23,23 +24,28 @@ SPIN_CORES_PER_GPU = 1.0
 SPIN_CORES_EXTRA = 1.0
 
 
-# The newest log line says the job began writing or moving its state (a checkpoint to NFS, weights to object storage)
-# and no line says it finished: mid-operation, which can take hours with nothing in the pod's own counters (an NFS
-# client writes from the node's kernel). A notebook server's own save lines are not such an operation.
+# The newest log line says the job began writing, moving or loading its state (a checkpoint to NFS, weights to object
+# storage, a 144 GB model read from a network volume before a server can answer) and no line says it finished:
+# mid-operation, which can take hours with nothing in the pod's own counters (an NFS or FUSE client reads and writes
+# from the node's kernel or another pod). A notebook server's own save lines are not such an operation; nor is a
+# serving engine's own "load begins" line followed by anything.
 _STARTED = re.compile(
-    r"\b(?:saving|writing|uploading|exporting|persisting|flushing|copying|pushing|serializing|consolidating)"
+    r"\b(?:saving|writing|uploading|exporting|persisting|flushing|copying|pushing|serializing|consolidating"
+    r"|loading|restoring|downloading|fetching|reading)"
     r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|distcp"
-    r"|snapshots?)\b|(?:正在|开始)?(?:保存|写入|上传|导出)(?:检查点|模型|权重|快照)", re.I)
-_FINISHED = re.compile(r"\b(?:saved|written|uploaded|exported|done|finished|completed?|success\w*|took|failed|error)\b"
-                       r"|完成|成功|已保存|失败", re.I)
+    r"|snapshots?)\b|(?:正在|开始)?(?:保存|写入|上传|导出|加载|载入|下载)(?:检查点|模型|权重|快照)"
+    # vLLM's last line before it reads the weights, and its newer "Starting to load model"
+    r"|\bUsing model weights format\b|\bStarting to load model\b", re.I)
+_FINISHED = re.compile(r"\b(?:saved|written|uploaded|exported|loaded|restored|downloaded|done|finished|completed?"
+                       r"|success\w*|took|failed|error)\b|完成|成功|已保存|已加载|失败", re.I)
 # A plan or a setting, not an operation under way ("will be saving checkpoints every 1000 steps").
 _NOT_UNDER_WAY = re.compile(r"\b(?:will|every|each|interval|enabled?|disabled?)\b|每隔|每\s*\d", re.I)
 _NOTEBOOK_SERVER = re.compile(r"NotebookApp|ServerApp|LabApp|\.ipynb", re.I)
 
 
-def unfinished_write(logs: LogProgress | None) -> tuple[str, str] | None:
-    """Why a quiet job's stop needs a person when its newest log line announces a write of its state that no line
-    has finished; else None."""
+def unfinished_state_io(logs: LogProgress | None) -> tuple[str, str] | None:
+    """Why a quiet job's stop needs a person when its newest log line announces a write, move or load of its state
+    that no line has finished; else None."""
     lines = [t for t in (logs.tail if logs is not None else []) if t.strip()]
     if not lines:
         return None
@@ -48,9 +54,11 @@ def unfinished_write(logs: LogProgress | None) -> tuple[str, str] | None:
             or _NOTEBOOK_SERVER.search(last):
         return None
     quoted = " ".join(last.split())[:120]
-    return (f"its newest log line announces a write that no line has finished (\"{quoted}\"): a checkpoint written "
-            f"to network storage shows no I/O in the pod's own counters, so the stop needs a person",
-            f"其最新一条日志宣告了一次尚未完成的写入（“{quoted}”）：写往网络存储的检查点在 pod 自身的计数器中看不到 I/O")
+    return (f"its newest log line announces a write or load of its state that no line has finished (\"{quoted}\"): "
+            f"a checkpoint or model moved over network storage shows no I/O in the pod's own counters, so the stop "
+            f"needs a person",
+            f"其最新一条日志宣告了一次尚未完成的状态写入或加载（“{quoted}”）：经网络存储读写的检查点或模型在 pod "
+            f"自身的计数器中看不到 I/O")
 
 
 def log_summary(logs: LogProgress | None) -> str:
@@ -112,6 +120,7 @@ class IdleGpuDetector:
         self.longtail = policy.detectors.longtail
         self.warn_in_grace = policy.warning.during_grace
         self.cadence_factor = policy.detectors.zombie.log_cadence_factor
+        self.activity = policy.detectors.activity
 
     def quiet_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
         """The job's window when its GPUs look idle (before logs and long-tail checks), else None."""
@@ -165,8 +174,15 @@ class IdleGpuDetector:
             worked = last_other_work(window.series, logs, self.longtail, cpu=spin is None)
             if worked is not None and worked > since:
                 since = worked
+            # Work GPU_UTIL does not count (a video encode, copies, the power they draw): not idle inside the window,
+            # and the stretch of waste begins after it (a warning from before it announced another stretch).
+            gpu_work = last_real_work(window.series, self.activity)
+            if gpu_work is not None and (obs.at - gpu_work[0]).total_seconds() < self.rule.window:
+                continue
+            if gpu_work is not None and gpu_work[0] > since:
+                since = gpu_work[0]
             finding = self._finding(job, window, logs, since, obs.at, blips, at_least=at_least)
-            spin = spin or self._trickle(window) or unfinished_write(logs)
+            spin = spin or self._trickle(window) or unfinished_state_io(logs)
             if spin is not None:
                 finding = with_doubt(finding, *spin, in_evidence=spin[0])
             if tail is not None and stop_after is not None:

@@ -234,3 +234,14 @@ def test_elapsed_time_in_lines_without_their_own_times_and_sleep_phrasings():
     assert analyse_log("j", lines(sleeps), NOW).progress_lines == 0
     clock = [f"elapsed {h}h {m}m" for h, m in ((0, 58), (0, 59), (1, 0), (1, 1))]
     assert analyse_log("j", lines(clock, 60), NOW).progress_lines == 0
+
+
+def test_a_counter_moves_in_place_not_between_lines_of_different_numbers():
+    """An MPI worker pod logs sshd's start: "listening on 0.0.0.0 port 22" then "listening on :: port 22". The same
+    words with a different count of numbers is no counter that moved: it read as progress, so a hung MPIJob's silent
+    workers looked alive once (a scenario from horovod#777)."""
+    got = analyse_log("mpi/worker-0", lines(["Server listening on 0.0.0.0 port 22.", "Server listening on :: port 22."]),
+                      NOW)
+    assert got.progress_lines == 0 and got.last_progress_at is None
+    moving = analyse_log("ml/x", lines(["it 10 loss 2.5", "it 20 loss 2.4"]), NOW)
+    assert moving.progress_lines == 2

@@ -137,7 +137,8 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         if _STALL.search(text) or (_SELF_STATS.search(text) and not _PROGRESS_HINT.search(text)):
             continue
         moved = (bool(_PROGRESS_HINT.search(text)) if previous is None
-                 else previous[0] != numbers and not _elapsed_only(previous[1:], text, at))
+                 else len(previous[0]) == len(numbers) and previous[0] != numbers
+                 and not _elapsed_only(previous[1:], text, at))
         if moved:
             progress_at.append(at)
     gaps = [(b - a).total_seconds() for a, b in zip(progress_at, progress_at[1:], strict=False)]

@@ -232,3 +232,19 @@ def test_a_real_cluster_sweep_says_by_its_exit_status_what_went_wrong():
     assert sweep_exit(failed) == 4
     assert sweep_exit({**failed, "observed": {"degraded": ["GPU metrics stale"]}}) == 3
     assert sweep_exit({"outcomes": [{"status": "executed"}, {"status": "refused"}], "observed": {"degraded": []}}) == 0
+
+
+def test_after_the_quick_start_audit_and_approvals_name_the_demo_sweeps_folder(tmp_path, capsys, monkeypatch):
+    """A newcomer's `steward audit verify` after the quick start said "no audit log at ~/.local/share/..." and the
+    approvals hint said "run a sweep there first": a demo sweep writes its own folder under runs/, so that sent them
+    in a circle. The message names the newest run's folder and the --data-dir that reads it."""
+    run = tmp_path / "runs" / "demo-cluster-20261103"
+    run.mkdir(parents=True)
+    (run / "audit.sqlite").touch()
+    (run / "approvals.sqlite").touch()
+    monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path))
+    assert main(["audit", "verify"]) == 2
+    assert f"add --data-dir {run}" in capsys.readouterr().err
+    assert main(["approvals", "list"]) == 2
+    err = capsys.readouterr().err
+    assert "run `steward serve` or a sweep there first" not in err and f"add --data-dir {run}" in err

@@ -28,14 +28,13 @@ if TYPE_CHECKING:
 WORDS = {
     "en": {"none": "No approval requests in {dir}.", "pending": "Waiting for a human ({n}):",
            "recent": "Answered recently:", "expires": "expires", "level": "level", "nodes": "{n} nodes",
-           "no_store": "error: no approval store in {dir} (run `steward serve` or a sweep there first, or pass "
-                       "--data-dir DIR)",
+           "no_store": "error: no approval store in {dir} (`steward serve` keeps one there; or pass --data-dir DIR)",
            "taken": "{id}: {status} by {by}. Recorded and audited; the steward carries it out before its next sweep "
                     "(a running `steward serve`, or the next `steward sweep`), after re-checking the target.",
            "refused": "error: not taken: {why}", "answer_with": "Answer: steward approvals approve|deny ID --reason TEXT"},
     "zh": {"none": "{dir} 中没有审批请求。", "pending": "等待人工审批（{n} 项）：", "recent": "最近的处理：",
            "expires": "过期时间", "level": "级别", "nodes": "{n} 个节点",
-           "no_store": "错误：{dir} 中没有审批库（请先在此运行 `steward serve` 或巡检，或用 --data-dir 指定目录）",
+           "no_store": "错误：{dir} 中没有审批库（`steward serve` 会在此保存；或用 --data-dir 指定目录）",
            "taken": "{id}：已由 {by} {status_zh}。已记录并写入审计；巡检服务会在下一次巡检前（运行中的 `steward serve`，"
                     "或下一次 `steward sweep`）重新检查目标后执行。",
            "refused": "错误：未受理：{why}", "answer_with": "处理：steward approvals approve|deny ID --reason 原因"},
@@ -79,7 +78,11 @@ def _existing_store(args: argparse.Namespace, settings: Settings, w: dict[str, s
         return _open(settings.store("approvals"), settings.store("audit"))
     data_dir = args.data_dir or settings.data_dir
     if not (data_dir / "approvals.sqlite").is_file():
-        print(w["no_store"].format(dir=data_dir), file=sys.stderr)
+        from agent.cli.errors import replay_hint
+
+        hint = "" if args.data_dir is not None else replay_hint(data_dir, "approvals.sqlite",
+                                                                 "zh" if w is WORDS["zh"] else "en")
+        print(w["no_store"].format(dir=data_dir) + hint, file=sys.stderr)
         return None
     return _open(str(data_dir / "approvals.sqlite"), str(data_dir / "audit.sqlite"))
 

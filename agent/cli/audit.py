@@ -40,6 +40,15 @@ def _log_path(args: argparse.Namespace, settings: Settings) -> str:
     return str((args.data_dir or settings.data_dir) / "audit.sqlite")
 
 
+def _hint(args: argparse.Namespace, settings: Settings) -> str:
+    """Where the newest demo sweep's audit log is, when none is where the command looked (agent/cli/errors.py)."""
+    from agent.cli.errors import replay_hint
+
+    if args.data_dir is not None or settings.database_url is not None:
+        return ""
+    return replay_hint(settings.data_dir, "audit.sqlite", "zh" if (args.lang or settings.language) == "zh" else "en")
+
+
 def _open(path: str) -> Any:
     from agent.records.audit import AuditLog
 
@@ -62,7 +71,7 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     try:
         log = _open(path)
     except FileNotFoundError:
-        print(words["none"].format(path=shown), file=sys.stderr)
+        print(words["none"].format(path=shown) + _hint(args, settings), file=sys.stderr)
         return 2
     try:
         result = log.verify(expect_head=expect)
@@ -92,7 +101,7 @@ def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
     try:
         log = _open(path)
     except FileNotFoundError:
-        print(words["none"].format(path=shown), file=sys.stderr)
+        print(words["none"].format(path=shown) + _hint(args, settings), file=sys.stderr)
         return 2
     try:
         head = log.head()
@@ -133,7 +142,7 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     try:
         log = _open(path)
     except FileNotFoundError:
-        print(words["none"].format(path=pg.redact(path)), file=sys.stderr)
+        print(words["none"].format(path=pg.redact(path)) + _hint(args, settings), file=sys.stderr)
         return 2
     since = datetime.now(UTC) - timedelta(seconds=args.since) if args.since else None
     quiet = () if args.kind or args.all else NOT_ACTIONS  # each sweep's findings, report, usage: --kind or --all

@@ -95,6 +95,16 @@ GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderw
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 
 
+def gang_key(namespace: str, labels: dict[str, str]) -> tuple[str, str, str] | None:
+    """(namespace, label, value) naming the distributed job a pod or job belongs to (GANG_LABELS); None for a job of
+    its own. A Slurm heterogeneous job's components may sit in different partitions: its id is the cluster's."""
+    for label in GANG_LABELS:
+        value = labels.get(label)
+        if value:
+            return ("" if label == SLURM_HET_JOB_LABEL else namespace), label, value
+    return None
+
+
 def gpu_model_matches(wanted: str | None, model: str) -> bool:
     """Whether a node's GPU model satisfies a request: every word of the request is a word of the model
     ("H100" matches "NVIDIA-H100-80GB-HBM3", "a100" matches "A100-80GB"); no request matches any model."""

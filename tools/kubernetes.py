@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core.cluster import GANG_LABELS, CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult
+from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult, gang_key
 from tools.k8s_pods import (
     ACTIVE_PODS,
     FINISHED_PODS,
@@ -263,9 +263,8 @@ def kubernetes_scheduler_from_settings(settings: Settings, *, clock: Clock | Non
     return KubernetesScheduler(client.CoreV1Api(api_client or kubernetes_api_client(settings)), clock=clock)
 
 
+
 def _gang_key(pod: dict) -> tuple[str, str, str] | None:
-    """(namespace, label, value) of the distributed job a pod belongs to (core.cluster.GANG_LABELS), else None."""
+    """(namespace, label, value) of the distributed job a pod belongs to (core.cluster.gang_key), else None."""
     meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    label = next((k for k in GANG_LABELS if labels.get(k)), None)
-    return (meta.get("namespace", "default"), label, labels[label]) if label else None
+    return gang_key(meta.get("namespace", "default"), meta.get("labels") or {})

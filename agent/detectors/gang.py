@@ -20,7 +20,7 @@ from agent.detectors.activity import GpuActivity
 from agent.detectors.evidence import with_doubt
 from agent.detectors.signals import ClusterSignals
 from core.actions import Finding
-from core.cluster import GANG_LABELS, RAY_CLUSTER_LABEL, SLURM_HET_JOB_LABEL, JobInfo
+from core.cluster import RAY_CLUSTER_LABEL, JobInfo, gang_key
 from core.observation import Observation
 
 # A pod with no GPU of its own spins at most this much CPU when hung (% of one core: a main loop and a poller); more is
@@ -30,13 +30,8 @@ WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
 
 
 def gang_of(job: JobInfo) -> tuple[str, str, str] | None:
-    """(namespace, label, value) naming the distributed job this pod belongs to; None for a job of its own. A Slurm
-    heterogeneous job's components may sit in different partitions: its id is the cluster's, not a partition's."""
-    for label in GANG_LABELS:
-        value = job.labels.get(label)
-        if value:
-            return ("" if label == SLURM_HET_JOB_LABEL else job.namespace), label, value
-    return None
+    """(namespace, label, value) naming the distributed job this pod belongs to; None for a job of its own."""
+    return gang_key(job.namespace, job.labels)
 
 
 def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: Policy) -> str | None:

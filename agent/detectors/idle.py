@@ -27,8 +27,8 @@ SPIN_CORES_EXTRA = 1.0
 # The newest log line says the job began writing, moving or loading its state (a checkpoint to NFS, weights to object
 # storage, a 144 GB model read from a network volume before a server can answer) and no line says it finished:
 # mid-operation, which can take hours with nothing in the pod's own counters (an NFS or FUSE client reads and writes
-# from the node's kernel or another pod). A notebook server's own save lines are not such an operation; nor is a
-# serving engine's own "load begins" line followed by anything.
+# from the node's kernel or another pod). A notebook server's own save lines are not such an operation, nor a plan
+# ("will be saving checkpoints every 1000 steps").
 _STARTED = re.compile(
     r"\b(?:saving|writing|uploading|exporting|persisting|flushing|copying|pushing|serializing|consolidating"
     r"|loading|restoring|downloading|fetching|reading)"

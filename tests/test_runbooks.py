@@ -445,3 +445,18 @@ def test_chat_answers_how_to_questions_from_the_runbooks(shipped, tmp_path):
     assert start["intent"] == "runbook" and "[rb:nccl-timeout]" in en.splitlines()[1]
     start, xid = ask("XID 79 是什么意思")
     assert start["intent"] == "runbook" and "[rb:gpu-xid-errors]" in xid.splitlines()[1]
+
+
+def test_cli_search_prints_rank_first_and_names_each_score(shipped, monkeypatch, capsys):
+    """The list is in fused order; a cosine printed as the lead number read as out of order (a lower one above)."""
+    import argparse
+
+    from agent.cli import runbooks as cli
+    from agent.retrieval import index as index_module
+
+    monkeypatch.setattr(index_module, "open_runbook_index", lambda settings: shipped)
+    args = argparse.Namespace(query="节点掉卡 xid 79", kind=None, k=3, json=False)
+    assert cli.cmd_search(args, settings=None) == 0
+    heads = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert [h.split(".")[0] for h in heads] == ["1", "2", "3"]
+    assert heads[0].startswith("1. gpu-xid-errors")

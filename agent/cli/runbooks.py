@@ -56,9 +56,12 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     if not hits:
         print("no runbook matches")
         return 1
-    for h in hits:
+    # Ranked by the fusion of the embedding's and BM25's rankings: the rank leads, the section's cosine (0: found
+    # by BM25 alone) is shown as what it is, so a lower cosine above a higher one reads as intended.
+    for rank, h in enumerate(hits, 1):
         excerpt = " ".join(h["excerpt"].split())[:160]
-        print(f"{h['score']:.3f}  {h['id']}  [{h['language']}/{h['section']}]  {h['title']}\n       {excerpt}")
+        print(f"{rank}. {h['id']}  [{h['language']}/{h['section']}]  {h['title']}\n"
+              f"   cosine {h['score']:.3f}, fused {h['rrf']:.4f}  {excerpt}")
     return 0
 
 

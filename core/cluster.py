@@ -88,11 +88,15 @@ SLURM_HET_JOB_LABEL = "slurm.het_job_id"
 # The labels gang schedulers put on every pod of one job (agent/detectors/gang.py): Kubeflow's training operator,
 # Volcano, LeaderWorkerSet, JobSet, the scheduler-plugins Coscheduling PodGroup (its current label and the one
 # before v0.26), Kueue's plain Pod groups, KubeRay's cluster (a Ray Train job's GPU workers wait on its CPU workers
-# and fail with them), and a Slurm heterogeneous job. Not batch/v1 `job-name`: a parallel Job's pods are independent.
+# and fail with them), and a Slurm heterogeneous job. A batch/v1 Job's `job-name` only with a completion index: an
+# Indexed Job is how Kubernetes itself runs multi-pod training (its docs' "Job with Pod-to-Pod Communication", JobSet's
+# replicas), while a plain parallel Job's pods are independent work-queue workers. A wrong gang only holds a stop back.
 GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
                "jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
                "kueue.x-k8s.io/pod-group-name", "ray.io/cluster", SLURM_HET_JOB_LABEL)
 RAY_CLUSTER_LABEL = "ray.io/cluster"
+INDEXED_JOB_LABEL = "batch.kubernetes.io/job-completion-index"  # a label since Kubernetes 1.28
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # the Job controller's, newest first
 
 
 def gang_key(namespace: str, labels: dict[str, str]) -> tuple[str, str, str] | None:
@@ -102,6 +106,10 @@ def gang_key(namespace: str, labels: dict[str, str]) -> tuple[str, str, str] | N
         value = labels.get(label)
         if value:
             return ("" if label == SLURM_HET_JOB_LABEL else namespace), label, value
+    if INDEXED_JOB_LABEL in labels:
+        for label in JOB_NAME_LABELS:
+            if value := labels.get(label):
+                return namespace, label, value
     return None
 
 

@@ -28,6 +28,9 @@ class LogProgress(BaseModel):
     requests: int = 0
     request_path: str | None = None
     tail: list[str] = []
+    # The last burst's announcement of a write or load of the job's state that no line finished (a checkpoint to NFS,
+    # a model read from a network volume): tools/log_progress.py state_io_announced.
+    state_io: str | None = None
 
 
 class Observation(BaseModel):

@@ -14,8 +14,9 @@ from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector, in_time_window
 from agent.detectors.signals import group_signals
 from agent.detectors.zombie import ZombieDetector
-from core.cluster import GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from core.cluster import GpuSeries, JobInfo, JobIoSeries, LogLine, NodeInfo, PoolInfo
 from core.observation import LogProgress, Observation
+from tools.log_progress import analyse_log
 
 AT = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 SLICE = 300.0  # 5 minutes; the default idle window is 12 slices
@@ -531,7 +532,8 @@ def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
     from agent.detectors.idle import unfinished_state_io
 
     def with_tail(*lines: str) -> LogProgress:
-        return progress("ml/train", AT - timedelta(hours=2)).model_copy(update={"tail": list(lines)})
+        return analyse_log("ml/train", [LogLine(at=AT - timedelta(hours=2, seconds=len(lines) - i), text=t)
+                                        for i, t in enumerate(lines)], AT)
 
     saving = with_tail("step 2000 loss 1.9", "saving checkpoint at iteration    2000 to /mnt/nfs/ckpt in torch_dist format")
     assert unfinished_state_io(saving) is not None
@@ -546,14 +548,28 @@ def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
 
     obs = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24)], {"ml/train": saving})
     found = [f for f in run_detectors(obs, POLICY) if f.kind == "idle"]
-    assert len(found) == 1 and "announces a write or load of its state" in (found[0].stop_needs_approval or "")
+    assert len(found) == 1 and "announce a write or load of its state" in (found[0].stop_needs_approval or "")
     # A load too (vllm#5405: a 144 GB model read from a JuiceFS volume for two hours before the server answers).
     for loading in ("INFO 11-03 08:01:40 weight_utils.py:207] Using model weights format ['*.safetensors']",
                     "Loading checkpoint shards from /mnt/nfs/llama-70b", "正在加载模型权重"):
         assert unfinished_state_io(with_tail(loading)) is not None, loading
     for loaded in ("INFO 11-03 10:10:12 model_runner.py:146] Loading model weights took 33.83 GB",
-                   "Loaded checkpoint from step 2000", "Restored model from /ckpt/step_2000 (success)"):
+                   "Loaded checkpoint from step 2000", "Restored model from /ckpt/step_2000 (success)",
+                   "Loading checkpoint shards: 100%|##########| 2/2 [00:04<00:00,  2.10s/it]"):
         assert unfinished_state_io(with_tail(loaded)) is None, loaded
+    # The announcement need not be the newest line: transformers prints the model's config after "loading weights
+    # file" in the same second, and the load runs on in silence (safetensors#562, a 70B model over EFS for 2.5 h).
+    hf = ("[INFO|modeling_utils.py:3934] >> loading weights file /mnt/efs/llama-70b/model.safetensors.index.json",
+          "[INFO|modeling_utils.py:1621] >> Instantiating LlamaForCausalLM model under default dtype torch.bfloat16.",
+          "[INFO|configuration_utils.py:1099] >> Generate config GenerationConfig {", '  "bos_token_id": 128000,', "}", "")
+    assert unfinished_state_io(with_tail(*hf)) is not None
+    assert unfinished_state_io(with_tail("Loading checkpoint shards:  17%|#7        | 5/30 [25:01<2:05:00]")) is not None
+    # Progress after it (the job moved on), a finish after it, or an announcement minutes before the newest line
+    # (not the last burst): nothing in flight.
+    assert unfinished_state_io(with_tail(*hf, "step 10 loss 2.31")) is None
+    assert unfinished_state_io(with_tail(*hf[:2], "All model checkpoint weights were used; model loaded")) is None
+    late = [LogLine(at=AT - timedelta(hours=3), text=hf[0]), LogLine(at=AT - timedelta(hours=2), text="Hello")]
+    assert unfinished_state_io(analyse_log("ml/train", late, AT)) is None
 
 
 def test_gpu_work_that_gpu_util_does_not_count_is_not_idle():

@@ -19,10 +19,10 @@ def pod(name: str, node: str, labels: dict[str, str] | None = None, namespace: s
 
 
 def cluster(master_util: float, master_log_at=None, worker_labels: dict[str, str] | None = None,
-            worker_ns: str = "llm"):
+            worker_ns: str = "llm", master_labels: dict[str, str] | None = None):
     """master-0 at `master_util` (24 slices); worker-0 pinned at 100 % with a log silent since SILENT (hung-looking);
     worker-1 at 0 % (idle-looking). All on their own nodes, no network or disk I/O."""
-    jobs = [pod("master-0", "n1"), pod("worker-0", "n2", worker_labels, worker_ns),
+    jobs = [pod("master-0", "n1", master_labels), pod("worker-0", "n2", worker_labels, worker_ns),
             pod("worker-1", "n3", worker_labels, worker_ns)]
     gpus = (job_gpus("llm/master-0", [master_util] * 24, node="n1")
             + job_gpus(f"{worker_ns}/worker-0", [100.0] * 24, node="n2")
@@ -58,6 +58,17 @@ def test_only_pods_of_the_same_job_protect_each_other():
     # batch/v1 `job-name` is not a gang: a parallel Job's pods are independent workers.
     assert gang_of(pod("w", "n1", {"job-name": "sft"})) is None
     assert gang_of(pod("w", "n1", {"volcano.sh/job-name": "sft"})) == ("llm", "volcano.sh/job-name", "sft")
+
+
+def test_an_indexed_jobs_pods_are_one_job():
+    # An Indexed Job is how Kubernetes runs multi-pod training without an operator (its docs' "Job with Pod-to-Pod
+    # Communication"): its waiting ranks are spared while rank 0 evaluates, as a PyTorchJob's are.
+    indexed = {"batch.kubernetes.io/job-name": "sft", "job-name": "sft", "batch.kubernetes.io/job-completion-index": "1"}
+    assert gang_of(pod("w", "n1", indexed)) == ("llm", "batch.kubernetes.io/job-name", "sft")
+    assert gang_of(pod("w", "n1", {"job-name": "sft", "batch.kubernetes.io/job-completion-index": "0"})) == (
+        "llm", "job-name", "sft")
+    rank0 = {**indexed, "batch.kubernetes.io/job-completion-index": "0"}
+    assert kinds(cluster(55.0, master_labels=rank0, worker_labels=indexed)) == {}
 
 
 def test_a_stop_needs_the_whole_job_behind_it():

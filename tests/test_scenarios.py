@@ -98,6 +98,10 @@ DIFFICULTY: dict[str, str] = {
     "megatron-ckpt-save-nfs-3h": "hard",
     "nvenc-archive-reencode-gpu-util-zero": "hard",
     "vllm-tp4-load-juicefs-two-hours": "hard",
+    "sglang-multinode-idle-gpu-pinned": "hard",
+    "indexed-job-rank0-eval-nccl-barrier": "hard",
+    "hf-load-shards-network-volume": "hard",
+    "triton-unlabelled-rare-requests-no-log": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -36,6 +36,21 @@ def test_which_jobs_are_services_is_the_policys_selectors():
     assert serving_reason(job(team="inference"), custom) == "team=inference"
 
 
+def test_a_model_servers_image_makes_a_service_whatever_its_labels():
+    rule = Policy().detectors.serving
+
+    def image(name: str) -> str | None:
+        return serving_reason(job(app="doc-reranker").model_copy(update={"image": name}), rule)
+
+    for served in ("nvcr.io/nvidia/tritonserver:24.08-py3", "vllm/vllm-openai:v0.6.3", "lmsysorg/sglang",
+                   "localhost:5000/tritonserver", "nvcr.io/nim/meta/llama3-8b-instruct:1.0@sha256:0abc",
+                   "ghcr.io/huggingface/text-generation-inference:2.4"):
+        assert image(served) == f"image {served}", served
+    for other in ("pytorch/pytorch:2.4-cuda12", "nvcr.io/nvidia/pytorch:24.08-py3", "acme/tritonserver-trainer:1",
+                  "registry:5000/team/train-vllm:latest", None):
+        assert image(other) is None, other
+
+
 def test_an_idle_service_gets_advice_and_is_never_stopped_while_an_idle_notebook_is():
     run = run_scenario(load_scenario("evals/scenarios/idle-inference-service.yaml"), Policy(), PolicyModel())
     assert run.score.passed and run.score.false_kills == 0
@@ -71,3 +86,20 @@ def test_the_advice_reads_in_chinese():
     assert f.kind == "idle_serving" and f.metrics["warmup_s"] == 240
     zh = describe(f, "zh")
     assert "推理服务" in zh and "缩容到零" in zh and "4 分钟" in zh and "GPU" in zh, zh
+
+
+def test_a_service_that_reads_hung_gets_advice_not_a_stop():
+    """sglang#6085: a two-node SGLang service's GPUs read 100 % with no requests (its all-reduce polls). The zombie
+    findings are advice: a stop would be an outage the steward chose, whether it is hung or only waiting."""
+    run = run_scenario(load_scenario("evals/scenarios/sglang-multinode-idle-gpu-pinned.yaml"), Policy(), PolicyModel())
+    assert run.score.passed and run.score.false_kills == 0
+    assert not [a for a in run.actions if a["action"] in ("terminate", "force_terminate") and a["status"] == "executed"]
+    assert {f["kind"] for f in run.findings} == {"idle_serving"}
+    deps, cluster = simulated_deps(load_scenario("evals/scenarios/sglang-multinode-idle-gpu-pinned.yaml"), Policy(),
+                                   PolicyModel())
+    cluster.advance_to(3 * 3600)
+    found = [f for f in run_detectors(deps.observe(), Policy()) if f.target == "llm/deepseek-r1-0"]
+    assert [f.kind for f in found] == ["idle_serving"] and found[0].metrics["serving_pinned"] == 1.0
+    assert "restart it through its own deployment" in found[0].evidence
+    zh = describe(found[0], "zh")
+    assert "推理服务" in zh and "重启" in zh and "不会停止" in zh, zh

@@ -14,6 +14,30 @@ _MAX_CHARS = 2000  # a pathological megabyte line must not cost more than a norm
 _TAIL = 5
 _TAIL_CHARS = 300
 
+# The log's last burst says the job began writing, moving or loading its state (a checkpoint to NFS, weights to object
+# storage, a 144 GB model read from a network volume before a server can answer) and no line says it finished:
+# mid-operation, which can take hours with nothing in the pod's own counters (an NFS or FUSE client reads and writes
+# from the node's kernel or another pod). A notebook server's own save lines are not such an operation, nor a plan
+# ("will be saving checkpoints every 1000 steps").
+STATE_IO_STARTED = re.compile(
+    r"\b(?:saving|writing|uploading|exporting|persisting|flushing|copying|pushing|serializing|consolidating"
+    r"|loading|restoring|downloading|fetching|reading)"
+    r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|distcp"
+    r"|snapshots?)\b|(?:正在|开始)?(?:保存|写入|上传|导出|加载|载入|下载)(?:检查点|模型|权重|快照)"
+    # vLLM's last line before it reads the weights, and its newer "Starting to load model"
+    r"|\bUsing model weights format\b|\bStarting to load model\b", re.I)
+# Finished, failed, or a count at its total (a progress bar's "100%", "30/30").
+STATE_IO_FINISHED = re.compile(r"\b(?:saved|written|uploaded|exported|loaded|restored|downloaded|done|finished|completed?"
+                       r"|success\w*|took|failed|error|ready)\b|完成|成功|已保存|已加载|失败|就绪"
+                       r"|(?<![\d.])100(?:\.0+)?\s?%|\b(\d+)/\1\b", re.I)
+# A plan or a setting, not an operation under way ("will be saving checkpoints every 1000 steps").
+_NOT_UNDER_WAY = re.compile(r"\b(?:will|every|each|interval|enabled?|disabled?)\b|每隔|每\s*\d", re.I)
+_NOTEBOOK_SERVER = re.compile(r"NotebookApp|ServerApp|LabApp|\.ipynb", re.I)
+# Lines within a minute of the newest are one burst (a library's start-up block: "loading weights file", the model's
+# config dump, a warning), at most this many of them (a log without its own times dates every line alike).
+STATE_IO_BURST_S = 60.0
+STATE_IO_BURST_LINES = 50
+
 # Timestamps move on every line, so they say nothing about progress; tqdm's elapsed/eta too.
 _CLOCK = re.compile(
     r"\d{4}[-/]\d{1,2}[-/]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
@@ -117,7 +141,8 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
     last_step: float | None = None
     last_line_at: datetime | None = None
     requests, path = 0, None
-    for line in lines:
+    last_progress_i = -1
+    for i, line in enumerate(lines):
         at = min(line.at, now) if _comparable(line.at, now) else line.at  # clock skew: never in the future
         last_line_at = at if last_line_at is None else max(last_line_at, at)
         text = line.text[:_MAX_CHARS]
@@ -125,9 +150,11 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
             # A request answered is work, whatever its numbers (its latency is a time span, not a counter).
             requests, path = requests + 1, served
             progress_at.append(at)
+            last_progress_i = i
             continue
         template, numbers = _shape(text)
-        if not numbers or _SCHEDULER.search(text):
+        # A line of numbers alone names nothing it counts (the items of a config dump's JSON array): not a report.
+        if not numbers or not template or _SCHEDULER.search(text):
             continue
         step = _STEP.search(text)
         if step:
@@ -141,6 +168,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
                  and not _elapsed_only(previous[1:], text, at))
         if moved:
             progress_at.append(at)
+            last_progress_i = i
     gaps = [(b - a).total_seconds() for a, b in zip(progress_at, progress_at[1:], strict=False)]
     return LogProgress(
         job=job_id,
@@ -154,7 +182,27 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         requests=requests,
         request_path=redactor.redact(path) if path else None,
         tail=[redactor.redact(line.text[:_TAIL_CHARS]) for line in lines[-_TAIL:]],
+        state_io=redactor.redact(announced[:_TAIL_CHARS]) if (announced := state_io_announced(
+            lines, last_progress_i, last_line_at)) else None,
     )
+
+
+def state_io_announced(lines: list[LogLine], last_progress_i: int, newest: datetime | None) -> str | None:
+    """The line of the log's last burst announcing a write, move or load of the job's state that no later line
+    finished, else None. Lines from the newest progress line on (a bar at 17 % of "Loading checkpoint shards" is one;
+    progress after an announcement means the job moved on), within STATE_IO_BURST_S of the newest line."""
+    start = max(last_progress_i, len(lines) - STATE_IO_BURST_LINES, 0)
+    for line in reversed(lines[start:]):
+        text = line.text[:_MAX_CHARS]
+        if not text.strip():
+            continue
+        if newest is not None and _comparable(line.at, newest) and (newest - line.at).total_seconds() > STATE_IO_BURST_S:
+            return None
+        if STATE_IO_FINISHED.search(text):
+            return None
+        if STATE_IO_STARTED.search(text) and not _NOT_UNDER_WAY.search(text) and not _NOTEBOOK_SERVER.search(text):
+            return text
+    return None
 
 
 def _comparable(a: datetime, b: datetime) -> bool:

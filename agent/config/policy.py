@@ -145,6 +145,11 @@ class ServingRule(_Section):
                             "app.kubernetes.io/name=sglang", "app=sglang", "app.kubernetes.io/name=ollama",
                             "app=ollama", "ray.io/originated-from-crd=RayService", "ray.io/serve=true",
                             "steward.io/workload=serving"]
+    # A job whose container image is a model server's is a service whatever its labels: a path component of the
+    # image (without its tag) equal to one of these (nvcr.io/nvidia/tritonserver:24.08-py3, vllm/vllm-openai,
+    # lmsysorg/sglang, NVIDIA NIM's nvcr.io/nim/...).
+    images: list[str] = ["tritonserver", "vllm-openai", "text-generation-inference", "sglang", "ollama", "nim",
+                         "tensorrt-llm", "lmdeploy", "text-embeddings-inference"]
 
 
 class LongTailRule(_Section):

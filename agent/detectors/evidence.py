@@ -259,7 +259,7 @@ def _stuck_pending(f: Finding, m: Metrics) -> str:
 def _idle_serving(f: Finding, m: Metrics) -> str:
     from agent.detectors.serving import serving_zh
 
-    return serving_zh(f, _idle(f, m))
+    return serving_zh(f, _zombie(f, m) if m.get("serving_pinned") else _idle(f, m))
 
 
 def _pool_plan(f: Finding, m: Metrics) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime, timedelta
 
 from agent.config.policy import LongTailRule, Policy
@@ -24,37 +23,15 @@ SPIN_CORES_PER_GPU = 1.0
 SPIN_CORES_EXTRA = 1.0
 
 
-# The newest log line says the job began writing, moving or loading its state (a checkpoint to NFS, weights to object
-# storage, a 144 GB model read from a network volume before a server can answer) and no line says it finished:
-# mid-operation, which can take hours with nothing in the pod's own counters (an NFS or FUSE client reads and writes
-# from the node's kernel or another pod). A notebook server's own save lines are not such an operation, nor a plan
-# ("will be saving checkpoints every 1000 steps").
-_STARTED = re.compile(
-    r"\b(?:saving|writing|uploading|exporting|persisting|flushing|copying|pushing|serializing|consolidating"
-    r"|loading|restoring|downloading|fetching|reading)"
-    r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|distcp"
-    r"|snapshots?)\b|(?:正在|开始)?(?:保存|写入|上传|导出|加载|载入|下载)(?:检查点|模型|权重|快照)"
-    # vLLM's last line before it reads the weights, and its newer "Starting to load model"
-    r"|\bUsing model weights format\b|\bStarting to load model\b", re.I)
-_FINISHED = re.compile(r"\b(?:saved|written|uploaded|exported|loaded|restored|downloaded|done|finished|completed?"
-                       r"|success\w*|took|failed|error)\b|完成|成功|已保存|已加载|失败", re.I)
-# A plan or a setting, not an operation under way ("will be saving checkpoints every 1000 steps").
-_NOT_UNDER_WAY = re.compile(r"\b(?:will|every|each|interval|enabled?|disabled?)\b|每隔|每\s*\d", re.I)
-_NOTEBOOK_SERVER = re.compile(r"NotebookApp|ServerApp|LabApp|\.ipynb", re.I)
 
 
 def unfinished_state_io(logs: LogProgress | None) -> tuple[str, str] | None:
-    """Why a quiet job's stop needs a person when its newest log line announces a write, move or load of its state
-    that no line has finished; else None."""
-    lines = [t for t in (logs.tail if logs is not None else []) if t.strip()]
-    if not lines:
+    """Why a quiet job's stop needs a person when its log's last burst announces a write, move or load of its state
+    that no line has finished (tools/log_progress.py state_io_announced); else None."""
+    if logs is None or not logs.state_io:
         return None
-    last = lines[-1]
-    if not _STARTED.search(last) or _FINISHED.search(last) or _NOT_UNDER_WAY.search(last) \
-            or _NOTEBOOK_SERVER.search(last):
-        return None
-    quoted = " ".join(last.split())[:120]
-    return (f"its newest log line announces a write or load of its state that no line has finished (\"{quoted}\"): "
+    quoted = " ".join(logs.state_io.split())[:120]
+    return (f"its log's last lines announce a write or load of its state that no line has finished (\"{quoted}\"): "
             f"a checkpoint or model moved over network storage shows no I/O in the pod's own counters, so the stop "
             f"needs a person",
             f"其最新一条日志宣告了一次尚未完成的状态写入或加载（“{quoted}”）：经网络存储读写的检查点或模型在 pod "

@@ -1,8 +1,8 @@
 """Inference services that sit idle: advice (scale to zero, share the GPU), never a stop.
 
 A model server idle for hours is still a promise to its callers: stopping it turns the next request into an
-outage or a cold start. Its idle (or keep-alive) finding becomes `idle_serving`, a level-1 finding that no stop
-can cite (only idle, zombie and crash_loop justify one: the guardrail's no_finding rule), with the advice that
+outage or a cold start. Its idle, keep-alive or hung (zombie) finding becomes `idle_serving`, a level-1 finding that
+no stop can cite (only idle, zombie and crash_loop justify one: the guardrail's no_finding rule), with the advice that
 fits: scale to zero between uses, with the warm-up each cold start costs (the job's `steward.io/warmup`
 annotation when set, else unknown), or share the GPU (a MIG slice or time-slicing) when it must stay up.
 Which jobs are services is the policy's `detectors.serving.selectors` (labels the common serving stacks set), or
@@ -11,6 +11,10 @@ the request metrics a job serves (vLLM's request counter, read into its I/O seri
 Where the request rate is known the advice says how many requests the idle window saw ("no requests in the last
 2h", "12 requests in the last 2h"), and a service still answering at least one request a minute on average is
 not idle at all, however quiet its GPU looks: its finding is dropped (docs/alerts.md, service layer).
+
+A service's GPUs that read busy with no work behind them (a zombie finding) are a hung server or one that spins while
+it waits (multi-node SGLang reads 100 % with no requests, sgl-project/sglang#6085): either way a stop would be an
+outage the steward chose, so it is advice too, naming both readings and a restart through its own deployment.
 """
 
 from __future__ import annotations
@@ -25,15 +29,24 @@ from core.observation import Observation
 
 WARMUP_ANNOTATION = "steward.io/warmup"
 FLOWING_RPS = 1 / 60  # a service answering one request a minute or more (on average) is in use, not idle
+SERVING_KINDS = ("idle", "zombie")  # the findings a stop can cite that, on a service, become advice instead
 
 
 def serving_reason(job: JobInfo, rule: ServingRule) -> str | None:
-    """Which selector marks `job` as an inference service ("key=value" or "key" present), or None."""
+    """Which selector marks `job` as an inference service ("key=value" or "key" present), or its model server's
+    image; None when neither does."""
     for selector in rule.selectors:
         key, _, value = selector.partition("=")
         have = job.labels.get(key)
         if have is not None and (not value or have == value):
             return selector
+    if job.image:
+        path = job.image.split("@", 1)[0]
+        name, _, tag = path.rpartition(":")
+        parts = (name if name and "/" not in tag else path).lower().split("/")
+        for image in rule.images:
+            if image.lower() in parts:
+                return f"image {job.image}"
     return None
 
 
@@ -74,7 +87,7 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
     io = obs.io_by_job()
     out = []
     for f in findings:
-        job = jobs.get(f.target) if f.target_type == "job" and f.kind == "idle" else None
+        job = jobs.get(f.target) if f.target_type == "job" and f.kind in SERVING_KINDS else None
         seen_requests = requests_since(io.get(f.target), f.since, obs.at) if job is not None else None
         why = serving_reason(job, rule) if job is not None else None
         if why is None and seen_requests is not None:
@@ -92,10 +105,14 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
         warm_text = (f"each cold start costs about {format_duration(warm)} of warm-up" if warm is not None
                      else f"warm-up per cold start unknown (set the {WARMUP_ANNOTATION} annotation)")
         seen = f"; {requests_text(requests, window_s)}" if requests is not None else ""
+        hung = f.kind == "zombie"
         advice = (f"an inference service ({why}{seen}): its callers expect it to answer, so it is not stopped. "
-                  f"Scale it to zero between uses ({warm_text}), or share the GPU (a MIG slice or time-slicing) "
-                  f"if it must stay up")
-        metrics = (f.metrics | {"serving": 1.0} | ({"warmup_s": warm} if warm is not None else {})
+                  + ("If its callers see errors or time-outs it is hung: restart it through its own deployment; "
+                     "if it only spins while it waits for requests, " if hung else "")
+                  + f"{'s' if hung else 'S'}cale it to zero between uses ({warm_text}), or share the GPU (a MIG slice "
+                  f"or time-slicing) if it must stay up")
+        metrics = (f.metrics | {"serving": 1.0} | ({"serving_pinned": 1.0} if hung else {})
+                   | ({"warmup_s": warm} if warm is not None else {})
                    | ({"requests": float(round(requests)), "requests_window_s": window_s} if requests is not None
                       else {}))
         out.append(f.model_copy(update={"kind": "idle_serving", "evidence": f"{f.evidence}; {advice}",
@@ -114,5 +131,7 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
     if requests is not None and window_s is not None:
         seen = (f"（最近 {duration_zh(window_s)} 内没有请求）" if requests == 0
                 else f"（最近 {duration_zh(window_s)} 内 {requests:.0f} 个请求）")
-    return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。建议在空闲时缩容到零（{warm_text}），"
+    hung = "若调用方遇到报错或超时，说明服务已卡住，请通过其自身的部署重启；若只是在等待请求时空转，" if f.metrics.get(
+        "serving_pinned") else "建议"
+    return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。{hung}在空闲时缩容到零（{warm_text}），"
             f"若必须常驻，可与其他服务共享 GPU（MIG 切片或时间片共享）")

@@ -547,8 +547,10 @@ class AuditLog:
                 detail=str(e.data.get("detail") or ""),
                 **_resize_fields(e),
             )
+            # Entries dated after `now` too (the host clock stepped back): the rate limit, the circuit breaker and
+            # "already signalled" must still see the steward's own recent actions, and a warning dated ahead of the
+            # clock licenses no stop (its notice has not run).
             for e in executions
-            if e.at <= now
         ]
         exemptions = self.exemptions_in_force(now)
         pending: dict[str, str] = {}

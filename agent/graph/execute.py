@@ -366,7 +366,14 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
             return "executed", f"pool {target} has {pool.nodes} nodes now: the resize took effect", \
                 removed * pool.gpus_per_node, removed
         now_nodes = pool.nodes if pool else "no"
-        return "skipped", f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take effect", 0, 0
+        # A shrink that stopped after marking nodes for removal (Cluster API's delete-machine) leaves the marks to
+        # the next scale-down, whoever makes it, and to whatever job has landed there since: take them back. A
+        # failure raises, and the intent is settled by a later sweep, when the marks can be taken back.
+        release = getattr(deps.pools, "release_marks", None)
+        released = release(target) if callable(release) else []
+        marks = f"; its marks for removal taken off {', '.join(released)}" if released else ""
+        return "skipped", (f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take "
+                           f"effect{marks}"), 0, 0
     if action == "cordon":  # idempotent: redone if still proposed and approved
         return "skipped", f"whether node {target} was cordoned is unknown; a cordon is safe to ask again", 0, 0
     job = deps.scheduler.get_job(target)

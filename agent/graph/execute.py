@@ -311,10 +311,10 @@ def remember_outcome(history: History, outcome: ActionOutcome, finding_kind: str
 def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
     """Give every action a stopped process left between its intent and its outcome an audited outcome.
 
-    Decided from fresh state, never by acting again: a graceful stop whose job is now stopping took effect
-    (executed); a job still running (for a forced stop, still stopping), replaced or gone, or a warning whose
-    delivery is unknown, is `skipped` (not counted as done), so it is redone once if still warranted. A target
-    that cannot be read now is left for the next sweep.
+    Decided from fresh state, never by acting again: a graceful stop whose job is now stopping, or a stop whose job
+    (that uid) is gone, took effect (executed: it counts toward the limits); a job still running (for a forced
+    stop, still stopping), or a warning whose delivery is unknown, is `skipped` (not counted as done), so it is
+    redone once if still warranted. A target that cannot be read now is left for the next sweep.
     """
     now = deps.clock.now()
     intents = deps.audit.entries(kind="intent", since=now - INTERRUPTED_LOOKBACK, limit=10_000, newest_first=False)
@@ -377,13 +377,19 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
     if action == "cordon":  # idempotent: redone if still proposed and approved
         return "skipped", f"whether node {target} was cordoned is unknown; a cordon is safe to ask again", 0, 0
     job = deps.scheduler.get_job(target)
-    if job is None:
-        return "skipped", "the job is gone; nothing more to do", 0, 0
-    if uid and job.uid != uid:
-        return "skipped", f"{target} is another job now (uid {job.uid}); nothing was done to it", 0, 0
+    if job is None or (uid and job.uid != uid):  # a stop (every other action is settled above)
+        # The job the stop was for is gone since its intent: most likely the stop did it. Taken as done, so that it
+        # counts toward the rate limit, the circuit breaker and the savings, as a stop that may have happened must.
+        gone = "the job is gone" if job is None else f"the job (uid {uid}) is gone; {target} is another job now " \
+            f"(uid {job.uid}), which nothing was done to"
+        return "executed", (f"{gone} since the {action} was sent (or about to be): it is taken to have taken effect "
+                            "and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0
     if action == "terminate" and job.state == "stopping":  # a forced stop is for jobs that were stopping already
         return "executed", f"the job is stopping: the {action} took effect", int(intent.data.get("gpus") or 0), 0
-    if action in STOP_ACTIONS and job.state in ("completed", "failed", "cancelled"):
+    if job.state == "cancelled":  # what a stop leaves (Slurm's scancel): taken as done, like a job that is gone
+        return "executed", (f"the job is cancelled since the {action} was sent (or about to be): it is taken to "
+                            "have taken effect and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0
+    if action in STOP_ACTIONS and job.state in ("completed", "failed"):
         return "skipped", f"the job is {job.state}; nothing more to do", 0, 0
     if action == "terminate" and job.scheduler == "slurm" and job.state == "running":
         # squeue shows no sign of a SIGTERM: a job checkpointing on it, or ignoring it, reads as running.

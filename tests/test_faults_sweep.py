@@ -330,6 +330,22 @@ def test_killed_between_the_act_and_its_audit_and_the_pod_gone_at_restart_counts
     assert settled.data["target_uid"] == uid and settled.data["gpus"] == 2
 
 
+def test_killed_between_the_act_and_its_audit_and_restarted_more_than_a_day_later_settles_the_stop(world):
+    warned(world)
+    service = world.service()
+    kill_at(service.deps.audit, "record", when=lambda kind, **kw: kind == "execution" and kw.get("action") == "terminate")
+    world.at(110)
+    with pytest.raises(Killed):
+        service.sweep()
+    fresh = world.service()
+    world.at(110 + 25 * 60)  # down over a weekend, or crash-looping on a bad config: back 25 hours later
+    fresh.sweep()
+    # The intent is older than the guardrail's 24 hours, yet it is given its outcome: the stop took effect.
+    [settled] = executions(fresh.deps.audit, action="terminate")
+    assert settled.status == "executed" and settled.data["interrupted_run"] is not None, settled.reason
+    assert len(world.evictions()) == 1
+
+
 def test_killed_after_a_warning_before_its_audit_warns_again_once_and_never_stops_early(world):
     service = world.service()
     kill_at(service.deps.audit, "record", when=lambda kind, **kw: kind == "execution" and kw.get("action") == "notify")

@@ -27,7 +27,9 @@ from core.durations import format_duration
 
 log = logging.getLogger("steward.execute")
 MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
-# How far back a sweep looks for actions a stopped process left without an outcome: the guardrail's own memory.
+# How far back a sweep looks for actions a stopped process left without an outcome: the guardrail's own memory,
+# counted back from the newest intent (the steward's last action), not from now, so that an outage of any length
+# leaves every intent of the process that stopped within reach of the next sweep.
 INTERRUPTED_LOOKBACK = timedelta(hours=24)
 
 
@@ -314,10 +316,17 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
     Decided from fresh state, never by acting again: a graceful stop whose job is now stopping, or a stop whose job
     (that uid) is gone, took effect (executed: it counts toward the limits); a job still running (for a forced
     stop, still stopping), or a warning whose delivery is unknown, is `skipped` (not counted as done), so it is
-    redone once if still warranted. A target that cannot be read now is left for the next sweep.
+    redone once if still warranted. A target that cannot be read now is left for the next sweep. It looks back
+    INTERRUPTED_LOOKBACK from the newest intent, so an intent is settled however long the steward was down.
     """
     now = deps.clock.now()
-    intents = deps.audit.entries(kind="intent", since=now - INTERRUPTED_LOOKBACK, limit=10_000, newest_first=False)
+    # A process that stops writes no intent after it; its own are no older than its last one, however long the
+    # steward stays down (a weekend, a crash loop) before the next sweep.
+    newest = deps.audit.entries(kind="intent", limit=1)
+    if not newest:
+        return []
+    since = min(now, newest[0].at) - INTERRUPTED_LOOKBACK
+    intents = deps.audit.entries(kind="intent", since=since, limit=10_000, newest_first=False)
     if not intents:
         return []
     # A run that reached its report gave each of its intents an outcome; only the others are looked at closely.

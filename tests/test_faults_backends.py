@@ -29,7 +29,7 @@ from tests.k8s_fake_api import FakeKubernetesApi, Fault
 from tests.k8s_fake_cluster import capi_pool, gpu_pod
 from tests.openai_loopback import OpenAILoopback, Reply
 from tests.test_model_bounds import IDLE, SCENARIO, settings_for
-from tools.capi import DELETE_MACHINE, MIN_SIZE, ClusterApiPools
+from tools.capi import DELETE_MACHINE, MIN_SIZE, STEWARD_MARK, ClusterApiPools
 from tools.kubernetes import KubernetesScheduler
 from tools.slurm import SlurmScheduler
 from tools.slurm_cli import SlurmCli
@@ -142,6 +142,93 @@ def test_a_capi_scale_whose_answer_is_lost_is_reported_as_done(capi, tmp_path):
     assert result.status == "resized" and "took effect" in result.detail and (result.nodes_after == 2)
     assert _replicas(capi) == 2 and _marked(capi) == []  # the controller removed exactly the marked machines
     assert pools.resize_pool("a100-md", 2, reason="x").status == "unchanged"
+
+
+def _a_job_lands_on(api: FakeKubernetesApi, machine: str) -> str:
+    node = next(m["status"]["nodeRef"]["name"] for m in api.store.list("machines", "capi")
+                if m["metadata"]["name"] == machine)
+    api.store.put("pods", gpu_pod("ml", "new-train", 8, node=node))
+    return node
+
+
+def _someone_scales_to(api: FakeKubernetesApi, replicas: int) -> None:
+    """The cluster autoscaler or a person shrinking the MachineDeployment: CAPI removes marked Machines first."""
+    api.store.patch("machinedeployments", "capi", "a100-md", {"spec": {"replicas": replicas}}, "merge")
+    api.store.reconcile_machinedeployment("capi", "a100-md")
+
+
+def _alive(api: FakeKubernetesApi, node: str) -> bool:
+    return any(n["metadata"]["name"] == node for n in api.store.list("nodes"))
+
+
+def test_a_capi_mark_refused_midway_takes_back_the_marks_set_before_it(capi, tmp_path):
+    pools = _capi_pools(capi, tmp_path)
+    # chosen newest first (m3, m2): m3 is marked, the PATCH marking m2 answers 500
+    capi.inject(Fault("PATCH", "/machines/a100-md-m2", 500))
+    result = pools.resize_pool("a100-md", 2, reason="empty overnight")
+    assert result.status == "error" and "HTTP 500" in result.detail and "not resized" in result.detail
+    assert _marked(capi) == [] and _replicas(capi) == 4 and not capi.calls("PATCH", "/scale")
+    node = _a_job_lands_on(capi, "a100-md-m3")
+    _someone_scales_to(capi, 3)
+    assert _alive(capi, node)  # no stale mark made the autoscaler's scale-down remove the new job's node
+
+
+def test_a_capi_mark_whose_answer_is_lost_is_taken_back_and_the_error_raised(capi, tmp_path):
+    pools = _capi_pools(capi, tmp_path)
+    # the mark on m2 is set, but no answer comes before the client's timeout: not an HTTP error
+    capi.inject(Fault("PATCH", "/machines/a100-md-m2", 504, hang_s=1.0, applied=True))
+    with pytest.raises(Exception) as raised:
+        pools.resize_pool("a100-md", 2, reason="empty overnight")
+    assert getattr(raised.value, "status", None) is None
+    assert _marked(capi) == [] and _replicas(capi) == 4
+
+
+def test_capi_marks_left_by_a_process_killed_before_its_scale_call_are_taken_back_at_restart(capi, tmp_path):
+    from types import SimpleNamespace
+
+    from agent.graph.execute import settle_interrupted
+    from agent.records.audit import AuditLog
+    from tests.fault_world import Killed, kill_at
+
+    audit = AuditLog(":memory:")
+    deps = SimpleNamespace(audit=audit, clock=SimpleNamespace(now=lambda: START), pools=_capi_pools(capi, tmp_path))
+    audit.record("intent", at=START, run_id="killed-run", target="a100-md", action="resize_pool", level=2,
+                 status="acting", reason="about to resize_pool a100-md",
+                 data={"action_id": "a1", "gpus": 0, "target_nodes": 2, "nodes_before": 4})
+    kill_at(deps.pools, "_call", when=lambda method, *a, **kw: method == "patch_namespaced_custom_object_scale")
+    with pytest.raises(Killed):
+        deps.pools.resize_pool("a100-md", 2, reason="empty overnight")
+    assert sorted(_marked(capi)) == ["a100-md-m2", "a100-md-m3"] and _replicas(capi) == 4
+    deps.pools = _capi_pools(capi, tmp_path)  # the restarted process
+    [settled] = settle_interrupted(deps, "restart-run")
+    assert settled.status == "skipped" and "did not take effect" in settled.reason
+    assert "marks for removal taken off a100-md-m2, a100-md-m3" in settled.reason
+    assert _marked(capi) == [] and _replicas(capi) == 4
+    node = _a_job_lands_on(capi, "a100-md-m3")
+    _someone_scales_to(capi, 3)
+    assert _alive(capi, node)
+
+
+def test_capi_release_takes_back_only_the_stewards_own_marks_and_none_during_a_scale_down(capi, tmp_path):
+    pools = _capi_pools(capi, tmp_path)
+    capi.store.patch("machines", "capi", "a100-md-m0", {"metadata": {"annotations": {DELETE_MACHINE: "yes"}}},
+                     "merge")  # a person's mark
+    capi.store.patch("machines", "capi", "a100-md-m3", {"metadata": {"annotations": {
+        DELETE_MACHINE: "yes", STEWARD_MARK: "resize a100-md 4->3 at 2026-11-02T08:00:00+00:00"}}}, "merge")
+    # a scale-down under way (replicas below the Machines): the marks say which Machines it removes
+    capi.store.patch("machinedeployments", "capi", "a100-md", {"spec": {"replicas": 3}}, "merge")
+    assert pools.release_marks("a100-md") == [] and sorted(_marked(capi)) == ["a100-md-m0", "a100-md-m3"]
+    capi.store.patch("machinedeployments", "capi", "a100-md", {"spec": {"replicas": 4}}, "merge")
+    assert pools.release_marks("a100-md") == ["a100-md-m3"] and _marked(capi) == ["a100-md-m0"]
+
+
+def test_a_capi_shrink_is_refused_while_a_busy_machine_carries_a_delete_mark(capi, tmp_path):
+    pools = _capi_pools(capi, tmp_path)  # ml/train runs on a100-md-1 (Machine m1)
+    capi.store.patch("machines", "capi", "a100-md-m1", {"metadata": {"annotations": {DELETE_MACHINE: "yes"}}},
+                     "merge")
+    result = pools.resize_pool("a100-md", 3, reason="empty overnight")
+    assert result.status == "refused" and "a100-md-1 run jobs and carry" in result.detail
+    assert not capi.calls("PATCH") and _replicas(capi) == 4
 
 
 def test_aws_throttling_midway_through_a_shrink_reports_what_was_done():

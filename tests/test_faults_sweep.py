@@ -311,6 +311,41 @@ def test_killed_between_the_act_and_its_audit(world):
     assert "中断后补记" in render_report(result.state, fresh.deps)
 
 
+def test_killed_between_the_act_and_its_audit_and_the_pod_gone_at_restart_counts_as_a_stop(world):
+    warned(world)
+    service = world.service()
+    kill_at(service.deps.audit, "record", when=lambda kind, **kw: kind == "execution" and kw.get("action") == "terminate")
+    world.at(110)
+    with pytest.raises(Killed):
+        service.sweep()
+    uid = world.pod()["metadata"]["uid"]
+    fresh = world.service()
+    world.at(117)  # the restart comes after the grace period (5 minutes): the kubelet finished the deletion
+    fresh.sweep()
+    assert world.pod() is None and len(world.evictions()) == 1  # not evicted again
+    [settled] = executions(fresh.deps.audit, action="terminate")
+    # Not `skipped`: the stop took effect, and counts toward the rate limit, the circuit breaker and the savings.
+    assert settled.status == "executed" and settled.data["interrupted_run"] is not None
+    assert "the job is gone since the terminate was sent" in settled.reason and "counts as a stop" in settled.reason
+    assert settled.data["target_uid"] == uid and settled.data["gpus"] == 2
+
+
+def test_killed_between_the_act_and_its_audit_and_restarted_more_than_a_day_later_settles_the_stop(world):
+    warned(world)
+    service = world.service()
+    kill_at(service.deps.audit, "record", when=lambda kind, **kw: kind == "execution" and kw.get("action") == "terminate")
+    world.at(110)
+    with pytest.raises(Killed):
+        service.sweep()
+    fresh = world.service()
+    world.at(110 + 25 * 60)  # down over a weekend, or crash-looping on a bad config: back 25 hours later
+    fresh.sweep()
+    # The intent is older than the guardrail's 24 hours, yet it is given its outcome: the stop took effect.
+    [settled] = executions(fresh.deps.audit, action="terminate")
+    assert settled.status == "executed" and settled.data["interrupted_run"] is not None, settled.reason
+    assert len(world.evictions()) == 1
+
+
 def test_killed_after_a_warning_before_its_audit_warns_again_once_and_never_stops_early(world):
     service = world.service()
     kill_at(service.deps.audit, "record", when=lambda kind, **kw: kind == "execution" and kw.get("action") == "notify")

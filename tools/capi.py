@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,10 +17,14 @@ MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 GPU_COUNT = "capacity.cluster-autoscaler.kubernetes.io/gpu-count"
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
+# Set with each of the steward's delete-machine marks (what it was for, when): the steward only ever takes back
+# marks that carry it, never a person's or another tool's.
+STEWARD_MARK = "steward.io/delete-machine-for"
 DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
 PRICE = "steward.io/price-per-gpu-hour"
 BILLING = "steward.io/billing"
 _MERGE = "application/merge-patch+json"
+log = logging.getLogger("steward.capi")
 
 
 class CapiPoolConfig(BaseModel):
@@ -135,6 +141,13 @@ class ClusterApiPools:
         machines = self._list("machines", f"{DEPLOYMENT_LABEL}={pool}", namespace=ns)
         busy = self.scheduler.jobs_by_node(fresh=True)  # right now, not the sweep's list
         empty = [m for m in machines if not busy.get(_node(m) or "")]
+        # CAPI removes marked Machines first, whoever marked them: a mark on a busy one (a shrink that stopped
+        # halfway, a person's) would make this scale-down remove that node, not the empty ones chosen.
+        doomed = [_node(m) or m["metadata"]["name"] for m in machines if busy.get(_node(m) or "")
+                  and DELETE_MACHINE in (m["metadata"].get("annotations") or {})]
+        if doomed:
+            return result("refused", detail=f"{', '.join(doomed)} run jobs and carry {DELETE_MACHINE}: a scale-down "
+                                            "would remove them first; not resized")
         # Newest first: the nodes least likely to hold warm caches or someone's next job.
         empty.sort(key=lambda m: m["metadata"].get("creationTimestamp", ""), reverse=True)
         need = before - target
@@ -142,25 +155,73 @@ class ClusterApiPools:
             return result("refused", detail=f"only {len(empty)} of {len(machines)} machines run no job; "
                                             f"{need} would have to go")
         chosen = empty[:need]
-        for m in chosen:
-            self._call("patch_namespaced_custom_object", GROUP, self.config.version, ns, "machines",
-                       m["metadata"]["name"], {"metadata": {"annotations": {DELETE_MACHINE: "yes"}}},
-                       _content_type=_MERGE)
+        mark = f"resize {pool} {before}->{target} at {datetime.now(UTC).isoformat(timespec='seconds')}"
+        marked: list[dict] = []
+        try:
+            for m in chosen:
+                marked.append(m)  # before the call: a mark whose answer is lost may have been set
+                self._mark(ns, m, mark)
+        except Exception as exc:  # a mark refused, throttled or unanswered: take back every mark set so far
+            kept = self._take_back(ns, marked)
+            if getattr(exc, "status", None) is None:
+                raise
+            why = f"HTTP {exc.status}: {api_message(exc)}"  # type: ignore[attr-defined]
+            return result("error", detail=f"marking machines of {pool} failed ({why}); not resized; "
+                                          f"{_marks_said(kept)}")
         # A pod may have landed between the check and the marks: look again before scaling.
-        busy = self.scheduler.jobs_by_node(fresh=True)
+        try:
+            busy = self.scheduler.jobs_by_node(fresh=True)
+        except Exception:
+            self._take_back(ns, chosen)
+            raise
         landed = [_node(m) for m in chosen if busy.get(_node(m) or "")]
         if landed:
-            for m in chosen:
-                self._call("patch_namespaced_custom_object", GROUP, self.config.version, ns, "machines",
-                           m["metadata"]["name"], {"metadata": {"annotations": {DELETE_MACHINE: None}}},
-                           _content_type=_MERGE)
-            return result("refused", detail=f"a job started on {', '.join(map(str, landed))} meanwhile; not resized")
+            kept = self._take_back(ns, chosen)
+            return result("refused", detail=f"a job started on {', '.join(map(str, landed))} meanwhile; not resized"
+                                            + (f"; {_marks_said(kept)}" if kept else ""))
         removed = [_node(m) or m["metadata"]["name"] for m in chosen]
         try:
             self._scale(ns, pool, target)
         except Exception as exc:  # throttled, refused or no answer: did it happen?
             return self._scale_failed(ns, pool, target, chosen, removed, exc, result)
         return result("resized", target, removed)
+
+    def _mark(self, ns: str, machine: dict, mark: str | None) -> None:
+        """Set (mark: what it is for) or take back (None) the steward's delete-machine mark on one Machine."""
+        self._call("patch_namespaced_custom_object", GROUP, self.config.version, ns, "machines",
+                   machine["metadata"]["name"],
+                   {"metadata": {"annotations": {DELETE_MACHINE: "yes" if mark else None, STEWARD_MARK: mark}}},
+                   _content_type=_MERGE)
+
+    def _take_back(self, ns: str, machines: list[dict]) -> list[str]:
+        """Take the steward's marks off these Machines, each tried; the names whose mark may still be there."""
+        kept = []
+        for m in machines:
+            try:
+                self._mark(ns, m, None)
+            except Exception:
+                log.warning("could not take the %s mark off machine %s", DELETE_MACHINE, m["metadata"]["name"])
+                kept.append(m["metadata"]["name"])
+        return kept
+
+    def release_marks(self, pool: str) -> list[str]:
+        """Take back the delete-machine marks the steward left on this pool's Machines (a shrink that stopped
+        between its marks and its scale call: the process killed, a call that failed): the Machines whose mark
+        was taken off. Marks without STEWARD_MARK (a person's, another tool's) are left alone, and so is every
+        mark while the MachineDeployment has fewer replicas than Machines (a scale-down under way removes the
+        marked Machines; taking a mark off then would let it remove another one, perhaps a busy one)."""
+        md = next((m for m in self._list(PLURAL) if m["metadata"]["name"] == pool), None)
+        if md is None:
+            return []
+        ns = md["metadata"]["namespace"]
+        machines = self._list("machines", f"{DEPLOYMENT_LABEL}={pool}", namespace=ns)
+        live = [m for m in machines if not m["metadata"].get("deletionTimestamp")]
+        replicas = _int(md["spec"].get("replicas"), None)
+        if replicas is None or len(live) > replicas:
+            return []
+        ours = [m for m in live if STEWARD_MARK in (m["metadata"].get("annotations") or {})]
+        kept = self._take_back(ns, ours)
+        return [m["metadata"]["name"] for m in ours if m["metadata"]["name"] not in kept]
 
     def _scale_failed(self, ns: str, pool: str, target: int, chosen: list[dict], removed: list[str],
                       exc: Exception, result: Any) -> ResizeResult:
@@ -175,24 +236,19 @@ class ClusterApiPools:
             replicas = None
         if replicas == target:
             return result("resized", target, removed, detail=f"the scale call failed ({why}) but took effect")
-        kept = []
-        if replicas is not None:
-            for m in chosen:
-                try:
-                    self._call("patch_namespaced_custom_object", GROUP, self.config.version, ns, "machines",
-                               m["metadata"]["name"], {"metadata": {"annotations": {DELETE_MACHINE: None}}},
-                               _content_type=_MERGE)
-                except Exception:
-                    kept.append(m["metadata"]["name"])
-        else:
-            kept = [m["metadata"]["name"] for m in chosen]
-        marks = (f"machines {', '.join(kept)} may still carry {DELETE_MACHINE}" if kept
-                 else f"{DELETE_MACHINE} marks taken back")
-        return result("error", detail=f"scaling {pool} to {target} failed ({why}); not resized; {marks}")
+        # The MachineDeployment unread: the scale may have happened, and a mark taken off now could let CAPI
+        # remove another machine; the marks stay, for release_marks once the pool can be read.
+        kept = self._take_back(ns, chosen) if replicas is not None else [m["metadata"]["name"] for m in chosen]
+        return result("error", detail=f"scaling {pool} to {target} failed ({why}); not resized; {_marks_said(kept)}")
 
     def _scale(self, ns: str, pool: str, replicas: int) -> None:
         self._call("patch_namespaced_custom_object_scale", GROUP, self.config.version, ns, PLURAL, pool,
                    {"spec": {"replicas": replicas}}, _content_type=_MERGE)
+
+
+def _marks_said(kept: list[str]) -> str:
+    return (f"machines {', '.join(kept)} may still carry {DELETE_MACHINE}" if kept
+            else f"{DELETE_MACHINE} marks taken back")
 
 
 def _node(machine: dict) -> str | None:

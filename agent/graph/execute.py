@@ -27,7 +27,9 @@ from core.durations import format_duration
 
 log = logging.getLogger("steward.execute")
 MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
-# How far back a sweep looks for actions a stopped process left without an outcome: the guardrail's own memory.
+# How far back a sweep looks for actions a stopped process left without an outcome: the guardrail's own memory,
+# counted back from the newest intent (the steward's last action), not from now, so that an outage of any length
+# leaves every intent of the process that stopped within reach of the next sweep.
 INTERRUPTED_LOOKBACK = timedelta(hours=24)
 
 
@@ -311,13 +313,20 @@ def remember_outcome(history: History, outcome: ActionOutcome, finding_kind: str
 def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
     """Give every action a stopped process left between its intent and its outcome an audited outcome.
 
-    Decided from fresh state, never by acting again: a graceful stop whose job is now stopping took effect
-    (executed); a job still running (for a forced stop, still stopping), replaced or gone, or a warning whose
-    delivery is unknown, is `skipped` (not counted as done), so it is redone once if still warranted. A target
-    that cannot be read now is left for the next sweep.
+    Decided from fresh state, never by acting again: a graceful stop whose job is now stopping, or a stop whose job
+    (that uid) is gone, took effect (executed: it counts toward the limits); a job still running (for a forced
+    stop, still stopping), or a warning whose delivery is unknown, is `skipped` (not counted as done), so it is
+    redone once if still warranted. A target that cannot be read now is left for the next sweep. It looks back
+    INTERRUPTED_LOOKBACK from the newest intent, so an intent is settled however long the steward was down.
     """
     now = deps.clock.now()
-    intents = deps.audit.entries(kind="intent", since=now - INTERRUPTED_LOOKBACK, limit=10_000, newest_first=False)
+    # A process that stops writes no intent after it; its own are no older than its last one, however long the
+    # steward stays down (a weekend, a crash loop) before the next sweep.
+    newest = deps.audit.entries(kind="intent", limit=1)
+    if not newest:
+        return []
+    since = min(now, newest[0].at) - INTERRUPTED_LOOKBACK
+    intents = deps.audit.entries(kind="intent", since=since, limit=10_000, newest_first=False)
     if not intents:
         return []
     # A run that reached its report gave each of its intents an outcome; only the others are looked at closely.
@@ -366,17 +375,30 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
             return "executed", f"pool {target} has {pool.nodes} nodes now: the resize took effect", \
                 removed * pool.gpus_per_node, removed
         now_nodes = pool.nodes if pool else "no"
-        return "skipped", f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take effect", 0, 0
+        # A shrink that stopped after marking nodes for removal (Cluster API's delete-machine) leaves the marks to
+        # the next scale-down, whoever makes it, and to whatever job has landed there since: take them back. A
+        # failure raises, and the intent is settled by a later sweep, when the marks can be taken back.
+        release = getattr(deps.pools, "release_marks", None)
+        released = release(target) if callable(release) else []
+        marks = f"; its marks for removal taken off {', '.join(released)}" if released else ""
+        return "skipped", (f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take "
+                           f"effect{marks}"), 0, 0
     if action == "cordon":  # idempotent: redone if still proposed and approved
         return "skipped", f"whether node {target} was cordoned is unknown; a cordon is safe to ask again", 0, 0
     job = deps.scheduler.get_job(target)
-    if job is None:
-        return "skipped", "the job is gone; nothing more to do", 0, 0
-    if uid and job.uid != uid:
-        return "skipped", f"{target} is another job now (uid {job.uid}); nothing was done to it", 0, 0
+    if job is None or (uid and job.uid != uid):  # a stop (every other action is settled above)
+        # The job the stop was for is gone since its intent: most likely the stop did it. Taken as done, so that it
+        # counts toward the rate limit, the circuit breaker and the savings, as a stop that may have happened must.
+        gone = "the job is gone" if job is None else f"the job (uid {uid}) is gone; {target} is another job now " \
+            f"(uid {job.uid}), which nothing was done to"
+        return "executed", (f"{gone} since the {action} was sent (or about to be): it is taken to have taken effect "
+                            "and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0
     if action == "terminate" and job.state == "stopping":  # a forced stop is for jobs that were stopping already
         return "executed", f"the job is stopping: the {action} took effect", int(intent.data.get("gpus") or 0), 0
-    if action in STOP_ACTIONS and job.state in ("completed", "failed", "cancelled"):
+    if job.state == "cancelled":  # what a stop leaves (Slurm's scancel): taken as done, like a job that is gone
+        return "executed", (f"the job is cancelled since the {action} was sent (or about to be): it is taken to "
+                            "have taken effect and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0
+    if action in STOP_ACTIONS and job.state in ("completed", "failed"):
         return "skipped", f"the job is {job.state}; nothing more to do", 0, 0
     if action == "terminate" and job.scheduler == "slurm" and job.state == "running":
         # squeue shows no sign of a SIGTERM: a job checkpointing on it, or ignoring it, reads as running.

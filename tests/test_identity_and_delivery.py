@@ -172,3 +172,80 @@ def test_a_slurm_cluster_without_a_channel_gets_no_pretend_inbox(tmp_path, monke
 class _FakeSlurm:
     def steward_id_for(self, slurm_job_id: str) -> str | None:
         return None
+
+
+@pytest.fixture
+def fault_world(tmp_path):
+    from tests.fault_world import World
+
+    w = World(tmp_path)
+    yield w
+    w.close()
+
+
+def test_a_kubernetes_warning_lands_only_on_the_pod_it_was_meant_for(fault_world):
+    """The pod is recreated under its name between the steward's re-read and the warning: the stop-after annotation
+    and the Warning event must not land on the namesake (another run, maybe another owner) while the audit records a
+    warning delivered to the old uid. The patch carries the uid, a precondition the API server enforces (409)."""
+    from tests.fault_world import NOTEBOOK, executions
+
+    world = fault_world
+    s = world.service()
+    real = s.deps.scheduler.get_job
+    done = []
+
+    def get_job(job_id):
+        job = real(job_id)
+        if job_id == NOTEBOOK and not done:  # the re-read before the warning; then the notebook pod is recreated
+            done.append(job.uid)
+            pod = world.pod()
+            world.api.store.objects["pods"].pop(("ml", "idle-notebook"))
+            pod["metadata"].pop("uid")
+            pod["metadata"]["labels"]["steward.io/owner"] = "bob"
+            world.api.store.put("pods", pod)
+        return job
+    s.deps.scheduler.get_job = get_job
+    world.at(80)
+    s.sweep()
+    [note] = executions(s.deps.audit, action="notify")
+    new_uid = world.pod()["metadata"]["uid"]
+    ev = world.api.store.list("events", "ml")
+    assert note.data["target_uid"] == done[0] != new_uid
+    assert note.status == "failed" and "is another one now" in note.data.get("detail", ""), note
+    assert not ev and "steward.io/stop-after" not in (world.pod()["metadata"].get("annotations") or {})
+
+
+def test_a_chatops_warning_to_a_namesake_is_not_dropped_as_a_duplicate():
+    """A notebook pod recreated under its name 40 minutes after its warning (another owner): the chat warning for the
+    new uid goes out; the same uid's repeat within warning.repeat_every is still dropped."""
+    from agent.chatops.notifier import ChatOpsNotifier, Route
+    from agent.planning.policy_model import warning_message
+
+    class Robot:
+        def __init__(self) -> None:
+            self.sent: list = []
+
+        def send(self, message) -> None:
+            self.sent.append(message)
+
+    class Clock:
+        t = NOW
+
+        def now(self):
+            return self.t
+
+    clock, robot, policy = Clock(), Robot(), Policy()
+    notifier = ChatOpsNotifier(clock=clock, policy=policy, default=Route(dingtalk=robot))
+    job_id = "ml/jupyter-alice-0"
+
+    def warn(uid: str, who: str):
+        f = Finding(kind="idle", target=job_id, since=clock.t - timedelta(hours=1), detected_at=clock.t,
+                    evidence="0% for 1h", gpus=1)
+        return notifier.notify(who, f"GPU Steward: {job_id}", warning_message(f, policy, clock.t, "en"),
+                               job_id=job_id, target_uid=uid).status
+
+    assert warn("uid-old", "alice") == "sent"
+    clock.t = NOW + timedelta(minutes=40)
+    assert warn("uid-old", "alice") == "suppressed"
+    assert warn("uid-new", "bob") == "sent"
+    assert len(robot.sent) == 2

@@ -119,7 +119,7 @@ class EmailNotifier:
         self.ssl_context = ssl_context
 
     def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
-               deadline: datetime | None = None) -> NotifyResult:
+               deadline: datetime | None = None, target_uid: str | None = None) -> NotifyResult:
         address = self.addresses.resolve(recipient)
         if address is None:
             return self._error(recipient, f"no e-mail address: {recipient!r} is not a valid address" if "@" in recipient

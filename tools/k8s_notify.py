@@ -29,7 +29,7 @@ class KubernetesEventNotifier:
         self.api_calls = 0
 
     def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
-               deadline: datetime | None = None) -> NotifyResult:
+               deadline: datetime | None = None, target_uid: str | None = None) -> NotifyResult:
         from kubernetes import client
 
         if job_id is None:
@@ -40,10 +40,14 @@ class KubernetesEventNotifier:
         # The warning's own deadline (the later of the notice and the job's long-tail grace), else the notice.
         stop_after = (deadline or now + timedelta(seconds=self.notice_s)).isoformat()
         try:
-            # The annotation first: it tells us the pod still exists and gives its uid for the event.
+            # The annotation first: it tells us the pod still exists and gives its uid for the event. With the uid
+            # in the patch the API server applies it only to that pod (409 for a namesake created since).
             self.api_calls += 1
+            meta: dict[str, Any] = {"annotations": {STOP_AFTER: stop_after, WARNED_AT: now.isoformat()}}
+            if target_uid:
+                meta["uid"] = target_uid
             resp = self.core.patch_namespaced_pod(
-                name, ns, {"metadata": {"annotations": {STOP_AFTER: stop_after, WARNED_AT: now.isoformat()}}},
+                name, ns, {"metadata": meta},
                 _content_type="application/merge-patch+json", _preload_content=False,
                 _request_timeout=self.request_timeout_s)
             pod = json.loads(resp.data)
@@ -64,7 +68,9 @@ class KubernetesEventNotifier:
             code = getattr(exc, "status", None)
             if code is None:
                 raise
-            why = "the pod no longer exists" if code == 404 else f"HTTP {code}: {api_message(exc)}"
+            why = ("the pod no longer exists" if code == 404 else
+                   f"the pod is another one now (not uid {target_uid}): {api_message(exc)}" if code == 409 and target_uid
+                   else f"HTTP {code}: {api_message(exc)}")
             return NotifyResult(recipient=recipient, status="error", channel="kubernetes-event", detail=why)
         return NotifyResult(recipient=recipient, status="sent", channel="kubernetes-event", message_id=event_name,
                             detail=f"event {ns}/{event_name}; {STOP_AFTER}={stop_after}")

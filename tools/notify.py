@@ -29,7 +29,7 @@ class RecordingNotifier:
     _ids: itertools.count = field(default_factory=itertools.count)
 
     def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
-               deadline: datetime | None = None) -> NotifyResult:
+               deadline: datetime | None = None, target_uid: str | None = None) -> NotifyResult:
         message_id = f"msg-{next(self._ids)}"
         self.sent.append(SentMessage(self.clock.now(), recipient, subject, body, job_id, message_id))
         return NotifyResult(recipient=recipient, status="sent", channel="inbox", message_id=message_id)
@@ -45,5 +45,5 @@ class NoChannelNotifier:
     reason: str = "no notification channel configured (set STEWARD_SMTP_HOST, or DingTalk/WeCom webhooks)"
 
     def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
-               deadline: datetime | None = None) -> NotifyResult:
+               deadline: datetime | None = None, target_uid: str | None = None) -> NotifyResult:
         return NotifyResult(recipient=recipient, status="error", channel="none", detail=self.reason)

@@ -93,9 +93,11 @@ class NodePools(Protocol):
 @runtime_checkable
 class Notifier(Protocol):
     def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
-               deadline: datetime | None = None) -> NotifyResult:
+               deadline: datetime | None = None, target_uid: str | None = None) -> NotifyResult:
         """deadline: the earliest stop the message announces (a warning), for channels that carry it apart from
-        the text (the Kubernetes pod annotation); None for advice and digests."""
+        the text (the Kubernetes pod annotation); None for advice and digests. target_uid: the job's immutable
+        identity, so a namesake (a new pod under the same name) is never taken for the job warned, nor the other way
+        round (a channel that writes to the pod writes only to that uid; a channel that drops duplicates keys on it)."""
         ...
 
 

@@ -11,10 +11,11 @@ from agent.config.policy import Policy
 Verdict = Literal["send", "defer", "suppress"]
 
 
-def dedupe_key(job_id: str | None, recipient: str, body: str) -> str:
-    """Job + violation: the templates' first line names both ("[GPU Steward] <job>: <what is wrong>")."""
+def dedupe_key(job_id: str | None, recipient: str, body: str, target_uid: str | None = None) -> str:
+    """Job (its uid: a namesake pod is another job, and its owner must be told) + violation: the templates' first
+    line names both ("[GPU Steward] <job>: <what is wrong>")."""
     first = body.strip().splitlines()[0] if body.strip() else ""
-    return f"{job_id or recipient}\x00{first}"
+    return f"{job_id or recipient}\x00{target_uid or ''}\x00{first}"
 
 
 class DeliveryPolicy:

@@ -81,10 +81,10 @@ class ChatOpsNotifier:
         return self.default
 
     def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
-               deadline: datetime | None = None) -> NotifyResult:
+               deadline: datetime | None = None, target_uid: str | None = None) -> NotifyResult:
         assert self.delivery is not None
         now = self.clock.now()
-        key = dedupe_key(job_id, recipient, body)
+        key = dedupe_key(job_id, recipient, body, target_uid)
         verdict = self.delivery.verdict(key, now)
         if verdict == "suppress":
             return NotifyResult(recipient=recipient, status="suppressed", channel="chatops",

@@ -213,7 +213,8 @@ def execute_action(
                 subject = f"GPU Steward：{p.target}" + (f"（Slurm 作业 {number}）" if number else "")
             else:
                 subject = f"GPU Steward: {p.target}" + (f" (Slurm job {number})" if number else "")
-            sent = deps.notifier.notify(recipient, subject, body, job_id=p.target, deadline=warning_deadline)
+            sent = deps.notifier.notify(recipient, subject, body, job_id=p.target, deadline=warning_deadline,
+                                        target_uid=(job.uid or None) if job else None)
             # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
             sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}
             status: ActionStatus = sent_as.get(sent.status, "failed")

@@ -75,3 +75,6 @@ def read_yaml(path: str | Path, error: type[Exception]) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         what = " ".join(str(x) for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x)
         raise error(f"{path}: not valid YAML{where}: {what or exc}") from None
+    except RecursionError:  # the parser recurses per level: "a: [[[[...]]]]" thousands deep
+        raise error(f"{path}: nested too deeply to read (thousands of levels of lists or mappings); no policy, "
+                    f"scenario or runbook needs more than a few") from None

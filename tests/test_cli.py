@@ -91,6 +91,11 @@ def test_unreadable_and_non_yaml_files_are_named(tmp_path, capsys):
     assert "gbk.yaml: not UTF-8 at byte 27 (line 2)" in capsys.readouterr().err
     assert main(["sweep", "--scenario", str(gbk)]) == 2
     assert "gbk.yaml: not UTF-8" in capsys.readouterr().err
+    # Nested thousands deep: the parser's recursion is named, not a RecursionError traceback.
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert main(["policy", "check", str(deep)]) == 2
+    assert "deep.yaml: nested too deeply to read" in capsys.readouterr().err
 
 
 def test_a_bad_environment_variable_is_named_as_it_is_set(monkeypatch, capsys):

@@ -172,6 +172,8 @@ def test_roles_with_api_tokens(tmp_path):
         approval_id = sweep_with_approval(c, APPROVER)
         denied = c.post(f"/api/approvals/{approval_id}", json={"decision": "approve"}, headers=VIEWER)
         assert denied.status_code == 403 and "approver" in denied.json()["detail"]
+        refused = c.get("/api/audit", params={"kind": "approval", "status": "refused_answer"}, headers=VIEWER).json()
+        assert [e["reason"] for e in refused["entries"]] == ["answer from vic refused: not an approver"]
         assert c.post("/api/exemptions", json={"job": "x", "duration": "1h"}, headers=VIEWER).status_code == 403
         ok = c.post(f"/api/approvals/{approval_id}", json={"decision": "deny", "reason": "peak"}, headers=APPROVER)
         assert ok.status_code == 200 and ok.json()["approval"]["answered_by"] == "ann"

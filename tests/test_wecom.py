@@ -162,6 +162,9 @@ def test_approve_and_deny_through_wecom_are_for_approvers_only():
     approval = next(a for a in cb.deps.approvals.pending() if a.target == "ml-team/stubborn")
     refused = cb.reply_text(cb.post("bob", f"approve {approval.id}"))
     assert "Only approvers" in refused and cb.deps.approvals.get(approval.id).status == "pending"
+    [attempt] = [e for e in cb.deps.audit.entries(kind="approval", status="refused_answer")
+                 if e.data.get("approval_id") == approval.id]  # an attempt is a fact: audited, who and what
+    assert attempt.reason == "answer from wecom:bob refused: not an approver" and attempt.data["decision"] == "approve"
     done = cb.reply_text(cb.post("lead", f"approve {approval.id} confirmed idle"))
     assert "approved" in done and cb.deps.approvals.get(approval.id).answered_by == "wecom:lead"
     assert cb.cluster.get_job("ml-team/stubborn").state == "cancelled"

@@ -42,7 +42,7 @@ from agent.api.schemas import (
 from agent.api.sparkline import finding_sparks
 from agent.detectors.evidence import describe
 from agent.graph.report import approval_why, audit_text, outcome_text, report_for_people
-from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable
+from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable, audit_refused_answer
 from agent.records.audit import AuditEntry
 from agent.records.savings import compute_savings
 from core.actions import Finding
@@ -222,9 +222,14 @@ def approvals(request: Request, who: Viewer, recent: Annotated[int, Query(ge=0, 
                                                                        "deferred and completes on its own"},
                         404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "already answered or expired"},
                         503: {"model": ErrorBody, "description": "not taken: the approval store cannot be written"}})
-def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who: Approver,
+def answer(request: Request, approval_id: ApprovalId, body: ApprovalAnswer, who: Viewer,
            response: Response, lang: UiLang = "en") -> ApprovalResult:
     rt = runtime_of(request)
+    if who.role != "approver":  # refused as the Approver dependency would, and audited: an attempt is a fact
+        if (asked := rt.deps.approvals.get(approval_id)) is not None:
+            audit_refused_answer(rt.deps.audit, asked, at=rt.deps.clock.now(), run_id="api", decision=body.decision,
+                                 reason=f"answer from {who.name} refused: not an approver")
+        raise HTTPException(403, f"{who.name} is a {who.role}; this needs the approver role")
     try:
         result = rt.answer(approval_id, body.decision, by=who.name, reason=body.reason)
     except UnknownApproval as exc:

@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 from agent.chatops.directory import UserDirectory
 from agent.detectors.evidence import describe, kind_label
 from agent.graph.deps import StewardDeps
-from agent.records.approvals import ApprovalError
+from agent.records.approvals import ApprovalError, audit_refused_answer
 from core.actions import Finding
 from core.durations import format_duration, parse_duration, spoken_units
 
@@ -111,6 +111,11 @@ class ChatCommands:
     def _answer(self, platform: str, chat_id: str, decision: Literal["approve", "deny"], approval_id: str,
                 reason: str, lang: str) -> str:
         if not self.directory.is_approver(platform, chat_id):
+            deps = self.service_provider().deps
+            if (approval := deps.approvals.get(approval_id)) is not None:
+                audit_refused_answer(deps.audit, approval, at=deps.clock.now(), run_id=f"chatops-{platform}",
+                                     decision=decision, reason=f"answer from {platform}:{chat_id} refused: not an approver",
+                                     claimed_sender=chat_id)
             return _t(lang, "Only approvers can answer approval requests.", "只有审批人可以处理审批请求。")
         by = f"{platform}:{self.directory.cluster_user(platform, chat_id)}"
         service = self.service_provider()
@@ -131,10 +136,9 @@ class ChatCommands:
         deps = self.service_provider().deps
         approval = deps.approvals.get(approval_id)
         if approval is not None:
-            deps.audit.record("approval", at=deps.clock.now(), run_id=f"chatops-{platform}", target=approval.target,
-                              action=approval.action, level=approval.level, status="refused_answer",
-                              reason=f"{decision} through {platform} refused: its callbacks do not sign the sender",
-                              data={"approval_id": approval_id, "decision": decision, "claimed_sender": chat_id})
+            audit_refused_answer(deps.audit, approval, at=deps.clock.now(), run_id=f"chatops-{platform}",
+                                 decision=decision, claimed_sender=chat_id,
+                                 reason=f"{decision} through {platform} refused: its callbacks do not sign the sender")
         where = f" ({self.approvals_url})" if self.approvals_url else ""
         en, zh = _PLATFORM_NAMES.get(platform, (platform, platform))
         return _t(lang, f"Not taken: approvals cannot be answered by a {en} message, because {en} does not sign who "

@@ -475,6 +475,8 @@ def _refused_answer_zh(reason: str) -> str:
         return f"{m[1]} 的答复未受理：该请求{done}"
     if m := re.match(r"^answer from (\S+) refused: expired", reason):
         return f"{m[1]} 的答复未受理：该请求已过期"
+    if m := re.match(r"^answer from (\S+) refused: not an approver", reason):
+        return f"{m[1]} 的答复未受理：不是审批人"
     if m := re.match(r"^(approve|deny) through (\w+) refused: its callbacks do not sign the sender", reason):
         where = _PLATFORM_ZH.get(m[2], m[2])
         return f"通过{where}的{'批准' if m[1] == 'approve' else '拒绝'}未受理：{where}回调不对发送者签名"

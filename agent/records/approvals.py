@@ -440,3 +440,15 @@ class ApprovalStore:
                 assert got is not None
                 expired.append(got)
         return expired
+
+
+def audit_refused_answer(audit: AuditLog, approval: Approval, *, at: datetime, run_id: str, decision: str,
+                         reason: str, **data: Any) -> None:
+    """An answer refused before it reached the store (not an approver, an unsigned sender) is audited too: an
+    attempt is a fact. The refusal stands when the audit cannot be written (logged)."""
+    try:
+        audit.record("approval", at=at, run_id=run_id, target=approval.target, action=approval.action,
+                     level=approval.level, status="refused_answer", reason=reason,
+                     data={"approval_id": approval.id, "decision": decision, **data})
+    except StoreUnavailable as exc:
+        log.warning("refused answer to %s not audited: %s", approval.id, exc.problem.detail)

@@ -24,3 +24,15 @@ def board_power_w(model: str) -> float | None:
     """The board power of a GPU model as dcgm-exporter names it ("NVIDIA A100-SXM4-80GB"); None when unknown."""
     name = re.sub(r"[-_]", " ", model.upper())
     return next((watts for pattern, watts in BOARD_POWER_W if pattern.search(name)), None)
+
+
+# A MIG instance's GpuSeries.gpu (tools/prometheus.py): MIG_INDEX_BASE + parent index x 100 + GPU_I_ID.
+MIG_INDEX_BASE = 10_000
+_MIG_MODEL = re.compile(r"\bMIG\b", re.IGNORECASE)
+
+
+def is_mig_instance(gpu_index: int, model: str) -> bool:
+    """A MIG instance, by the steward's index for it or a model name that names a profile ("A100-SXM4-80GB MIG
+    1g.10gb"). dcgm-exporter reports the parent GPU's power, PCIe and NVLink on every instance (dcgm-exporter#257):
+    they are the whole GPU's, never one instance's work."""
+    return gpu_index >= MIG_INDEX_BASE or bool(_MIG_MODEL.search(model))

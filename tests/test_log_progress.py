@@ -245,3 +245,15 @@ def test_a_counter_moves_in_place_not_between_lines_of_different_numbers():
     assert got.progress_lines == 0 and got.last_progress_at is None
     moving = analyse_log("ml/x", lines(["it 10 loss 2.5", "it 20 loss 2.4"]), NOW)
     assert moving.progress_lines == 2
+
+
+def test_a_notebook_servers_autosaves_and_a_config_dumps_bare_numbers_are_no_progress():
+    """Autosaves come from the browser tab, not the kernel, whose cells never write to the server's log
+    (jupyter/notebook#3932): two notebooks saved in turn moved a "counter" and gave a log cadence that fell silent
+    during a 95-minute scikit-learn fit, read as a deadlocked DataLoader. And the items of a JSON array in a model's
+    config dump (128001, 128008, ...) name nothing they count."""
+    saves = [f"[I 2026-11-03 09:{i:02d}:00.123 ServerApp] Saving file at /home/jovyan/Untitled{1 + i % 2}.ipynb"
+             for i in range(20)]
+    assert analyse_log("ds/nb", lines(saves, 120.0), NOW).progress_lines == 0
+    dump = ["Generate config GenerationConfig {", '  "eos_token_id": [', "    128001,", "    128008,", "    128009", "  ]"]
+    assert analyse_log("llm/sft", lines(dump, 1.0), NOW).progress_lines == 0

@@ -102,6 +102,7 @@ DIFFICULTY: dict[str, str] = {
     "indexed-job-rank0-eval-nccl-barrier": "hard",
     "hf-load-shards-network-volume": "hard",
     "triton-unlabelled-rare-requests-no-log": "hard",
+    "mig-idle-slice-parent-power": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

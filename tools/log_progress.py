@@ -154,7 +154,9 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
             continue
         template, numbers = _shape(text)
         # A line of numbers alone names nothing it counts (the items of a config dump's JSON array): not a report.
-        if not numbers or not template or _SCHEDULER.search(text):
+        # Nor a notebook server's own lines: its autosaves ("Saving file at /work/Untitled2.ipynb") come from the
+        # browser tab, and the kernel's cells never write to the server's log (jupyter/notebook#3932).
+        if not numbers or not template or _SCHEDULER.search(text) or _NOTEBOOK_SERVER.search(text):
             continue
         step = _STEP.search(text)
         if step:

@@ -21,6 +21,7 @@ from typing import Any
 
 from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, expected_samples
 from core.durations import format_duration
+from core.gpus import MIG_INDEX_BASE
 from tools import promql
 
 HpcJobMapping = Mapping[str, str] | Callable[[str], str | None] | None
@@ -31,8 +32,8 @@ OVERFULL = 1.5
 QUERY_SHOWN = 120  # characters of a failed query an error shows, when it names no metric the steward reads
 METRIC_NAME = re.compile(r"\b(?:DCGM_FI_\w+|container_\w+|vllm:\w+)")
 MAX_POWER_W = 5000.0  # above any board's power: a larger reading is a broken exporter, not a measurement
-# A MIG instance's GpuSeries.gpu: MIG_INDEX_BASE + parent index x 100 + GPU_I_ID (GPU 0 instance 7 -> 10007).
-MIG_INDEX_BASE = 10_000
+# A MIG instance's GpuSeries.gpu: MIG_INDEX_BASE (core/gpus.py) + parent index x 100 + GPU_I_ID (GPU 0 instance 7 ->
+# 10007).
 
 
 def gpu_index(gpu: str, instance: str) -> int | None:

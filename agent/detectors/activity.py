@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from agent.config.policy import ActivityRule
 from agent.detectors.history import align_end
 from agent.detectors.signals import JobSeries, JobWindow
-from core.gpus import board_power_w
+from core.gpus import board_power_w, is_mig_instance
 
 MB = 1e6
 
@@ -176,7 +176,9 @@ def last_real_work(series: JobSeries, rule: ActivityRule) -> tuple[datetime, str
                    (g.dram_active_avg, rule.dram_active_max, 1.0, "DRAM activity"),
                    (g.pcie_bytes_avg, rule.interconnect_max_mbps, MB, "PCIe traffic"),
                    (g.nvlink_bytes_avg, rule.interconnect_max_mbps, MB, "NVLink traffic")]
-        if board:
+        if is_mig_instance(g.gpu, g.model):  # the parent GPU's power and traffic, its other instances' work too
+            columns = columns[:2]
+        elif board:
             columns.append((g.power_w_slices, rule.idle_power_share * board, 1.0, "power"))
         for values, limit, scale, name in columns:
             if not values:

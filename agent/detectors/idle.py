@@ -190,9 +190,10 @@ class IdleGpuDetector:
         """Why a quiet job that only its CPU protects is judged all the same, its stop needing a person; None when
         something else protects it too, or its log never kept a cadence to fall silent from.
 
-        A deadlocked DataLoader worker spins a core at 100 % (pytorch/pytorch#9753) like real CPU work does. A log
-        that advanced every G and has been silent for max(window, zombie cadence factor x G) tells them apart well
-        enough to warn, not to stop on its own."""
+        A deadlocked DataLoader worker spins a core at 100 % (pytorch/pytorch#9753) like real CPU work does (a
+        single-threaded fit, a torch.compile trace). A log that advanced every G and has been silent for max(window,
+        zombie cadence factor x G) tells them apart well enough to warn, not to stop on its own; the text names both
+        readings, so whoever approves the stop weighs both."""
         if tail is None or tail.grace_left_s is not None or not tail.reason.startswith("process CPU"):
             return None
         if long_tail(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
@@ -213,9 +214,11 @@ class IdleGpuDetector:
             return None
         return (f"only the CPU is busy (up to {max(cpu):.0f}% of a core), while the log that advanced every "
                 f"{format_duration(gap)} has been silent for {format_duration(silent)}: a deadlocked DataLoader "
-                f"worker spins a core the same way, so the stop needs a person",
+                f"worker spins a core the same way, and so does real work that prints nothing (a single-threaded "
+                f"pandas or scikit-learn step, a torch.compile trace), so the stop needs a person who checks which",
                 f"只有 CPU 在忙（最高 {max(cpu):.0f}% 个核心），而此前每 {duration_zh(gap)}推进一次的日志已沉默 "
-                f"{duration_zh(silent)}：卡死的 DataLoader worker 也会这样空转占用一个核心")
+                f"{duration_zh(silent)}：卡死的 DataLoader worker 会这样空转占用一个核心，不打印输出的真实计算（单线程的 "
+                f"pandas 或 scikit-learn 步骤、torch.compile 编译）也是如此，需由人工确认是哪一种")
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress | None, since: datetime, at: datetime,
                  blips: float = 0.0, at_least: bool = False) -> Finding:

@@ -90,7 +90,9 @@ SLURM_HET_JOB_LABEL = "slurm.het_job_id"
 # before v0.26), Kueue's plain Pod groups, KubeRay's cluster (a Ray Train job's GPU workers wait on its CPU workers
 # and fail with them), and a Slurm heterogeneous job. A batch/v1 Job's `job-name` only with a completion index: an
 # Indexed Job is how Kubernetes itself runs multi-pod training (its docs' "Job with Pod-to-Pod Communication", JobSet's
-# replicas), while a plain parallel Job's pods are independent work-queue workers. A wrong gang only holds a stop back.
+# replicas), while a plain parallel Job's pods are independent work-queue workers. A wrong gang costs a finding, never
+# a stop: an independent indexed worker idle beside busy siblings is not reported while they work (a worker that
+# finished its index exits; one that idles while others work is more often a rank waiting in a barrier).
 GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderworkerset.sigs.k8s.io/name",
                "jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
                "kueue.x-k8s.io/pod-group-name", "ray.io/cluster", SLURM_HET_JOB_LABEL)

@@ -568,6 +568,7 @@ def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
     # (not the last burst): nothing in flight.
     assert unfinished_state_io(with_tail(*hf, "step 10 loss 2.31")) is None
     assert unfinished_state_io(with_tail(*hf[:2], "All model checkpoint weights were used; model loaded")) is None
+    assert unfinished_state_io(with_tail(*hf[:2], "[2026/11/11 09:00:03] Setting the random seed")) is not None  # a date
     late = [LogLine(at=AT - timedelta(hours=3), text=hf[0]), LogLine(at=AT - timedelta(hours=2), text="Hello")]
     assert unfinished_state_io(analyse_log("ml/train", late, AT)) is None
 
@@ -589,3 +590,24 @@ def test_gpu_work_that_gpu_util_does_not_count_is_not_idle():
     [found] = idle(encoder([35.0] * 8 + [12.0] * 16))  # ended 80 minutes ago: idle since then, not for 2 h
     assert found.since == AT - timedelta(minutes=80)
     assert len(idle(encoder([12.0] * 24))) == 1  # an idle L4 draws 17 %: idle
+
+
+def test_gpus_held_empty_while_the_job_works_on_the_cpu_get_advice_never_a_stop():
+    """A 4-GPU job tokenising on 32 cores for hours before it trains (Princeton jobstats' 0 % GPU alert): its CPU
+    protects it from idleness and no GPU works, so neither idle nor over-provisioned reported it. Now: advice with
+    none of its GPUs working. Not for a job holding a model in GPU memory (it will use it), nor for one GPU."""
+    from agent.detectors.evidence import describe
+    from agent.planning.policy_model import warning_message
+
+    empty = [gpu("ml/prep", [0.0] * 24, index=i, mem_mb=0.0) for i in range(4)]
+    found = run_detectors(observe([job("ml/prep")], empty, [io("ml/prep", 24, cpu=3000.0)]), POLICY)
+    [advice] = [f for f in found if f.target == "ml/prep"]
+    assert advice.kind == "overprovisioned" and advice.gpus == 4 and advice.metrics["gpus_working"] == 0
+    assert "none used over 1h" in advice.evidence and "process CPU up to 3000%" in advice.evidence
+    assert "一块都未使用" in describe(advice, "zh")
+    text = warning_message(advice, POLICY, AT, "en")
+    assert "run this stage as a job without GPUs" in text and "request 1 GPU" not in text
+    holding = [gpu("ml/prep", [0.0] * 24, index=i) for i in range(4)]  # 14.5 GB each: a model is loaded
+    assert not run_detectors(observe([job("ml/prep")], holding, [io("ml/prep", 24, cpu=3000.0)]), POLICY)
+    one = [gpu("ml/prep", [0.0] * 24, mem_mb=0.0)]
+    assert not run_detectors(observe([job("ml/prep", gpus=1)], one, [io("ml/prep", 24, cpu=3000.0)]), POLICY)

@@ -257,3 +257,5 @@ def test_a_notebook_servers_autosaves_and_a_config_dumps_bare_numbers_are_no_pro
     assert analyse_log("ds/nb", lines(saves, 120.0), NOW).progress_lines == 0
     dump = ["Generate config GenerationConfig {", '  "eos_token_id": [', "    128001,", "    128008,", "    128009", "  ]"]
     assert analyse_log("llm/sft", lines(dump, 1.0), NOW).progress_lines == 0
+    # A bare number at the margin is a report (print(loss.item()) every step), a job's only progress line.
+    assert analyse_log("ml/train", lines([f"{2.31 - i * 0.01:.4f}" for i in range(10)]), NOW).progress_lines == 9

@@ -103,6 +103,7 @@ DIFFICULTY: dict[str, str] = {
     "hf-load-shards-network-volume": "hard",
     "triton-unlabelled-rare-requests-no-log": "hard",
     "mig-idle-slice-parent-power": "medium",
+    "slurm-cpu-preprocessing-in-gpu-allocation": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

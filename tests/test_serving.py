@@ -47,7 +47,7 @@ def test_a_model_servers_image_makes_a_service_whatever_its_labels():
                    "ghcr.io/huggingface/text-generation-inference:2.4"):
         assert image(served) == f"image {served}", served
     for other in ("pytorch/pytorch:2.4-cuda12", "nvcr.io/nvidia/pytorch:24.08-py3", "acme/tritonserver-trainer:1",
-                  "registry:5000/team/train-vllm:latest", None):
+                  "registry:5000/team/train-vllm:latest", "harbor.corp/sglang/grpo-train:1", "nim/train:2", None):
         assert image(other) is None, other
 
 

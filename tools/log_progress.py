@@ -29,7 +29,7 @@ STATE_IO_STARTED = re.compile(
 # Finished, failed, or a count at its total (a progress bar's "100%", "30/30").
 STATE_IO_FINISHED = re.compile(r"\b(?:saved|written|uploaded|exported|loaded|restored|downloaded|done|finished|completed?"
                        r"|success\w*|took|failed|error|ready)\b|完成|成功|已保存|已加载|失败|就绪"
-                       r"|(?<![\d.])100(?:\.0+)?\s?%|\b(\d+)/\1\b", re.I)
+                       r"|(?<![\d.])100(?:\.0+)?\s?%|(?<![\d/])(\d+)/\1(?![\d/])", re.I)
 # A plan or a setting, not an operation under way ("will be saving checkpoints every 1000 steps").
 _NOT_UNDER_WAY = re.compile(r"\b(?:will|every|each|interval|enabled?|disabled?)\b|每隔|每\s*\d", re.I)
 _NOTEBOOK_SERVER = re.compile(r"NotebookApp|ServerApp|LabApp|\.ipynb", re.I)
@@ -153,10 +153,12 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
             last_progress_i = i
             continue
         template, numbers = _shape(text)
-        # A line of numbers alone names nothing it counts (the items of a config dump's JSON array): not a report.
-        # Nor a notebook server's own lines: its autosaves ("Saving file at /work/Untitled2.ipynb") come from the
-        # browser tab, and the kernel's cells never write to the server's log (jupyter/notebook#3932).
-        if not numbers or not template or _SCHEDULER.search(text) or _NOTEBOOK_SERVER.search(text):
+        # An indented line of numbers alone is an item of a printed structure (a model config dump's JSON array:
+        # "    128001,"), not a report; a bare number at the margin is one (print(loss.item()) every step). Nor are a
+        # notebook server's own lines: its autosaves ("Saving file at /work/Untitled2.ipynb") come from the browser
+        # tab, and the kernel's cells never write to the server's log (jupyter/notebook#3932).
+        if not numbers or (not template and text[:1].isspace()) or _SCHEDULER.search(text) \
+                or _NOTEBOOK_SERVER.search(text):
             continue
         step = _STEP.search(text)
         if step:

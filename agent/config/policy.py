@@ -145,11 +145,11 @@ class ServingRule(_Section):
                             "app.kubernetes.io/name=sglang", "app=sglang", "app.kubernetes.io/name=ollama",
                             "app=ollama", "ray.io/originated-from-crd=RayService", "ray.io/serve=true",
                             "steward.io/workload=serving"]
-    # A job whose container image is a model server's is a service whatever its labels: a path component of the
-    # image (without its tag) equal to one of these (nvcr.io/nvidia/tritonserver:24.08-py3, vllm/vllm-openai,
-    # lmsysorg/sglang, NVIDIA NIM's nvcr.io/nim/...).
-    images: list[str] = ["tritonserver", "vllm-openai", "text-generation-inference", "sglang", "ollama", "nim",
-                         "tensorrt-llm", "lmdeploy", "text-embeddings-inference"]
+    # A job whose container image is a model server's is a service whatever its labels: the image's name (its last
+    # path component, without the tag) equal to one of these (nvcr.io/nvidia/tritonserver:24.08-py3, vllm/vllm-openai,
+    # lmsysorg/sglang), or, for an entry with a "/", the image path starting with it (NVIDIA NIM's nvcr.io/nim/...).
+    images: list[str] = ["tritonserver", "vllm-openai", "text-generation-inference", "sglang", "ollama",
+                         "tensorrt-llm", "lmdeploy", "text-embeddings-inference", "nvcr.io/nim/"]
 
 
 class LongTailRule(_Section):

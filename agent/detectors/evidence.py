@@ -191,6 +191,9 @@ def _keepalive(f: Finding, m: Metrics) -> str:
 
 
 def _overprovisioned(f: Finding, m: Metrics) -> str:
+    if m.get("off_gpu_work"):
+        return (f"申请 {m['gpus_requested']:g} 块 GPU，{duration_zh(m['window_s'])}内一块都未使用（显存仅够 CUDA 上下文），"
+                f"而作业在 GPU 之外工作（CPU、磁盘、网络或日志）：建议把这一阶段作为不申请 GPU 的作业运行，用到 GPU 时再申请")
     utils = [m[f"gpu_util_pct_{k}"] for k in range(int(m["gpus_requested"]))]
     return (
         f"申请 {m['gpus_requested']:g} 块 GPU，仅 {m['gpus_working']:g} 块在工作（平均或任一时间片利用率 ≥ {m['working_util_pct']:g}%），"

@@ -9,7 +9,7 @@ from agent.config.policy import LongTailRule, Policy
 from agent.detectors.activity import last_real_work
 from agent.detectors.evidence import duration_zh, io_metrics, log_metrics, with_doubt
 from agent.detectors.history import align_end
-from agent.detectors.longtail import LongTail, long_tail
+from agent.detectors.longtail import LongTail, long_tail, work_off_the_gpu
 from agent.detectors.signals import ClusterSignals, JobSeries, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
@@ -21,6 +21,8 @@ ACTIVE_STATES = frozenset({"running", "stopping"})
 # % of one core, is work a spin does not explain (a pandas cell at 600 %, a FAISS build on 15 cores).
 SPIN_CORES_PER_GPU = 1.0
 SPIN_CORES_EXTRA = 1.0
+# GPU memory a process holds for its CUDA context alone (300-600 MB on current drivers), no model or tensors in it.
+CUDA_CONTEXT_MB = 1024.0
 
 
 
@@ -98,6 +100,7 @@ class IdleGpuDetector:
         self.warn_in_grace = policy.warning.during_grace
         self.cadence_factor = policy.detectors.zombie.log_cadence_factor
         self.activity = policy.detectors.activity
+        self.overprovisioned = policy.detectors.overprovisioned
 
     def quiet_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
         """The job's window when its GPUs look idle (before logs and long-tail checks), else None."""
@@ -131,6 +134,8 @@ class IdleGpuDetector:
                 tail = None  # only a busy CPU held it back, beside a log long stalled: judged, its stop for a person
             stop_after = in_grace(tail, obs.at, self.warn_in_grace)
             if tail is not None and stop_after is None:
+                if (unused := self._unused_allocation(job, window, logs, obs.at)) is not None:
+                    findings.append(unused)
                 continue
             quiet, blips = window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)
             if quiet == 0:
@@ -166,6 +171,57 @@ class IdleGpuDetector:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)
         return findings
+
+    def _unused_allocation(self, job: JobInfo, window: JobWindow, logs: LogProgress | None,
+                           at: datetime) -> Finding | None:
+        """Advice for a job that works, but not on its GPUs: none used over the window, no more GPU memory held than
+        a CUDA context, while its CPU, disk, network or log work (a dataset tokenised for hours inside a 4-GPU
+        allocation, Princeton's jobstats alert). An over-provisioned finding with no GPU working: level 1, never a
+        stop. A job of one GPU, or one holding a model in GPU memory (an eval reading its dataset on the CPU), is
+        not told: the first is not over-provisioned, the second will use its GPU."""
+        if job.gpus < self.overprovisioned.min_gpus or len(window.series.gpus) < job.gpus:
+            return None
+        mems = [g.mem_used_mb for g in window.series.gpus]
+        if any(m is None for m in mems) or sum(m or 0.0 for m in mems) > CUDA_CONTEXT_MB * job.gpus:
+            return None
+        if window.series.quiet_run(self.rule.util_threshold_pct, self.rule.blip_gpu_seconds)[0] < window.slices:
+            return None
+        if last_real_work(window.series, self.activity) is not None:
+            return None
+        work = work_off_the_gpu(window, logs, self.longtail)
+        if work is None or not self._worked_throughout(window, logs, at):
+            return None
+        since = at - timedelta(seconds=window.seconds)
+        if job.started_at is not None and job.started_at > since:
+            since = job.started_at
+        evidence = (f"{job.gpus} GPUs requested, none used over {format_duration(window.seconds)} (max "
+                    f"{window.max_util:.1f}% util, no more GPU memory held than a CUDA context) while the job works "
+                    f"off the GPU: {work}. Run this stage as a job without GPUs and ask for them where it uses them")
+        metrics = {"gpus_requested": float(job.gpus), "gpus_working": 0.0, "ratio": float(job.gpus),
+                   "coverage": round(window.coverage, 4), "util_avg_pct": window.avg_util or 0.0,
+                   "window_s": window.seconds, "working_util_pct": self.overprovisioned.working_util_pct,
+                   "off_gpu_work": 1.0, **{f"gpu_util_pct_{k}": 0.0 for k in range(job.gpus)}}
+        return Finding(kind="overprovisioned", target=job.id, since=since, detected_at=at, evidence=evidence,
+                       metrics=metrics, gpus=job.gpus)
+
+    def _worked_throughout(self, window: JobWindow, logs: LogProgress | None, at: datetime) -> bool:
+        """Whether the job's work off the GPU held through the whole window, not only at its edge (a model load's
+        last line as training starts is no stage to run without GPUs): CPU at the active line in every slice, network
+        or disk at it on average, or a log that advanced from the window's start to within three of its gaps of now."""
+        io, rule = window.series.io, self.longtail
+        if io is not None:
+            cpu = [v for v in align_end(io.cpu_pct, window.slices) if v is not None]
+            if cpu and len(cpu) == window.slices and min(cpu) >= rule.cpu_active_pct:
+                return True
+            for column in (io.net_rx_mbps, io.disk_read_mbps):
+                known = [v for v in align_end(column, window.slices) if v is not None]
+                if known and sum(known) / len(known) >= rule.io_threshold_mbps:
+                    return True
+        if logs is None or logs.first_progress_at is None or logs.last_progress_at is None:
+            return False
+        start = at - timedelta(seconds=window.seconds)
+        recent = timedelta(seconds=3 * (logs.typical_gap_s or window.series.slice_s))
+        return logs.first_progress_at <= start and logs.last_progress_at >= at - recent
 
     def _trickle(self, window: JobWindow) -> tuple[str, str] | None:
         """Why a quiet job's stop needs a person when its network or disk moves data steadily but under the

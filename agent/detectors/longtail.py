@@ -40,19 +40,9 @@ def long_tail(
     return _periodic(window, rule, quiet_pct, min_coverage, blip_gpu_s)
 
 
-def long_tail_reason(
-    window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float, min_coverage: float = 0.9,
-    cpu: bool = True, periodic: bool = True, blip_gpu_s: float = 0.0,
-) -> str | None:
-    """Why this quiet job is probably still working, or why we cannot tell (for the explanation); None when
-    nothing suggests it and the data can rule it out.
-
-    Unknown is not idle: metrics read from a partial response, or a history that does not cover the lookback
-    (short retention, gaps) while the job is quiet now, protect the job like evidence of work would.
-    `cpu=False` for a hung job (its host threads spin); `periodic=False` where the window's own bursts are what
-    is judged (keep-alive), not a pause after them. `blip_gpu_s`: activity under it in all is a blip, not work
-    (IdleRule.blip_gpu_seconds; 0: none).
-    """
+def work_off_the_gpu(window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, cpu: bool = True) -> str | None:
+    """The job's work beside its GPUs over the window (network or disk at the active line, process CPU, a log that
+    advanced), in the operator's words; None when it shows none."""
     span = format_duration(window.seconds)
     if window.net_max is not None and window.net_max >= rule.io_threshold_mbps:
         return (
@@ -66,6 +56,25 @@ def long_tail_reason(
     if last is not None and last >= window.at - timedelta(seconds=window.seconds):
         step = f" (step {logs.last_step:g})" if logs is not None and logs.last_step is not None else ""
         return f"log still advancing: last progress line at {last:%H:%M} UTC{step}"
+    return None
+
+
+def long_tail_reason(
+    window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, quiet_pct: float, min_coverage: float = 0.9,
+    cpu: bool = True, periodic: bool = True, blip_gpu_s: float = 0.0,
+) -> str | None:
+    """Why this quiet job is probably still working, or why we cannot tell (for the explanation); None when
+    nothing suggests it and the data can rule it out.
+
+    Unknown is not idle: metrics read from a partial response, or a history that does not cover the lookback
+    (short retention, gaps) while the job is quiet now, protect the job like evidence of work would.
+    `cpu=False` for a hung job (its host threads spin); `periodic=False` where the window's own bursts are what
+    is judged (keep-alive), not a pause after them. `blip_gpu_s`: activity under it in all is a blip, not work
+    (IdleRule.blip_gpu_seconds; 0: none).
+    """
+    work = work_off_the_gpu(window, logs, rule, cpu=cpu)
+    if work is not None:
+        return work
     if window.series.degraded:
         return f"metrics incomplete ({'; '.join(window.series.degraded)}): cannot rule out a working job"
     if not periodic or never_worked(window.series, rule, quiet_pct) is not None:

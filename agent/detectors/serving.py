@@ -43,9 +43,9 @@ def serving_reason(job: JobInfo, rule: ServingRule) -> str | None:
     if job.image:
         path = job.image.split("@", 1)[0]
         name, _, tag = path.rpartition(":")
-        parts = (name if name and "/" not in tag else path).lower().split("/")
-        for image in rule.images:
-            if image.lower() in parts:
+        repo = (name if name and "/" not in tag else path).lower()
+        for image in (i.lower() for i in rule.images):
+            if (repo.startswith(image) if "/" in image else repo.rpartition("/")[2] == image):
                 return f"image {job.image}"
     return None
 

@@ -148,8 +148,10 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
             waste_gpu_hours=f"{finding.waste_gpu_hours:.1f}", waste_cost=money(finding.waste_cost, finding.currency),
             deadline=owner_time(deadline, policy, language), grace=grace_words, **common,
         )
+    working = int(finding.metrics.get("gpus_working", 1))
     advice = {
-        "overprovisioned": f"request {max(1, int(finding.metrics.get('gpus_working', 1)))} GPU(s) next time",
+        "overprovisioned": (f"request {working} GPU(s) next time" if working else
+                            "run this stage as a job without GPUs, and ask for them where it uses them"),
         "node_health": "drain the node and follow the runbook",
         "oversized": "let the pool shrink or approve the resize",
         "stuck_pending": "change the request as the evidence says, or cancel the job",
@@ -158,7 +160,8 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
     }.get(finding.kind, "take a look")
     if language == "zh":
         advice = {
-            "overprovisioned": f"下次申请 {max(1, int(finding.metrics.get('gpus_working', 1)))} 块 GPU",
+            "overprovisioned": (f"下次申请 {working} 块 GPU" if working else
+                                "把这一阶段作为不申请 GPU 的作业运行，到用 GPU 的阶段再申请"),
             "node_health": "排空该节点并按运行手册处理",
             "oversized": "缩容节点池或批准缩容操作",
             "stuck_pending": "按上述说明修改申请，或取消该作业",

@@ -31,6 +31,9 @@ MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning,
 # counted back from the newest intent (the steward's last action), not from now, so that an outage of any length
 # leaves every intent of the process that stopped within reach of the next sweep.
 INTERRUPTED_LOOKBACK = timedelta(hours=24)
+# Longer than any live resize takes from its intent to its outcome (a few API calls, each under its request timeout):
+# an unsettled resize intent younger than this may belong to a process still carrying it out.
+LIVE_RESIZE = timedelta(minutes=10)
 
 
 class OutcomeNotRecorded(RuntimeError):
@@ -375,6 +378,11 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
             removed = max(0, int(before or pool.nodes) - pool.nodes)
             return "executed", f"pool {target} has {pool.nodes} nodes now: the resize took effect", \
                 removed * pool.gpus_per_node, removed
+        if deps.clock.now() - intent.at < LIVE_RESIZE:
+            # Young enough to be another process's shrink between its marks and its scale call (an approval carried
+            # out on a second replica): taking its marks back now would let Cluster API pick any machine. Left for a
+            # later sweep.
+            raise RuntimeError("a resize intent this young may still be running elsewhere")
         now_nodes = pool.nodes if pool else "no"
         # A shrink that stopped after marking nodes for removal (Cluster API's delete-machine) leaves the marks to
         # the next scale-down, whoever makes it, and to whatever job has landed there since: take them back. A

@@ -6,6 +6,7 @@ import asyncio
 import csv
 import io
 import json
+import os
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Literal
@@ -66,7 +67,16 @@ def configured_language(request: Request) -> Literal["en", "zh"] | None:
     return "zh" if settings.language == "zh" else "en" if "language" in settings.model_fields_set else None
 
 
-_HEALTH_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="healthz")
+_health_threads: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def health_threads() -> ThreadPoolExecutor:
+    """The health check's own threads, made in the process that uses them: an executor made before a fork (a test's
+    unprivileged child, a pre-forking server) keeps its parent's dead threads in its books and never runs a task."""
+    global _health_threads
+    if _health_threads is None or _health_threads[0] != os.getpid():
+        _health_threads = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="healthz"))
+    return _health_threads[1]
 
 
 @router.get("/healthz", response_model=Health, tags=["ops"],
@@ -76,7 +86,7 @@ async def healthz(request: Request, response: Response) -> Health:
     has_runbooks = bool(getattr(request.app.state, "runbooks_route", False))
     # Its own threads, not the pool every other route queues in: a readiness probe must answer during a burst of
     # heavy reads (500 concurrent audit pages made it wait 22 s, past the probe's 5 s timeout).
-    problems = await asyncio.get_running_loop().run_in_executor(_HEALTH_THREADS, health, rt)
+    problems = await asyncio.get_running_loop().run_in_executor(health_threads(), health, rt)
     if problems:
         response.status_code = 503
     return Health(status="degraded" if problems else "ok", cluster_time=rt.deps.clock.now(),

@@ -104,6 +104,7 @@ DIFFICULTY: dict[str, str] = {
     "triton-unlabelled-rare-requests-no-log": "hard",
     "mig-idle-slice-parent-power": "medium",
     "slurm-cpu-preprocessing-in-gpu-allocation": "medium",
+    "vllm-unlabelled-tp2-idle-cpu-spin": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -10,6 +10,7 @@ from agent.detectors.activity import last_real_work
 from agent.detectors.evidence import duration_zh, io_metrics, log_metrics, with_doubt
 from agent.detectors.history import align_end
 from agent.detectors.longtail import LongTail, long_tail, work_off_the_gpu
+from agent.detectors.serving import requests_since
 from agent.detectors.signals import ClusterSignals, JobSeries, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
@@ -101,6 +102,7 @@ class IdleGpuDetector:
         self.cadence_factor = policy.detectors.zombie.log_cadence_factor
         self.activity = policy.detectors.activity
         self.overprovisioned = policy.detectors.overprovisioned
+        self.serving = policy.detectors.serving
 
     def quiet_window(self, job: JobInfo, signals: ClusterSignals) -> JobWindow | None:
         """The job's window when its GPUs look idle (before logs and long-tail checks), else None."""
@@ -132,6 +134,9 @@ class IdleGpuDetector:
             spin = self._cpu_only(window, logs, tail, obs.at)
             if spin is not None:
                 tail = None  # only a busy CPU held it back, beside a log long stalled: judged, its stop for a person
+            unasked = tail is not None and tail.grace_left_s is None and self._unasked_service(window, obs.at)
+            if unasked:
+                tail = None  # a model server nobody called: its engine's spin is no work (advice, never a stop)
             stop_after = in_grace(tail, obs.at, self.warn_in_grace)
             if tail is not None and stop_after is None:
                 if (unused := self._unused_allocation(job, window, logs, obs.at)) is not None:
@@ -153,7 +158,7 @@ class IdleGpuDetector:
                 since = job.started_at  # the GPU's quiet before the job started on it is not the job's
             # The stretch of waste begins after the last work of any kind, not only the GPU's: an owner who answered
             # a warning by working on the CPU (or the network, disk, log) and left again must be warned anew.
-            worked = last_other_work(window.series, logs, self.longtail, cpu=spin is None)
+            worked = last_other_work(window.series, logs, self.longtail, cpu=spin is None and not unasked)
             if worked is not None and worked > since:
                 since = worked
             # Work GPU_UTIL does not count (a video encode, copies, the power they draw): not idle inside the window,
@@ -171,6 +176,15 @@ class IdleGpuDetector:
                 finding = with_grace(finding, tail.reason, stop_after)
             findings.append(finding)
         return findings
+
+    def _unasked_service(self, window: JobWindow, at: datetime) -> bool:
+        """A job serving request metrics that counted no request over the window: its CPU (vLLM's engine spins a core
+        per TP worker with nothing to do, vllm#19243) and its probe lines are no work. Judged only where the serving
+        rule is on, which turns the finding into advice no stop can cite (agent/detectors/serving.py)."""
+        if not self.serving.enabled:
+            return False
+        seen = requests_since(window.series.io, at - timedelta(seconds=window.seconds), at)
+        return seen is not None and seen[1] >= window.seconds and round(seen[0]) == 0
 
     def _unused_allocation(self, job: JobInfo, window: JobWindow, logs: LogProgress | None,
                            at: datetime) -> Finding | None:

@@ -135,3 +135,13 @@ def postgres_url(postgres_cluster):
     yield postgres_cluster.format(db=name)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def fault_world(tmp_path):
+    """The fault-injection world (tests/fault_world.py): a loopback Kubernetes API, a clock, a data dir; closed after."""
+    from tests.fault_world import World
+
+    w = World(tmp_path)
+    yield w
+    w.close()

@@ -13,14 +13,12 @@ from datetime import timedelta
 import pytest
 
 from agent.graph.execute import OutcomeNotRecorded
-from tests.fault_world import World, executions
+from tests.fault_world import executions
 
 
 @pytest.fixture
-def world(tmp_path):
-    w = World(tmp_path)
-    yield w
-    w.close()
+def world(fault_world):
+    return fault_world
 
 
 def test_an_audit_store_locked_right_after_an_eviction_never_records_the_stop_as_failed(world):

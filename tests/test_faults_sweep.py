@@ -22,10 +22,8 @@ PARTIAL = "partial response: store 10.0.3.7:10901 did not answer (context deadli
 
 
 @pytest.fixture
-def world(tmp_path):
-    w = World(tmp_path)
-    yield w
-    w.close()
+def world(fault_world):
+    return fault_world
 
 
 def warned(world: World, **options):
@@ -311,13 +309,18 @@ def test_killed_between_the_act_and_its_audit(world):
     assert "中断后补记" in render_report(result.state, fresh.deps)
 
 
-def test_killed_between_the_act_and_its_audit_and_the_pod_gone_at_restart_counts_as_a_stop(world):
+def killed_after_the_eviction(world) -> None:
+    """A warned notebook evicted at 110, the process killed before the eviction's outcome is recorded."""
     warned(world)
     service = world.service()
     kill_at(service.deps.audit, "record", when=lambda kind, **kw: kind == "execution" and kw.get("action") == "terminate")
     world.at(110)
     with pytest.raises(Killed):
         service.sweep()
+
+
+def test_killed_between_the_act_and_its_audit_and_the_pod_gone_at_restart_counts_as_a_stop(world):
+    killed_after_the_eviction(world)
     uid = world.pod()["metadata"]["uid"]
     fresh = world.service()
     world.at(117)  # the restart comes after the grace period (5 minutes): the kubelet finished the deletion
@@ -331,12 +334,7 @@ def test_killed_between_the_act_and_its_audit_and_the_pod_gone_at_restart_counts
 
 
 def test_killed_between_the_act_and_its_audit_and_restarted_more_than_a_day_later_settles_the_stop(world):
-    warned(world)
-    service = world.service()
-    kill_at(service.deps.audit, "record", when=lambda kind, **kw: kind == "execution" and kw.get("action") == "terminate")
-    world.at(110)
-    with pytest.raises(Killed):
-        service.sweep()
+    killed_after_the_eviction(world)
     fresh = world.service()
     world.at(110 + 25 * 60)  # down over a weekend, or crash-looping on a bad config: back 25 hours later
     fresh.sweep()

@@ -174,15 +174,6 @@ class _FakeSlurm:
         return None
 
 
-@pytest.fixture
-def fault_world(tmp_path):
-    from tests.fault_world import World
-
-    w = World(tmp_path)
-    yield w
-    w.close()
-
-
 def test_a_kubernetes_warning_lands_only_on_the_pod_it_was_meant_for(fault_world):
     """The pod is recreated under its name between the steward's re-read and the warning: the stop-after annotation
     and the Warning event must not land on the namesake (another run, maybe another owner) while the audit records a

@@ -447,6 +447,14 @@ def test_chat_answers_how_to_questions_from_the_runbooks(shipped, tmp_path):
     assert start["intent"] == "runbook" and "[rb:gpu-xid-errors]" in xid.splitlines()[1]
 
 
+def test_bm25_silence_on_a_runbook_it_could_read_in_the_querys_language_is_a_vote(shipped):
+    """"节点掉卡" (a node lost a GPU): the embedding ranked an English section of steward-degraded first, and BM25,
+    which cannot match Chinese words in English, counted as "cannot tell" there, though it read that runbook's
+    Chinese sections and did not match them. Now that silence is a vote, and the XID runbook BM25 found is in."""
+    assert "gpu-xid-errors" in [h["id"] for h in shipped.search("节点掉卡", None, 3)]
+    assert "steward-degraded" not in [h["id"] for h in shipped.search("节点掉卡", None, 3)]
+
+
 def test_cli_search_prints_rank_first_and_names_each_score(shipped, monkeypatch, capsys):
     """The list is in fused order; a cosine printed as the lead number read as out of order (a lower one above)."""
     import argparse

@@ -201,9 +201,14 @@ class RunbookIndex:
                 raise ValueError(f"unknown search method {method!r}; choose from {', '.join(METHODS)}")
         # BM25's silence on a section in the query's own script is a vote (it could have matched and did not); on
         # a section in the other script it says nothing (rrf). A query with any Chinese is read as Chinese.
+        # So is its silence on any section of a runbook written in the query's script too: it could have matched that
+        # runbook in the query's own language and did not ("节点掉卡" against an English section the embedding likes,
+        # whose runbook's Chinese sections BM25 read).
         script = "cjk" if CJK.search(query) else "latin"
+        readable = {c.runbook_id for c in self._bm25.chunks if ("cjk" if CJK.search(c.text) else "latin") == script}
         missed = [set() if method != "bm25" or not ranking else
-                  {sid for sid, (meta, _c) in sections.items() if meta.get("script") == script}
+                  {sid for sid, (meta, _c) in sections.items()
+                   if meta.get("script") == script or meta.get("runbook_id") in readable}
                   for method, ranking in zip(methods, rankings, strict=True)]
         hits: dict[str, dict[str, Any]] = {}
         for sid, fused in rrf(rankings, missed=missed).items():

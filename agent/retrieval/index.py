@@ -61,6 +61,11 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K,
     return dict(sorted(((item, s / votes[item]) for item, s in total.items()), key=lambda pair: -pair[1]))
 
 
+def _script(text: str) -> str:
+    """"cjk" for text with any Chinese in it (a query with any is read as Chinese), else "latin"."""
+    return "cjk" if CJK.search(text) else "latin"
+
+
 def _hit(section: Mapping[str, Any], cosine: float) -> dict[str, Any]:
     """One search result from a section's metadata (Chroma's, or a Chunk's fields)."""
     return {"id": str(section["runbook_id"]), "title": section["title"], "language": section["language"],
@@ -96,6 +101,7 @@ class RunbookIndex:
         self._collection: Any = None
         self._books: list[Runbook] = []
         self._bm25 = RunbookBM25([])
+        self._scripts: dict[str, set[str]] = {}  # script -> runbooks with a section in it, for BM25's silences
         self._hash = ""
         self._checked_at = float("-inf")
         self.last_build_s: float | None = None
@@ -136,6 +142,9 @@ class RunbookIndex:
     def _load(self, books: list[Runbook]) -> None:
         self._books = books
         self._bm25 = RunbookBM25([c for b in books for c in chunk_runbook(b)])
+        self._scripts = {}
+        for c in self._bm25.chunks:
+            self._scripts.setdefault(_script(c.text), set()).add(c.runbook_id)
 
     def count(self) -> int:
         return int(self._collection.count()) if self._collection is not None else 0
@@ -158,7 +167,7 @@ class RunbookIndex:
                 ids=[c.chunk_id for c in batch], documents=[c.text for c in batch],
                 metadatas=[{"runbook_id": c.runbook_id, "title": c.title, "language": c.language, "section": c.section,
                             "max_level": c.max_level, "kinds": ",".join(c.kinds), "body": c.body,
-                            "script": "cjk" if CJK.search(c.text) else "latin",
+                            "script": _script(c.text),
                             **{f"kind_{k}": True for k in c.kinds}} for c in batch])
         self._collection, self._hash = collection, digest
         self.last_build_s = time.perf_counter() - started
@@ -204,8 +213,8 @@ class RunbookIndex:
         # So is its silence on any section of a runbook written in the query's script too: it could have matched that
         # runbook in the query's own language and did not ("节点掉卡" against an English section the embedding likes,
         # whose runbook's Chinese sections BM25 read).
-        script = "cjk" if CJK.search(query) else "latin"
-        readable = {c.runbook_id for c in self._bm25.chunks if ("cjk" if CJK.search(c.text) else "latin") == script}
+        script = _script(query)
+        readable = self._scripts.get(script, set())
         missed = [set() if method != "bm25" or not ranking else
                   {sid for sid, (meta, _c) in sections.items()
                    if meta.get("script") == script or meta.get("runbook_id") in readable}

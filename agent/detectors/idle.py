@@ -37,7 +37,7 @@ def unfinished_state_io(logs: LogProgress | None) -> tuple[str, str] | None:
     return (f"its log's last lines announce a write or load of its state that no line has finished (\"{quoted}\"): "
             f"a checkpoint or model moved over network storage shows no I/O in the pod's own counters, so the stop "
             f"needs a person",
-            f"其最新一条日志宣告了一次尚未完成的状态写入或加载（“{quoted}”）：经网络存储读写的检查点或模型在 pod "
+            f"其日志最后几行宣告了一次尚未完成的状态写入或加载（“{quoted}”）：经网络存储读写的检查点或模型在 pod "
             f"自身的计数器中看不到 I/O")
 
 

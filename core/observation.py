@@ -27,6 +27,9 @@ class LogProgress(BaseModel):
     # server's own API): a service at work, however rare (agent/detectors/serving.py). One path, without its query.
     requests: int = 0
     request_path: str | None = None
+    # Of those, the ones it answered with a server error (HTTP 5xx): a caller served nothing, so no progress; a
+    # server whose every request fails is broken, not busy (a poisoned CUDA context behind a healthy /healthz).
+    failed_requests: int = 0
     tail: list[str] = []
     # The last burst's announcement of a write or load of the job's state that no line finished (a checkpoint to NFS,
     # a model read from a network volume): tools/log_progress.py state_io_announced.

@@ -158,6 +158,23 @@ def test_requests_a_service_answers_are_counted_and_probes_and_notebook_calls_ar
     assert progress.requests == 2 and progress.request_path == "POST /sdapi/v1/txt2img"
 
 
+def test_a_request_the_server_failed_shows_a_service_but_no_progress():
+    """A FastAPI server whose CUDA context died answers every POST with a 500 while /healthz says ok (a sticky CUDA
+    error; vllm-project/vllm#7633). Counted as answered requests, its 500s were progress and the broken server, its
+    GPU at 0 %, was never reported. An error status (4xx/5xx) is a service's line, not work done."""
+    at = datetime(2026, 11, 10, 14, 0, tzinfo=UTC)
+    ok = [LogLine(at=at - timedelta(minutes=200 - m), text=f'INFO: 10.0.7.21:{m} - "POST /v1/tag HTTP/1.1" 200 OK')
+          for m in range(3)]
+    failed = [LogLine(at=at - timedelta(minutes=60 - m), text=f'INFO: 10.0.7.21:{m} - "POST /v1/tag HTTP/1.1" 500 '
+                      "Internal Server Error") for m in range(0, 60, 5)]
+    probe = [LogLine(at=at - timedelta(minutes=1), text='INFO: 10.0.0.1:1 - "GET /healthz HTTP/1.1" 200 OK')]
+    p = analyse_log("cv/tagger", ok + failed + probe, at)
+    assert (p.requests, p.failed_requests, p.request_path) == (15, 12, "POST /v1/tag")
+    assert p.last_progress_at == ok[-1].at  # the last request it served, not the last it failed
+    client_error = analyse_log("cv/tagger", [LogLine(at=at, text='"POST /v1/tag HTTP/1.1" 422 Unprocessable')], at)
+    assert (client_error.requests, client_error.failed_requests, client_error.progress_lines) == (1, 1, 0)
+
+
 def test_the_schedulers_own_cancel_line_is_not_progress():
     """Slurm writes "slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***" into the job's output when the
     steward's SIGTERM lands. Read as progress ("step" in "slurmstepd"), it restarted the idle stretch at the

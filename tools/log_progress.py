@@ -98,13 +98,21 @@ def request_path(text: str) -> str | None:
     """What a log line shows a service answering, else None: an access log's method and path (no query string,
     "POST /v1/completions"), or a server's own request line (`_SERVED`: "generate (Success)", "Finished request
     cmpl-…"). Probes, metrics and a notebook server's own API are not requests."""
+    answered = _answered(text)
+    return answered[0] if answered is not None else None
+
+
+def _answered(text: str) -> tuple[str, bool] | None:
+    """(request_path's answer, whether it went unserved: an access log's error status, HTTP 4xx or 5xx), else None."""
     m = _REQUEST.search(text)
     if m is not None:
-        return None if _NOT_A_REQUEST.match(m.group(2)) or m.group(2) == "/" else f"{m.group(1)} {m.group(2)}"
+        if _NOT_A_REQUEST.match(m.group(2)) or m.group(2) == "/":
+            return None
+        return f"{m.group(1)} {m.group(2)}", m.group(3)[0] in "45"
     served = _SERVED.search(text)
     if served is None:
         return None
-    return f"{served.group(1)} (Success)" if served.group(1) else f"Finished request {served.group(2)}-…"
+    return (f"{served.group(1)} (Success)" if served.group(1) else f"Finished request {served.group(2)}-…"), False
 
 
 def _shape(text: str) -> tuple[str, tuple[str, ...]]:
@@ -140,17 +148,21 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
     progress_at: list[datetime] = []
     last_step: float | None = None
     last_line_at: datetime | None = None
-    requests, path = 0, None
+    requests, failed, path = 0, 0, None
     last_progress_i = -1
     for i, line in enumerate(lines):
         at = min(line.at, now) if _comparable(line.at, now) else line.at  # clock skew: never in the future
         last_line_at = at if last_line_at is None else max(last_line_at, at)
         text = line.text[:_MAX_CHARS]
-        if (served := request_path(text)) is not None:
-            # A request answered is work, whatever its numbers (its latency is a time span, not a counter).
-            requests, path = requests + 1, served
-            progress_at.append(at)
-            last_progress_i = i
+        if (answered := _answered(text)) is not None:
+            # A request answered is work, whatever its numbers (its latency is a time span, not a counter); one the
+            # server failed (HTTP 5xx) shows a service, but served its caller nothing: no progress.
+            requests, path = requests + 1, answered[0]
+            if answered[1]:
+                failed += 1
+            else:
+                progress_at.append(at)
+                last_progress_i = i
             continue
         template, numbers = _shape(text)
         # An indented line of numbers alone is an item of a printed structure (a model config dump's JSON array:
@@ -185,6 +197,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         last_step=last_step,
         requests=requests,
         request_path=redactor.redact(path) if path else None,
+        failed_requests=failed,
         tail=[redactor.redact(line.text[:_TAIL_CHARS]) for line in lines[-_TAIL:]],
         state_io=redactor.redact(announced[:_TAIL_CHARS]) if (announced := state_io_announced(
             lines, last_progress_i, last_line_at)) else None,

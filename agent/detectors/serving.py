@@ -95,6 +95,10 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
         logs = obs.logs.get(f.target)
         if why is None and job is not None and logs is not None and logs.requests:
             why = f"its log shows it answering requests ({logs.requests} in the log read, e.g. {logs.request_path})"
+            if logs.failed_requests:
+                why += (f"; {'every one' if logs.failed_requests == logs.requests else logs.failed_requests} "
+                        f"answered with an error status (HTTP 4xx/5xx), served nothing: if its callers see those "
+                        f"errors it is broken; restart it through its own deployment")
         if job is None or why is None:
             out.append(f)
             continue
@@ -111,7 +115,10 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
                      "if it only spins while it waits for requests, " if hung else "")
                   + f"{'s' if hung else 'S'}cale it to zero between uses ({warm_text}), or share the GPU (a MIG slice "
                   f"or time-slicing) if it must stay up")
+        failed = logs.failed_requests if logs is not None and why.startswith("its log") else 0
         metrics = (f.metrics | {"serving": 1.0} | ({"serving_pinned": 1.0} if hung else {})
+                   | ({"log_requests": float(logs.requests), "failed_requests": float(failed)}
+                      if logs is not None and failed else {})
                    | ({"warmup_s": warm} if warm is not None else {})
                    | ({"requests": float(round(requests)), "requests_window_s": window_s} if requests is not None
                       else {}))
@@ -133,5 +140,10 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
                 else f"（最近 {duration_zh(window_s)} 内 {requests:.0f} 个请求）")
     hung = "若调用方遇到报错或超时，说明服务已卡住，请通过其自身的部署重启；若只是在等待请求时空转，" if f.metrics.get(
         "serving_pinned") else "建议"
+    failed, logged = f.metrics.get("failed_requests"), f.metrics.get("log_requests")
+    if failed:
+        every = "全部" if failed == logged else f"{failed:.0f} 个"
+        seen += (f"（日志中的 {logged:.0f} 个请求{every}以错误状态返回（HTTP 4xx/5xx），没有真正服务调用方：若调用方看到这些错误，"
+                 f"说明服务已损坏，请通过其自身的部署重启）")
     return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。{hung}在空闲时缩容到零（{warm_text}），"
             f"若必须常驻，可与其他服务共享 GPU（MIG 切片或时间片共享）")

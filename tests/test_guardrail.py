@@ -587,6 +587,26 @@ def test_keep_until_annotation_protects_until_its_time():
     assert decide(act("notify", finding_kind="idle"), facts(answered), Policy(), warned()).verdict == "allow"
 
 
+def test_a_keep_until_out_of_range_protects_and_is_named_not_a_crash():
+    """`9999-12-31T23:59:59-23:59` parses, then overflows in UTC: it raised OverflowError out of the plan step, so one
+    user's annotation failed every sweep for everyone. It is unreadable, and unreadable protects and says so."""
+    odd = job(annotations={"steward.io/keep-until": "9999-12-31T23:59:59-23:59"})
+    check(decide(act(), facts(odd), Policy(), warned()), "deny", "protected", "not an ISO 8601 time")
+
+
+def test_a_keep_recorded_by_uid_protects_that_job_only_not_a_later_namesake():
+    """An approver kept bob's Slurm job gpu/train (uid recorded) for 30 days: mallory naming her idle job `train`
+    in the same partition inherited the keep by name. A record with a uid is matched by the uid."""
+    keep = Exemption(target="gpu/train", until=NOW + timedelta(days=29), by="oncall-lead", reason="bob's run",
+                     target_uid="slurm:300@1793600000", at=NOW - timedelta(days=1))
+    mallory = slurm_job(id="gpu/train", name="train", user="mallory", uid="slurm:512@1793690000")
+    assert protection_reason(mallory, Policy(), History(exemptions=[keep]), NOW) is None
+    bob = slurm_job(id="gpu/train-300", name="train", uid="slurm:300@1793600000")  # renamed when a namesake came
+    assert "exempted by oncall-lead" in (protection_reason(bob, Policy(), History(exemptions=[keep]), NOW) or "")
+    by_name = keep.model_copy(update={"target_uid": None})
+    assert protection_reason(mallory, Policy(), History(exemptions=[by_name]), NOW) is not None
+
+
 def test_a_warning_may_go_out_in_the_long_tail_grace_but_the_stop_waits_for_it():
     """A job idle for the window but quiet for less than its own rhythm allows (stop_after 40 minutes away): its
     owner may be warned now, stating that time as the deadline; a stop is refused until it passes, even when

@@ -64,9 +64,9 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
     kept = _keep_until(job, now)
     if kept:
         return kept
-    # By name, and by the job's uid where the keep recorded it: a Slurm name-based id changes when a namesake comes.
-    live = [e for e in history.exemptions if (e.target == job.id or (e.target_uid and e.target_uid == job.uid))
-            and as_utc(e.until) > now]
+    # By the job's uid where the keep recorded it (a Slurm name-based id changes when a namesake comes, and a later
+    # job under the kept one's name is not the job that was kept), else by name.
+    live = [e for e in history.exemptions if _same_target(e.target, e.target_uid, job) and as_utc(e.until) > now]
     if live:
         # The longest-running exemption is the one the owner will ask about.
         exemption = max(live, key=lambda e: as_utc(e.until))
@@ -78,10 +78,22 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
 KEEP_UNTIL = "steward.io/keep-until"
 
 
+def _same_target(target: str, target_uid: str | None, job: JobInfo) -> bool:
+    """A record about `target` is about `job`: by uid when both have one, by name otherwise."""
+    if target_uid and job.uid:
+        return target_uid == job.uid
+    return target == job.id
+
+
 def _annotated_until(job: JobInfo) -> datetime | None:
     """The time of the job's keep-until annotation; ValueError when it is there but unreadable."""
     raw = job.annotations.get(KEEP_UNTIL)
-    return None if raw is None else as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+    if raw is None:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+    except OverflowError as exc:  # 9999-12-31T23:59:59-23:59 parses, and overflows in UTC
+        raise ValueError(f"{raw!r} is out of range") from exc
 
 
 def _keep_until(job: JobInfo, now: datetime) -> str | None:

@@ -63,22 +63,29 @@ def gpu_uuid(uuid: str, instance: str) -> str:
     return f"{uuid}/{instance}" if instance else uuid
 
 
+VM_PARTIAL = "partial response (isPartial): a VictoriaMetrics storage node did not answer, so series may be missing"
+
+
 def response_warnings(body: bytes) -> list[str]:
-    """The `warnings` of a Prometheus API answer (Thanos puts partial-response warnings there); [] without.
+    """The `warnings` of a Prometheus API answer (Thanos puts partial-response warnings there), and VictoriaMetrics'
+    `"isPartial": true` (vmselect's answer when a vmstorage node is down: no warning at all); [] without.
 
     A cheap byte search first: a sweep's answers are large, and nearly all of them carry no warning.
     Prometheus 3's `infos` are notes about a query, not missing data, and are left out.
     """
-    if b'"warnings"' not in body:
+    if b'"warnings"' not in body and b'"isPartial"' not in body:
         return []
     try:
         answer = json.loads(body)
     except ValueError:
         return []
-    raw = answer.get("warnings") if isinstance(answer, dict) else None
-    if not raw:
+    if not isinstance(answer, dict):
         return []
-    return [str(w) for w in (raw if isinstance(raw, list) else [raw])]
+    raw = answer.get("warnings")
+    out = [str(w) for w in (raw if isinstance(raw, list) else [raw])] if raw else []
+    if answer.get("isPartial") is True:
+        out.append(VM_PARTIAL)
+    return out
 
 
 class PrometheusError(RuntimeError):

@@ -128,6 +128,8 @@ class IdleGpuDetector:
             window = self.quiet_window(job, signals)
             if window is None:
                 continue
+            if signals.io_unread(window, self.rule.min_coverage):
+                continue  # its CPU/IO is read for other jobs, not for it: unknown is not idle (the report names it)
             logs = obs.logs.get(job.id)
             tail = long_tail(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
                              min_coverage=self.rule.min_coverage, blip_gpu_s=self.rule.blip_gpu_seconds)

@@ -313,6 +313,20 @@ class ClusterSignals:
     by_node: dict[str, list[GpuSeries]]
     history_by_node: dict[str, list[GpuHistory]] = field(default_factory=dict)  # nodes whose GPUs were all free
     history_ratio: int = 0
+    # The CPU/IO fields the metrics source reported for any job this sweep: one it reads for others but not for a
+    # job (its node's cAdvisor target down) is unknown for that job, not zero (`io_unread`).
+    io_fields: frozenset[str] = frozenset()
+
+    def io_unread(self, window: JobWindow, min_coverage: float) -> list[str]:
+        """The CPU/IO fields the source reads for other jobs that this job's window lacks (known in fewer than
+        `min_coverage` of its slices): its work off the GPU is unknown there."""
+        io = window.series.io
+        out = []
+        for name in sorted(self.io_fields):
+            values = align_end(getattr(io, name), window.slices) if io is not None else []
+            if sum(1 for v in values if v is not None) < min_coverage * window.slices:
+                out.append(name)
+        return out
 
     def node_history(self, node: str) -> CoarseHistory | None:
         """An empty node's coarse history, merged on demand."""
@@ -335,6 +349,9 @@ def group_signals(obs: Observation) -> ClusterSignals:
     return signals
 
 
+_IO_FIELDS = ("cpu_pct", "net_rx_mbps", "disk_read_mbps")
+
+
 def _group(obs: Observation) -> ClusterSignals:
     by_job: dict[str, list[GpuSeries]] = {}
     by_node: dict[str, list[GpuSeries]] = {}
@@ -350,7 +367,8 @@ def _group(obs: Observation) -> ClusterSignals:
         info = infos.get(job_id)
         series.started_at = info.started_at if info is not None else None
         series.degraded = degraded
-    signals = ClusterSignals(jobs=jobs, by_node=by_node)
+    read = frozenset(name for name in _IO_FIELDS if any(any(v is not None for v in getattr(s, name)) for s in obs.io))
+    signals = ClusterSignals(jobs=jobs, by_node=by_node, io_fields=read)
     if obs.history and obs.history_slice_s > 0:
         _attach_history(signals, obs.history, round(obs.history_slice_s / obs.slice_s))
     return signals

@@ -336,6 +336,17 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
                      f"not judged: {plural(len(unjudged), 'running GPU job')} with GPU samples for under {floor:.0%} of "
                      f"the last {format_duration(window)} ({shown}); nothing is judged about "
                      f"{'it' if len(unjudged) == 1 else 'them'} until the data is whole")
+    io_unread = _io_unread(deps, state.get("run_id", ""))
+    if io_unread:
+        io_names = _IO_NAMES_ZH if zh else _IO_NAMES
+        shown = ", ".join(f"{job} ({'/'.join(io_names[f] for f in fields)})" for job, fields in io_unread[:5])
+        shown += f" (+{len(io_unread) - 5})" if len(io_unread) > 5 else ""
+        lines.insert(1 + len(degraded) + bool(unmeasured) + bool(unjudged),
+                     f"未判断空闲：{len(io_unread)} 个运行中的 GPU 作业缺少其他作业都有的 CPU/IO 指标（{shown}，"
+                     f"如所在节点的 cAdvisor 采集目标宕机），数据补齐之前不判断其空闲" if zh else
+                     f"idle not judged: {plural(len(io_unread), 'running GPU job')} without the CPU/IO metrics other jobs "
+                     f"have ({shown}; its node's cAdvisor target down, say); "
+                     f"{'it is' if len(io_unread) == 1 else 'they are'} not judged idle until the data is whole")
     recovered = state.get("recovered", [])
     if recovered:
         lines.append(f"{words['recovered']}：" if zh else f"{words['recovered']}:")
@@ -414,6 +425,31 @@ def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], 
         if coverage < rule.min_coverage:
             out.append((job.id, coverage))
     return sorted(out), rule.window, rule.min_coverage
+
+
+_IO_NAMES = {"cpu_pct": "CPU", "net_rx_mbps": "network", "disk_read_mbps": "disk"}
+_IO_NAMES_ZH = {"cpu_pct": "CPU", "net_rx_mbps": "网络", "disk_read_mbps": "磁盘"}
+
+
+def _io_unread(deps: StewardDeps, run_id: str) -> list[tuple[str, list[str]]]:
+    """Running GPU jobs, older than the idle window, that lack CPU/IO fields the source reads for other jobs (the
+    idle detector does not judge them: `ClusterSignals.io_unread`), with the fields. Nothing on a degraded reading."""
+    obs = deps._observations.get(run_id)
+    policy = getattr(deps, "policy", None)
+    if policy is None or obs is None or obs.degraded:
+        return []
+    rule = policy.detectors.idle
+    signals = group_signals(obs)
+    out = []
+    for job in obs.jobs:
+        series = signals.jobs.get(job.id)
+        if job.state != "running" or job.gpus <= 0 or series is None:
+            continue
+        if job.started_at is None or (obs.at - job.started_at).total_seconds() < rule.window:
+            continue
+        if fields := signals.io_unread(series.window(rule.window, job.gpus), rule.min_coverage):
+            out.append((job.id, fields))
+    return sorted(out)
 
 
 def describe_grace(seconds: float) -> str:

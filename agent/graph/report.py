@@ -8,7 +8,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from agent.detectors.evidence import describe_record, duration_zh, kind_label
-from agent.detectors.signals import group_signals
+from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
 from agent.records.cost import money
 from core.durations import format_duration
 from core.text import plural
@@ -402,17 +402,14 @@ def _unmeasured(deps: StewardDeps, run_id: str) -> list[str]:
     return sorted(j.id for j in obs.jobs if j.state == "running" and j.gpus > 0 and j.node and j.id not in measured)
 
 
-def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], float, float]:
-    """Running GPU jobs, older than the idle window, whose GPU samples cover less of it than an idle call needs (a
-    gap, an exporter restart, a half-scraped GPU), with their coverage; the window and the floor. Nothing when the
-    whole reading is stale or partial (the degraded line says so once)."""
+def _windows(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, JobWindow]], ClusterSignals | None]:
+    """Each running GPU job older than the idle window with its idle window, on a whole reading ([] on a stale or
+    partial one: the degraded line says so once), and the sweep's grouped signals."""
     obs = deps._observations.get(run_id)
     policy = getattr(deps, "policy", None)
-    if policy is None:
-        return [], 0.0, 0.0
+    if policy is None or obs is None or obs.degraded:
+        return [], None
     rule = policy.detectors.idle
-    if obs is None or obs.degraded:
-        return [], rule.window, rule.min_coverage
     signals = group_signals(obs)
     out = []
     for job in obs.jobs:
@@ -421,9 +418,20 @@ def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], 
             continue
         if job.started_at is None or (obs.at - job.started_at).total_seconds() < rule.window:
             continue
-        coverage = series.window(rule.window, job.gpus).coverage
-        if coverage < rule.min_coverage:
-            out.append((job.id, coverage))
+        out.append((job.id, series.window(rule.window, job.gpus)))
+    return out, signals
+
+
+def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], float, float]:
+    """Running GPU jobs, older than the idle window, whose GPU samples cover less of it than an idle call needs (a
+    gap, an exporter restart, a half-scraped GPU), with their coverage; the window and the floor. Nothing when the
+    whole reading is stale or partial (the degraded line says so once)."""
+    policy = getattr(deps, "policy", None)
+    if policy is None:
+        return [], 0.0, 0.0
+    rule = policy.detectors.idle
+    windows, _ = _windows(deps, run_id)
+    out = [(job, w.coverage) for job, w in windows if w.coverage < rule.min_coverage]
     return sorted(out), rule.window, rule.min_coverage
 
 
@@ -434,22 +442,11 @@ _IO_NAMES_ZH = {"cpu_pct": "CPU", "net_rx_mbps": "网络", "disk_read_mbps": "�
 def _io_unread(deps: StewardDeps, run_id: str) -> list[tuple[str, list[str]]]:
     """Running GPU jobs, older than the idle window, that lack CPU/IO fields the source reads for other jobs (the
     idle detector does not judge them: `ClusterSignals.io_unread`), with the fields. Nothing on a degraded reading."""
-    obs = deps._observations.get(run_id)
-    policy = getattr(deps, "policy", None)
-    if policy is None or obs is None or obs.degraded:
+    windows, signals = _windows(deps, run_id)
+    if signals is None:
         return []
-    rule = policy.detectors.idle
-    signals = group_signals(obs)
-    out = []
-    for job in obs.jobs:
-        series = signals.jobs.get(job.id)
-        if job.state != "running" or job.gpus <= 0 or series is None:
-            continue
-        if job.started_at is None or (obs.at - job.started_at).total_seconds() < rule.window:
-            continue
-        if fields := signals.io_unread(series.window(rule.window, job.gpus), rule.min_coverage):
-            out.append((job.id, fields))
-    return sorted(out)
+    floor = deps.policy.detectors.idle.min_coverage
+    return sorted((job, fields) for job, w in windows if (fields := signals.io_unread(w, floor)))
 
 
 def describe_grace(seconds: float) -> str:

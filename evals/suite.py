@@ -28,6 +28,10 @@ KNOWN_MISSES: dict[str, str] = {
     "vllm-tp4-load-juicefs-two-hours": "a vLLM server reading a 144 GB model from a JuiceFS volume for 130 minutes, "
     "nothing in the pod's own counters, is reported idle and its owner warned; its newest log line announces the "
     "load and none finishes it, so the stop waits for a person (unfinished_state_io), and none happens",
+    "nemo-async-ckpt-finalize-fsx": "a NeMo run's final async checkpoint, finalized synchronously to a busy Lustre "
+    "volume for 140 minutes with nothing in the pods' own counters, is reported idle and its owner warned; the log's "
+    "last burst announces the save ('Pending async checkpoint saves') and no line finishes it, so the stop waits for "
+    "a person, and none happens",
     "hf-load-shards-network-volume": "two 70B fine-tunes reading their weights over EFS for 2.5 hours, nothing in the "
     "pods' own counters, are reported idle and their owner warned; the log's last burst announces the load (before "
     "the model's config dump) and no line finishes it, so the stop waits for a person, and none happens",

@@ -538,6 +538,14 @@ def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
     saving = with_tail("step 2000 loss 1.9", "saving checkpoint at iteration    2000 to /mnt/nfs/ckpt in torch_dist format")
     assert unfinished_state_io(saving) is not None
     assert unfinished_state_io(with_tail("正在保存检查点 /mnt/nfs/ckpt")) is not None
+    # Named noun first (NeMo's on_train_end finalising an async save to Lustre for 140 minutes: both pods were stopped
+    # 15 minutes before it finished; Megatron-LM's async utils say the same).
+    for nemo in ("[NeMo I 2026-11-20 07:40:04 nemo_logging:393] Pending async checkpoint saves. Finalizing them "
+                 "synchronously now", "Scheduled async checkpoint save for /fsx/ckpt/last.ckpt",
+                 "Unfinalized async checkpoint saves. Finalizing them synchronously now."):
+        assert unfinished_state_io(with_tail(nemo)) is not None, nemo
+    assert unfinished_state_io(with_tail("Async checkpoint save for step 20000 (/fsx/last.ckpt) finalized "
+                                         "successfully.")) is None
     # Finished, failed, or a notebook server's own autosave: nothing is in flight.
     for done in ("successfully saved checkpoint from iteration 2000", "saving checkpoint took 312.4s",
                  "[I 12:00:01 ServerApp] Saving file at /work/model.ipynb", "upload of model artifacts failed",

@@ -24,6 +24,9 @@ STATE_IO_STARTED = re.compile(
     r"|loading|restoring|downloading|fetching|reading)"
     r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|distcp"
     r"|snapshots?)\b|(?:正在|开始)?(?:保存|写入|上传|导出|加载|载入|下载)(?:检查点|模型|权重|快照)"
+    # The same operation named noun first: NeMo's "Scheduled async checkpoint save for ...", "Pending async
+    # checkpoint saves. Finalizing them synchronously now", Megatron's "Unfinalized async checkpoint saves"
+    r"|\b(?:checkpoints?|ckpts?|state[_ ]?dicts?|model|weights)\s+(?:saves?|writes?|uploads?|loads?|downloads?)\b"
     # vLLM's last line before it reads the weights, and its newer "Starting to load model"
     r"|\bUsing model weights format\b|\bStarting to load model\b", re.I)
 # Finished, failed, or a count at its total (a progress bar's "100%", "30/30").

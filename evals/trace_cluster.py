@@ -116,7 +116,7 @@ class TraceCluster:
     def _job(self, c: ContainerTrace, state: str) -> JobInfo:
         return JobInfo(id=job_id(c.id), uid=f"container:{c.id}", scheduler="kubernetes", namespace=NAMESPACE, name=c.id,
                        user=f"owner-{c.id[:6]}", gpus=1, node=f"node-{c.id}", state=state,  # type: ignore[arg-type]
-                       owner_kind="Deployment", started_at=self.start + timedelta(seconds=c.first))
+                       started_at=self.start + timedelta(seconds=c.first))  # owner unknown: the trace does not say
 
     def running(self) -> list[ContainerTrace]:
         return [c for c in self.trace.containers.values() if self.state(c, self.offset_s) == "running"]

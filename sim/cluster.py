@@ -125,7 +125,9 @@ class SimCluster:
 
     def _info(self, run: Run) -> JobInfo:
         job = run.job
-        owner = "batch" if job.scheduler == "slurm" else "Job" if "job-name" in job.labels else "Pod"
+        # As the Kubernetes adapter reads it (tools/k8s_pods.owner_kind): a ReplicaSet's pods carry pod-template-hash.
+        owner = ("batch" if job.scheduler == "slurm" else "Job" if "job-name" in job.labels
+                 else "Deployment" if "pod-template-hash" in job.labels else "Pod")
         at = self.scenario.start
         reason, message = self._pending_reason(run) if run.state == "waiting" else (None, None)
         return JobInfo(

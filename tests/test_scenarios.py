@@ -107,6 +107,7 @@ DIFFICULTY: dict[str, str] = {
     "vllm-unlabelled-tp2-idle-cpu-spin": "hard",
     "fastapi-model-server-cuda-error-500s": "medium",
     "nemo-async-ckpt-finalize-fsx": "hard",
+    "serving-stacks-quiet-night-mixed": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

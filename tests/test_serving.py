@@ -44,11 +44,35 @@ def test_a_model_servers_image_makes_a_service_whatever_its_labels():
 
     for served in ("nvcr.io/nvidia/tritonserver:24.08-py3", "vllm/vllm-openai:v0.6.3", "lmsysorg/sglang",
                    "localhost:5000/tritonserver", "nvcr.io/nim/meta/llama3-8b-instruct:1.0@sha256:0abc",
-                   "ghcr.io/huggingface/text-generation-inference:2.4"):
+                   "ghcr.io/huggingface/text-generation-inference:2.4", "ghcr.io/ggml-org/llama.cpp:server-cuda",
+                   "pytorch/torchserve:0.12.0-gpu"):
         assert image(served) == f"image {served}", served
     for other in ("pytorch/pytorch:2.4-cuda12", "nvcr.io/nvidia/pytorch:24.08-py3", "acme/tritonserver-trainer:1",
                   "registry:5000/team/train-vllm:latest", "harbor.corp/sglang/grpo-train:1", "nim/train:2", None):
         assert image(other) is None, other
+
+
+def test_a_deployments_idle_pod_gets_advice_since_its_replicaset_would_start_another():
+    """A BentoML service (Yatai's labels), a llama.cpp server and an in-house Triton build (`whisper-triton`, in no
+    list) were warned at 21:00 and evicted at 22:00: three false kills, and on a real cluster three futile ones (the
+    ReplicaSet starts a replacement that takes the GPU back). A Deployment's pod is advised, never stopped; the
+    simulator reads the owner from `pod-template-hash` as the Kubernetes adapter does."""
+    run = run_scenario(load_scenario("evals/scenarios/serving-stacks-quiet-night-mixed.yaml"), Policy(), PolicyModel())
+    assert run.score.passed and run.score.false_kills == 0
+    assert not [a for a in run.actions if a["action"] == "terminate"]
+    [asr] = [f for f in run.findings if f["job"].startswith("asr/whisper-triton")]
+    assert asr["kind"] == "idle_serving" and "a pod of a Deployment, which starts another in its place" in \
+        asr["evidence"] and "scale the Deployment down" in asr["evidence"]
+    deps, cluster = simulated_deps(load_scenario("evals/scenarios/serving-stacks-quiet-night-mixed.yaml"), Policy(),
+                                   PolicyModel())
+    cluster.advance_to(5 * 3600)
+    [f] = [f for f in run_detectors(deps.observe(), Policy()) if f.target.startswith("asr/whisper-triton")]
+    zh = describe(f, "zh")
+    assert "Deployment 管理的 Pod" in zh and "ReplicaSet" in zh and "缩容到零" in zh, zh
+    # A bare pod or a Job's is not a Deployment's: judged as before.
+    rule = Policy().detectors.serving
+    for kind in ("Pod", "Job", "StatefulSet", "Notebook", None):
+        assert serving_reason(job(app="whisper-asr").model_copy(update={"owner_kind": kind}), rule) is None
 
 
 def test_an_idle_service_gets_advice_and_is_never_stopped_while_an_idle_notebook_is():

@@ -135,7 +135,8 @@ class ServingRule(_Section):
 
     enabled: bool = True
     # The labels the common serving stacks' charts and operators set: KServe, Knative, Seldon, Triton, TGI, vLLM,
-    # SGLang, Ollama, KubeRay's RayService (a service the list misses can carry steward.io/workload=serving).
+    # SGLang, Ollama, KubeRay's RayService, BentoML's Yatai (a service the list misses can carry
+    # steward.io/workload=serving; a Deployment's pod gets the same advice: agent/detectors/serving.py).
     selectors: list[str] = ["app.kubernetes.io/component=inference", "app.kubernetes.io/component=serving",
                             "app.kubernetes.io/component=predictor", "component=predictor",
                             "serving.kserve.io/inferenceservice", "serving.knative.dev/service",
@@ -144,12 +145,13 @@ class ServingRule(_Section):
                             "app=text-generation-inference", "app.kubernetes.io/name=vllm", "app=vllm",
                             "app.kubernetes.io/name=sglang", "app=sglang", "app.kubernetes.io/name=ollama",
                             "app=ollama", "ray.io/originated-from-crd=RayService", "ray.io/serve=true",
-                            "steward.io/workload=serving"]
+                            "yatai.ai/bento-deployment", "steward.io/workload=serving"]
     # A job whose container image is a model server's is a service whatever its labels: the image's name (its last
     # path component, without the tag) equal to one of these (nvcr.io/nvidia/tritonserver:24.08-py3, vllm/vllm-openai,
     # lmsysorg/sglang), or, for an entry with a "/", the image path starting with it (NVIDIA NIM's nvcr.io/nim/...).
     images: list[str] = ["tritonserver", "vllm-openai", "text-generation-inference", "sglang", "ollama",
-                         "tensorrt-llm", "lmdeploy", "text-embeddings-inference", "nvcr.io/nim/"]
+                         "tensorrt-llm", "lmdeploy", "text-embeddings-inference", "llama.cpp", "torchserve",
+                         "nvcr.io/nim/"]
 
 
 class LongTailRule(_Section):

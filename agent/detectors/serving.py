@@ -32,6 +32,15 @@ FLOWING_RPS = 1 / 60  # a service answering one request a minute or more (on ave
 SERVING_KINDS = ("idle", "zombie")  # the findings a stop can cite that, on a service, become advice instead
 
 
+REPLACED_KINDS = ("Deployment", "ReplicaSet")  # controllers that start another pod in an evicted one's place
+
+
+def replaced_by_controller(job: JobInfo) -> bool:
+    """A pod whose controller keeps a replica count (a Deployment's ReplicaSet) starts another in its place: a stop
+    frees nothing, the replacement takes the GPU back, and a service behind it restarts cold."""
+    return job.owner_kind in REPLACED_KINDS
+
+
 def serving_reason(job: JobInfo, rule: ServingRule) -> str | None:
     """Which selector marks `job` as an inference service ("key=value" or "key" present), or its model server's
     image; None when neither does."""
@@ -99,6 +108,9 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
                 why += (f"; {'every one' if logs.failed_requests == logs.requests else logs.failed_requests} "
                         f"answered with an error status (HTTP 4xx/5xx), served nothing: if its callers see those "
                         f"errors it is broken; restart it through its own deployment")
+        if why is None and job is not None and replaced_by_controller(job):
+            why = (f"a pod of a {job.owner_kind}, which starts another in its place: evicting it frees no GPU and "
+                   f"restarts whatever it serves")
         if job is None or why is None:
             out.append(f)
             continue
@@ -110,13 +122,19 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
                      else f"warm-up per cold start unknown (set the {WARMUP_ANNOTATION} annotation)")
         seen = f"; {requests_text(requests, window_s)}" if requests is not None else ""
         hung = f.kind == "zombie"
-        advice = (f"an inference service ({why}{seen}): its callers expect it to answer, so it is not stopped. "
-                  + ("If its callers see errors or time-outs it is hung: restart it through its own deployment; "
-                     "if it only spins while it waits for requests, " if hung else "")
-                  + f"{'s' if hung else 'S'}cale it to zero between uses ({warm_text}), or share the GPU (a MIG slice "
-                  f"or time-slicing) if it must stay up")
+        replaced = why.startswith("a pod of a ")
+        if replaced:
+            advice = (f"not stopped ({why}{seen}): scale the {job.owner_kind} down, to zero between uses "
+                      f"({warm_text})")
+        else:
+            advice = (f"an inference service ({why}{seen}): its callers expect it to answer, so it is not stopped. "
+                      + ("If its callers see errors or time-outs it is hung: restart it through its own deployment; "
+                         "if it only spins while it waits for requests, " if hung else "")
+                      + f"{'s' if hung else 'S'}cale it to zero between uses ({warm_text}), or share the GPU (a MIG "
+                      f"slice or time-slicing) if it must stay up")
         failed = logs.failed_requests if logs is not None and why.startswith("its log") else 0
         metrics = (f.metrics | {"serving": 1.0} | ({"serving_pinned": 1.0} if hung else {})
+                   | ({"replaced_by_controller": 1.0} if replaced else {})
                    | ({"log_requests": float(logs.requests), "failed_requests": float(failed)}
                       if logs is not None and failed else {})
                    | ({"warmup_s": warm} if warm is not None else {})
@@ -145,5 +163,8 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
         every = "全部" if failed == logged else f"{failed:.0f} 个"
         seen += (f"（日志中的 {logged:.0f} 个请求{every}以错误状态返回（HTTP 4xx/5xx），没有真正服务调用方：若调用方看到这些错误，"
                  f"说明服务已损坏，请通过其自身的部署重启）")
+    if f.metrics.get("replaced_by_controller"):
+        return (f"{idle_zh}；这是 Deployment 管理的 Pod{seen}：驱逐后其 ReplicaSet 会立即启动新的 Pod 占回 GPU，停止它释放不了"
+                f"资源，因此不会停止。请缩减该 Deployment 的副本数，空闲时缩容到零（{warm_text}）")
     return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。{hung}在空闲时缩容到零（{warm_text}），"
             f"若必须常驻，可与其他服务共享 GPU（MIG 切片或时间片共享）")

@@ -117,6 +117,10 @@ def test_a_stalled_log_beside_a_spinning_core_is_idle_whose_stop_needs_a_person(
     no_cadence = observe([job()], job_gpus("ml/train", utils), spin,
                          {"ml/train": progress("ml/train", AT - timedelta(minutes=72), gap=None)})
     assert IdleGpuDetector(POLICY).detect(no_cadence) == []
+    # Two start-up lines three minutes apart ("Building pmap_step_fn", XLA's "Very slow compile?") are one interval,
+    # no rhythm: an 85-minute JAX compile on the CPU was warned as a deadlock 64 minutes into its silence.
+    two = progress("ml/train", AT - timedelta(minutes=72), gap=180.0).model_copy(update={"progress_lines": 2})
+    assert IdleGpuDetector(POLICY).detect(observe([job()], job_gpus("ml/train", utils), spin, {"ml/train": two})) == []
     # A log silent for less than the window is not stalled: protected by the CPU as before.
     recent = observe([job()], job_gpus("ml/train", busy_then_quiet(11, 13)), spin,
                      {"ml/train": progress("ml/train", AT - timedelta(minutes=50))})

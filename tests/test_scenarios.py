@@ -108,6 +108,7 @@ DIFFICULTY: dict[str, str] = {
     "fastapi-model-server-cuda-error-500s": "medium",
     "nemo-async-ckpt-finalize-fsx": "hard",
     "serving-stacks-quiet-night-mixed": "hard",
+    "jax-xla-slow-compile-85m": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -91,6 +91,9 @@ def last_other_work(series: JobSeries, logs: LogProgress | None, rule: LongTailR
     return newest
 
 
+CADENCE_LINES = 3  # progress lines that make a cadence: a gap seen repeat, not one interval between two lines
+
+
 class IdleGpuDetector:
     """All of a job's GPUs at or below the idle threshold in every slice of the window, with full data, but for
     blips: activity that adds up to less than `idle.blip_gpu_seconds` (0 by default: none) is not work."""
@@ -279,8 +282,8 @@ class IdleGpuDetector:
         if not cpu or min(cpu) < self.longtail.cpu_active_pct or max(cpu) > spin_max:
             return None
         last, gap = (logs.last_progress_at, logs.typical_gap_s) if logs is not None else (None, None)
-        if last is None or not gap:
-            return None
+        if last is None or not gap or logs is None or logs.progress_lines < CADENCE_LINES:
+            return None  # two start-up lines minutes apart are no rhythm to fall silent from (a 85-minute XLA compile)
         silent = (at - last).total_seconds()
         if silent < max(self.rule.window, self.cadence_factor * gap):
             return None

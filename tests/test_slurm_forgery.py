@@ -1,0 +1,30 @@
+"""A job's own text (its name, comment, mail user, output path) never creates or changes another job's record in the
+Slurm adapter: squeue rows a name forges, a StdOut another field forges, ids a name collides with, bytes that are not
+UTF-8, and a steps query left unanswered (docs/real-cluster-slurm.md, "What a job's own text cannot do")."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from tools.slurm import SlurmScheduler
+from tools.slurm_cli import SlurmCli
+
+NOW = datetime(2026, 11, 2, 12, tzinfo=UTC)
+
+
+def _json_job(jid, name, user, gpus, partition="gpu", account="a", **extra):
+    return {"job_id": jid, "name": name, "partition": partition, "user_name": user, "user_id": extra.pop("uid", 0),
+            "account": account, "qos": "normal", "job_state": "RUNNING", "nodes": "n1", "node_count": 1,
+            "tres_alloc_str": f"cpu=4,gres/gpu={gpus}" if gpus else "cpu=1", "start_time": 1764690000,
+            "submit_time": 1764690000, **extra}
+
+
+def test_a_name_that_is_not_utf8_does_not_stop_the_listing(tmp_path):
+    squeue = tmp_path / "squeue"
+    body = json.dumps({"jobs": [_json_job(1, "train", "bob", 1), _json_job(2, "BAD", "eve", 1)]}).encode()
+    (tmp_path / "out.json").write_bytes(body.replace(b"BAD", b"bad\xffname"))
+    squeue.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.json'}\n")
+    squeue.chmod(0o755)
+    names = sorted(j.name for j in SlurmScheduler(SlurmCli(tmp_path), output="auto").list_jobs())
+    assert names == ["bad\ufffdname", "train"]

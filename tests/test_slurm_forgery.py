@@ -5,7 +5,10 @@ UTF-8, and a steps query left unanswered (docs/real-cluster-slurm.md, "What a jo
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from tools.slurm import SlurmScheduler
 from tools.slurm_cli import SlurmCli
@@ -28,3 +31,24 @@ def test_a_name_that_is_not_utf8_does_not_stop_the_listing(tmp_path):
     squeue.chmod(0o755)
     names = sorted(j.name for j in SlurmScheduler(SlurmCli(tmp_path), output="auto").list_jobs())
     assert names == ["bad\ufffdname", "train"]
+
+
+def test_a_log_file_is_read_only_as_a_regular_file_its_owner_uid_owns(tmp_path):
+    """Checked on the file opened (a symlink followed): a FIFO put in its place neither blocks the sweep nor reads."""
+    from tools.slurm_logs import LogNotRead, tail_log
+
+    log = tmp_path / "own.log"
+    log.write_text("2026-11-02T12:00:00Z step=1\n")
+    until = NOW + timedelta(minutes=1)
+    assert len(tail_log(log, NOW, until, 10, owner_uid=os.getuid())) == 1
+    with pytest.raises(LogNotRead, match=f"owned by uid {os.getuid()}, not the job's user"):
+        tail_log(log, NOW, until, 10, owner_uid=os.getuid() + 1)
+    link = tmp_path / "link.log"
+    link.symlink_to(log)
+    with pytest.raises(LogNotRead, match="owned by uid"):
+        tail_log(link, NOW, until, 10, owner_uid=os.getuid() + 1)
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    with pytest.raises(LogNotRead, match="not a regular file"):
+        tail_log(fifo, NOW, until, 10, owner_uid=os.getuid())
+    assert tail_log(tmp_path / "gone.log", NOW, until, 10, owner_uid=os.getuid()) == []

@@ -12,8 +12,13 @@ import pytest
 
 from tools.slurm import SlurmScheduler
 from tools.slurm_cli import SlurmCli
+from tools.slurm_parse import SEP, jobs_from_text
 
 NOW = datetime(2026, 11, 2, 12, tzinfo=UTC)
+
+
+def _row(jid, part, user, acct, name, gres="gres:gpu:8"):
+    return [str(jid), part, user, acct, "normal", "RUNNING", "1", gres, "2026-11-02T09:00:00", "n1", name]
 
 
 def _json_job(jid, name, user, gpus, partition="gpu", account="a", **extra):
@@ -21,6 +26,29 @@ def _json_job(jid, name, user, gpus, partition="gpu", account="a", **extra):
             "account": account, "qos": "normal", "job_state": "RUNNING", "nodes": "n1", "node_count": 1,
             "tres_alloc_str": f"cpu=4,gres/gpu={gpus}" if gpus else "cpu=1", "start_time": 1764690000,
             "submit_time": 1764690000, **extra}
+
+
+def test_a_name_that_ends_its_squeue_row_makes_no_row_of_another_job():
+    """mallory's job 400 is named so that squeue's text (one row a line) ends her row and
+    adds one claiming bob's job 300 in another partition and account. That row is dropped and named, never read."""
+    tail = ["None", "2026-11-02T08:59:00"]
+    victim = SEP.join([*_row(300, "gpu", "bob", "prod", "llm-serve"), *tail, "300"])
+    evil = SEP.join(["x", *tail, "400"]) + "\n" + SEP.join(_row(300, "scratch", "mallory", "research", "llm-serve"))
+    mallory = SEP.join([*_row(400, "gpu", "mallory", "research", evil, gres="gres:gpu:0"), *tail, "400"])
+    jobs = jobs_from_text(victim + "\n" + mallory + "\n")
+    assert [(j.job_id, j.user, j.partition) for j in jobs] == [("300", "bob", "gpu"), ("400", "mallory", "gpu")]
+    from tools.slurm_parse import read_text_listing
+
+    listing = read_text_listing(victim + "\n" + mallory + "\n")
+    assert [(j.job_id, j.user, j.partition) for j in listing.jobs] == [("300", "bob", "gpu"), ("400", "mallory", "gpu")]
+    [dropped] = listing.dropped
+    assert "%A 400 does not match %i 300" in dropped and "scratch" in dropped
+    # A separator in a name (wrong field count) and control characters drop only that row, not the listing.
+    odd = SEP.join([*_row(401, "gpu", "mallory", "r", "a" + SEP + "b"), *tail, "401"])
+    bell = SEP.join([*_row(402, "gpu", "mallory", "r", "a\x07b"), *tail, "402"])
+    listing = read_text_listing("\n".join([victim, odd, bell]) + "\n")
+    assert [j.job_id for j in listing.jobs] == ["300"] and len(listing.dropped) == 2
+    assert "fields" in listing.dropped[0] and "control characters" in listing.dropped[1]
 
 
 def test_a_name_that_is_not_utf8_does_not_stop_the_listing(tmp_path):

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tools.slurm import SlurmScheduler
+from tests.test_slurm_adapter import FakeCli
+from tools.slurm import SlurmScheduler, steward_ids
 from tools.slurm_cli import SlurmCli
-from tools.slurm_parse import SEP, jobs_from_text
+from tools.slurm_parse import SEP, jobs_from_json, jobs_from_text
 
 NOW = datetime(2026, 11, 2, 12, tzinfo=UTC)
 
@@ -49,6 +51,31 @@ def test_a_name_that_ends_its_squeue_row_makes_no_row_of_another_job():
     listing = read_text_listing("\n".join([victim, odd, bell]) + "\n")
     assert [j.job_id for j in listing.jobs] == ["300"] and len(listing.dropped) == 2
     assert "fields" in listing.dropped[0] and "control characters" in listing.dropped[1]
+
+
+def test_a_cpu_decoy_named_like_a_suffixed_id_hides_no_gpu_job():
+    """mallory's two GPU jobs `nb` (100, 101) are gpu/nb-100 and gpu/nb-101; a CPU job named `nb-100` (200) took
+    gpu/nb-100 and job 100 vanished from the listing, its metrics and the report. Ids are unique whatever the names."""
+    jobs = [_json_job(100, "nb", "mallory", 1), _json_job(101, "nb", "mallory", 1), _json_job(200, "nb-100", "m", 0)]
+    scheduler = SlurmScheduler(FakeCli({("squeue", "--json"): json.dumps({"jobs": jobs})}), output="json")
+    listed = {j.labels["slurm.job_id"]: j.id for j in scheduler.list_jobs()}
+    assert set(listed) == {"100", "101"} and len(set(scheduler._jobs)) == 3
+    assert scheduler.steward_id_for("100") == listed["100"] != scheduler.steward_id_for("200")
+    assert scheduler.get_job(listed["100"]).labels["slurm.job_id"] == "100"
+    assert scheduler.get_job(scheduler.steward_id_for("200")).labels["slurm.job_id"] == "200"
+    # The id job 100 had before the decoy came still names job 100, not the decoy.
+    assert scheduler.get_job("gpu/nb-100").labels["slurm.job_id"] == "100"
+    # Deeper chains (a job named like each id a collision makes) still give every job its own id.
+    chain = [*jobs, _json_job(300, "nb-100-100", "m", 0), _json_job(301, "nb-100-200", "m", 0)]
+    ids = steward_ids(jobs_from_json(json.dumps({"jobs": chain})))
+    assert len(ids) == 5 and {j.job_id for j in ids.values()} == {"100", "101", "200", "300", "301"}
+    rng = random.Random(7)
+    for _ in range(300):  # names built from each other's job ids, every way round: never two jobs on one id
+        numbers = rng.sample(range(1, 30), 8)
+        names = ["nb" + "".join(f"-{rng.choice(numbers)}" for _ in range(rng.randint(0, 3))) for _ in numbers]
+        raw = [_json_job(n, name, "m", 1) for n, name in zip(numbers, names, strict=True)]
+        listed = jobs_from_json(json.dumps({"jobs": raw}))
+        assert len(steward_ids(listed)) == len(listed), names
 
 
 def test_a_name_that_is_not_utf8_does_not_stop_the_listing(tmp_path):

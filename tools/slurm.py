@@ -59,17 +59,49 @@ def _delivered_anyway(exc: SlurmError, sid: str) -> bool:
     return "_" in sid or "can not be altered" in f"{exc.stderr} {exc}".lower()
 
 
+def _base(job: SlurmJob) -> str:
+    return f"{job.partition}/{job.name}"
+
+
 def steward_ids(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
-    """Steward id -> job; a `partition/jobname` shared by several jobs gets `-<job id>` on each of them."""
+    """Steward id -> job; a `partition/jobname` shared by several jobs gets `-<job id>` on each of them. Unique
+    whatever the names: when an id so made is also another job's (a job named `nb-100` beside two `nb`, 100 and
+    101), every job that would have it gets its own job id added again (`gpu/nb-100-100`, `gpu/nb-100-200`), so no
+    job's name can take another job's id, and each keeps its id as long as the same jobs are listed."""
     counts: dict[str, int] = {}
     for job in jobs:
-        base = f"{job.partition}/{job.name}"
-        counts[base] = counts.get(base, 0) + 1
-    out = {}
-    for job in sorted(jobs, key=lambda j: j.job_id):
-        base = f"{job.partition}/{job.name}"
-        out[base if counts[base] == 1 else f"{base}-{job.job_id}"] = job
-    return out
+        counts[_base(job)] = counts.get(_base(job), 0) + 1
+    ids = {id(job): _base(job) if counts[_base(job)] == 1 else f"{_base(job)}-{job.job_id}" for job in jobs}
+    for _ in range(len(jobs) + 1):
+        shared = _shared(jobs, ids)
+        if not shared:
+            break
+        for job in shared:
+            ids[id(job)] = f"{ids[id(job)]}-{job.job_id}"
+    # Names made to chain collisions on and on: each job still sharing an id takes its job id again until its id is
+    # longer than any other, which no other job's can then equal (the job ids themselves are unique).
+    for job in sorted(_shared(jobs, ids), key=lambda j: j.job_id):
+        longest = max(len(other) for key, other in ids.items() if key != id(job))
+        while len(ids[id(job)]) <= longest:
+            ids[id(job)] = f"{ids[id(job)]}-{job.job_id}"
+    return {ids[id(job)]: job for job in sorted(jobs, key=lambda j: j.job_id)}
+
+
+def _shared(jobs: list[SlurmJob], ids: dict[int, str]) -> list[SlurmJob]:
+    holders: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        holders.setdefault(ids[id(job)], []).append(job)
+    return [job for held in holders.values() if len(held) > 1 for job in held]
+
+
+def _is_steward_id_of(steward_id: str, job: SlurmJob) -> bool:
+    """Whether `steward_id` is an id steward_ids can give this job: its partition/name, then `-<its id>` repeated."""
+    rest, suffix = steward_id, f"-{job.job_id}"
+    while rest.endswith(suffix):
+        rest = rest.removesuffix(suffix)
+        if rest == _base(job):
+            return True
+    return steward_id == _base(job)
 
 
 class SlurmScheduler:
@@ -158,12 +190,12 @@ class SlurmScheduler:
             raise ValueError(f"a Slurm job id is partition/jobname (or partition/jobname-<id>), got {job_id!r}")
         if job_id in jobs:
             return jobs[job_id]
-        # A suffixed id stays valid after its namesake finished and the suffix fell away.
+        # A suffixed id stays valid after its namesake finished and the suffix fell away (or a collision added one).
         suffixed = _SUFFIX.match(job_id)
         if suffixed is None:
             return None
         job = next((j for j in jobs.values() if j.job_id == suffixed["id"]), None)
-        return job if job is not None and f"{job.partition}/{job.name}" == suffixed["base"] else None
+        return job if job is not None and _is_steward_id_of(job_id, job) else None
 
     def get_job(self, job_id: str) -> JobInfo | None:
         """Fresh state from a new squeue; None when Slurm no longer lists it."""

@@ -148,7 +148,7 @@ def test_stops_are_graceful_then_forced_and_idempotent():
     listing = {"jobs": [dict(JSON_OLD["jobs"][0])]}
     cli = FakeCli({("squeue", "--json", "-j"): lambda: json.dumps(listing),
                    ("squeue", "--json"): lambda: json.dumps(listing),
-                   ("scancel",): ""})
+                   ("squeue", "--steps"): "11.batch batch\n", ("scancel",): ""})
     scheduler = SlurmScheduler(cli, stop_settle_s=0)
     first = scheduler.stop_job("gpu/train", force=False, grace_s=60, reason="idle")
     assert first.status == "stopping" and ("scancel", "--signal=TERM", "--full", "11") in cli.calls

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.test_slurm_adapter import FakeCli
+from tests.test_slurm_adapter import JSON_OLD, FakeCli
 from tools.slurm import SlurmScheduler, steward_ids
-from tools.slurm_cli import SlurmCli
+from tools.slurm_cli import SlurmCli, SlurmError
 from tools.slurm_parse import SEP, jobs_from_json, jobs_from_text
 
 NOW = datetime(2026, 11, 2, 12, tzinfo=UTC)
@@ -86,6 +86,23 @@ def test_a_name_that_is_not_utf8_does_not_stop_the_listing(tmp_path):
     squeue.chmod(0o755)
     names = sorted(j.name for j in SlurmScheduler(SlurmCli(tmp_path), output="auto").list_jobs())
     assert names == ["bad\ufffdname", "train"]
+
+
+def test_an_unanswered_steps_query_fails_the_graceful_stop_instead_of_signalling_with_full():
+    """`squeue --steps` timed out (slurmctld busy): read as "no steps", the batch script got SIGTERM with --full
+    and srun killed the step after KillWait, cutting its checkpoint. The stop fails, to be tried at a later sweep."""
+    listing = {"jobs": [dict(JSON_OLD["jobs"][0])]}
+    timeout = SlurmError(["squeue", "--steps"], "timed out after 30s (is slurmctld reachable?)")
+    cli = FakeCli({("squeue", "--steps"): timeout, ("squeue", "--json"): lambda: json.dumps(listing),
+                   ("scancel",): ""})
+    result = SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False, grace_s=60, reason="idle")
+    assert result.status == "error" and "steps could not be read" in result.detail and "timed out" in result.detail
+    assert not [c for c in cli.calls if c[0] == "scancel"]
+    # An answer with no work steps still signals the batch script and its children.
+    cli = FakeCli({("squeue", "--steps"): "11.batch batch\n", ("squeue", "--json"): lambda: json.dumps(listing),
+                   ("scancel",): ""})
+    assert SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False).status == "stopping"
+    assert ("scancel", "--signal=TERM", "--full", "11") in cli.calls
 
 
 def test_a_log_file_is_read_only_as_a_regular_file_its_owner_uid_owns(tmp_path):

@@ -321,3 +321,54 @@ def test_a_steward_killed_after_scancel_does_not_signal_the_job_again_inside_its
             assert not [c for cs in calls for c in cs if c[0] == "scancel" and "--signal=KILL" in c]
     finally:
         slurm.cli("scancel", str(notebook))
+
+
+def test_a_steps_query_that_times_out_does_not_turn_a_graceful_stop_into_a_killwait_kill(slurm, tmp_path):
+    """slurmctld busy for one command: the `squeue --steps` the graceful stop runs first times out. Read as "no
+    steps", it sent `scancel --signal=TERM --full`, and srun killed the step after KillWait, cutting its checkpoint.
+    The stop fails and nothing is signalled; the next sweep's stop signals the steps, and the checkpoint completes."""
+    from tools.slurm_cli import SlurmError
+
+    out = tmp_path
+    done = out / "ckpt.txt"
+    train = out / "train.py.sh"
+    train.write_text(f"#!/bin/bash\ntrap 'echo got TERM >> {done}; sleep 3; echo ckpt done >> {done}; exit 0' TERM\n"
+                     "while true; do sleep 0.2; done\n")
+    train.chmod(0o755)
+    script = out / "train.sh"
+    script.write_text(f"#!/bin/bash\nsrun {train}\n")
+    job = slurm.sbatch("-J", "steps2", "-p", "gpu", "--gres=gpu:1", "-D", str(out), "-o", f"{out}/steps-%j.log",
+                       str(script))
+    try:
+        _wait_running(slurm, job)
+        cli = SlurmCli(env=slurm.env)
+        scheduler = SlurmScheduler(cli, stop_settle_s=0)
+        for _ in range(100):  # bounded poll for srun to start its step
+            if f"{job}.0" in slurm.cli("squeue", "--steps", "-h", "-o", "%i", "-j", str(job)).stdout.split():
+                break
+            time.sleep(0.2)
+        [steward] = [j for j in scheduler.list_jobs() if j.name == "steps2"]
+        real = cli.run
+
+        def slow_steps(tool, *args, **kw):  # slurmctld busy: this one RPC times out
+            if tool == "squeue" and "--steps" in args:
+                raise SlurmError([tool, *args], f"timed out after {cli.timeout_s:g}s (is slurmctld reachable?)")
+            return real(tool, *args, **kw)
+
+        cli.run = slow_steps  # type: ignore[method-assign]
+        result = scheduler.stop_job(steward.id, force=False, grace_s=20, uid=steward.uid)
+        assert result.status == "error" and "steps could not be read" in result.detail, result
+        assert not [c for c in cli.calls if c[0] == "scancel"]
+        assert _job_record(slurm, job)["JobState"] == "RUNNING"
+        cli.run = real  # type: ignore[method-assign]
+        again = scheduler.stop_job(steward.id, force=False, grace_s=20, uid=steward.uid)
+        assert again.status in ("stopped", "stopping") and f"its steps {job}.0" in again.detail, again
+        assert ("scancel", "--signal=TERM", str(job)) in cli.calls
+        _ended(slurm, job)
+        for _ in range(50):  # the step's handler sleeps 3 s before it writes its last line
+            if done.exists() and "ckpt done" in done.read_text():
+                break
+            time.sleep(0.2)
+        assert done.exists() and done.read_text().splitlines() == ["got TERM", "ckpt done"]
+    finally:
+        slurm.cli("scancel", str(job))

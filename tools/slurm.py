@@ -35,6 +35,10 @@ OutputMode = Literal["auto", "json", "text"]
 _GONE_STATES = frozenset({"completed", "failed", "cancelled"})
 
 
+class StepsUnknown(RuntimeError):
+    """`squeue --steps` gave no answer: whether the job's work runs in steps is not known."""
+
+
 def job_uid(job: SlurmJob) -> str:
     """The job's immutable identity: its Slurm id and when it was submitted (`slurm:25@1764690000`). The id alone
     repeats after slurmctld starts over with a fresh state directory (or the counter wraps), and a new job 25
@@ -268,13 +272,14 @@ class SlurmScheduler:
         return next((j for j in jobs if j.job_id == slurm_id and j.steward_state not in _GONE_STATES), None)
 
     def _steps(self, slurm_id: str) -> list[str]:
-        """The job's `srun` steps that run its work; none when squeue cannot say, or when its steps are only shells
-        or watchers attached beside work running in the batch script (then the batch script is signalled)."""
+        """The job's `srun` steps that run its work; none when its steps are only shells or watchers attached beside
+        work running in the batch script (then the batch script is signalled). StepsUnknown when squeue gives no
+        answer: "no steps" read from a timeout would send `--full`, and the step's srun kills it after KillWait."""
         try:
             return _step_ids(self.cli.run("squeue", "--steps", "--noheader", "--format=%i %j", "--jobs",
                                           slurm_id).stdout)
-        except SlurmError:
-            return []
+        except SlurmError as exc:
+            raise StepsUnknown(str(exc)) from exc
 
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
                  uid: str | None = None) -> StopResult:
@@ -298,7 +303,13 @@ class SlurmScheduler:
             self.cli.run("scancel", sid)
             verb = "cancelled" if force else "removed from the queue"
         else:
-            steps = self._steps(sid)
+            try:
+                steps = self._steps(sid)
+            except StepsUnknown as exc:
+                return StopResult(job=job_id, status="error",
+                                  detail=f"slurm job {sid} not signalled: its steps could not be read ({exc}); "
+                                         "SIGTERM to the batch script (--full) would let srun kill a step's "
+                                         "checkpoint, so the stop waits for a sweep that can read them")
             verb = f"sent SIGTERM to {'its steps ' + ', '.join(steps) if steps else 'the batch script'}"
             try:
                 self.cli.run("scancel", "--signal=TERM", *(() if steps else ("--full",)), sid)

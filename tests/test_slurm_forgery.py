@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.test_slurm_adapter import JSON_OLD, FakeCli
+from tests.test_slurm_adapter import JSON_OLD, FakeCli, Framed
 from tools.slurm import SlurmScheduler, steward_ids
 from tools.slurm_cli import SlurmCli, SlurmError
 from tools.slurm_parse import SEP, jobs_from_json, jobs_from_text
@@ -51,6 +51,53 @@ def test_a_name_that_ends_its_squeue_row_makes_no_row_of_another_job():
     listing = read_text_listing("\n".join([victim, odd, bell]) + "\n")
     assert [j.job_id for j in listing.jobs] == ["300"] and len(listing.dropped) == 2
     assert "fields" in listing.dropped[0] and "control characters" in listing.dropped[1]
+
+
+def test_framed_squeue_records_keep_a_name_with_newlines_and_separators_inside_its_own_job():
+    """The adapter's squeue text frames each record with a marker made for that call: the name (the one field an owner
+    writes freely) is what lies between the fixed fields, whatever it holds, and cannot start a record."""
+    forged = SEP.join(["x", "None", "2026-11-02T08:59:00", "400"]) + "\n" + SEP.join(
+        ["300", "scratch", "mallory", "1001", "r", "normal", "RUNNING", "1", "gres:gpu:8", "2026-11-02T09:00:00", "n1",
+         "llm-serve", "None", "2026-11-02T08:59:00", "300"])
+    rows = [["300", "gpu", "bob", "1000", "prod", "normal", "RUNNING", "1", "gres:gpu:8", "2026-11-02T09:00:00", "n1",
+             "llm-serve", "None", "2026-11-02T08:59:00", "300"],
+            ["400", "gpu", "mallory", "1001", "r", "normal", "RUNNING", "1", "(null)", "2026-11-02T09:00:00", "n1",
+             forged, "None", "2026-11-02T08:59:00", "400"]]
+    scheduler = SlurmScheduler(FakeCli({("squeue", "-h"): Framed(rows)}), output="text")
+    jobs = {j.labels["slurm.job_id"]: j for j in scheduler.list_jobs()}
+    assert set(jobs) == {"300"} and (jobs["300"].user, jobs["300"].namespace) == ("bob", "gpu")
+    assert scheduler.steward_id_for("300") == "gpu/llm-serve" and scheduler.warnings == []
+    [mallory] = [j for j in scheduler._jobs.values() if j.job_id == "400"]  # CPU only: not a GPU job listed
+    assert mallory.name == forged and mallory.user_id == 1001
+
+
+def test_a_job_id_in_two_records_is_never_judged_or_stopped():
+    """However a second record of job 300 got in, which is Slurm's is unknown: neither is listed or mapped to
+    metrics, a stop of either id is refused, and the warnings say so."""
+    listing = {"jobs": [_json_job(300, "llm-serve", "bob", 8), _json_job(300, "llm-serve", "mallory", 8,
+                                                                         partition="scratch")]}
+    cli = FakeCli({("squeue", "--json"): json.dumps(listing), ("scancel",): ""})
+    scheduler = SlurmScheduler(cli, stop_settle_s=0)
+    assert scheduler.list_jobs() == [] and scheduler.steward_id_for("300") is None
+    assert any("300 appears in more than one squeue record" in w for w in scheduler.warnings)
+    for target in ("scratch/llm-serve", "gpu/llm-serve", "gpu/llm-serve-300"):
+        result = scheduler.stop_job(target, force=False, grace_s=0)
+        assert result.status == "refused" and "more than one" in result.detail, (target, result)
+    assert not [c for c in cli.calls if c[0] == "scancel"]
+
+
+def test_a_stop_rereads_the_job_and_refuses_when_it_is_not_what_was_judged():
+    """The listing said job 300 is mallory's in scratch; squeue -j 300 (the job's own record) says bob's in gpu:
+    the stop is refused before any scancel."""
+    listed = {"jobs": [_json_job(300, "llm-serve", "mallory", 8, partition="scratch", account="research")]}
+    own = {"jobs": [_json_job(300, "llm-serve", "bob", 8, account="prod")]}
+    cli = FakeCli({("squeue", "--json", "-j"): json.dumps(own), ("squeue", "--json"): json.dumps(listed),
+                   ("squeue", "--steps"): "300.batch batch\n", ("scancel",): ""})
+    scheduler = SlurmScheduler(cli, stop_settle_s=0)
+    [job] = scheduler.list_jobs()
+    result = scheduler.stop_job(job.id, force=True, grace_s=0, uid=job.uid)
+    assert result.status == "refused" and "says user bob, partition gpu, account prod" in result.detail
+    assert not [c for c in cli.calls if c[0] == "scancel"]
 
 
 def test_a_cpu_decoy_named_like_a_suffixed_id_hides_no_gpu_job():

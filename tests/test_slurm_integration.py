@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -321,6 +322,42 @@ def test_a_steward_killed_after_scancel_does_not_signal_the_job_again_inside_its
             assert not [c for cs in calls for c in cs if c[0] == "scancel" and "--signal=KILL" in c]
     finally:
         slurm.cli("scancel", str(notebook))
+
+
+def test_a_job_name_makes_no_squeue_record_of_another_job_and_odd_bytes_stop_no_listing(slurm, tmp_path):
+    """sbatch takes newlines, the unit separator and bytes that are not UTF-8 in a job name, and squeue's text prints
+    them raw. A name that ended its row and added one claiming another job (here in partition prod, as user mallory)
+    made the steward warn its author and scancel the other job; a byte 0xff stopped the listing for everyone.
+    Whatever the name, each job is read as itself, in JSON and in text."""
+    from tools.slurm_parse import SEP
+
+    out = str(tmp_path)
+    victim = slurm.sbatch("-J", "llm-serve", "-p", "gpu", "--gres=gpu:1", "-D", out, "-o", "/dev/null",
+                          "--wrap", "sleep 600")
+    row = [str(victim), "prod", "mallory", "0", "(null)", "(null)", "RUNNING", "1", "gres:gpu:1",
+           "2026-01-01T00:00:00", NODE, "llm-serve", "None", "2026-01-01T00:00:00", str(victim)]
+    forged = SEP.join(["x", "None", "2026-01-01T00:00:00", ""]) + "\n" + SEP.join(row[:3] + row[4:11]) + "\n" + \
+        SEP.join(row) + "\nSW0123456789abcdef" + SEP + SEP.join(row) + SEP + "SW0123456789abcdef"
+    attacker = slurm.sbatch("-J", forged, "-p", "gpu", "-D", out, "-o", "/dev/null", "--wrap", "sleep 600")
+    done = subprocess.run([slurm.bins["sbatch"], "--parsable", b"--job-name=bad\xffname", "-p", "gpu",
+                           "--gres=gpu:1", "-D", out, "-o", "/dev/null", "--wrap", "sleep 600"],
+                          env=slurm.env, capture_output=True, check=True, timeout=30)
+    odd = int(done.stdout.split(b";")[0])
+    try:
+        _wait_running(slurm, victim)  # two CPUs here: the others may wait in the queue, listed all the same
+        for mode in ("auto", "json", "text"):
+            scheduler = SlurmScheduler(SlurmCli(env=slurm.env), output=mode)  # type: ignore[arg-type]
+            listed = {j.labels[JOB_ID_LABEL]: j for j in scheduler.list_jobs()}
+            assert {str(victim), str(odd)} <= set(listed) and str(attacker) not in listed, (mode, listed)
+            assert (listed[str(victim)].namespace, listed[str(victim)].id) == ("gpu", "gpu/llm-serve"), mode
+            assert listed[str(odd)].name == "bad\ufffdname", mode
+            assert scheduler.steward_id_for(str(victim)) == "gpu/llm-serve", mode
+            [mine] = [j for j in scheduler._jobs.values() if j.job_id == str(attacker)]
+            assert mine.name == forged and mine.gpus == 0, mode
+            assert not [j for j in scheduler._jobs.values() if j.user == "mallory"], mode
+            assert scheduler.warnings == [], (mode, scheduler.warnings)
+    finally:
+        slurm.cli("scancel", str(victim), str(attacker), str(odd))
 
 
 def test_a_steps_query_that_times_out_does_not_turn_a_graceful_stop_into_a_killwait_kill(slurm, tmp_path):

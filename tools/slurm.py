@@ -6,7 +6,9 @@ Steward job ids are `partition/jobname`. When several listed jobs share one, eac
 
 from __future__ import annotations
 
+import logging
 import re
+import secrets
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,16 +18,19 @@ from core.cluster import SLURM_HET_JOB_LABEL, JobInfo, LogLine, NodeInfo, StopRe
 from tools.slurm_cli import SlurmCli, SlurmError
 from tools.slurm_logs import expand_output_path, tail_log
 from tools.slurm_parse import (
-    TEXT_FORMAT,
     SlurmJob,
     SlurmParseError,
     SlurmQueryError,
+    TextListing,
     gpu_type,
     gpus_in_gres,
     jobs_from_json,
-    jobs_from_text,
+    read_text_listing,
     records,
+    text_format,
 )
+
+log = logging.getLogger("steward.slurm")
 
 JOB_ID_LABEL = "slurm.job_id"
 HET_JOB_LABEL = SLURM_HET_JOB_LABEL
@@ -33,6 +38,7 @@ ARRAY_TASK_LABEL = "slurm.array_task"  # an array task as squeue and scancel nam
 _SUFFIX = re.compile(r"^(?P<base>.+)-(?P<id>\d+(?:_(?:\d+|\[[^\]]*\]))?)$")
 OutputMode = Literal["auto", "json", "text"]
 _GONE_STATES = frozenset({"completed", "failed", "cancelled"})
+JSON_RETRY_S = 600.0  # auto mode: after squeue --json failed (and text worked), JSON is tried again after this
 
 
 class StepsUnknown(RuntimeError):
@@ -112,7 +118,7 @@ class SlurmScheduler:
     """JobScheduler and LogSource over Slurm's CLIs: one squeue per sweep, scontrol for nodes and log paths."""
 
     def __init__(self, cli: SlurmCli | None = None, *, output: OutputMode = "auto", stop_settle_s: float = 2.0,
-                 clock: Any = None) -> None:
+                 clock: Any = None, json_retry_s: float = JSON_RETRY_S, monotonic: Any = None) -> None:
         if output not in ("auto", "json", "text"):
             raise ValueError(f"output must be auto, json or text, got {output!r}")
         self.cli = cli or SlurmCli()
@@ -124,6 +130,18 @@ class SlurmScheduler:
         self._stdout: dict[str, Path | None] = {}
         self._by_slurm_id: dict[str, str] = {}
         self._listed = False  # whether any squeue has filled the two maps above
+        self.json_retry_s = json_retry_s
+        self._monotonic = monotonic or time.monotonic
+        self._json_failed_at: float | None = None  # auto mode: when squeue --json last failed while text worked
+        self._ambiguous: dict[str, str] = {}  # Slurm job id -> why the latest listing cannot say which job it is
+        self._ambiguous_jobs: list[SlurmJob] = []  # the records behind it
+        self._notes: list[str] = []  # what the latest listing left out, and why
+
+    @property
+    def warnings(self) -> list[str]:
+        """Why the latest listing may be incomplete: squeue records dropped because their fields did not check out,
+        job ids listed twice (never acted on). Each names the job."""
+        return list(self._notes)
 
     @property
     def calls(self) -> list[tuple[str, ...]]:
@@ -131,32 +149,76 @@ class SlurmScheduler:
         return self.cli.calls
 
     # -- reading -----------------------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        if text not in self._notes:
+            self._notes.append(text)
+            log.warning("%s", text)
+
+    def _squeue_text(self, *extra: str) -> list[SlurmJob]:
+        """squeue's text output, each record framed by a marker made for this call (tools/slurm_parse.py)."""
+        marker = f"SW{secrets.token_hex(8)}"
+        listing: TextListing = read_text_listing(
+            self.cli.run("squeue", "-h", "-o", text_format(marker), *extra).stdout, marker)
+        for dropped in listing.dropped:
+            self._note(dropped)
+        return listing.jobs
+
+    def _json_due(self) -> bool:
+        failed = self._json_failed_at
+        return failed is None or self._monotonic() - failed >= self.json_retry_s
+
     def _squeue(self, *extra: str) -> list[SlurmJob]:
-        if self.output in ("auto", "json"):
+        if self.output == "json" or (self.output == "auto" and self._json_due()):
             try:
-                return jobs_from_json(self.cli.run("squeue", "--json", *extra).stdout)
+                jobs = jobs_from_json(self.cli.run("squeue", "--json", *extra).stdout)
+                self._json_failed_at = None
+                return jobs
             except SlurmQueryError as exc:
                 # Slurm could not list the jobs (slurmctld down) and its JSON says only "failed"; the text output
                 # says why ("Unable to contact slurm controller"). Never a reason to give up on JSON.
                 try:
-                    return jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
+                    return self._squeue_text(*extra)
                 except SlurmError as text_exc:
                     raise text_exc from exc
-            except (SlurmError, SlurmParseError):
+            except (SlurmError, SlurmParseError) as exc:
                 if self.output == "json":
                     raise
-                # Perhaps this Slurm has no JSON output (older, or built without the serializer plugin): use text
-                # from now on, once text works (a controller that is down fails both, and proves nothing).
-                jobs = jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
-                self.output = "text"
+                # Perhaps this Slurm has no JSON output (older, or built without the serializer plugin): text, once
+                # text works (a controller that is down fails both, and proves nothing), and JSON again after
+                # json_retry_s: a JSON answer that failed once (a job's odd bytes) must not leave it in text for good.
+                jobs = self._squeue_text(*extra)
+                self._json_failed_at = self._monotonic()
+                self._note(f"squeue --json failed, squeue text read instead: {str(exc)[:200]}")
                 return jobs
-        return jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
+        return self._squeue_text(*extra)
 
     def _refresh(self) -> dict[str, SlurmJob]:
-        self._jobs = steward_ids(self._squeue())
+        self._notes = []
+        listed = self._squeue()
+        # A job id in two records: one of them is not Slurm's (a name that made a row), and which one is unknown.
+        # Neither is listed, mapped to metrics, warned about or stopped; the sweep's warnings say so.
+        seen: dict[str, int] = {}
+        for job in listed:
+            seen[job.job_id] = seen.get(job.job_id, 0) + 1
+        twice = {key for key, n in seen.items() if n > 1}
+        self._ambiguous, self._ambiguous_jobs = {}, [j for j in listed if j.job_id in twice]
+        for job in self._ambiguous_jobs:
+                self._ambiguous[job.job_id] = (f"Slurm job {job.job_id} appears in more than one squeue record: "
+                                               "which is Slurm's is unknown, so it is not judged or acted on")
+        for why in dict.fromkeys(self._ambiguous.values()):
+            self._note(why)
+        self._jobs = steward_ids([j for j in listed if j.job_id not in self._ambiguous])
         # dcgm-exporter's hpc_job is SLURM_JOB_ID: an array task's own numeric id, mapped beside its <array>_<task>.
-        self._by_slurm_id = {key: sid for sid, job in self._jobs.items()
-                             for key in (job.job_id, job.internal_id) if key}
+        by_key: dict[str, set[str]] = {}
+        for sid, job in self._jobs.items():
+            for key in (job.job_id, job.internal_id):
+                if key:
+                    by_key.setdefault(key, set()).add(sid)
+        self._by_slurm_id = {key: next(iter(sids)) for key, sids in by_key.items() if len(sids) == 1}
+        for key, sids in by_key.items():
+            if len(sids) > 1:  # an hpc_job that names two listed jobs maps to neither
+                self._note(f"Slurm job id {key} names {len(sids)} listed jobs ({', '.join(sorted(sids))}): "
+                           "its GPU metrics are mapped to none of them")
         self._listed = True
         return self._jobs
 
@@ -200,6 +262,13 @@ class SlurmScheduler:
             return None
         job = next((j for j in jobs.values() if j.job_id == suffixed["id"]), None)
         return job if job is not None and _is_steward_id_of(job_id, job) else None
+
+    def _ambiguous_reason(self, job_id: str) -> str | None:
+        """Why `job_id` may name a job the latest listing had in two records (None when it names no such job)."""
+        suffixed = _SUFFIX.match(job_id)
+        if suffixed is not None and suffixed["id"] in self._ambiguous:
+            return self._ambiguous[suffixed["id"]]
+        return next((self._ambiguous[j.job_id] for j in self._ambiguous_jobs if _is_steward_id_of(job_id, j)), None)
 
     def get_job(self, job_id: str) -> JobInfo | None:
         """Fresh state from a new squeue; None when Slurm no longer lists it."""
@@ -281,6 +350,30 @@ class SlurmScheduler:
         except SlurmError as exc:
             raise StepsUnknown(str(exc)) from exc
 
+    def _reread(self, job_id: str, job: SlurmJob) -> StopResult | None:
+        """A fresh `squeue -j <its id>`: None when it gives exactly one record of the job, with the user, partition
+        and account the listing judged; else the stop's answer (refused, or already_gone). A record another job's
+        name made in a listing is not in this job's own."""
+        try:
+            fresh = [j for j in self._squeue("-j", job.job_id) if j.job_id == job.job_id]
+        except (SlurmError, SlurmQueryError) as exc:
+            said = exc.stderr if isinstance(exc, SlurmError) else str(exc)
+            if "invalid job id" in said.lower():
+                return StopResult(job=job_id, status="already_gone", detail=f"job {job.job_id} was purged meanwhile")
+            raise
+        if not fresh:
+            return StopResult(job=job_id, status="already_gone", detail=f"squeue -j {job.job_id} lists it no more")
+        if len(fresh) > 1:
+            return StopResult(job=job_id, status="refused",
+                              detail=f"not stopped: squeue -j {job.job_id} gave {len(fresh)} records of it, not one")
+        now = fresh[0]
+        if (now.user, now.partition, now.account) != (job.user, job.partition, job.account):
+            return StopResult(job=job_id, status="refused", detail=(
+                f"not stopped: {job_id} was listed as Slurm job {job.job_id} of user {job.user}, partition "
+                f"{job.partition}, account {job.account}; squeue -j {job.job_id} says user {now.user}, partition "
+                f"{now.partition}, account {now.account}"))
+        return None
+
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
                  uid: str | None = None) -> StopResult:
         """Graceful: SIGTERM, which a job can trap to checkpoint; the guardrail waits grace_s before a force. To the
@@ -290,6 +383,9 @@ class SlurmScheduler:
         where the work runs. Force: plain `scancel` (Slurm's own TERM,
         KillWait, KILL) and the job ends CANCELLED. Idempotent: a finished job is already_gone."""
         job = self._find(job_id, self._refresh())
+        ambiguous = self._ambiguous_reason(job_id)
+        if ambiguous:
+            return StopResult(job=job_id, status="refused", detail=ambiguous)
         if job is None:
             return StopResult(job=job_id, status="already_gone", detail="Slurm no longer lists the job")
         if uid and uid != job_uid(job):
@@ -299,6 +395,9 @@ class SlurmScheduler:
         if job.steward_state in _GONE_STATES:
             return StopResult(job=job_id, status="already_gone", detail=f"job {job.job_id} is {job.state}")
         sid = job.job_id
+        reread = self._reread(job_id, job)
+        if reread is not None:
+            return reread
         if force or job.steward_state == "pending":
             self.cli.run("scancel", sid)
             verb = "cancelled" if force else "removed from the queue"

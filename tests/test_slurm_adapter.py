@@ -200,7 +200,8 @@ def test_logs_by_timestamp_or_mtime_and_missing_files(tmp_path):
     assert tail_log(tmp_path / "gone.log", now, now, limit=10) == []
 
     cli = FakeCli({("squeue", "--json"): json.dumps(JSON_OLD),
-                   ("scontrol", "show", "job"): f"JobId=11 JobName=train StdOut={tmp_path}/out-%j.log\n"})
+                   ("scontrol", "show", "job"): f"JobId=11 JobName=train UserId=alice({os.getuid()}) "
+                                                 f"StdOut={tmp_path}/out-%j.log\n"})
     (tmp_path / "out-11.log").write_text("2026-11-29T15:00:00Z step=1 loss=0.5\n")
     lines = SlurmScheduler(cli).tail("gpu/train", now - timedelta(minutes=1), now + timedelta(minutes=1))
     assert [line.text for line in lines] == ["2026-11-29T15:00:00Z step=1 loss=0.5"]

@@ -152,6 +152,37 @@ def test_an_unanswered_steps_query_fails_the_graceful_stop_instead_of_signalling
     assert ("scancel", "--signal=TERM", "--full", "11") in cli.calls
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown of a file to another uid needs root")
+def test_a_log_is_read_only_from_the_jobs_own_stdout_file(tmp_path):
+    """`--mail-user="m StdOut=/victim.log"`: scontrol -o prints MailUser after StdOut, and the last value won, so the
+    steward read any file it can read as the job's log. StdOut comes from squeue --json where it is given; from
+    scontrol only when it appears once; and a file the job's user does not own is never read."""
+    until = NOW + timedelta(minutes=1)
+    own, victim = tmp_path / "own-11.log", tmp_path / "victim.log"
+    own.write_text("2026-11-02T12:00:00Z step=1 loss=0.5\n")
+    victim.write_text("2026-11-02T12:00:00Z VICTIM SECRET TOKEN=hunter2\n")
+    os.chown(victim, 4242, 4242)
+    # No StdOut in the JSON (an older Slurm): scontrol, where a job field printed another StdOut after Slurm's.
+    job = _json_job(11, "train", "alice", 1, uid=os.getuid())
+    forged = (f"JobId=11 JobName=train UserId=alice({os.getuid()}) StdOut={own} MailUser=m StdOut={victim} Power=\n")
+    cli = FakeCli({("squeue", "--json"): json.dumps({"jobs": [job]}), ("scontrol", "show", "job"): forged})
+    scheduler = SlurmScheduler(cli)
+    assert scheduler.tail("gpu/train", NOW, until) == []
+    assert any("no single StdOut" in w for w in scheduler.warnings)
+    # The JSON's StdOut: nothing a field can forge, and no scontrol.
+    job["standard_output"] = f"{tmp_path}/own-%j.log"
+    cli = FakeCli({("squeue", "--json"): json.dumps({"jobs": [job]})})
+    scheduler = SlurmScheduler(cli)
+    assert [line.text for line in scheduler.tail("gpu/train", NOW, until)] == [own.read_text().strip()]
+    assert not [c for c in cli.calls if c[0] == "scontrol"]
+    # A StdOut that is the victim's file (a symlink the owner put there, or a path naming it): another uid owns it.
+    job["standard_output"] = str(victim)
+    scheduler = SlurmScheduler(FakeCli({("squeue", "--json"): json.dumps({"jobs": [job]})}))
+    assert scheduler.tail("gpu/train", NOW, until) == []
+    [why] = scheduler.warnings
+    assert "owned by uid 4242, not the job's user" in why and "gpu/train" in why and "hunter2" not in why
+
+
 def test_a_log_file_is_read_only_as_a_regular_file_its_owner_uid_owns(tmp_path):
     """Checked on the file opened (a symlink followed): a FIFO put in its place neither blocks the sweep nor reads."""
     from tools.slurm_logs import LogNotRead, tail_log

@@ -360,6 +360,39 @@ def test_a_job_name_makes_no_squeue_record_of_another_job_and_odd_bytes_stop_no_
         slurm.cli("scancel", str(victim), str(attacker), str(odd))
 
 
+def test_a_field_a_job_owner_writes_cannot_point_the_steward_at_another_file(slurm, tmp_path):
+    """`scontrol show job -o` prints MailUser after StdOut (and the name, comment and work dir before it): a mail user
+    `m StdOut=/victim.log` made the steward read any file it could read as the job's log. The JSON's StdOut is read;
+    from scontrol, a StdOut printed twice is no StdOut."""
+    secret = tmp_path / "victim-secret.log"
+    secret.write_text("2026-12-03T11:00:00Z VICTIM SECRET TOKEN=hunter2\n")
+    workdir = tmp_path / f"w StdOut={secret}"
+    workdir.mkdir(parents=True)
+    own = tmp_path / "own.out"
+    job = slurm.sbatch(f"--job-name=n StdOut={secret}", f"--comment=c StdOut={secret}",
+                       f"--mail-user=m StdOut={secret}", "--mail-type=END", f"--chdir={workdir}", "-p", "gpu",
+                       "--gres=gpu:1", "-o", str(own), "--wrap", 'echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) step=1"; '
+                       "sleep 600")
+    try:
+        _wait_running(slurm, job)
+        for _ in range(50):  # bounded poll for the job's first line
+            if own.exists() and own.read_text():
+                break
+            time.sleep(0.2)
+        now = datetime.now(UTC)
+        for mode in ("json", "text"):
+            scheduler = SlurmScheduler(SlurmCli(env=slurm.env), output=mode)  # type: ignore[arg-type]
+            [steward] = [j for j in scheduler.list_jobs() if j.labels[JOB_ID_LABEL] == str(job)]
+            lines = [line.text for line in scheduler.tail(steward.id, now - timedelta(hours=1), now)]
+            assert not [text for text in lines if "SECRET" in text], (mode, lines)
+            if mode == "json":
+                assert [text.split()[-1] for text in lines] == ["step=1"], lines
+            else:
+                assert lines == [] and any("no single StdOut" in w for w in scheduler.warnings), scheduler.warnings
+    finally:
+        slurm.cli("scancel", str(job))
+
+
 def test_a_steps_query_that_times_out_does_not_turn_a_graceful_stop_into_a_killwait_kill(slurm, tmp_path):
     """slurmctld busy for one command: the `squeue --steps` the graceful stop runs first times out. Read as "no
     steps", it sent `scancel --signal=TERM --full`, and srun killed the step after KillWait, cutting its checkpoint.

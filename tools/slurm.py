@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from core.cluster import SLURM_HET_JOB_LABEL, JobInfo, LogLine, NodeInfo, StopResult
 from tools.slurm_cli import SlurmCli, SlurmError
-from tools.slurm_logs import expand_output_path, tail_log
+from tools.slurm_logs import LogNotRead, expand_output_path, tail_log
 from tools.slurm_parse import (
     SlurmJob,
     SlurmParseError,
@@ -27,6 +27,7 @@ from tools.slurm_parse import (
     jobs_from_json,
     read_text_listing,
     records,
+    single_value,
     text_format,
 )
 
@@ -127,7 +128,7 @@ class SlurmScheduler:
         self._now = clock or (lambda: datetime.now(UTC))
         self._jobs: dict[str, SlurmJob] = {}  # steward id -> job, from the latest squeue
         self._stop_sent: dict[str, datetime] = {}  # Slurm job id -> when we sent SIGTERM
-        self._stdout: dict[str, Path | None] = {}
+        self._stdout: dict[str, tuple[Path | None, str, int | None]] = {}  # job uid -> StdOut or why not, user uid
         self._by_slurm_id: dict[str, str] = {}
         self._listed = False  # whether any squeue has filled the two maps above
         self.json_retry_s = json_retry_s
@@ -136,12 +137,13 @@ class SlurmScheduler:
         self._ambiguous: dict[str, str] = {}  # Slurm job id -> why the latest listing cannot say which job it is
         self._ambiguous_jobs: list[SlurmJob] = []  # the records behind it
         self._notes: list[str] = []  # what the latest listing left out, and why
+        self._log_notes: dict[str, str] = {}  # steward id -> why its log was not read
 
     @property
     def warnings(self) -> list[str]:
-        """Why the latest listing may be incomplete: squeue records dropped because their fields did not check out,
-        job ids listed twice (never acted on). Each names the job."""
-        return list(self._notes)
+        """Why the latest listing, and the logs read since, may be incomplete: squeue records dropped because their
+        fields did not check out, job ids listed twice (never acted on), logs not read. Each names the job."""
+        return [*self._notes, *(f"log of {sid} not read: {why}" for sid, why in self._log_notes.items())]
 
     @property
     def calls(self) -> list[tuple[str, ...]]:
@@ -193,7 +195,7 @@ class SlurmScheduler:
         return self._squeue_text(*extra)
 
     def _refresh(self) -> dict[str, SlurmJob]:
-        self._notes = []
+        self._notes, self._log_notes = [], {}
         listed = self._squeue()
         # A job id in two records: one of them is not Slurm's (a name that made a row), and which one is unknown.
         # Neither is listed, mapped to metrics, warned about or stopped; the sweep's warnings say so.
@@ -307,27 +309,65 @@ class SlurmScheduler:
         return out
 
     # -- logs ---------------------------------------------------------------------------------------
-    def _stdout_path(self, job: SlurmJob) -> Path | None:
-        if job.job_id not in self._stdout:
+    def _stdout_path(self, job: SlurmJob) -> tuple[Path | None, str, int | None]:
+        """The job's StdOut file, or None and why. From squeue --json where it gives one; else from `scontrol show
+        job -o`, only when StdOut appears there once (a name, comment, work dir or mail user can print another
+        ` StdOut=` before or after Slurm's own)."""
+        key = job_uid(job)
+        if key not in self._stdout:
+            path, why = self._find_stdout(job)
+            self._stdout[key] = (path, why, job.user_id)
+        return self._stdout[key]
+
+    def _find_stdout(self, job: SlurmJob) -> tuple[Path | None, str]:
+        raw, workdir = job.stdout, job.workdir
+        if not raw:
             try:
-                rec = records(self.cli.run("scontrol", "show", "job", "-o", job.job_id).stdout)
-            except SlurmError:
-                return None  # purged from slurmctld: no path to read, and nothing is cached
-            raw = rec[0].get("StdOut") if rec else None
-            path = None
-            if raw and raw.lower() not in ("(null)", "/dev/null"):
-                path = Path(expand_output_path(raw, job_id=job.job_id, user=job.user, name=job.name,
-                                               node=job.nodes[0] if job.nodes else None))
-            self._stdout[job.job_id] = path
-        return self._stdout[job.job_id]
+                text = self.cli.run("scontrol", "show", "job", "-o", job.job_id).stdout.strip()
+            except SlurmError as exc:
+                return None, f"scontrol show job failed: {str(exc)[:200]}"  # purged from slurmctld: nothing to read
+            raw = single_value(text, "StdOut")
+            if raw is None:
+                return None, "scontrol shows no single StdOut for the job (a job field holds another `StdOut=`)"
+            workdir = workdir or single_value(text, "WorkDir")
+            if job.user_id is None:
+                uid = re.fullmatch(r"[^(]*\((\d+)\)", single_value(text, "UserId") or "")
+                job.user_id = int(uid.group(1)) if uid else None
+        if raw.lower() in ("(null)", "/dev/null"):
+            return None, "the job writes no StdOut"
+        path = Path(expand_output_path(raw, job_id=job.job_id, user=job.user, name=job.name,
+                                       node=job.nodes[0] if job.nodes else None))
+        if not path.is_absolute():
+            if not workdir:
+                return None, f"StdOut {raw!r} is relative and the job's work dir is unknown"
+            path = Path(workdir) / path
+        return path, ""
 
     def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:
-        """The job's StdOut lines in [since, until]; [] when the file is missing or not readable here."""
+        """The job's StdOut lines in [since, until]; [] when the file is missing or not readable here, and when it
+        is not the job's own: Slurm writes StdOut as the job's user, so a file another uid owns is never read (the
+        reason is in `warnings`)."""
+        self._log_notes.pop(job_id, None)
+        if self._ambiguous_reason(job_id):
+            return []
         job = self._find(job_id, self._jobs) or self._find(job_id, self._refresh())
         if job is None:
             return []
-        path = self._stdout_path(job)
-        return tail_log(path, since, until, limit) if path is not None else []
+        path, why, owner = self._stdout_path(job)
+        if path is None:
+            if why and job.steward_state == "running":
+                self._log_notes[job_id] = why
+            return []
+        owner = job.user_id if job.user_id is not None else owner
+        if owner is None:
+            self._log_notes[job_id] = f"the uid of {job.user} is unknown, so {path} cannot be checked as theirs"
+            return []
+        try:
+            return tail_log(path, since, until, limit, owner_uid=owner)
+        except LogNotRead as exc:
+            self._log_notes[job_id] = str(exc)
+            log.warning("log of %s not read: %s", job_id, exc)
+            return []
 
     # -- stopping -----------------------------------------------------------------------------------
     def _still_listed(self, slurm_id: str) -> SlurmJob | None:

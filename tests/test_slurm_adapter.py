@@ -114,6 +114,19 @@ def test_scontrol_key_values_keep_spaces():
     assert rec == {"NodeName": "n1", "Gres": "gpu:a100:8(S:0-1)", "OS": "Linux 6.1 #1 SMP", "Partitions": "gpu,prod"}
 
 
+class Framed:
+    """squeue text as a real squeue prints it for SlurmScheduler's format: each record between the marker the
+    format asked for. rows: FRAMED_FIELDS values (%i %P %u %U %a %q %T %D %b %S %N %j %r %V %A), as squeue prints
+    them (a name with newlines and separators printed raw)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def printed(self, args):
+        marker = args[args.index("-o") + 1].split(SEP)[0]
+        return "".join(SEP.join([marker, *row, marker]) + "\n" for row in self.rows)
+
+
 class FakeCli(SlurmCli):
     """Answers from a table of (tool, first args) -> stdout or SlurmError."""
 
@@ -127,28 +140,37 @@ class FakeCli(SlurmCli):
             if (tool, *args)[: len(key)] == key:
                 if isinstance(answer, Exception):
                     raise answer
+                if isinstance(answer, Framed):
+                    answer = answer.printed(args)
                 return subprocess.CompletedProcess([tool, *args], 0, answer() if callable(answer) else answer, "")
         raise SlurmError([tool, *args], "exited 1: unexpected call", 1, "unexpected")
 
 
-def test_falls_back_to_text_when_json_is_unsupported():
-    line = SEP.join(["3", "gpu", "erin", "acct", "(null)", "RUNNING", "1", "gres:gpu:1", "N/A", "n1", "nb"])
+def test_falls_back_to_text_when_json_is_unsupported_and_tries_json_again_later():
+    row = ["3", "gpu", "erin", "1000", "acct", "(null)", "RUNNING", "1", "gres:gpu:1", "N/A", "n1", "nb", "None",
+           "2026-11-29T15:27:31", "3"]
     cli = FakeCli({("squeue", "--json"): SlurmError(["squeue", "--json"], "exited 1: unrecognized option", 1,
                                                     "squeue: unrecognized option '--json'"),
-                   ("squeue", "-h"): line + "\n"})
-    scheduler = SlurmScheduler(cli)
+                   ("squeue", "-h"): Framed([row])})
+    clock = [0.0]
+    scheduler = SlurmScheduler(cli, monotonic=lambda: clock[0], json_retry_s=600)
     [job] = scheduler.list_jobs()
     assert (job.id, job.project, job.labels[JOB_ID_LABEL], job.gpus) == ("gpu/nb", "acct", "3", 1)
     assert scheduler.steward_id_for("3") == "gpu/nb" and scheduler.steward_id_for("4") is None
     scheduler.list_jobs()
     assert [c[:2] for c in cli.calls] == [("squeue", "--json"), ("squeue", "-h"), ("squeue", "-h")]
+    # One failed JSON answer does not leave the adapter in text for good: JSON is asked again after a while.
+    clock[0] = 601.0
+    scheduler.list_jobs()
+    assert [c[:2] for c in cli.calls][3:] == [("squeue", "--json"), ("squeue", "-h")]
+    assert scheduler.output == "auto" and any("squeue --json failed" in w for w in scheduler.warnings)
 
 
 def test_stops_are_graceful_then_forced_and_idempotent():
     listing = {"jobs": [dict(JSON_OLD["jobs"][0])]}
     cli = FakeCli({("squeue", "--json", "-j"): lambda: json.dumps(listing),
                    ("squeue", "--json"): lambda: json.dumps(listing),
-                   ("scancel",): ""})
+                   ("squeue", "--steps"): "11.batch batch\n", ("scancel",): ""})
     scheduler = SlurmScheduler(cli, stop_settle_s=0)
     first = scheduler.stop_job("gpu/train", force=False, grace_s=60, reason="idle")
     assert first.status == "stopping" and ("scancel", "--signal=TERM", "--full", "11") in cli.calls
@@ -178,7 +200,8 @@ def test_logs_by_timestamp_or_mtime_and_missing_files(tmp_path):
     assert tail_log(tmp_path / "gone.log", now, now, limit=10) == []
 
     cli = FakeCli({("squeue", "--json"): json.dumps(JSON_OLD),
-                   ("scontrol", "show", "job"): f"JobId=11 JobName=train StdOut={tmp_path}/out-%j.log\n"})
+                   ("scontrol", "show", "job"): f"JobId=11 JobName=train UserId=alice({os.getuid()}) "
+                                                 f"StdOut={tmp_path}/out-%j.log\n"})
     (tmp_path / "out-11.log").write_text("2026-11-29T15:00:00Z step=1 loss=0.5\n")
     lines = SlurmScheduler(cli).tail("gpu/train", now - timedelta(minutes=1), now + timedelta(minutes=1))
     assert [line.text for line in lines] == ["2026-11-29T15:00:00Z step=1 loss=0.5"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -321,3 +322,123 @@ def test_a_steward_killed_after_scancel_does_not_signal_the_job_again_inside_its
             assert not [c for cs in calls for c in cs if c[0] == "scancel" and "--signal=KILL" in c]
     finally:
         slurm.cli("scancel", str(notebook))
+
+
+def test_a_job_name_makes_no_squeue_record_of_another_job_and_odd_bytes_stop_no_listing(slurm, tmp_path):
+    """sbatch takes newlines, the unit separator and bytes that are not UTF-8 in a job name, and squeue's text prints
+    them raw. A name that ended its row and added one claiming another job (here in partition prod, as user mallory)
+    made the steward warn its author and scancel the other job; a byte 0xff stopped the listing for everyone.
+    Whatever the name, each job is read as itself, in JSON and in text."""
+    from tools.slurm_parse import SEP
+
+    out = str(tmp_path)
+    victim = slurm.sbatch("-J", "llm-serve", "-p", "gpu", "--gres=gpu:1", "-D", out, "-o", "/dev/null",
+                          "--wrap", "sleep 600")
+    row = [str(victim), "prod", "mallory", "0", "(null)", "(null)", "RUNNING", "1", "gres:gpu:1",
+           "2026-01-01T00:00:00", NODE, "llm-serve", "None", "2026-01-01T00:00:00", str(victim)]
+    forged = SEP.join(["x", "None", "2026-01-01T00:00:00", ""]) + "\n" + SEP.join(row[:3] + row[4:11]) + "\n" + \
+        SEP.join(row) + "\nSW0123456789abcdef" + SEP + SEP.join(row) + SEP + "SW0123456789abcdef"
+    attacker = slurm.sbatch("-J", forged, "-p", "gpu", "-D", out, "-o", "/dev/null", "--wrap", "sleep 600")
+    done = subprocess.run([slurm.bins["sbatch"], "--parsable", b"--job-name=bad\xffname", "-p", "gpu",
+                           "--gres=gpu:1", "-D", out, "-o", "/dev/null", "--wrap", "sleep 600"],
+                          env=slurm.env, capture_output=True, check=True, timeout=30)
+    odd = int(done.stdout.split(b";")[0])
+    try:
+        _wait_running(slurm, victim)  # two CPUs here: the others may wait in the queue, listed all the same
+        for mode in ("auto", "json", "text"):
+            scheduler = SlurmScheduler(SlurmCli(env=slurm.env), output=mode)  # type: ignore[arg-type]
+            listed = {j.labels[JOB_ID_LABEL]: j for j in scheduler.list_jobs()}
+            assert {str(victim), str(odd)} <= set(listed) and str(attacker) not in listed, (mode, listed)
+            assert (listed[str(victim)].namespace, listed[str(victim)].id) == ("gpu", "gpu/llm-serve"), mode
+            assert listed[str(odd)].name == "bad\ufffdname", mode
+            assert scheduler.steward_id_for(str(victim)) == "gpu/llm-serve", mode
+            [mine] = [j for j in scheduler._jobs.values() if j.job_id == str(attacker)]
+            assert mine.name == forged and mine.gpus == 0, mode
+            assert not [j for j in scheduler._jobs.values() if j.user == "mallory"], mode
+            assert scheduler.warnings == [], (mode, scheduler.warnings)
+    finally:
+        slurm.cli("scancel", str(victim), str(attacker), str(odd))
+
+
+def test_a_field_a_job_owner_writes_cannot_point_the_steward_at_another_file(slurm, tmp_path):
+    """`scontrol show job -o` prints MailUser after StdOut (and the name, comment and work dir before it): a mail user
+    `m StdOut=/victim.log` made the steward read any file it could read as the job's log. The JSON's StdOut is read;
+    from scontrol, a StdOut printed twice is no StdOut."""
+    secret = tmp_path / "victim-secret.log"
+    secret.write_text("2026-12-03T11:00:00Z VICTIM SECRET TOKEN=hunter2\n")
+    workdir = tmp_path / f"w StdOut={secret}"
+    workdir.mkdir(parents=True)
+    own = tmp_path / "own.out"
+    job = slurm.sbatch(f"--job-name=n StdOut={secret}", f"--comment=c StdOut={secret}",
+                       f"--mail-user=m StdOut={secret}", "--mail-type=END", f"--chdir={workdir}", "-p", "gpu",
+                       "--gres=gpu:1", "-o", str(own), "--wrap", 'echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) step=1"; '
+                       "sleep 600")
+    try:
+        _wait_running(slurm, job)
+        for _ in range(50):  # bounded poll for the job's first line
+            if own.exists() and own.read_text():
+                break
+            time.sleep(0.2)
+        now = datetime.now(UTC)
+        for mode in ("json", "text"):
+            scheduler = SlurmScheduler(SlurmCli(env=slurm.env), output=mode)  # type: ignore[arg-type]
+            [steward] = [j for j in scheduler.list_jobs() if j.labels[JOB_ID_LABEL] == str(job)]
+            lines = [line.text for line in scheduler.tail(steward.id, now - timedelta(hours=1), now)]
+            assert not [text for text in lines if "SECRET" in text], (mode, lines)
+            if mode == "json":
+                assert [text.split()[-1] for text in lines] == ["step=1"], lines
+            else:
+                assert lines == [] and any("no single StdOut" in w for w in scheduler.warnings), scheduler.warnings
+    finally:
+        slurm.cli("scancel", str(job))
+
+
+def test_a_steps_query_that_times_out_does_not_turn_a_graceful_stop_into_a_killwait_kill(slurm, tmp_path):
+    """slurmctld busy for one command: the `squeue --steps` the graceful stop runs first times out. Read as "no
+    steps", it sent `scancel --signal=TERM --full`, and srun killed the step after KillWait, cutting its checkpoint.
+    The stop fails and nothing is signalled; the next sweep's stop signals the steps, and the checkpoint completes."""
+    from tools.slurm_cli import SlurmError
+
+    out = tmp_path
+    done = out / "ckpt.txt"
+    train = out / "train.py.sh"
+    train.write_text(f"#!/bin/bash\ntrap 'echo got TERM >> {done}; sleep 3; echo ckpt done >> {done}; exit 0' TERM\n"
+                     "while true; do sleep 0.2; done\n")
+    train.chmod(0o755)
+    script = out / "train.sh"
+    script.write_text(f"#!/bin/bash\nsrun {train}\n")
+    job = slurm.sbatch("-J", "steps2", "-p", "gpu", "--gres=gpu:1", "-D", str(out), "-o", f"{out}/steps-%j.log",
+                       str(script))
+    try:
+        _wait_running(slurm, job)
+        cli = SlurmCli(env=slurm.env)
+        scheduler = SlurmScheduler(cli, stop_settle_s=0)
+        for _ in range(100):  # bounded poll for srun to start its step
+            if f"{job}.0" in slurm.cli("squeue", "--steps", "-h", "-o", "%i", "-j", str(job)).stdout.split():
+                break
+            time.sleep(0.2)
+        [steward] = [j for j in scheduler.list_jobs() if j.name == "steps2"]
+        real = cli.run
+
+        def slow_steps(tool, *args, **kw):  # slurmctld busy: this one RPC times out
+            if tool == "squeue" and "--steps" in args:
+                raise SlurmError([tool, *args], f"timed out after {cli.timeout_s:g}s (is slurmctld reachable?)")
+            return real(tool, *args, **kw)
+
+        cli.run = slow_steps  # type: ignore[method-assign]
+        result = scheduler.stop_job(steward.id, force=False, grace_s=20, uid=steward.uid)
+        assert result.status == "error" and "steps could not be read" in result.detail, result
+        assert not [c for c in cli.calls if c[0] == "scancel"]
+        assert _job_record(slurm, job)["JobState"] == "RUNNING"
+        cli.run = real  # type: ignore[method-assign]
+        again = scheduler.stop_job(steward.id, force=False, grace_s=20, uid=steward.uid)
+        assert again.status in ("stopped", "stopping") and f"its steps {job}.0" in again.detail, again
+        assert ("scancel", "--signal=TERM", str(job)) in cli.calls
+        _ended(slurm, job)
+        for _ in range(50):  # the step's handler sleeps 3 s before it writes its last line
+            if done.exists() and "ckpt done" in done.read_text():
+                break
+            time.sleep(0.2)
+        assert done.exists() and done.read_text().splitlines() == ["got TERM", "ckpt done"]
+    finally:
+        slurm.cli("scancel", str(job))

@@ -6,7 +6,9 @@ Steward job ids are `partition/jobname`. When several listed jobs share one, eac
 
 from __future__ import annotations
 
+import logging
 import re
+import secrets
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,18 +16,22 @@ from typing import Any, Literal
 
 from core.cluster import SLURM_HET_JOB_LABEL, JobInfo, LogLine, NodeInfo, StopResult
 from tools.slurm_cli import SlurmCli, SlurmError
-from tools.slurm_logs import expand_output_path, tail_log
+from tools.slurm_logs import LogNotRead, expand_output_path, tail_log
 from tools.slurm_parse import (
-    TEXT_FORMAT,
     SlurmJob,
     SlurmParseError,
     SlurmQueryError,
+    TextListing,
     gpu_type,
     gpus_in_gres,
     jobs_from_json,
-    jobs_from_text,
+    read_text_listing,
     records,
+    single_value,
+    text_format,
 )
+
+log = logging.getLogger("steward.slurm")
 
 JOB_ID_LABEL = "slurm.job_id"
 HET_JOB_LABEL = SLURM_HET_JOB_LABEL
@@ -33,6 +39,11 @@ ARRAY_TASK_LABEL = "slurm.array_task"  # an array task as squeue and scancel nam
 _SUFFIX = re.compile(r"^(?P<base>.+)-(?P<id>\d+(?:_(?:\d+|\[[^\]]*\]))?)$")
 OutputMode = Literal["auto", "json", "text"]
 _GONE_STATES = frozenset({"completed", "failed", "cancelled"})
+JSON_RETRY_S = 600.0  # auto mode: after squeue --json failed (and text worked), JSON is tried again after this
+
+
+class StepsUnknown(RuntimeError):
+    """`squeue --steps` gave no answer: whether the job's work runs in steps is not known."""
 
 
 def job_uid(job: SlurmJob) -> str:
@@ -59,24 +70,56 @@ def _delivered_anyway(exc: SlurmError, sid: str) -> bool:
     return "_" in sid or "can not be altered" in f"{exc.stderr} {exc}".lower()
 
 
+def _base(job: SlurmJob) -> str:
+    return f"{job.partition}/{job.name}"
+
+
 def steward_ids(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
-    """Steward id -> job; a `partition/jobname` shared by several jobs gets `-<job id>` on each of them."""
+    """Steward id -> job; a `partition/jobname` shared by several jobs gets `-<job id>` on each of them. Unique
+    whatever the names: when an id so made is also another job's (a job named `nb-100` beside two `nb`, 100 and
+    101), every job that would have it gets its own job id added again (`gpu/nb-100-100`, `gpu/nb-100-200`), so no
+    job's name can take another job's id, and each keeps its id as long as the same jobs are listed."""
     counts: dict[str, int] = {}
     for job in jobs:
-        base = f"{job.partition}/{job.name}"
-        counts[base] = counts.get(base, 0) + 1
-    out = {}
-    for job in sorted(jobs, key=lambda j: j.job_id):
-        base = f"{job.partition}/{job.name}"
-        out[base if counts[base] == 1 else f"{base}-{job.job_id}"] = job
-    return out
+        counts[_base(job)] = counts.get(_base(job), 0) + 1
+    ids = {id(job): _base(job) if counts[_base(job)] == 1 else f"{_base(job)}-{job.job_id}" for job in jobs}
+    for _ in range(len(jobs) + 1):
+        shared = _shared(jobs, ids)
+        if not shared:
+            break
+        for job in shared:
+            ids[id(job)] = f"{ids[id(job)]}-{job.job_id}"
+    # Names made to chain collisions on and on: each job still sharing an id takes its job id again until its id is
+    # longer than any other, which no other job's can then equal (the job ids themselves are unique).
+    for job in sorted(_shared(jobs, ids), key=lambda j: j.job_id):
+        longest = max(len(other) for key, other in ids.items() if key != id(job))
+        while len(ids[id(job)]) <= longest:
+            ids[id(job)] = f"{ids[id(job)]}-{job.job_id}"
+    return {ids[id(job)]: job for job in sorted(jobs, key=lambda j: j.job_id)}
+
+
+def _shared(jobs: list[SlurmJob], ids: dict[int, str]) -> list[SlurmJob]:
+    holders: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        holders.setdefault(ids[id(job)], []).append(job)
+    return [job for held in holders.values() if len(held) > 1 for job in held]
+
+
+def _is_steward_id_of(steward_id: str, job: SlurmJob) -> bool:
+    """Whether `steward_id` is an id steward_ids can give this job: its partition/name, then `-<its id>` repeated."""
+    rest, suffix = steward_id, f"-{job.job_id}"
+    while rest.endswith(suffix):
+        rest = rest.removesuffix(suffix)
+        if rest == _base(job):
+            return True
+    return steward_id == _base(job)
 
 
 class SlurmScheduler:
     """JobScheduler and LogSource over Slurm's CLIs: one squeue per sweep, scontrol for nodes and log paths."""
 
     def __init__(self, cli: SlurmCli | None = None, *, output: OutputMode = "auto", stop_settle_s: float = 2.0,
-                 clock: Any = None) -> None:
+                 clock: Any = None, json_retry_s: float = JSON_RETRY_S, monotonic: Any = None) -> None:
         if output not in ("auto", "json", "text"):
             raise ValueError(f"output must be auto, json or text, got {output!r}")
         self.cli = cli or SlurmCli()
@@ -85,9 +128,22 @@ class SlurmScheduler:
         self._now = clock or (lambda: datetime.now(UTC))
         self._jobs: dict[str, SlurmJob] = {}  # steward id -> job, from the latest squeue
         self._stop_sent: dict[str, datetime] = {}  # Slurm job id -> when we sent SIGTERM
-        self._stdout: dict[str, Path | None] = {}
+        self._stdout: dict[str, tuple[Path | None, str, int | None]] = {}  # job uid -> StdOut or why not, user uid
         self._by_slurm_id: dict[str, str] = {}
         self._listed = False  # whether any squeue has filled the two maps above
+        self.json_retry_s = json_retry_s
+        self._monotonic = monotonic or time.monotonic
+        self._json_failed_at: float | None = None  # auto mode: when squeue --json last failed while text worked
+        self._ambiguous: dict[str, str] = {}  # Slurm job id -> why the latest listing cannot say which job it is
+        self._ambiguous_jobs: list[SlurmJob] = []  # the records behind it
+        self._notes: list[str] = []  # what the latest listing left out, and why
+        self._log_notes: dict[str, str] = {}  # steward id -> why its log was not read
+
+    @property
+    def warnings(self) -> list[str]:
+        """Why the latest listing, and the logs read since, may be incomplete: squeue records dropped because their
+        fields did not check out, job ids listed twice (never acted on), logs not read. Each names the job."""
+        return [*self._notes, *(f"log of {sid} not read: {why}" for sid, why in self._log_notes.items())]
 
     @property
     def calls(self) -> list[tuple[str, ...]]:
@@ -95,32 +151,76 @@ class SlurmScheduler:
         return self.cli.calls
 
     # -- reading -----------------------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        if text not in self._notes:
+            self._notes.append(text)
+            log.warning("%s", text)
+
+    def _squeue_text(self, *extra: str) -> list[SlurmJob]:
+        """squeue's text output, each record framed by a marker made for this call (tools/slurm_parse.py)."""
+        marker = f"SW{secrets.token_hex(8)}"
+        listing: TextListing = read_text_listing(
+            self.cli.run("squeue", "-h", "-o", text_format(marker), *extra).stdout, marker)
+        for dropped in listing.dropped:
+            self._note(dropped)
+        return listing.jobs
+
+    def _json_due(self) -> bool:
+        failed = self._json_failed_at
+        return failed is None or self._monotonic() - failed >= self.json_retry_s
+
     def _squeue(self, *extra: str) -> list[SlurmJob]:
-        if self.output in ("auto", "json"):
+        if self.output == "json" or (self.output == "auto" and self._json_due()):
             try:
-                return jobs_from_json(self.cli.run("squeue", "--json", *extra).stdout)
+                jobs = jobs_from_json(self.cli.run("squeue", "--json", *extra).stdout)
+                self._json_failed_at = None
+                return jobs
             except SlurmQueryError as exc:
                 # Slurm could not list the jobs (slurmctld down) and its JSON says only "failed"; the text output
                 # says why ("Unable to contact slurm controller"). Never a reason to give up on JSON.
                 try:
-                    return jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
+                    return self._squeue_text(*extra)
                 except SlurmError as text_exc:
                     raise text_exc from exc
-            except (SlurmError, SlurmParseError):
+            except (SlurmError, SlurmParseError) as exc:
                 if self.output == "json":
                     raise
-                # Perhaps this Slurm has no JSON output (older, or built without the serializer plugin): use text
-                # from now on, once text works (a controller that is down fails both, and proves nothing).
-                jobs = jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
-                self.output = "text"
+                # Perhaps this Slurm has no JSON output (older, or built without the serializer plugin): text, once
+                # text works (a controller that is down fails both, and proves nothing), and JSON again after
+                # json_retry_s: a JSON answer that failed once (a job's odd bytes) must not leave it in text for good.
+                jobs = self._squeue_text(*extra)
+                self._json_failed_at = self._monotonic()
+                self._note(f"squeue --json failed, squeue text read instead: {str(exc)[:200]}")
                 return jobs
-        return jobs_from_text(self.cli.run("squeue", "-h", "-o", TEXT_FORMAT, *extra).stdout)
+        return self._squeue_text(*extra)
 
     def _refresh(self) -> dict[str, SlurmJob]:
-        self._jobs = steward_ids(self._squeue())
+        self._notes, self._log_notes = [], {}
+        listed = self._squeue()
+        # A job id in two records: one of them is not Slurm's (a name that made a row), and which one is unknown.
+        # Neither is listed, mapped to metrics, warned about or stopped; the sweep's warnings say so.
+        seen: dict[str, int] = {}
+        for job in listed:
+            seen[job.job_id] = seen.get(job.job_id, 0) + 1
+        twice = {key for key, n in seen.items() if n > 1}
+        self._ambiguous, self._ambiguous_jobs = {}, [j for j in listed if j.job_id in twice]
+        for job in self._ambiguous_jobs:
+                self._ambiguous[job.job_id] = (f"Slurm job {job.job_id} appears in more than one squeue record: "
+                                               "which is Slurm's is unknown, so it is not judged or acted on")
+        for why in dict.fromkeys(self._ambiguous.values()):
+            self._note(why)
+        self._jobs = steward_ids([j for j in listed if j.job_id not in self._ambiguous])
         # dcgm-exporter's hpc_job is SLURM_JOB_ID: an array task's own numeric id, mapped beside its <array>_<task>.
-        self._by_slurm_id = {key: sid for sid, job in self._jobs.items()
-                             for key in (job.job_id, job.internal_id) if key}
+        by_key: dict[str, set[str]] = {}
+        for sid, job in self._jobs.items():
+            for key in (job.job_id, job.internal_id):
+                if key:
+                    by_key.setdefault(key, set()).add(sid)
+        self._by_slurm_id = {key: next(iter(sids)) for key, sids in by_key.items() if len(sids) == 1}
+        for key, sids in by_key.items():
+            if len(sids) > 1:  # an hpc_job that names two listed jobs maps to neither
+                self._note(f"Slurm job id {key} names {len(sids)} listed jobs ({', '.join(sorted(sids))}): "
+                           "its GPU metrics are mapped to none of them")
         self._listed = True
         return self._jobs
 
@@ -158,12 +258,19 @@ class SlurmScheduler:
             raise ValueError(f"a Slurm job id is partition/jobname (or partition/jobname-<id>), got {job_id!r}")
         if job_id in jobs:
             return jobs[job_id]
-        # A suffixed id stays valid after its namesake finished and the suffix fell away.
+        # A suffixed id stays valid after its namesake finished and the suffix fell away (or a collision added one).
         suffixed = _SUFFIX.match(job_id)
         if suffixed is None:
             return None
         job = next((j for j in jobs.values() if j.job_id == suffixed["id"]), None)
-        return job if job is not None and f"{job.partition}/{job.name}" == suffixed["base"] else None
+        return job if job is not None and _is_steward_id_of(job_id, job) else None
+
+    def _ambiguous_reason(self, job_id: str) -> str | None:
+        """Why `job_id` may name a job the latest listing had in two records (None when it names no such job)."""
+        suffixed = _SUFFIX.match(job_id)
+        if suffixed is not None and suffixed["id"] in self._ambiguous:
+            return self._ambiguous[suffixed["id"]]
+        return next((self._ambiguous[j.job_id] for j in self._ambiguous_jobs if _is_steward_id_of(job_id, j)), None)
 
     def get_job(self, job_id: str) -> JobInfo | None:
         """Fresh state from a new squeue; None when Slurm no longer lists it."""
@@ -202,27 +309,65 @@ class SlurmScheduler:
         return out
 
     # -- logs ---------------------------------------------------------------------------------------
-    def _stdout_path(self, job: SlurmJob) -> Path | None:
-        if job.job_id not in self._stdout:
+    def _stdout_path(self, job: SlurmJob) -> tuple[Path | None, str, int | None]:
+        """The job's StdOut file, or None and why. From squeue --json where it gives one; else from `scontrol show
+        job -o`, only when StdOut appears there once (a name, comment, work dir or mail user can print another
+        ` StdOut=` before or after Slurm's own)."""
+        key = job_uid(job)
+        if key not in self._stdout:
+            path, why = self._find_stdout(job)
+            self._stdout[key] = (path, why, job.user_id)
+        return self._stdout[key]
+
+    def _find_stdout(self, job: SlurmJob) -> tuple[Path | None, str]:
+        raw, workdir = job.stdout, job.workdir
+        if not raw:
             try:
-                rec = records(self.cli.run("scontrol", "show", "job", "-o", job.job_id).stdout)
-            except SlurmError:
-                return None  # purged from slurmctld: no path to read, and nothing is cached
-            raw = rec[0].get("StdOut") if rec else None
-            path = None
-            if raw and raw.lower() not in ("(null)", "/dev/null"):
-                path = Path(expand_output_path(raw, job_id=job.job_id, user=job.user, name=job.name,
-                                               node=job.nodes[0] if job.nodes else None))
-            self._stdout[job.job_id] = path
-        return self._stdout[job.job_id]
+                text = self.cli.run("scontrol", "show", "job", "-o", job.job_id).stdout.strip()
+            except SlurmError as exc:
+                return None, f"scontrol show job failed: {str(exc)[:200]}"  # purged from slurmctld: nothing to read
+            raw = single_value(text, "StdOut")
+            if raw is None:
+                return None, "scontrol shows no single StdOut for the job (a job field holds another `StdOut=`)"
+            workdir = workdir or single_value(text, "WorkDir")
+            if job.user_id is None:
+                uid = re.fullmatch(r"[^(]*\((\d+)\)", single_value(text, "UserId") or "")
+                job.user_id = int(uid.group(1)) if uid else None
+        if raw.lower() in ("(null)", "/dev/null"):
+            return None, "the job writes no StdOut"
+        path = Path(expand_output_path(raw, job_id=job.job_id, user=job.user, name=job.name,
+                                       node=job.nodes[0] if job.nodes else None))
+        if not path.is_absolute():
+            if not workdir:
+                return None, f"StdOut {raw!r} is relative and the job's work dir is unknown"
+            path = Path(workdir) / path
+        return path, ""
 
     def tail(self, job_id: str, since: datetime, until: datetime, limit: int = 200) -> list[LogLine]:
-        """The job's StdOut lines in [since, until]; [] when the file is missing or not readable here."""
+        """The job's StdOut lines in [since, until]; [] when the file is missing or not readable here, and when it
+        is not the job's own: Slurm writes StdOut as the job's user, so a file another uid owns is never read (the
+        reason is in `warnings`)."""
+        self._log_notes.pop(job_id, None)
+        if self._ambiguous_reason(job_id):
+            return []
         job = self._find(job_id, self._jobs) or self._find(job_id, self._refresh())
         if job is None:
             return []
-        path = self._stdout_path(job)
-        return tail_log(path, since, until, limit) if path is not None else []
+        path, why, owner = self._stdout_path(job)
+        if path is None:
+            if why and job.steward_state == "running":
+                self._log_notes[job_id] = why
+            return []
+        owner = job.user_id if job.user_id is not None else owner
+        if owner is None:
+            self._log_notes[job_id] = f"the uid of {job.user} is unknown, so {path} cannot be checked as theirs"
+            return []
+        try:
+            return tail_log(path, since, until, limit, owner_uid=owner)
+        except LogNotRead as exc:
+            self._log_notes[job_id] = str(exc)
+            log.warning("log of %s not read: %s", job_id, exc)
+            return []
 
     # -- stopping -----------------------------------------------------------------------------------
     def _still_listed(self, slurm_id: str) -> SlurmJob | None:
@@ -236,13 +381,38 @@ class SlurmScheduler:
         return next((j for j in jobs if j.job_id == slurm_id and j.steward_state not in _GONE_STATES), None)
 
     def _steps(self, slurm_id: str) -> list[str]:
-        """The job's `srun` steps that run its work; none when squeue cannot say, or when its steps are only shells
-        or watchers attached beside work running in the batch script (then the batch script is signalled)."""
+        """The job's `srun` steps that run its work; none when its steps are only shells or watchers attached beside
+        work running in the batch script (then the batch script is signalled). StepsUnknown when squeue gives no
+        answer: "no steps" read from a timeout would send `--full`, and the step's srun kills it after KillWait."""
         try:
             return _step_ids(self.cli.run("squeue", "--steps", "--noheader", "--format=%i %j", "--jobs",
                                           slurm_id).stdout)
-        except SlurmError:
-            return []
+        except SlurmError as exc:
+            raise StepsUnknown(str(exc)) from exc
+
+    def _reread(self, job_id: str, job: SlurmJob) -> StopResult | None:
+        """A fresh `squeue -j <its id>`: None when it gives exactly one record of the job, with the user, partition
+        and account the listing judged; else the stop's answer (refused, or already_gone). A record another job's
+        name made in a listing is not in this job's own."""
+        try:
+            fresh = [j for j in self._squeue("-j", job.job_id) if j.job_id == job.job_id]
+        except (SlurmError, SlurmQueryError) as exc:
+            said = exc.stderr if isinstance(exc, SlurmError) else str(exc)
+            if "invalid job id" in said.lower():
+                return StopResult(job=job_id, status="already_gone", detail=f"job {job.job_id} was purged meanwhile")
+            raise
+        if not fresh:
+            return StopResult(job=job_id, status="already_gone", detail=f"squeue -j {job.job_id} lists it no more")
+        if len(fresh) > 1:
+            return StopResult(job=job_id, status="refused",
+                              detail=f"not stopped: squeue -j {job.job_id} gave {len(fresh)} records of it, not one")
+        now = fresh[0]
+        if (now.user, now.partition, now.account) != (job.user, job.partition, job.account):
+            return StopResult(job=job_id, status="refused", detail=(
+                f"not stopped: {job_id} was listed as Slurm job {job.job_id} of user {job.user}, partition "
+                f"{job.partition}, account {job.account}; squeue -j {job.job_id} says user {now.user}, partition "
+                f"{now.partition}, account {now.account}"))
+        return None
 
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 0.0, reason: str = "",
                  uid: str | None = None) -> StopResult:
@@ -253,6 +423,9 @@ class SlurmScheduler:
         where the work runs. Force: plain `scancel` (Slurm's own TERM,
         KillWait, KILL) and the job ends CANCELLED. Idempotent: a finished job is already_gone."""
         job = self._find(job_id, self._refresh())
+        ambiguous = self._ambiguous_reason(job_id)
+        if ambiguous:
+            return StopResult(job=job_id, status="refused", detail=ambiguous)
         if job is None:
             return StopResult(job=job_id, status="already_gone", detail="Slurm no longer lists the job")
         if uid and uid != job_uid(job):
@@ -262,11 +435,20 @@ class SlurmScheduler:
         if job.steward_state in _GONE_STATES:
             return StopResult(job=job_id, status="already_gone", detail=f"job {job.job_id} is {job.state}")
         sid = job.job_id
+        reread = self._reread(job_id, job)
+        if reread is not None:
+            return reread
         if force or job.steward_state == "pending":
             self.cli.run("scancel", sid)
             verb = "cancelled" if force else "removed from the queue"
         else:
-            steps = self._steps(sid)
+            try:
+                steps = self._steps(sid)
+            except StepsUnknown as exc:
+                return StopResult(job=job_id, status="error",
+                                  detail=f"slurm job {sid} not signalled: its steps could not be read ({exc}); "
+                                         "SIGTERM to the batch script (--full) would let srun kill a step's "
+                                         "checkpoint, so the stop waits for a sweep that can read them")
             verb = f"sent SIGTERM to {'its steps ' + ', '.join(steps) if steps else 'the batch script'}"
             try:
                 self.cli.run("scancel", "--signal=TERM", *(() if steps else ("--full",)), sid)

@@ -54,8 +54,10 @@ class SlurmCli:
         shown = [tool, *args]
         self.calls.append(tuple(shown))
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout_s, env=self.env,
-                                  check=False, stdin=subprocess.DEVNULL)
+            # errors="replace": a job name is whatever bytes its owner gave sbatch; one that is not UTF-8 must not
+            # stop the listing of every job (the parsers then check each record, tools/slurm_parse.py).
+            done = subprocess.run(command, capture_output=True, text=True, encoding="utf-8", errors="replace",
+                                  timeout=self.timeout_s, env=self.env, check=False, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise SlurmError(shown, f"failed: {command[0]} not found (set STEWARD_SLURM_BIN_DIR)") from None
         except subprocess.TimeoutExpired:

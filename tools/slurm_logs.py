@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,16 +33,33 @@ def line_time(text: str) -> datetime | None:
         return None
 
 
-def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[list[str], datetime] | None:
-    """The file's last lines and its mtime, or None when it is missing or unreadable (not on this host?)."""
+class LogNotRead(ValueError):
+    """The file is there but is not the job's log to read: another uid owns it, or it is not a regular file."""
+
+
+def read_tail(path: Path, max_bytes: int = TAIL_BYTES, owner_uid: int | None = None) -> tuple[list[str], datetime] | None:
+    """The file's last lines and its mtime, or None when it is missing or unreadable (not on this host?).
+    With owner_uid: LogNotRead unless the file opened (a symlink followed) is a regular file that uid owns. Checked
+    on the open file, so a path swapped for a link to another file between a check and the read is caught."""
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            mtime = datetime.fromtimestamp(os.fstat(handle.fileno()).st_mtime, UTC)
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read(max_bytes)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO does not block
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if owner_uid is not None:
+            if not stat.S_ISREG(info.st_mode):
+                raise LogNotRead(f"{path} is not a regular file")
+            if info.st_uid != owner_uid:
+                raise LogNotRead(f"{path} is owned by uid {info.st_uid}, not the job's user (uid {owner_uid}): "
+                                 "Slurm writes a job's output as its user, so this is not its log")
+        try:
+            size = info.st_size
+            mtime = datetime.fromtimestamp(info.st_mtime, UTC)
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read(max_bytes)
+        except OSError:
+            return None
     lines = data.decode("utf-8", errors="replace").splitlines()
     if size > max_bytes and lines:
         lines = lines[1:]  # the first line was cut in the middle
@@ -63,11 +81,12 @@ def dated_lines(lines: list[str], mtime: datetime) -> list[LogLine]:
     return out
 
 
-def tail_log(path: Path, since: datetime, until: datetime, limit: int) -> list[LogLine]:
-    """Lines dated in [since, until], oldest first, the newest `limit` of them; [] when the file is missing."""
+def tail_log(path: Path, since: datetime, until: datetime, limit: int, owner_uid: int | None = None) -> list[LogLine]:
+    """Lines dated in [since, until], oldest first, the newest `limit` of them; [] when the file is missing.
+    owner_uid: as read_tail (LogNotRead when the file is not that uid's)."""
     if limit <= 0:
         return []
-    read = read_tail(path)
+    read = read_tail(path, owner_uid=owner_uid)
     if read is None:
         return []
     lines, mtime = read

@@ -10,11 +10,21 @@ from typing import Any
 
 from core.cluster import JobState
 
-# squeue -o fields joined by the ASCII unit separator: no job name or path contains it.
+# squeue -o fields joined by the ASCII unit separator. A job name can hold it, and newlines (sbatch takes both), and
+# squeue prints the name raw: see FRAMED_FIELDS and read_text_listing for how a name is kept from making rows.
 SEP = "\x1f"
 TEXT_FIELDS = ("%i", "%P", "%u", "%a", "%q", "%T", "%D", "%b", "%S", "%N", "%j", "%r", "%V", "%A")
 _OLD_TEXT_FIELDS = 11  # output without the reason and submit time (%r, %V) still reads, and without %A
 TEXT_FORMAT = SEP.join(TEXT_FIELDS)
+# What SlurmScheduler asks squeue for: each record framed by a marker made afresh for each call (text_format), the
+# job name (%j, the one field a job's owner writes freely) between fixed fields, and the numeric uid (%U).
+FRAMED_FIELDS = ("%i", "%P", "%u", "%U", "%a", "%q", "%T", "%D", "%b", "%S", "%N", "%j", "%r", "%V", "%A")
+_NAME_AT = FRAMED_FIELDS.index("%j")
+_AFTER_NAME = len(FRAMED_FIELDS) - _NAME_AT - 1
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters but the tab
+# %i: a job, an array task (4242_7), an array's pending remainder (4242_[8-15%2]), a het job component (31+1).
+_JOB_ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,%-]*\])|\+\d+)?")
+_STATE_WORD = re.compile(r"[A-Z_]+")
 
 _STATES: dict[str, JobState] = {
     "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending",
@@ -63,6 +73,9 @@ class SlurmJob:
     het_job_id: str | None = None
     # An array task's own numeric id (SLURM_JOB_ID inside it, dcgm-exporter's hpc_job), when it differs from job_id.
     internal_id: str | None = None
+    user_id: int | None = None  # the job user's numeric uid: Slurm writes the job's output files as this uid
+    stdout: str | None = None  # StdOut as squeue --json gives it (patterns such as %j unexpanded); None: not given
+    workdir: str | None = None  # the job's working directory (a relative StdOut is relative to it)
 
     @property
     def steward_state(self) -> JobState:
@@ -219,35 +232,133 @@ def jobs_from_json(text: str) -> list[SlurmJob]:
             reason=_text(raw.get("state_reason")), submitted_at=_epoch(raw.get("submit_time")),
             gpu_type=gpu_type(",".join(str(raw.get(k) or "") for k in ("tres_per_job", "tres_per_node"))),
             het_job_id=str(_number(raw.get("het_job_id"))) if _number(raw.get("het_job_id")) else None,
+            user_id=_number(raw.get("user_id")), stdout=_text(raw.get("standard_output")),
+            workdir=_text(raw.get("current_working_directory")),
         ))
     return jobs
 
 
-def jobs_from_text(text: str) -> list[SlurmJob]:
-    """Jobs in `squeue -h -o TEXT_FORMAT` output (Slurm built without JSON support)."""
-    jobs = []
-    for line in text.splitlines():
+@dataclass
+class TextListing:
+    """squeue text output read: the jobs whose records check out, and a note for each record that did not."""
+
+    jobs: list[SlurmJob] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+def text_format(marker: str) -> str:
+    """The squeue -o format whose records start and end with `marker` (made afresh for each call: a job name
+    written before the call cannot contain it)."""
+    return SEP.join((marker, *FRAMED_FIELDS, marker))
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def _row_problem(job_id: str, user: str, state: str, count: str, own: str, fixed: list[str]) -> str | None:
+    """Why a record's fixed fields do not check out (None when they do): they are Slurm's, never a job's own
+    text, so anything odd in them means the record was not read as squeue printed it."""
+    if any(_CONTROL.search(value) for value in fixed):
+        return "control characters in a field"
+    if not _JOB_ID.fullmatch(job_id):
+        return f"job id {job_id!r} is not a Slurm job id"
+    if not user or not _STATE_WORD.fullmatch(state) or (count and not count.isdigit()):
+        return "user, state or node count not as squeue prints them"
+    if own:
+        if not own.isdigit():
+            return f"%A {own!r} is not a number"
+        plain = job_id.isdigit()
+        if plain and own != job_id:
+            return f"%A {own} does not match %i {job_id}"
+        if "_[" in job_id and own != job_id.split("_")[0]:
+            return f"%A {own} is not the array's id in %i {job_id}"
+    return None
+
+
+def _text_job(parts: list[str], name: str, tail: list[str], uid: str | None) -> SlurmJob:
+    job_id, partition, user, account, qos, state, count, per_node, start, nodes = parts
+    reason, submitted, own = (tail + [None, None, None])[:3]
+    own = (own or "").strip()
+    node_list = expand_hostlist(nodes)
+    n = int(count) if count.strip().isdigit() else len(node_list)
+    # In a multi-partition submission squeue prints the partition list: the job runs in the first.
+    # %i names an array task <array>_<task> and a pending remainder <array>_[<tasks>%<throttle>].
+    job_id = re.sub(r"%\d+\]$", "]", job_id.strip())
+    return SlurmJob(
+        job_id=job_id, internal_id=own if own and own != job_id else None, name=name,
+        partition=partition.split(",")[0], user=user, account=_text(account), qos=_text(qos), state=state,
+        gpus=gpus_in_gres(per_node) * max(n, 1), nodes=node_list,
+        started_at=_timestamp(start) if state.upper() != "PENDING" else None,
+        reason=_text(reason), submitted_at=_timestamp(submitted), gpu_type=gpu_type(per_node),
+        user_id=int(uid) if uid and uid.isdigit() else None,
+    )
+
+
+def _framed(text: str, marker: str) -> TextListing:
+    """Records framed by the marker: a record runs from a line that starts with it to the marker that ends it, so a
+    name with newlines or separators stays inside its own record (the name is what lies between the fixed fields)."""
+    out = TextListing()
+    head = marker + SEP
+    if text.strip() and not text.startswith(head):
+        out.dropped.append(f"squeue printed text outside a record: {_shown(text.split(head)[0])}")
+    for chunk in ("\n" + text).split("\n" + head)[1:]:
+        chunk = chunk.removesuffix("\n")
+        parts = chunk.split(SEP)
+        if parts[-1] != marker or len(parts) < len(FRAMED_FIELDS) + 1:
+            out.dropped.append(f"a squeue record without its end, or fields missing: {_shown(chunk)}")
+            continue
+        parts = parts[:-1]
+        before, after = parts[:_NAME_AT], parts[len(parts) - _AFTER_NAME:]
+        name = SEP.join(parts[_NAME_AT:len(parts) - _AFTER_NAME])
+        job_id, partition, user, uid, *rest = before
+        problem = _row_problem(job_id, user, rest[2], rest[3], after[2], [*before, *after])
+        if problem is None and not uid.isdigit():
+            problem = f"uid {uid!r} is not a number"
+        if problem is not None:
+            out.dropped.append(f"squeue record dropped ({problem}): {_shown(chunk)}")
+            continue
+        out.jobs.append(_text_job([job_id, partition, user, *rest], name, after, uid))
+    return out
+
+
+def _rows(text: str) -> TextListing:
+    """Rows of TEXT_FORMAT (or its older, shorter forms), one a line: a row whose fields do not check out is
+    dropped and named, never read (a name with a newline or a separator in it ends its row and makes another)."""
+    out = TextListing()
+    for line in text.split("\n"):
         if not line.strip():
             continue
         parts = line.split(SEP)
         if len(parts) not in (len(TEXT_FIELDS), len(TEXT_FIELDS) - 1, _OLD_TEXT_FIELDS):
-            raise SlurmParseError(f"squeue printed {len(parts)} fields, expected {len(TEXT_FIELDS)}: {line!r}")
-        job_id, partition, user, account, qos, state, count, per_node, start, nodes, name = parts[:_OLD_TEXT_FIELDS]
-        reason, submitted = (parts[11], parts[12]) if len(parts) > _OLD_TEXT_FIELDS else (None, None)
-        own = parts[13].strip() if len(parts) > 13 else ""  # %A: an array task's own numeric id
-        node_list = expand_hostlist(nodes)
-        n = int(count) if count.strip().isdigit() else len(node_list)
-        # In a multi-partition submission squeue prints the partition list: the job runs in the first.
-        # %i names an array task <array>_<task> and a pending remainder <array>_[<tasks>%<throttle>].
-        job_id = re.sub(r"%\d+\]$", "]", job_id.strip())
-        jobs.append(SlurmJob(
-            job_id=job_id, internal_id=own if own and own != job_id else None, name=name,
-            partition=partition.split(",")[0], user=user, account=_text(account), qos=_text(qos), state=state,
-            gpus=gpus_in_gres(per_node) * max(n, 1), nodes=node_list,
-            started_at=_timestamp(start) if state.upper() != "PENDING" else None,
-            reason=_text(reason), submitted_at=_timestamp(submitted), gpu_type=gpu_type(per_node),
-        ))
-    return jobs
+            out.dropped.append(f"squeue printed {len(parts)} fields, expected {len(TEXT_FIELDS)}: {_shown(line)}")
+            continue
+        fixed, name, tail = parts[:10], parts[10], parts[11:]
+        problem = _row_problem(fixed[0].strip(), fixed[2], fixed[5], fixed[6], tail[2].strip() if len(tail) > 2
+                               else "", [*fixed, *tail])
+        if problem is None and _CONTROL.search(name):
+            problem = "control characters in the name"
+        if problem is not None:
+            out.dropped.append(f"squeue row dropped ({problem}): {_shown(line)}")
+            continue
+        out.jobs.append(_text_job(fixed, name, tail, None))
+    return out
+
+
+def read_text_listing(text: str, marker: str | None = None) -> TextListing:
+    """squeue text output: framed records when `marker` is given (text_format(marker)), else one row a line.
+    Output that holds records but not one that reads is not a listing at all: SlurmParseError."""
+    listing = _framed(text, marker) if marker else _rows(text)
+    if listing.dropped and not listing.jobs:
+        raise SlurmParseError("squeue printed no record this adapter can read: " + "; ".join(listing.dropped[:3]))
+    return listing
+
+
+def jobs_from_text(text: str, marker: str | None = None) -> list[SlurmJob]:
+    """Jobs in `squeue -h -o TEXT_FORMAT` output (Slurm built without JSON support); rows that do not check out are
+    left out (read_text_listing names them)."""
+    return read_text_listing(text, marker).jobs
 
 
 def key_values(line: str) -> dict[str, str]:
@@ -258,6 +369,19 @@ def key_values(line: str) -> dict[str, str]:
         end = marks[i + 1].start() if i + 1 < len(marks) else len(line)
         out[mark.group(1)] = line[mark.end():end].strip()
     return out
+
+
+def single_value(text: str, key: str) -> str | None:
+    """The value of `key` in one scontrol -o record, when the key appears exactly once: a job's own text (its name,
+    comment, work dir, mail user) can hold ` StdOut=...` before or after the real key, and then neither is known
+    to be Slurm's. None when the key is missing or appears more than once."""
+    marks = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=", text))
+    found = [i for i, mark in enumerate(marks) if mark.group(1) == key]
+    if len(found) != 1:
+        return None
+    i = found[0]
+    end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+    return text[marks[i].end():end].strip()
 
 
 def records(text: str) -> list[dict[str, str]]:

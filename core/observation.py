@@ -58,6 +58,9 @@ class Observation(BaseModel):
     # Jobs that ended recently (the doomed-job detector's history); empty when the scheduler reports none.
     finished: list[FinishedJob] = []
     backend_calls: int = 0  # requests this observation cost (for the benchmarks)
+    # What the scheduler's listing left out and why (a Slurm row that did not check out, a job id in two records, a
+    # log not read): those jobs only; every other job is judged as usual, unlike `degraded`.
+    notes: list[str] = []
     # Why the metrics may be incomplete (e.g. a partial Thanos response, Prometheus warnings); empty = complete.
     # The idle and zombie detectors make no job finding on degraded data (agent/detectors/longtail.py).
     degraded: list[str] = []

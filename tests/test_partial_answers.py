@@ -108,3 +108,16 @@ def test_response_warnings_read_victoriametrics_is_partial():
     assert response_warnings(b'{"status":"success","isPartial":true,"data":{"result":[]}}') == [VM_PARTIAL]
     assert response_warnings(b'{"status":"success","isPartial":false,"data":{"result":[]}}') == []
     assert response_warnings(b'{"isPartial":true,"warnings":["store down"]}') == ["store down", VM_PARTIAL]
+
+
+def test_what_the_scheduler_left_out_is_a_note_and_every_other_job_is_judged(world):
+    """A Slurm listing drops a row that did not check out (a job name forging another row) and names it: that job
+    only. As `degraded` it would have stopped every idle finding in the cluster; as a note the report says it and the
+    idle notebook beside it is warned as usual."""
+    svc = world.service()
+    note = "squeue row dropped (a field with a control character): job 4242 of user mallory is not judged"
+    svc.deps.scheduler.warnings = [note]
+    runs = sweeps(world, svc, range(65, 80, 5))
+    assert runs[-1].state["observed"]["notes"] == [note] and runs[-1].state["observed"]["degraded"] == []
+    assert f"scheduler note: {note}" in runs[-1].state["report"]
+    assert [e.action for e in executions(svc.deps.audit)] == ["notify"]

@@ -215,6 +215,7 @@ class StewardDeps:
             logs[job_id] = analyse_log(job_id, lines, at, redactor)
             obs.backend_calls += 1
         obs.logs = logs
+        obs.notes = list(getattr(self.scheduler, "warnings", None) or [])
         obs.finished = self._finished(at, jobs, reuse=listing_calls == 0)
         return obs
 

@@ -336,6 +336,10 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
                      f"not judged: {plural(len(unjudged), 'running GPU job')} with GPU samples for under {floor:.0%} of "
                      f"the last {format_duration(window)} ({shown}); nothing is judged about "
                      f"{'it' if len(unjudged) == 1 else 'them'} until the data is whole")
+    listing = observed.get("notes") or []
+    lines.extend((f"调度器说明：{note}" if zh else f"scheduler note: {note}") for note in listing[:10])
+    if len(listing) > 10:
+        lines.append(f"（另有 {len(listing) - 10} 条）" if zh else f"(+{len(listing) - 10} more)")
     io_unread = _io_unread(deps, state.get("run_id", ""))
     if io_unread:
         io_names = _IO_NAMES_ZH if zh else _IO_NAMES

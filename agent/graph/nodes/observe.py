@@ -33,7 +33,8 @@ def observe(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
     deps.remember(run_id, obs)
     update: dict[str, Any] = {"at": obs.at.isoformat(), "observed": {
         "jobs": len(obs.jobs), "gpus": len(obs.gpus), "nodes": len(obs.nodes), "pools": len(obs.pools),
-        "logs_read": len(obs.logs), "backend_calls": obs.backend_calls, "degraded": list(obs.degraded)}}
+        "logs_read": len(obs.logs), "backend_calls": obs.backend_calls, "degraded": list(obs.degraded),
+        "notes": list(obs.notes)}}
     if deps.changes is not None and (obs.jobs or obs.nodes):
         update["changes"] = _changes(deps, obs, run_id)
     if recovered:

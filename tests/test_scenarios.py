@@ -109,6 +109,7 @@ DIFFICULTY: dict[str, str] = {
     "nemo-async-ckpt-finalize-fsx": "hard",
     "serving-stacks-quiet-night-mixed": "hard",
     "jax-xla-slow-compile-85m": "medium",
+    "cuda-visible-devices-7-of-8": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

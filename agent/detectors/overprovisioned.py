@@ -6,9 +6,10 @@ from datetime import timedelta
 
 from agent.config.policy import Policy
 from agent.detectors.history import align_end
+from agent.detectors.idle import CUDA_CONTEXT_MB
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals, valid_pct
 from core.actions import Finding
-from core.cluster import GpuHistory
+from core.cluster import GpuHistory, GpuSeries
 from core.durations import format_duration
 from core.observation import Observation
 
@@ -38,7 +39,8 @@ class OverprovisionedDetector:
             if w.coverage < self.min_coverage or len(series.gpus) < job.gpus or None in w.gpu_avg_util:
                 continue  # a GPU we cannot see might be the working one
             working = worked(w, rule.working_util_pct)
-            if working < 1 or job.gpus / working < rule.ratio:
+            untouched = never_touched(w, rule.working_util_pct)
+            if working < 1 or (job.gpus / working < rule.ratio and not untouched):
                 continue
             unused = job.gpus - working
             since = obs.at - timedelta(seconds=w.seconds)
@@ -50,6 +52,9 @@ class OverprovisionedDetector:
                 f"any slice) over "
                 f"{format_duration(w.seconds)} (coverage {w.coverage:.0%}); per-GPU avg util {utils}; "
                 f"{unused} GPU{'s' if unused != 1 else ''} unused"
+                + (f", {untouched} of {'them' if unused != 1 else 'it'} never touched (no work in the job's lookback, "
+                   f"no more memory than a CUDA context: a CUDA_VISIBLE_DEVICES or --nproc_per_node that leaves "
+                   f"{'them' if untouched != 1 else 'it'} out reads this way)" if untouched else "")
             )
             metrics = {
                 "gpus_requested": float(job.gpus),
@@ -59,6 +64,7 @@ class OverprovisionedDetector:
                 "util_avg_pct": w.avg_util or 0.0,
                 "window_s": w.seconds,
                 "working_util_pct": rule.working_util_pct,
+                **({"gpus_untouched": float(untouched)} if untouched else {}),
             }
             per_gpu = sorted((v or 0.0 for v in w.gpu_avg_util), reverse=True)
             metrics.update({f"gpu_util_pct_{k}": v for k, v in enumerate(per_gpu)})  # highest first
@@ -76,19 +82,34 @@ class OverprovisionedDetector:
         return findings
 
 
+def never_touched(w: JobWindow, line: float) -> int:
+    """GPUs of the job that never worked (by `worked`'s reading) and hold no more memory than a CUDA context: a GPU
+    the job never touched is unused whatever the ratio (a launch script's device list that lost an index leaves one
+    H100 of eight empty all day, 8/7 under any ratio). Only where every GPU has a lookback history to say so."""
+    if len(w.series.history_gpus) < len(w.series.gpus):
+        return 0
+    return sum(1 for used, g in _used(w, line)
+               if not used and g.mem_used_mb is not None and g.mem_used_mb <= CUDA_CONTEXT_MB)
+
+
 def worked(w: JobWindow, line: float) -> int:
     """GPUs that worked: at the working line on average over the window, or in any of its slices, or over any
     coarse slice of the job's lookback (a day). A GPU that reached it was used: the GPUs of a parallel job coming
     out of a quiet hour average a few percent each, and the ranks of a job that trained on all 8 GPUs for hours
     and now finishes an uneven last shard on 2 did not ask for 6 too many."""
+    return sum(1 for used, _ in _used(w, line) if used)
+
+
+def _used(w: JobWindow, line: float) -> list[tuple[bool, GpuSeries]]:
+    """Each GPU of the window's job, and whether it reached the working line (window average, any slice, or any
+    coarse slice of its lookback)."""
     past = {(h.node, h.gpu): h for h in w.series.history_gpus}
-    count = 0
+    out = []
     for avg, g in zip(w.gpu_avg_util, w.series.gpus, strict=False):
         peak = max((v for v in (valid_pct(x) for x in align_end(g.util_max, w.slices)) if v is not None), default=None)
-        if (avg is not None and avg >= line) or (peak is not None and peak >= line) or _worked_before(
-                past.get((g.node, g.gpu)), line):
-            count += 1
-    return count
+        out.append(((avg is not None and avg >= line) or (peak is not None and peak >= line)
+                    or _worked_before(past.get((g.node, g.gpu)), line), g))
+    return out
 
 
 def _worked_before(history: GpuHistory | None, line: float) -> bool:

@@ -34,6 +34,8 @@ class LogProgress(BaseModel):
     # The last burst's announcement of a write or load of the job's state that no line finished (a checkpoint to NFS,
     # a model read from a network volume): tools/log_progress.py state_io_announced.
     state_io: str | None = None
+    # Why a log that exists could not be read (a Slurm StdOut another uid owns): unknown, not empty.
+    unread: str | None = None
 
 
 class Observation(BaseModel):

@@ -550,6 +550,10 @@ def test_an_announced_write_that_no_line_finished_needs_a_person_to_stop():
         assert unfinished_state_io(with_tail(nemo)) is not None, nemo
     assert unfinished_state_io(with_tail("Async checkpoint save for step 20000 (/fsx/last.ckpt) finalized "
                                          "successfully.")) is None
+    # A setting named the same way is no operation in flight (a job that printed its config and hung is idle).
+    for setting in ("checkpoint save dir: /mnt/ckpt", "model load path: /models/x", "weights download: false",
+                    "ckpt save format = torch_dist", "Model loads are lazy"):
+        assert unfinished_state_io(with_tail(setting)) is None, setting
     # Finished, failed, or a notebook server's own autosave: nothing is in flight.
     for done in ("successfully saved checkpoint from iteration 2000", "saving checkpoint took 312.4s",
                  "[I 12:00:01 ServerApp] Saving file at /work/model.ipynb", "upload of model artifacts failed",
@@ -623,3 +627,21 @@ def test_gpus_held_empty_while_the_job_works_on_the_cpu_get_advice_never_a_stop(
     assert not run_detectors(observe([job("ml/prep")], holding, [io("ml/prep", 24, cpu=3000.0)]), POLICY)
     one = [gpu("ml/prep", [0.0] * 24, mem_mb=0.0)]
     assert not run_detectors(observe([job("ml/prep", gpus=1)], one, [io("ml/prep", 24, cpu=3000.0)]), POLICY)
+
+
+def test_a_log_that_exists_but_was_not_read_holds_the_stop_for_a_person():
+    """A reviewer: a Slurm StdOut owned by another uid (an NFSv4 idmap mismatch reads as uid 65534) is not read as the
+    job's log, and read as an empty one it dropped the hold an announced checkpoint save gives. Unknown, not empty:
+    the sweep marks the log unread and the idle finding's stop needs a person."""
+    from agent.planning.policy_model import PolicyModel
+    from agent.wiring import simulated_deps
+    from sim.scenario import load_scenario
+
+    deps, cluster = simulated_deps(load_scenario("evals/scenarios/idle-notebook.yaml"), POLICY, PolicyModel())
+    cluster.advance_to(3 * 3600)
+    why = "owned by uid 65534, not the job's user (uid 1001)"
+    cluster.unread_log = lambda job_id: why if job_id == "ml-team/jupyter-carol" else None
+    obs = deps.observe()
+    assert obs.logs["ml-team/jupyter-carol"].unread == why
+    [f] = [f for f in run_detectors(obs, POLICY) if f.target == "ml-team/jupyter-carol"]
+    assert f.kind == "idle" and "its log could not be read" in (f.stop_needs_approval or ""), f.stop_needs_approval

@@ -161,7 +161,7 @@ def test_requests_a_service_answers_are_counted_and_probes_and_notebook_calls_ar
 def test_a_request_the_server_failed_shows_a_service_but_no_progress():
     """A FastAPI server whose CUDA context died answers every POST with a 500 while /healthz says ok (a sticky CUDA
     error; vllm-project/vllm#7633). Counted as answered requests, its 500s were progress and the broken server, its
-    GPU at 0 %, was never reported. An error status (4xx/5xx) is a service's line, not work done."""
+    GPU at 0 %, was never reported. A server error (5xx) is a service's line, not work done."""
     at = datetime(2026, 11, 10, 14, 0, tzinfo=UTC)
     ok = [LogLine(at=at - timedelta(minutes=200 - m), text=f'INFO: 10.0.7.21:{m} - "POST /v1/tag HTTP/1.1" 200 OK')
           for m in range(3)]
@@ -171,8 +171,9 @@ def test_a_request_the_server_failed_shows_a_service_but_no_progress():
     p = analyse_log("cv/tagger", ok + failed + probe, at)
     assert (p.requests, p.failed_requests, p.request_path) == (15, 12, "POST /v1/tag")
     assert p.last_progress_at == ok[-1].at  # the last request it served, not the last it failed
+    # A 4xx is the server answering (a wrong key, a bad body, too many requests): it works.
     client_error = analyse_log("cv/tagger", [LogLine(at=at, text='"POST /v1/tag HTTP/1.1" 422 Unprocessable')], at)
-    assert (client_error.requests, client_error.failed_requests, client_error.progress_lines) == (1, 1, 0)
+    assert (client_error.requests, client_error.failed_requests, client_error.progress_lines) == (1, 0, 1)
 
 
 def test_the_schedulers_own_cancel_line_is_not_progress():

@@ -68,7 +68,7 @@ def test_a_deployments_idle_pod_gets_advice_since_its_replicaset_would_start_ano
     cluster.advance_to(5 * 3600)
     [f] = [f for f in run_detectors(deps.observe(), Policy()) if f.target.startswith("asr/whisper-triton")]
     zh = describe(f, "zh")
-    assert "Deployment 管理的 Pod" in zh and "ReplicaSet" in zh and "缩容到零" in zh, zh
+    assert "由控制器（Deployment/ReplicaSet）管理的 Pod" in zh and "缩容到零" in zh, zh
     # A bare pod or a Job's is not a Deployment's: judged as before.
     rule = Policy().detectors.serving
     for kind in ("Pod", "Job", "StatefulSet", "Notebook", None):
@@ -127,3 +127,22 @@ def test_a_service_that_reads_hung_gets_advice_not_a_stop():
     assert "restart it through its own deployment" in found[0].evidence
     zh = describe(found[0], "zh")
     assert "推理服务" in zh and "重启" in zh and "不会停止" in zh, zh
+
+
+def test_a_deployments_pod_that_reads_hung_is_told_to_restart_not_to_scale_to_zero():
+    """A reviewer: a stuck all-reduce in a Deployment's pod was told "scale the Deployment down, to zero between
+    uses"; a hung pod wants a fresh one (its ReplicaSet starts it), as the advice for a labelled service says."""
+    from agent.detectors.serving import as_serving_advice
+    from core.observation import Observation
+
+    pod = JobInfo(id="ml/allreduce-7d9f8-x2k4q", scheduler="kubernetes", namespace="ml", name="allreduce-7d9f8-x2k4q",
+                  user="erin", gpus=8, owner_kind="Deployment")
+    hung = Finding(kind="zombie", target=pod.id, since=NOW, detected_at=NOW, evidence="8 GPUs busy; likely hung",
+                   gpus=8)
+    obs = Observation(at=NOW, slice_s=300, lookback_s=3600, jobs=[pod])
+    [f] = as_serving_advice([hung], obs, Policy().detectors.serving)
+    assert f.kind == "idle_serving" and "if it is hung, delete the pod (its ReplicaSet starts a fresh one)" in f.evidence
+    from agent.detectors.serving import serving_zh
+
+    zh = serving_zh(f, "疑似挂起")
+    assert "若它已卡住，可删除该 Pod" in zh and "控制器" in zh, zh

@@ -24,9 +24,11 @@ STATE_IO_STARTED = re.compile(
     r"|loading|restoring|downloading|fetching|reading)"
     r"\b.{0,80}?\b(?:checkpoints?|ckpts?|model|weights|state[_ ]?dicts?|optimizer|shards?|safetensors|distcp"
     r"|snapshots?)\b|(?:正在|开始)?(?:保存|写入|上传|导出|加载|载入|下载)(?:检查点|模型|权重|快照)"
-    # The same operation named noun first: NeMo's "Scheduled async checkpoint save for ...", "Pending async
-    # checkpoint saves. Finalizing them synchronously now", Megatron's "Unfinalized async checkpoint saves"
-    r"|\b(?:checkpoints?|ckpts?|state[_ ]?dicts?|model|weights)\s+(?:saves?|writes?|uploads?|loads?|downloads?)\b"
+    # The same operation named noun first, as one in flight: NeMo's "Scheduled async checkpoint save for ...",
+    # "Pending async checkpoint saves. Finalizing them synchronously now", Megatron's "Unfinalized async checkpoint
+    # saves" (not a setting: "checkpoint save dir: /mnt/ckpt", "Model loads are lazy")
+    r"|\b(?:async|asynchronous|pending|scheduled|unfinalized|queued|background)\s+(?:checkpoints?|ckpts?|state[_ ]?dicts?"
+    r"|model|weights)\s+(?:saves?|writes?|uploads?|loads?|downloads?)\b"
     # vLLM's last line before it reads the weights, and its newer "Starting to load model"
     r"|\bUsing model weights format\b|\bStarting to load model\b", re.I)
 # Finished, failed, or a count at its total (a progress bar's "100%", "30/30").
@@ -106,12 +108,13 @@ def request_path(text: str) -> str | None:
 
 
 def _answered(text: str) -> tuple[str, bool] | None:
-    """(request_path's answer, whether it went unserved: an access log's error status, HTTP 4xx or 5xx), else None."""
+    """(request_path's answer, whether the server failed it: an access log's HTTP 5xx), else None. A 4xx is the
+    server answering (a wrong key, a bad body, too many requests): it works."""
     m = _REQUEST.search(text)
     if m is not None:
         if _NOT_A_REQUEST.match(m.group(2)) or m.group(2) == "/":
             return None
-        return f"{m.group(1)} {m.group(2)}", m.group(3)[0] in "45"
+        return f"{m.group(1)} {m.group(2)}", m.group(3)[0] == "5"
     served = _SERVED.search(text)
     if served is None:
         return None

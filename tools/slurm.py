@@ -138,6 +138,7 @@ class SlurmScheduler:
         self._ambiguous_jobs: list[SlurmJob] = []  # the records behind it
         self._notes: list[str] = []  # what the latest listing left out, and why
         self._log_notes: dict[str, str] = {}  # steward id -> why its log was not read
+        self._log_unread: dict[str, str] = {}  # of those, logs that exist but could not be read as the job's own
 
     @property
     def warnings(self) -> list[str]:
@@ -348,6 +349,7 @@ class SlurmScheduler:
         is not the job's own: Slurm writes StdOut as the job's user, so a file another uid owns is never read (the
         reason is in `warnings`)."""
         self._log_notes.pop(job_id, None)
+        self._log_unread.pop(job_id, None)
         if self._ambiguous_reason(job_id):
             return []
         job = self._find(job_id, self._jobs) or self._find(job_id, self._refresh())
@@ -360,14 +362,20 @@ class SlurmScheduler:
             return []
         owner = job.user_id if job.user_id is not None else owner
         if owner is None:
-            self._log_notes[job_id] = f"the uid of {job.user} is unknown, so {path} cannot be checked as theirs"
+            self._log_notes[job_id] = self._log_unread[job_id] = (
+                f"the uid of {job.user} is unknown, so {path} cannot be checked as theirs")
             return []
         try:
             return tail_log(path, since, until, limit, owner_uid=owner)
         except LogNotRead as exc:
-            self._log_notes[job_id] = str(exc)
+            self._log_notes[job_id] = self._log_unread[job_id] = str(exc)
             log.warning("log of %s not read: %s", job_id, exc)
             return []
+
+    def unread_log(self, job_id: str) -> str | None:
+        """Why the job's log, which exists, was not read by the latest `tail` (not the job's own file, its user's
+        uid unknown), else None: unknown, not empty (the detectors hold the stop for a person)."""
+        return self._log_unread.get(job_id)
 
     # -- stopping -----------------------------------------------------------------------------------
     def _still_listed(self, slurm_id: str) -> SlurmJob | None:

@@ -28,6 +28,16 @@ CUDA_CONTEXT_MB = 1024.0
 
 
 
+def unread_log(logs: LogProgress | None) -> tuple[str, str] | None:
+    """Why a quiet job whose log exists but could not be read needs a person to stop it: the log is unknown, not
+    empty, and a checkpoint save it announces would show nowhere else."""
+    if logs is None or not logs.unread:
+        return None
+    return (f"its log could not be read ({logs.unread}): a save or load it announces would show nowhere else, so "
+            f"the stop needs a person",
+            f"无法读取其日志（{logs.unread}）：日志中宣告的检查点保存或加载在别处看不到，因此停止需由人工确认")
+
+
 def unfinished_state_io(logs: LogProgress | None) -> tuple[str, str] | None:
     """Why a quiet job's stop needs a person when its log's last burst announces a write, move or load of its state
     that no line has finished (tools/log_progress.py state_io_announced); else None."""
@@ -91,6 +101,20 @@ def last_other_work(series: JobSeries, logs: LogProgress | None, rule: LongTailR
     return newest
 
 
+_IO_WORDS = {"cpu_pct": ("CPU", "CPU"), "net_rx_mbps": ("network", "网络"), "disk_read_mbps": ("disk", "磁盘")}
+
+
+def _unseen_io(missing: list[str]) -> tuple[str, str] | None:
+    """Why a quiet job some of whose CPU/IO series are missing (read for other jobs, not for it) needs a person to
+    stop it: the missing one may be where it works."""
+    if not missing:
+        return None
+    en = "/".join(_IO_WORDS[m][0] for m in missing)
+    zh = "、".join(_IO_WORDS[m][1] for m in missing)
+    return (f"its {en} metrics are read for other jobs but not for it: it may be working there, so the stop needs a "
+            f"person", f"其他作业有{zh}指标而它没有：它可能正在那里工作，因此停止需由人工确认")
+
+
 CADENCE_LINES = 3  # progress lines that make a cadence: a gap seen repeat, not one interval between two lines
 
 
@@ -131,8 +155,10 @@ class IdleGpuDetector:
             window = self.quiet_window(job, signals)
             if window is None:
                 continue
-            if signals.io_unread(window, self.rule.min_coverage):
-                continue  # its CPU/IO is read for other jobs, not for it: unknown is not idle (the report names it)
+            missing = signals.io_unread(window, self.rule.min_coverage)
+            if missing and len(missing) == len(signals.io_fields):
+                continue  # none of the CPU/IO read for other jobs is read for it: unknown is not idle (the report names it)
+            unseen_io = _unseen_io(missing)
             logs = obs.logs.get(job.id)
             tail = long_tail(window, logs, self.longtail, quiet_pct=self.rule.util_threshold_pct,
                              min_coverage=self.rule.min_coverage, blip_gpu_s=self.rule.blip_gpu_seconds)
@@ -174,7 +200,7 @@ class IdleGpuDetector:
             if gpu_work is not None and gpu_work[0] > since:
                 since = gpu_work[0]
             finding = self._finding(job, window, logs, since, obs.at, blips, at_least=at_least)
-            spin = spin or self._trickle(window) or unfinished_state_io(logs)
+            spin = spin or self._trickle(window) or unfinished_state_io(logs) or unread_log(logs) or unseen_io
             if spin is not None:
                 finding = with_doubt(finding, *spin, in_evidence=spin[0])
             if tail is not None and stop_after is not None:

@@ -106,8 +106,8 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
             why = f"its log shows it answering requests ({logs.requests} in the log read, e.g. {logs.request_path})"
             if logs.failed_requests:
                 why += (f"; {'every one' if logs.failed_requests == logs.requests else logs.failed_requests} "
-                        f"answered with an error status (HTTP 4xx/5xx), served nothing: if its callers see those "
-                        f"errors it is broken; restart it through its own deployment")
+                        f"answered with a server error (HTTP 5xx), served nothing: if its callers see those errors "
+                        f"it is broken; restart it through its own deployment")
         if why is None and job is not None and replaced_by_controller(job):
             why = (f"a pod of a {job.owner_kind}, which starts another in its place: evicting it frees no GPU and "
                    f"restarts whatever it serves")
@@ -124,8 +124,10 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
         hung = f.kind == "zombie"
         replaced = why.startswith("a pod of a ")
         if replaced:
-            advice = (f"not stopped ({why}{seen}): scale the {job.owner_kind} down, to zero between uses "
-                      f"({warm_text})")
+            advice = (f"not stopped ({why}{seen}): "
+                      + (f"if it is hung, delete the pod (its ReplicaSet starts a fresh one) or restart the "
+                         f"{job.owner_kind}; if it only spins while it waits, " if hung else "")
+                      + f"scale the {job.owner_kind} down, to zero between uses ({warm_text})")
         else:
             advice = (f"an inference service ({why}{seen}): its callers expect it to answer, so it is not stopped. "
                       + ("If its callers see errors or time-outs it is hung: restart it through its own deployment; "
@@ -161,10 +163,12 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
     failed, logged = f.metrics.get("failed_requests"), f.metrics.get("log_requests")
     if failed:
         every = "全部" if failed == logged else f"{failed:.0f} 个"
-        seen += (f"（日志中的 {logged:.0f} 个请求{every}以错误状态返回（HTTP 4xx/5xx），没有真正服务调用方：若调用方看到这些错误，"
+        seen += (f"（日志中的 {logged:.0f} 个请求{every}以服务器错误返回（HTTP 5xx），没有真正服务调用方：若调用方看到这些错误，"
                  f"说明服务已损坏，请通过其自身的部署重启）")
     if f.metrics.get("replaced_by_controller"):
-        return (f"{idle_zh}；这是 Deployment 管理的 Pod{seen}：驱逐后其 ReplicaSet 会立即启动新的 Pod 占回 GPU，停止它释放不了"
-                f"资源，因此不会停止。请缩减该 Deployment 的副本数，空闲时缩容到零（{warm_text}）")
+        restart = ("若它已卡住，可删除该 Pod（其 ReplicaSet 会启动一个新的）或重启其控制器；若只是在等待请求时空转，"
+                   if f.metrics.get("serving_pinned") else "")
+        return (f"{idle_zh}；这是由控制器（Deployment/ReplicaSet）管理的 Pod{seen}：驱逐后控制器会立即启动新的 Pod 占回 GPU，"
+                f"停止它也无法释放资源，因此不会停止。{restart}请缩减其副本数，空闲时缩容到零（{warm_text}）")
     return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。{hung}在空闲时缩容到零（{warm_text}），"
             f"若必须常驻，可与其他服务共享 GPU（MIG 切片或时间片共享）")

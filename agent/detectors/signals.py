@@ -350,6 +350,7 @@ def group_signals(obs: Observation) -> ClusterSignals:
 
 
 _IO_FIELDS = ("cpu_pct", "net_rx_mbps", "disk_read_mbps")
+_IO_NEWEST = 4  # newest slices looked at to tell whether the source reads a CPU/IO field
 
 
 def _group(obs: Observation) -> ClusterSignals:
@@ -367,7 +368,10 @@ def _group(obs: Observation) -> ClusterSignals:
         info = infos.get(job_id)
         series.started_at = info.started_at if info is not None else None
         series.degraded = degraded
-    read = frozenset(name for name in _IO_FIELDS if any(any(v is not None for v in getattr(s, name)) for s in obs.io))
+    # Read now, as the newest slices show it: a field the source reads has values there for some job (a bounded look
+    # per series, so a field absent everywhere costs no walk through every value).
+    read = frozenset(name for name in _IO_FIELDS
+                     if any(any(v is not None for v in getattr(s, name)[-_IO_NEWEST:]) for s in obs.io))
     signals = ClusterSignals(jobs=jobs, by_node=by_node, io_fields=read)
     if obs.history and obs.history_slice_s > 0:
         _attach_history(signals, obs.history, round(obs.history_slice_s / obs.slice_s))

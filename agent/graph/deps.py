@@ -213,6 +213,9 @@ class StewardDeps:
         for job_id in log_candidates(obs, self.policy):
             lines = _read(f"logs of {job_id}", partial(self.logs.tail, job_id, at - span, at, limit=500))
             logs[job_id] = analyse_log(job_id, lines, at, redactor)
+            unread = getattr(self.logs, "unread_log", None)
+            if callable(unread) and (why := unread(job_id)):
+                logs[job_id] = logs[job_id].model_copy(update={"unread": why})
             obs.backend_calls += 1
         obs.logs = logs
         obs.notes = list(getattr(self.scheduler, "warnings", None) or [])

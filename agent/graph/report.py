@@ -326,7 +326,8 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
         lines.insert(1 + len(degraded), f"未测量：{len(unmeasured)} 个运行中的 GPU 作业没有 GPU 指标（{names}），不对其作判断"
                      if zh else f"not measured: {plural(len(unmeasured), 'running GPU job')} without GPU metrics "
                      f"({names}); nothing is judged about {'it' if len(unmeasured) == 1 else 'them'}")
-    unjudged, window, floor = _unjudged(deps, state.get("run_id", ""))
+    judged = _windows(deps, state.get("run_id", ""))
+    unjudged, window, floor = _unjudged(deps, judged[0])
     if unjudged:
         shown = ", ".join(f"{job} {cov:.0%}" for job, cov in unjudged[:5])
         shown += f" (+{len(unjudged) - 5})" if len(unjudged) > 5 else ""
@@ -337,17 +338,20 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
                      f"the last {format_duration(window)} ({shown}); nothing is judged about "
                      f"{'it' if len(unjudged) == 1 else 'them'} until the data is whole")
     listing = observed.get("notes") or []
-    lines.extend((f"调度器说明：{note}" if zh else f"scheduler note: {note}") for note in listing[:10])
+    lines.extend((f"调度器说明（原文）：{note}" if zh else f"scheduler note: {note}") for note in listing[:10])
     if len(listing) > 10:
         lines.append(f"（另有 {len(listing) - 10} 条）" if zh else f"(+{len(listing) - 10} more)")
-    io_unread = _io_unread(deps, state.get("run_id", ""))
+    io_unread = _io_unread(deps, *judged)
     if io_unread:
-        io_names = _IO_NAMES_ZH if zh else _IO_NAMES
-        shown = ", ".join(f"{job} ({'/'.join(io_names[f] for f in fields)})" for job, fields in io_unread[:5])
-        shown += f" (+{len(io_unread) - 5})" if len(io_unread) > 5 else ""
+        if zh:
+            shown = "、".join(f"{job}（{'、'.join(_IO_NAMES_ZH[f] for f in fields)}）" for job, fields in io_unread[:5])
+            shown += f"（另有 {len(io_unread) - 5} 个）" if len(io_unread) > 5 else ""
+        else:
+            shown = ", ".join(f"{job} ({'/'.join(_IO_NAMES[f] for f in fields)})" for job, fields in io_unread[:5])
+            shown += f" (+{len(io_unread) - 5})" if len(io_unread) > 5 else ""
         lines.insert(1 + len(degraded) + bool(unmeasured) + bool(unjudged),
-                     f"未判断空闲：{len(io_unread)} 个运行中的 GPU 作业缺少其他作业都有的 CPU/IO 指标（{shown}，"
-                     f"如所在节点的 cAdvisor 采集目标宕机），数据补齐之前不判断其空闲" if zh else
+                     f"未判断空闲：{len(io_unread)} 个运行中的 GPU 作业缺少其他作业已有的全部 CPU/IO 指标：{shown}"
+                     f"（例如所在节点的 cAdvisor 采集目标宕机），数据补齐之前不判断其是否空闲" if zh else
                      f"idle not judged: {plural(len(io_unread), 'running GPU job')} without the CPU/IO metrics other jobs "
                      f"have ({shown}; its node's cAdvisor target down, say); "
                      f"{'it is' if len(io_unread) == 1 else 'they are'} not judged idle until the data is whole")
@@ -426,7 +430,7 @@ def _windows(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, JobWindow]
     return out, signals
 
 
-def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], float, float]:
+def _unjudged(deps: StewardDeps, windows: list[tuple[str, JobWindow]]) -> tuple[list[tuple[str, float]], float, float]:
     """Running GPU jobs, older than the idle window, whose GPU samples cover less of it than an idle call needs (a
     gap, an exporter restart, a half-scraped GPU), with their coverage; the window and the floor. Nothing when the
     whole reading is stale or partial (the degraded line says so once)."""
@@ -434,7 +438,6 @@ def _unjudged(deps: StewardDeps, run_id: str) -> tuple[list[tuple[str, float]], 
     if policy is None:
         return [], 0.0, 0.0
     rule = policy.detectors.idle
-    windows, _ = _windows(deps, run_id)
     out = [(job, w.coverage) for job, w in windows if w.coverage < rule.min_coverage]
     return sorted(out), rule.window, rule.min_coverage
 
@@ -443,14 +446,16 @@ _IO_NAMES = {"cpu_pct": "CPU", "net_rx_mbps": "network", "disk_read_mbps": "disk
 _IO_NAMES_ZH = {"cpu_pct": "CPU", "net_rx_mbps": "网络", "disk_read_mbps": "磁盘"}
 
 
-def _io_unread(deps: StewardDeps, run_id: str) -> list[tuple[str, list[str]]]:
-    """Running GPU jobs, older than the idle window, that lack CPU/IO fields the source reads for other jobs (the
-    idle detector does not judge them: `ClusterSignals.io_unread`), with the fields. Nothing on a degraded reading."""
-    windows, signals = _windows(deps, run_id)
-    if signals is None:
+def _io_unread(deps: StewardDeps, windows: list[tuple[str, JobWindow]],
+               signals: ClusterSignals | None) -> list[tuple[str, list[str]]]:
+    """Running GPU jobs, older than the idle window, that lack every CPU/IO field the source reads for other jobs
+    (the idle detector does not judge them: `ClusterSignals.io_unread`; one lacking some is judged, its stop for a
+    person), with the fields. Nothing on a degraded reading."""
+    if signals is None or not signals.io_fields:
         return []
     floor = deps.policy.detectors.idle.min_coverage
-    return sorted((job, fields) for job, w in windows if (fields := signals.io_unread(w, floor)))
+    return sorted((job, fields) for job, w in windows
+                  if (fields := signals.io_unread(w, floor)) and len(fields) == len(signals.io_fields))
 
 
 def describe_grace(seconds: float) -> str:

@@ -78,11 +78,16 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
 KEEP_UNTIL = "steward.io/keep-until"
 
 
+STABLE_NAME_KINDS = ("StatefulSet", "Notebook")  # controllers that recreate a pod under its own name
+
+
 def _same_target(target: str, target_uid: str | None, job: JobInfo) -> bool:
-    """A record about `target` is about `job`: by uid when both have one, by name otherwise."""
-    if target_uid and job.uid:
-        return target_uid == job.uid
-    return target == job.id
+    """A record about `target` is about `job`: by uid when both have one (a later Slurm job under a kept one's name
+    is another job), by name otherwise, and by name too for a pod its controller recreates under its name (a
+    notebook restarted after a node drain is the notebook its owner kept)."""
+    if target_uid and job.uid and target_uid != job.uid:
+        return target == job.id and job.owner_kind in STABLE_NAME_KINDS
+    return target == job.id or bool(target_uid and target_uid == job.uid)
 
 
 def _annotated_until(job: JobInfo) -> datetime | None:

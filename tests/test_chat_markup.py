@@ -134,3 +134,21 @@ def test_the_markdown_helper_neutralises_each_kind_of_markup():
     assert markdown_text(" (javascript:alert(1))").startswith(" （")  # after "[GPU Steward] ": not a link target
     assert markdown_text("bert_finetune-v2 (copy) *fast* 100%") == "bert_finetune-v2 (copy) *fast* 100%"
     assert markdown_text("视觉组：显存不足（第 2 轮），请检查数据管道。") == "视觉组：显存不足（第 2 轮），请检查数据管道。"
+
+
+def test_an_incident_message_to_oncall_shows_the_jobs_on_the_node_and_the_alerts_text_as_text():
+    from agent.alerts.incidents import AffectedJob, IncidentView, render
+    from agent.alerts.investigate import Investigation, JobProgress, render_lines
+
+    job = AffectedJob(id=NAME, user="mallory<@ceo>", project="ml-team\n- [x] approved by oncall", gpus=1, node="n1")
+    progress = JobProgress(id=NAME, user="mallory", project=None, gpus=1, state="stalled", detail=f"no log; {PHISH}")
+    for lang in ("en", "zh"):
+        view = IncidentView(
+            id=1, alertname="XidErrors", subject="node/n1", severity="critical", layer="hardware",
+            started=datetime(2026, 11, 2, 9, tzinfo=UTC), alerts=1, summary=f"Xid 79 on n1 {PHISH}",
+            evidence=[f"XidErrors pod={NAME}"], runbook="gpu-xid](https://evil.example/rb", steps=["Drain the node."],
+            jobs=[job], investigation=render_lines(Investigation(node="n1", jobs=[progress]), lang))
+        title, body = render(view, lang)
+        assert live_markup(title) == [] and live_markup(body) == [], body
+        assert not [line for line in body.splitlines() if "approved by oncall" in line and line.startswith("- ")]
+        assert "1. Drain the node." in body and "evil.example/sso" in body  # the runbook's steps; the name as text

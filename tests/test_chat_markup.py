@@ -76,9 +76,11 @@ def test_a_job_name_and_a_models_note_reach_the_chat_as_text_not_links_or_mentio
     ding, wecom_card = warn_through_chat(NAME + "\n- [x] approved by oncall", NOTE)
     text, title = ding["markdown"]["text"], ding["markdown"]["title"]
     content = wecom_card["markdown"]["content"]
-    for posted in (text, title, content):
+    for posted in (text, content):
         assert live_markup(posted) == [], posted
         assert "evil.example/sso" in posted  # still there to read, as text
+    # The title is the push preview, plain text that is never rendered: one line, the name as it is.
+    assert title == f"GPU Steward: {NAME}␤- [x] approved by oncall", title
     assert "evil.example/keep" in text and "evil.example/keep" in content
     # The name's newline started no block of its own: the bullet is text on the heading's line.
     assert not any(line.lstrip().startswith("- ") for line in text.splitlines() + content.splitlines())

@@ -16,7 +16,7 @@ from agent.chatops.directory import UserDirectory
 from agent.config.policy import Policy
 from agent.config.settings import Settings
 from core.cluster import NotifyResult
-from core.text import markdown_text
+from core.text import one_line
 from tools.protocols import Clock, JobScheduler
 
 log = logging.getLogger("steward.chatops")
@@ -107,7 +107,8 @@ class ChatOpsNotifier:
         attempts: list[tuple[str, Callable[[], Any]]] = []
         if route.dingtalk is not None:
             staff, mobile = self.directory.chat_id("dingtalk", recipient), self.directory.mobile(recipient)
-            message = dingtalk.markdown_message(markdown_text(subject), as_dingtalk_markdown(body), at_user_ids=[staff] if staff else [],
+            # The title is the push preview, plain text: one line (a job's name in it holds anything).
+            message = dingtalk.markdown_message(one_line(subject), as_dingtalk_markdown(body), at_user_ids=[staff] if staff else [],
                                                 at_mobiles=[mobile] if mobile and not staff else [])
             attempts.append(("dingtalk", lambda: route.dingtalk.send(message)))  # type: ignore[union-attr]
         if route.wecom is not None:

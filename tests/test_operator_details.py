@@ -264,7 +264,8 @@ def test_a_card_shows_text_from_a_job_or_a_model_without_links():
     for lang in ("en", "zh"):
         _, text = card_text(approval, lang)
         assert "](https://" not in text and "<img" not in text, text
-    assert "［Approve here］(https://evil.example/approve)" in card_text(approval, "en")[1]
+    # the brackets as look-alikes, the URL scheme defused (core.text.markdown_text): text to read, nothing to tap
+    assert "［Approve here］(https：//evil.example/approve)" in card_text(approval, "en")[1]
 
 
 @pytest.mark.integration

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.observation import Observation
+from core.text import markdown_text as shown
 
 # An alert that resolves within this long of starting was a blip the cluster absorbed: recorded, nobody messaged.
 TRANSIENT_S = 300.0
@@ -130,30 +131,32 @@ class IncidentView(BaseModel):
 
 
 def render(view: IncidentView, language: str) -> tuple[str, str]:
-    """(subject, body) of the incident's one ChatOps message, in English or Chinese."""
+    """(subject, body) of the incident's one ChatOps message, in English or Chinese. It is markdown in a chat: the
+    cluster's text in it (a job's name, user or project; an alert's labels and annotations) is written as text."""
     zh = language == "zh"
     jobs = view.jobs
-    teams = sorted({j.project or j.user for j in jobs or []})
+    teams = sorted({shown(j.project or j.user) for j in jobs or []})
     if jobs is None:
         affected = "影响未知：尚无集群读数" if zh else "impact unknown: no cluster reading yet"
     elif not jobs:
         affected = "没有正在运行的作业受影响" if zh else "no running jobs affected"
     else:
-        listed = ", ".join(f"{j.id} ({j.user}{'/' + j.project if j.project else ''}, {j.gpus} GPU)" for j in jobs[:10])
+        listed = ", ".join(f"{shown(j.id)} ({shown(j.user)}{'/' + shown(j.project) if j.project else ''}, {j.gpus} GPU)"
+                           for j in jobs[:10])
         more = f" +{len(jobs) - 10}" if len(jobs) > 10 else ""
         affected = (f"{len(jobs)} 个作业，团队 {', '.join(teams)}：{listed}{more}" if zh
                     else f"{len(jobs)} job(s), teams {', '.join(teams)}: {listed}{more}")
-    title = f"[GPU Steward] {view.severity.upper()} {view.alertname} {view.subject}"
+    title = f"[GPU Steward] {shown(view.severity.upper())} {shown(view.alertname)} {shown(view.subject)}"
     lines = [title, "",
-             (f"摘要：{view.summary}" if zh else f"Summary: {view.summary}"),
-             (f"层级：{view.layer}；自 {view.started:%Y-%m-%d %H:%M} UTC 起持续；{view.alerts} 条告警（已去重）" if zh
-              else f"Layer: {view.layer}; firing since {view.started:%Y-%m-%d %H:%M} UTC; {view.alerts} alert(s), deduplicated"),
+             (f"摘要：{shown(view.summary)}" if zh else f"Summary: {shown(view.summary)}"),
+             (f"层级：{shown(view.layer)}；自 {view.started:%Y-%m-%d %H:%M} UTC 起持续；{view.alerts} 条告警（已去重）" if zh
+              else f"Layer: {shown(view.layer)}; firing since {view.started:%Y-%m-%d %H:%M} UTC; {view.alerts} alert(s), deduplicated"),
              (f"影响：{affected}" if zh else f"Impact: {affected}")]
     if view.evidence:
         lines.append("证据：" if zh else "Evidence:")
-        lines.extend(f"- {e}" for e in view.evidence[:5])
+        lines.extend(f"- {shown(e)}" for e in view.evidence[:5])
     if view.runbook:
-        lines.append(f"处置手册 [rb:{view.runbook}] 前几步：" if zh else f"Runbook [rb:{view.runbook}], first steps:")
+        lines.append(f"处置手册 [rb:{shown(view.runbook)}] 前几步：" if zh else f"Runbook [rb:{shown(view.runbook)}], first steps:")
         lines.extend(f"{i}. {s}" for i, s in enumerate(view.steps, 1))
     lines.extend(view.investigation)
     return title, "\n".join(lines)

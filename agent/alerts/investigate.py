@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from core.actions import ActionOutcome, Finding, GuardedAction, ProposedAction
 from core.observation import Observation
+from core.text import markdown_text as shown
 
 PROGRESS_WINDOW_S = 900.0  # a log counter that advanced this recently (or within 3 typical gaps) is progress
 BUSY_PCT = 10.0  # average GPU utilisation over the last slices at or above this is "busy"
@@ -112,21 +113,22 @@ _STATE_ZH = {"progressing": "有进展", "busy": "GPU 忙（未见日志进展�
 
 
 def render_lines(inv: Investigation, language: str) -> list[str]:
-    """The investigation's part of the incident message."""
+    """The investigation's part of the incident message (markdown in a chat: the cluster's text in it, a job's name,
+    user, detail or a reading quoting them, is written as text, core.text.markdown_text)."""
     zh = language == "zh"
-    out = [f"调查（节点 {inv.node}）：" if zh else f"Investigation (node {inv.node}):"]
+    out = [f"调查（节点 {shown(inv.node)}）：" if zh else f"Investigation (node {shown(inv.node)}):"]
     if inv.error:
-        out.append(f"- 调查未完成：{inv.error}" if zh else f"- could not investigate: {inv.error}")
+        out.append(f"- 调查未完成：{shown(inv.error)}" if zh else f"- could not investigate: {shown(inv.error)}")
         return out
-    out.extend(f"- {'本系统读数' if zh else 'steward reading'}: {h}" for h in inv.health[:3])
+    out.extend(f"- {'本系统读数' if zh else 'steward reading'}: {shown(h)}" for h in inv.health[:3])
     if not inv.jobs:
         out.append("- 节点上没有正在运行的作业" if zh else "- no running jobs on the node")
     for j in inv.jobs[:10]:
         state = _STATE_ZH[j.state] if zh else j.state
-        out.append(f"- {j.id} ({j.user}, {j.gpus} GPU): {state}; {j.detail}")
+        out.append(f"- {shown(j.id)} ({shown(j.user)}, {j.gpus} GPU): {state}; {shown(j.detail)}")
     label = "建议操作（经护栏与审批）：" if zh else "Proposed actions (through the guardrail and approval):"
     out.append(label)
-    out.extend(f"- {p}" for p in inv.proposals or ["—"])
+    out.extend(f"- {shown(p)}" for p in inv.proposals or ["—"])
     out.append("- 排空（drain）会驱逐上述作业：由人工在通知作业负责人后执行" if zh else
                "- drain evicts the jobs above: a human runs it after their owners are told")
     return out

@@ -18,19 +18,16 @@ from agent.detectors.evidence import describe
 from agent.graph.report import action_label, approval_why
 from agent.records.approvals import Approval
 from core.actions import Finding
+from core.text import markdown_text
 from core.zones import zone_suffix
 
 log = logging.getLogger("steward.chatops")
 
 _EN_ACTION = {"force_terminate": "forced stop of", "terminate": "graceful stop of", "resize_pool": "resize of pool",
               "notify": "warning to"}
-# Text from a job or a model (a target's name, a reason that quotes a log) must not become a link or an image in a
-# card an approver taps: the brackets markdown builds them from are shown as look-alikes.
-_MARKDOWN_LINKS = str.maketrans({"[": "［", "]": "］", "<": "‹", ">": "›"})
-
-
-def _plain(text: str) -> str:
-    return text.translate(_MARKDOWN_LINKS)
+# Text from a job or a model (a target's name, a reason that quotes a log) must not become a link, an image, a
+# mention or a line of its own in a card an approver taps: core.text.markdown_text shows it as text.
+_plain = markdown_text
 
 
 def card_text(approval: Approval, language: str, finding: Finding | None = None,
@@ -47,8 +44,8 @@ def card_text(approval: Approval, language: str, finding: Finding | None = None,
     if language == "zh":
         size = f" → {nodes} 个节点" if nodes is not None else ""
         title = f"待审批：{action_label(approval.action, language)} {target}{size}"
-        why = approval_why(approval.action, str(decision.get("rule") or "approval"), str(decision.get("reason") or ""),
-                           language)
+        why = _plain(approval_why(approval.action, str(decision.get("rule") or "approval"),
+                                  str(decision.get("reason") or ""), language))
         evidence = _plain(describe(finding, language, zone)) if finding is not None else ""
         text = (f"### {title}\n\n级别 {approval.level}。原因：{why}\n\n"
                 + (f"依据：{evidence}\n\n" if evidence else "")

@@ -16,6 +16,7 @@ from agent.chatops.directory import UserDirectory
 from agent.config.policy import Policy
 from agent.config.settings import Settings
 from core.cluster import NotifyResult
+from core.text import one_line
 from tools.protocols import Clock, JobScheduler
 
 log = logging.getLogger("steward.chatops")
@@ -49,6 +50,9 @@ def routes_from_settings(settings: Settings, client: httpx.Client | None = None)
 
 
 def as_dingtalk_markdown(body: str) -> str:
+    """Each line of `body` as its own paragraph (DingTalk joins single newlines). The body's lines are the
+    steward's; the cluster's or a model's text in them was made one line of plain text where it was inserted
+    (core.text.markdown_text: warning_message, the model's note, the digest), so no line here is an attacker's."""
     return "\n\n".join(line for line in body.splitlines() if line.strip())
 
 
@@ -103,7 +107,8 @@ class ChatOpsNotifier:
         attempts: list[tuple[str, Callable[[], Any]]] = []
         if route.dingtalk is not None:
             staff, mobile = self.directory.chat_id("dingtalk", recipient), self.directory.mobile(recipient)
-            message = dingtalk.markdown_message(subject, as_dingtalk_markdown(body), at_user_ids=[staff] if staff else [],
+            # The title is the push preview, plain text: one line (a job's name in it holds anything).
+            message = dingtalk.markdown_message(one_line(subject), as_dingtalk_markdown(body), at_user_ids=[staff] if staff else [],
                                                 at_mobiles=[mobile] if mobile and not staff else [])
             attempts.append(("dingtalk", lambda: route.dingtalk.send(message)))  # type: ignore[union-attr]
         if route.wecom is not None:

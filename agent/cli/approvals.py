@@ -100,6 +100,7 @@ _ANSWERED_ZH = {"approved": "批准", "denied": "拒绝", "expired": "过期"}
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     from agent.graph.report import action_label, status_label
+    from core.text import one_line
 
     w = _words(args, settings)
     lang = "zh" if (args.lang or settings.language) == "zh" else "en"
@@ -120,11 +121,11 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
         print(w["pending"].format(n=len(pending)))
         for a in pending:
             if lang == "zh":
-                print(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)}（{w['level']} {a.level}），"
-                      f"{w['expires']} {settings.local(a.expires_at, lang)}")
+                print(one_line(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)}（{w['level']} "
+                               f"{a.level}），{w['expires']} {settings.local(a.expires_at, lang)}"))
                 continue
-            print(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)} ({w['level']} {a.level}), "
-                  f"{w['expires']} {settings.local(a.expires_at, lang)}")
+            print(one_line(f"  {a.id}  {action_label(a.action, lang)} {a.target}{_size(a, w)} ({w['level']} "
+                           f"{a.level}), {w['expires']} {settings.local(a.expires_at, lang)}"))
         print(w["answer_with"])
     if recent:
         print(("\n" if pending else "") + w["recent"])
@@ -135,11 +136,11 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
                 if a.status in _ANSWERED_ZH and when:
                     done = f"{a.answered_by + ' ' if a.answered_by else ''}于 {when}{_ANSWERED_ZH[a.status]}"
                 reason = f"，理由：{a.answer_reason}" if a.answer_reason else ""
-                print(f"  {a.id}  {action_label(a.action, lang)} {a.target}：{done}{reason}")
+                print(one_line(f"  {a.id}  {action_label(a.action, lang)} {a.target}：{done}{reason}"))
                 continue
             why = f": {a.answer_reason}" if a.answer_reason else ""
-            print(f"  {a.id}  {action_label(a.action, lang)} {a.target}: {status_label(a.status, lang)} {when} "
-                  f"{a.answered_by or ''}{why}".rstrip())
+            print(one_line(f"  {a.id}  {action_label(a.action, lang)} {a.target}: {status_label(a.status, lang)} "
+                           f"{when} {a.answered_by or ''}{why}".rstrip()))
     return 0
 
 

@@ -135,6 +135,7 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import timedelta
 
     from agent.graph.report import audit_heading, audit_text, outcome_text
+    from core.text import one_line
     from core.zones import zone_suffix
 
     words = _words(settings, args)
@@ -168,11 +169,16 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     zone = settings.zone()
     for e in entries:
         when = e.at.astimezone(zone) if e.at.tzinfo else e.at.replace(tzinfo=UTC).astimezone(zone)
-        what = audit_heading(e.kind, e.status, e.action, e.target, lang)
-        why = audit_text(e.kind, e.status, e.action, e.target, e.reason, e.data, lang, zone).strip().splitlines()
+        # The target and the reason may be the cluster's text (a Slurm job's name holds anything): one line each,
+        # controls escaped, so no entry prints a line that reads as another entry's or drives the terminal.
+        target = one_line(e.target) if e.target is not None else None
+        reason = one_line(e.reason) if e.reason is not None else None
+        what = one_line(audit_heading(e.kind, e.status, e.action, target, lang))
+        why = audit_text(e.kind, e.status, e.action, target, reason, e.data, lang, zone).strip().splitlines()
         if lang == "zh" and e.kind == "execution":  # the heading names the action and its status already
-            why = outcome_text(e.action or "", e.status or "", str(e.data.get("detail") or ""), e.reason or "",
-                               lang).strip().splitlines()
+            why = outcome_text(e.action or "", e.status or "", one_line(str(e.data.get("detail") or "")),
+                               reason or "", lang).strip().splitlines()
+        why = [one_line(line) for line in why]
         if why and lang == "zh" and why[0] in what:  # the heading says it already ("答复未受理 答复未受理")
             why = []
         # The time in the display zone, named, as the times in the entry's text are.

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent.config.settings import Settings
+from core.text import one_line
 
 WORDS = {
     "en": {"recorded": "recorded change #{id} ({kind}) {target} at {at}", "known": "already recorded: change #{id}",
@@ -103,7 +104,8 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     zone = settings.zone()
     for c in found:
         flagged = "yes" if c.flagged_at else "-"
-        print(f"{c.id:<3} {c.kind:<10} {c.at.astimezone(zone):%Y-%m-%d %H:%M}  {c.source:<9} {flagged:<8} {c.target}: {c.description}")
+        print(one_line(f"{c.id:<3} {c.kind:<10} {c.at.astimezone(zone):%Y-%m-%d %H:%M}  {c.source:<9} {flagged:<8} "
+                       f"{c.target}: {c.description}"))
     return 0
 
 

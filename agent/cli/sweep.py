@@ -19,7 +19,7 @@ from agent.graph.deps import StewardDeps
 from agent.graph.report import action_label, pad, report_for_people, status_label
 from agent.scheduling.scheduler import SweepSchedule, SweepScheduler
 from core.durations import format_duration
-from core.text import plural
+from core.text import one_line, plural
 from core.zones import zone_suffix
 from sim.scenario import demo_scenario_path, load_scenario
 
@@ -86,11 +86,11 @@ def _answered_lines(answered: list[Any], language: str) -> list[str]:
     for done in answered:
         a = done.state.get("approval", {})
         for o in done.state.get("outcomes", []):
-            by = a.get("by") or "?"
+            by, target = one_line(str(a.get("by") or "?")), one_line(o["target"])
             decision = ("批准" if a.get("decision") == "approve" else "拒绝") if zh else a.get("decision", "?")
-            lines.append(f"已按审批执行（{decision}，{by}）：{action_label(o['action'], language)} {o['target']} "
+            lines.append(f"已按审批执行（{decision}，{by}）：{action_label(o['action'], language)} {target} "
                          f"{status_label(o['status'], language)}" if zh else
-                         f"answered ({decision} by {by}): {o['action']} {o['target']} {o['status']}")
+                         f"answered ({decision} by {by}): {o['action']} {target} {o['status']}")
     return lines + ([""] if lines else [])
 
 
@@ -223,12 +223,12 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
             service.expire_due()
             for answered in scripted.answer_due(t):
                 a = answered.state.get("approval", {})
-                who = w["answered"].format(decision=a.get("decision"), by=a.get("by"),
+                who = w["answered"].format(decision=a.get("decision"), by=one_line(str(a.get("by"))),
                                            decision_zh="批准" if a.get("decision") == "approve" else "拒绝")
                 asked = (answered.state.get("approval_requests") or [{}])[0].get("proposal", {})
                 for o in answered.state.get("outcomes", []):
                     timeline.append(f"  {clock(cluster.now())}  {pad(action_label(o['action'], language), 16)} "
-                                    f"{o['target']:<34} {pad(_why(asked.get('finding_kind'), language), 16)}"
+                                    f"{one_line(o['target']):<34} {pad(_why(asked.get('finding_kind'), language), 16)}"
                                     f"{w['level']} {o['level']}  {who}{'：' if language == 'zh' else ': '}"
                                     f"{status_label(o['status'], language)}")
             result = service.sweep(trigger="cli")
@@ -237,7 +237,7 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
                 done = outs.get(d["id"], {}).get("status")
                 status = status_label(done, language) if done else verdict_words[d["decision"]["verdict"]]
                 timeline.append(f"  {clock(cluster.now())}  {pad(action_label(d['proposal']['action'], language), 16)} "
-                                f"{d['proposal']['target']:<34} "
+                                f"{one_line(d['proposal']['target']):<34} "
                                 f"{pad(_why(d['proposal'].get('finding_kind'), language), 16)}"
                                 f"{w['level']} {d['decision']['level']}  {status}")
             bar.advance(task)
@@ -262,10 +262,10 @@ def cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
         print("\n" + w["waiting"])
         for a in pending:
             if language == "zh":
-                print(f"  {a.id}  {action_label(a.action, language)} {a.target}（{w['level']} {a.level}），"
+                print(f"  {a.id}  {action_label(a.action, language)} {one_line(a.target)}（{w['level']} {a.level}），"
                       f"{w['expires']} {settings.local(a.expires_at, language)}")
             else:
-                print(f"  {a.id}  {a.action} {a.target} ({w['level']} {a.level}), {w['expires']} "
+                print(f"  {a.id}  {a.action} {one_line(a.target)} ({w['level']} {a.level}), {w['expires']} "
                       f"{a.expires_at.astimezone(zone):%Y-%m-%d %H:%M} {settings.display_tz}")
         print(w["waiting_replay"].format(run_dir=run_dir))
     print(run_summary(deps, zone))
@@ -304,6 +304,6 @@ def run_summary(deps: StewardDeps, zone: tzinfo = UTC) -> str:
     warning = next((m for m in sent if "SIGTERM" in m.body), sent[0] if sent else None)
     if warning is not None:
         at = f"{warning.at.astimezone(zone):%Y-%m-%d %H:%M} {zone}"
-        lines += ["", w["warning_as"].format(who=warning.recipient, at=at)]
-        lines += [f"  | {line}" for line in warning.body.splitlines()]
+        lines += ["", w["warning_as"].format(who=one_line(warning.recipient), at=at)]
+        lines += [f"  | {one_line(line)}" for line in warning.body.splitlines()]
     return "\n".join(lines)

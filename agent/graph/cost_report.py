@@ -5,12 +5,14 @@ markdown digest short enough for a DingTalk or WeCom message, in English or Chin
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
 
 from agent.detectors.evidence import duration_zh, kind_label, zone_suffix
 from agent.records.cost import money
 from agent.records.usage import CostReport, CostRow, Suggestion
 from core.durations import format_duration
+from core.text import markdown_text
 
 W = {
     "en": {
@@ -71,16 +73,21 @@ def _dur(seconds: float, lang: str) -> str:
     return duration_zh(seconds) if lang == "zh" else format_duration(seconds)
 
 
-def suggestion_text(s: Suggestion, lang: str) -> str:
-    text = _w(lang)[f"s_{s.kind}"].format(user=s.user, job=s.job, used=s.used, gpus=s.gpus,
+def _as_is(text: str) -> str:
+    return text
+
+
+def suggestion_text(s: Suggestion, lang: str, shown: Callable[[str], str] = _as_is) -> str:
+    """`shown`: how the cluster's text (the user, the job) is written: markdown_text in a chat message."""
+    text = _w(lang)[f"s_{s.kind}"].format(user=shown(s.user), job=shown(s.job), used=s.used, gpus=s.gpus,
                                           hours=_dur(s.hours * 3600.0, lang))
     return text.replace(" 1 GPUs", " 1 GPU") if lang == "en" else text
 
 
-def credit_lines(r: CostReport, lang: str) -> list[str]:
+def credit_lines(r: CostReport, lang: str, shown: Callable[[str], str] = _as_is) -> list[str]:
     """One line per owner credited for jobs the steward stopped (policy `credit`)."""
     w = _w(lang)
-    return [w["credit_line"].format(owner=c.owner, stops=c.stops, gpus=c.gpus, gpu_hours=f"{c.gpu_hours:,.1f}",
+    return [w["credit_line"].format(owner=shown(c.owner), stops=c.stops, gpus=c.gpus, gpu_hours=f"{c.gpu_hours:,.1f}",
                                     grant=w.get(f"c_{c.kind}", c.kind).format(bump=c.priority_bump))
             for c in r.credits]
 
@@ -205,7 +212,8 @@ def _marks(lang: str) -> tuple[str, str, str, str]:
 
 
 def render_markdown(r: CostReport, lang: str = "en", limit: int = 5, zone: tzinfo = UTC) -> str:
-    """A digest for DingTalk / WeCom markdown messages: headline numbers, top teams, waste, suggestions."""
+    """A digest for DingTalk / WeCom markdown messages: headline numbers, top teams, waste, suggestions. A team,
+    user or job name is the cluster's text, written as text (markdown_text): never a link, a mention or a line."""
     w = _w(lang)
     cur = r.currency
     lp, rp, semi, comma = _marks(lang)
@@ -220,7 +228,7 @@ def render_markdown(r: CostReport, lang: str = "en", limit: int = 5, zone: tzinf
              f"{r.saving_actions} {w['actions']}{rp}", ""]
     if r.by_team:
         lines.append(f"**{w['top']}**")
-        lines += [f"- {t.name}{sep}{money(t.cost, cur)}{lp}{t.gpu_hours:,.1f} {w['gpu_hours']}{rp}" for t in r.by_team[:limit]]
+        lines += [f"- {markdown_text(t.name)}{sep}{money(t.cost, cur)}{lp}{t.gpu_hours:,.1f} {w['gpu_hours']}{rp}" for t in r.by_team[:limit]]
         lines.append("")
     if r.waste:
         lines.append(f"**{w['waste_kind']}**")
@@ -230,12 +238,12 @@ def render_markdown(r: CostReport, lang: str = "en", limit: int = 5, zone: tzinf
         lines.append("")
     if r.queue:
         q = r.queue[0]
-        lines += [f"**{w['queue']}**", f"- {q.team}{sep}{w['max']} {_dur(q.max_wait_s, lang)}", ""]
+        lines += [f"**{w['queue']}**", f"- {markdown_text(q.team)}{sep}{w['max']} {_dur(q.max_wait_s, lang)}", ""]
     if r.suggestions:
         lines.append(f"**{w['suggestions']}**")
-        lines += [f"- {suggestion_text(s, lang)}" for s in r.suggestions[:limit]]
+        lines += [f"- {suggestion_text(s, lang, markdown_text)}" for s in r.suggestions[:limit]]
         lines.append("")
     if r.credits:
         lines.append(f"**{w['credits']}**")
-        lines += [f"- {x}" for x in credit_lines(r, lang)[:limit]]
+        lines += [f"- {x}" for x in credit_lines(r, lang, markdown_text)[:limit]]
     return "\n".join(lines).rstrip() + "\n"

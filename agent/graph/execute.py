@@ -24,6 +24,7 @@ from core.actions import (
 )
 from core.cluster import JobInfo
 from core.durations import format_duration
+from core.text import markdown_text
 
 log = logging.getLogger("steward.execute")
 MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning, never replace it
@@ -200,7 +201,7 @@ def execute_action(
             # The text is the product's template (deadline, evidence, how to keep the job); a model adds a note.
             body = warning_message(finding, deps.policy, now, deps.language)
             if p.message and p.proposed_by != "policy-model" and p.message.strip() != body.strip():
-                note = " ".join(p.message.split())[:MODEL_NOTE_CHARS]
+                note = markdown_text(" ".join(p.message.split())[:MODEL_NOTE_CHARS])  # text, not markup
                 body += ("\n\n助手备注：" if deps.language == "zh" else "\n\nNote from the assistant: ") + note
             recipient = job.user if job else "platform-oncall"
             # Working hours are the policy's, whatever the channel (e-mail, Kubernetes events, chat): a deferred

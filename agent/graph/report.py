@@ -11,7 +11,7 @@ from agent.detectors.evidence import describe_record, duration_zh, kind_label
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
 from agent.records.cost import money
 from core.durations import format_duration
-from core.text import plural
+from core.text import one_line, plural
 from core.zones import zone_name, zone_suffix
 
 if TYPE_CHECKING:
@@ -282,9 +282,26 @@ def _finding_lines(f: dict[str, Any], at: str, words: dict[str, str], lang: str,
             f"  {'':<15} {describe_record(f, lang, zone)}{rb}"]
 
 
+def _shown(value: Any, lines: bool = False) -> Any:
+    """The state's text as a report shows it: each string one line (core.text.one_line), so a job's name, a
+    reason or evidence quoting a log can neither print a line of its own nor send a terminal a control sequence;
+    with `lines` (a model's explanation), its own line breaks are kept and each line made safe."""
+    if isinstance(value, str):
+        return "\n".join(one_line(x) for x in value.split("\n")) if lines else one_line(value)
+    if isinstance(value, dict):
+        return {k: _shown(v, lines or k == "explanation") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v, lines) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_shown(v, lines) for v in value)
+    return value
+
+
 def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) -> str:
     """The report in the deps' language. Times are in `zone`: UTC for the audit log (the graph's own copy),
-    the display time zone (STEWARD_DISPLAY_TZ) when it is shown to people (report_for_people)."""
+    the display time zone (STEWARD_DISPLAY_TZ) when it is shown to people (report_for_people). The cluster's
+    text in it (names, reasons, evidence) is shown one line each (_shown)."""
+    state = _shown(state)
     lang = deps.language
     words = LABELS.get(lang, LABELS["en"])
     zh = lang == "zh"
@@ -319,8 +336,9 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
     lines = [header, ""]
     # Partial metric answers: no idle or zombie finding was made on them (agent/detectors/longtail.py).
     degraded = observed.get("degraded") or getattr(deps._observations.get(state.get("run_id", "")), "degraded", [])
+    degraded = [one_line(str(reason)) for reason in degraded]
     lines[1:1] = [f"数据不完整：{degraded_text(reason, lang)}" if zh else f"degraded: {reason}" for reason in degraded]
-    unmeasured = _unmeasured(deps, state.get("run_id", ""))
+    unmeasured = [one_line(job) for job in _unmeasured(deps, state.get("run_id", ""))]
     if unmeasured:
         names = ", ".join(unmeasured[:5]) + (f" (+{len(unmeasured) - 5})" if len(unmeasured) > 5 else "")
         lines.insert(1 + len(degraded), f"未测量：{len(unmeasured)} 个运行中的 GPU 作业没有 GPU 指标（{names}），不对其作判断"
@@ -329,7 +347,7 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
     judged = _windows(deps, state.get("run_id", ""))
     unjudged, window, floor = _unjudged(deps, judged[0])
     if unjudged:
-        shown = ", ".join(f"{job} {cov:.0%}" for job, cov in unjudged[:5])
+        shown = ", ".join(f"{one_line(job)} {cov:.0%}" for job, cov in unjudged[:5])
         shown += f" (+{len(unjudged) - 5})" if len(unjudged) > 5 else ""
         lines.insert(1 + len(degraded) + bool(unmeasured),
                      f"未判断：{len(unjudged)} 个运行中的 GPU 作业在最近 {duration_zh(window)}内的 GPU 样本覆盖率低于 "

@@ -23,6 +23,7 @@ from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import Observation
 from core.pool_plans import open_scale_down, scale_up_uid
+from core.text import markdown_text
 
 if TYPE_CHECKING:
     from agent.graph.deps import StewardDeps
@@ -133,10 +134,12 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
     words = KIND_WORDS.get(language, KIND_WORDS["en"])
     label = "运行手册：" if language == "zh" else "Runbook: "
     runbook = f"{label}{finding.runbook}" if finding.runbook else ""
+    # The job's name and the evidence (which may quote its log) are the cluster's text: shown as text in a chat
+    # message or an e-mail, never as a link, a mention or a line of their own.
     common = {
-        "job": finding.target,
+        "job": markdown_text(finding.target),
         "kind_words": words[finding.kind],
-        "evidence": describe(finding, language, team_zone(policy)),
+        "evidence": markdown_text(describe(finding, language, team_zone(policy))),
         "runbook_line": runbook,
     }
     if finding.kind in STOPPABLE_KINDS:

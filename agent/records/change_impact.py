@@ -22,6 +22,7 @@ from agent.records.audit import AuditLog
 from agent.records.changes import Change, ChangeStore, stamp
 from core.cluster import JobInfo
 from core.observation import Observation
+from core.text import one_line
 
 MIN_EVENTS = 3
 RISE_FACTOR = 2.0
@@ -257,8 +258,9 @@ def render_impact(report: ImpactReport, language: str = "en") -> str:
     """The change-impact report for people, in English or Chinese."""
     zh = language == "zh"
     c = report.change
-    head = (f"变更 #{c.id}（{c.kind}）{c.target}：{c.description}，{c.at:%Y-%m-%d %H:%M} UTC" if zh
-            else f"Change #{c.id} ({c.kind}) {c.target}: {c.description}, {c.at:%Y-%m-%d %H:%M} UTC")
+    target, description = one_line(c.target), one_line(c.description)  # the cluster's text: one line each
+    head = (f"变更 #{c.id}（{c.kind}）{target}：{description}，{c.at:%Y-%m-%d %H:%M} UTC" if zh
+            else f"Change #{c.id} ({c.kind}) {target}: {description}, {c.at:%Y-%m-%d %H:%M} UTC")
     if report.too_early:
         return head + ("\n可比较的时长不足 30 分钟（变更太新、紧接着另一变更，或早于开始监测），尚无影响报告" if zh
                        else "\nless than 30 minutes to compare on each side (too recent, another change soon "

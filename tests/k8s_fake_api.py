@@ -238,6 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = self._body()
                 if res.namespaced:
                     body.setdefault("metadata", {})["namespace"] = ns
+                if res.plural == "leases" and (ns, body["metadata"].get("name")) in store.objects["leases"]:
+                    raise ApiError(409, "AlreadyExists", f'leases "{body["metadata"]["name"]}" already exists')
                 return self._send(201, store.put(res.plural, body))
         elif sub is None:
             if method == "GET":
@@ -250,8 +252,12 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "PATCH":
                 return self._send(200, store.patch(res.plural, ns, name, self._body(),
                                                    self.headers.get("Content-Type", "")))
-            if method == "PUT":
-                return self._send(200, store.put(res.plural, self._body()))
+            if method == "PUT":  # optimistic concurrency: a replace carrying an old resourceVersion is refused
+                body = self._body()
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted and wanted != store.get(res.plural, ns, name)["metadata"]["resourceVersion"]:
+                    raise ApiError(409, "Conflict", f"the object has been modified; {res.plural} {name!r}")
+                return self._send(200, store.put(res.plural, body))
         elif sub == "log" and method == "GET":
             return self._log(ns, name, q)
         elif sub == "eviction" and method == "POST":

@@ -36,6 +36,7 @@ RESOURCES = (
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
     Resource("cluster.x-k8s.io", "v1beta1", "machinedeployments", "MachineDeployment", subresources=("scale",)),
     Resource("cluster.x-k8s.io", "v1beta1", "machines", "Machine"),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease"),
 )
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 

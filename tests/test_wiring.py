@@ -126,14 +126,18 @@ def test_a_cron_sweep_beside_the_server_does_nothing_while_the_server_holds_the_
                                                                                                 capsys):
     """A cron `steward sweep` on the server's data dir used to run beside the server's sweep: the job in flight was
     evicted (and warned) twice. It takes the server's lease now: held by the server, the cron sweep reads and does
-    nothing and exits 75 (EX_TEMPFAIL); once the lease is free it sweeps, and lets the lease go after."""
+    nothing and exits 75 (EX_TEMPFAIL); once the lease is free it sweeps, and lets the lease go after. (A server
+    outside the cluster, with the lease row in the data dir: with STEWARD_LEADER_LOCK=auto both would take the
+    cluster's Lease, tests/test_cluster_lease.py.)"""
     from agent.cli.main import main
     from agent.cli.sweep import BUSY_EXIT, LEASE_EXIT
     from agent.scheduling.leases import SqliteLease
+    from tests.k8s_fake_api import Fault
 
     api = FakeKubernetesApi().start()
     try:
         _cluster_without_prometheus(api, tmp_path, monkeypatch)
+        monkeypatch.setenv("STEWARD_LEADER_LOCK", "sqlite")
         (tmp_path / "data").mkdir()
         server = SqliteLease(tmp_path / "data" / "leases.sqlite", "gpu-steward-sweeper", "server-pod-1", 600)
         assert server.acquire()
@@ -145,10 +149,11 @@ def test_a_cron_sweep_beside_the_server_does_nothing_while_the_server_holds_the_
         server.release()
         assert main(["sweep"]) == 3  # swept (Prometheus is not there: degraded, as above)
         assert server.current_holder() is None  # and gave the lease back
-        # A lease that cannot be taken at all (the Kubernetes Lease asked for outside a pod) is a configuration
-        # error, said as such, not "busy" forever.
+        # A lease that cannot be taken at all (the Kubernetes Lease, which this kubeconfig's user may not use) is a
+        # configuration error, said as such, not "busy" forever.
         monkeypatch.setenv("STEWARD_LEADER_LOCK", "kubernetes")
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        api.inject(Fault("GET", "/leases/", status=403, reason="Forbidden", times=-1))
         assert main(["sweep"]) == LEASE_EXIT
         assert "not swept: the sweeper lease 'gpu-steward-sweeper' (STEWARD_LEADER_LOCK=kubernetes) cannot be taken" \
             in capsys.readouterr().err

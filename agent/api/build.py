@@ -19,15 +19,17 @@ log = logging.getLogger("steward.build")
 
 
 def make_lease(settings: Settings) -> LeaderLease:
-    """Kubernetes Lease in a cluster, else a row lease in the store: Postgres or the data dir (leader_lock=auto)."""
-    from agent.scheduling.k8s_lease import in_cluster, in_cluster_lease
+    """leader_lock=auto: the Kubernetes Lease in a pod or wherever the backend is Kubernetes (every steward sweeping
+    one cluster takes the cluster's Lease, whatever its data dir), else a row lease in the store: Postgres or the
+    data dir."""
+    from agent.scheduling.k8s_lease import cluster_lease, in_cluster
 
     holder = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     choice = settings.leader_lock
     if choice == "none":
         return AlwaysLeader(holder)
-    if choice == "kubernetes" or (choice == "auto" and in_cluster()):
-        return in_cluster_lease(settings.lease_name, settings.lease_namespace, holder, settings.lease_duration_s)
+    if choice == "kubernetes" or (choice == "auto" and (in_cluster() or settings.backend == "kubernetes")):
+        return cluster_lease(settings, holder)
     if choice not in ("auto", "sqlite", "postgres"):
         raise ValueError(f"STEWARD_LEADER_LOCK must be auto, sqlite, postgres, kubernetes or none, not {choice!r}")
     if choice == "postgres" and settings.database_url is None:

@@ -52,11 +52,12 @@ class Settings(BaseSettings):
     # leases and graph checkpoints in Postgres instead of SQLite files in data_dir. postgresql://user:pw@host/db
     database_url: SecretStr | None = None
 
-    # Who sweeps when several replicas run: "auto" = Kubernetes Lease in a cluster, else a lease row in the
-    # store (Postgres when database_url is set, else SQLite in the data dir).
+    # Who sweeps when several replicas run: "auto" = the Kubernetes Lease in a pod or with the Kubernetes backend
+    # (every steward sweeping one cluster takes that cluster's Lease), else a lease row in the store (Postgres when
+    # database_url is set, else SQLite in the data dir).
     leader_lock: str = "auto"  # auto | sqlite | postgres | kubernetes | none
     lease_name: str = "gpu-steward-sweeper"
-    lease_namespace: str | None = None  # None: the pod's namespace
+    lease_namespace: str | None = None  # None: the pod's namespace; outside a pod "gpu-steward" (deploy/kubernetes)
     lease_duration_s: float = 30.0
 
     llm_base_url: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from core.actions import (
 )
 from core.cluster import JobInfo
 from core.durations import format_duration
+from core.fencing import acting, acting_here, current_fence, fence_problem, is_this_process, process_gone, this_process
 from core.text import markdown_text
 
 log = logging.getLogger("steward.execute")
@@ -32,9 +34,10 @@ MODEL_NOTE_CHARS = 500  # a model may add a short note to the product's warning,
 # counted back from the newest intent (the steward's last action), not from now, so that an outage of any length
 # leaves every intent of the process that stopped within reach of the next sweep.
 INTERRUPTED_LOOKBACK = timedelta(hours=24)
-# Longer than any live resize takes from its intent to its outcome (a few API calls, each under its request timeout):
-# an unsettled resize intent younger than this may belong to a process still carrying it out.
-LIVE_RESIZE = timedelta(minutes=10)
+# Longer than any live action takes from its intent to its outcome (a few API calls, each under its request timeout):
+# an unsettled intent younger than this, written by a process that may still run, may still be carried out.
+LIVE_ACTION = timedelta(minutes=10)
+LIVE_RESIZE = LIVE_ACTION
 
 
 class OutcomeNotRecorded(RuntimeError):
@@ -51,6 +54,37 @@ def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
         e.data.get("action_id") == action_id
         for e in deps.audit.entries(kind="execution", target=target, status="executed", limit=200)
     )
+
+
+def writer_may_be_acting(intent: Any, now: datetime) -> bool:
+    """Whether the process that wrote `intent` may still be carrying it out: then no one else settles or redoes it.
+
+    It cannot when it is this process and the action no longer runs here, or a process on this host that has ended
+    (host/pid, as approval claims are told apart). Any other writer (on another host; a live process here, such as
+    a cron sweep beside the server or a replica whose lease lapsed with its call on the wire) may, until LIVE_ACTION
+    after its intent: it makes no new call once it no longer holds the lease (core/fencing.py), and a call already
+    on the wire ends within its timeouts. An intent written before intents named their writer is settled as before.
+    """
+    writer = intent.data.get("writer")
+    if not writer:
+        return False
+    if is_this_process(intent.data.get("process")):
+        return acting_here(str(intent.data.get("action_id")))
+    if process_gone(str(writer), this_pid_is_another=True):
+        return False
+    return bool(now - intent.at < LIVE_ACTION)
+
+
+def _acting_elsewhere(deps: StewardDeps, target: str, now: datetime) -> Any:
+    """The newest intent on `target` without an outcome whose writer may still be carrying it out (another steward,
+    or another thread here), if any: acting beside it would warn or stop twice."""
+    for e in deps.audit.entries(kind="intent", target=target, limit=50):
+        if not writer_may_be_acting(e, now):
+            continue
+        done = deps.audit.entries(kind="execution", target=target, since=e.at, limit=1000)
+        if not any(x.data.get("action_id") == e.data.get("action_id") for x in done):
+            return e
+    return None
 
 
 def _unsettled_intent(deps: StewardDeps, action_id: str, target: str, now: datetime) -> Any:
@@ -156,6 +190,14 @@ def execute_action(
     # This very action was started before and its outcome never written (the process died, or the audit store
     # refused the outcome and an approved answer is being completed again): settle it from fresh state, never redo it.
     started = _unsettled_intent(deps, ga.id, p.target, now)
+    lost = fence_problem() if started is not None else None
+    if started is not None and (lost is not None or writer_may_be_acting(started, now)):
+        # Being carried out (a second completion), or to be settled by the steward that holds the lease: this one's
+        # outcome would settle the intent, so none is audited.
+        why = (f"this steward no longer holds the sweeper lease ({lost})" if lost is not None
+               else f"being carried out by {started.data.get('writer')} since {started.at:%H:%M}")
+        return ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status="skipped", at=now,
+                             reason=f"not done: {why}")
     if started is not None:
         try:
             effect, detail, done_gpus, removed = _interrupted_effect(deps, started)
@@ -186,15 +228,39 @@ def execute_action(
         return outcome("blocked", f"re-checked before acting: {decision.reason}")
     if decision.dry_run:
         return outcome("dry_run", f"dry run: would {p.action} {p.target}", deadline=warning_deadline)
+    elsewhere = _acting_elsewhere(deps, p.target, now)
+    if elsewhere is not None:
+        return outcome("skipped", f"not done: {elsewhere.data.get('writer')} has been carrying out "
+                       f"{elsewhere.action} on {p.target} since {elsewhere.at:%H:%M} and has recorded no outcome yet; "
+                       "acting beside it would act twice", "not done: another steward is carrying it out")
+    with acting(ga.id):
+        return _act(deps, ga, run_id, facts, uid, warning_deadline, now, outcome, recorded, approved_by)
+
+
+def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: str | None,
+         warning_deadline: datetime | None, now: datetime, outcome: Callable[..., ActionOutcome],
+         recorded: list[ActionOutcome], approved_by: str | None) -> ActionOutcome:
+    """Write the intent, then make the call, unless the sweep no longer holds the sweeper lease."""
+    p = ga.proposal
     job = facts.job
     gpus = job.gpus if job else 0
+    fence = current_fence()
     # Written ahead of the call: if the process dies before the outcome below is audited, the next sweep finds
-    # this intent without an outcome and settles it from fresh state (settle_interrupted), never acts twice.
+    # this intent without an outcome and settles it from fresh state (settle_interrupted), never acts twice. It
+    # names its writer, so that no one settles it while the writer may still be carrying it out.
     deps.audit.record("intent", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level,
                       status="acting", reason=f"about to {p.action} {p.target}",
                       data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "target_uid": uid,
                             "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "approved_by": approved_by,
-                            "nodes_before": facts.pool.nodes if facts.pool else None})
+                            "nodes_before": facts.pool.nodes if facts.pool else None, **this_process(),
+                            "lease_holder": fence.holder if fence is not None else None})
+    # Fencing, just before the call: a sweep that no longer holds the sweeper lease makes none (another steward
+    # sweeps now, and would act beside it).
+    lost = fence_problem()
+    if lost is not None:
+        log.warning("not acting on %s: %s", p.target, lost)
+        return outcome("skipped", f"not done: this steward no longer holds the sweeper lease ({lost}); the steward "
+                       "that holds it sweeps and acts instead", "not done: this steward lost the sweeper lease")
     try:
         if p.action == "notify":
             finding = next((f for f in facts.findings if f.kind == p.finding_kind), facts.findings[0])
@@ -323,7 +389,13 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
     stop, still stopping), or a warning whose delivery is unknown, is `skipped` (not counted as done), so it is
     redone once if still warranted. A target that cannot be read now is left for the next sweep. It looks back
     INTERRUPTED_LOOKBACK from the newest intent, so an intent is settled however long the steward was down.
+
+    Only an intent whose writer cannot still be carrying it out is settled (writer_may_be_acting): a run without a
+    report is not proof that its process stopped (it may be a sweep that outlived its lease, with its call on the
+    wire). A sweep that no longer holds the sweeper lease settles nothing.
     """
+    if fence_problem() is not None:
+        return []
     now = deps.clock.now()
     # A process that stops writes no intent after it; its own are no older than its last one, however long the
     # steward stays down (a weekend, a crash loop) before the next sweep.
@@ -340,7 +412,7 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
     out = []
     for intent in intents:
         action_id = str(intent.data.get("action_id"))
-        if intent.run_id in finished or intent.at > now or action_id in settled:
+        if intent.run_id in finished or intent.at > now or action_id in settled or writer_may_be_acting(intent, now):
             continue
         if any(e.data.get("action_id") == action_id
                for e in deps.audit.entries(kind="execution", target=intent.target, since=intent.at, limit=1000)):
@@ -389,6 +461,8 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
         # the next scale-down, whoever makes it, and to whatever job has landed there since: take them back. A
         # failure raises, and the intent is settled by a later sweep, when the marks can be taken back.
         release = getattr(deps.pools, "release_marks", None)
+        if callable(release) and (lost := fence_problem()) is not None:  # a call that acts: fenced too
+            raise RuntimeError(f"marks not taken back: this steward no longer holds the sweeper lease ({lost})")
         released = release(target) if callable(release) else []
         marks = f"; its marks for removal taken off {', '.join(released)}" if released else ""
         return "skipped", (f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take "

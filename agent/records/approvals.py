@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from agent.records import pg
 from agent.records.audit import AuditLog, iso_utc
 from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, columns, open_store
+from core.fencing import process_gone
 
 log = logging.getLogger("steward.approvals")
 
@@ -399,18 +400,9 @@ class ApprovalStore:
         that named only the host. A live process keeps its claim: it may be carrying the answer out right now."""
         if not holder or holder == self.holder:
             return False
-        host, _, pid = holder.rpartition("/")
-        if not pid.isdigit():
+        if not holder.rpartition("/")[2].isdigit():
             return holder == self.host
-        if host != self.host:
-            return False
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except OSError:  # it runs, under another user
-            return False
-        return False
+        return process_gone(holder, here=self.host)
 
     def release(self, approval_id: str) -> None:
         """Give up a claim (its completion failed and will be tried again); best effort."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from agent.scheduling.leases import AlwaysLeader, LeaderLease
+from core.fencing import Fence, fenced_by
 
 TickResult = Literal["ran", "not_due", "not_leader", "busy"]
 log = logging.getLogger("steward.scheduler")
@@ -74,9 +76,10 @@ class SweepScheduler:
     def run_as_leader(self, trigger: str) -> tuple[TickResult, Any]:
         """An on-demand sweep, only where the sweeper lease is held or can be taken: never beside a scheduled
         sweep another replica is running ("not_leader")."""
+        asked_at = time.monotonic()
         if not self.lease.acquire():
             return "not_leader", None
-        with self._lease_renewed():
+        with self._lease_renewed(asked_at):
             return self.run_now(trigger)
 
     def tick(self) -> TickResult:
@@ -86,12 +89,13 @@ class SweepScheduler:
             return "not_due"
         if now < self.next_due:
             return "not_due"
+        asked_at = time.monotonic()
         self.leader = self.lease.acquire()
         if not self.leader:
             self.next_due = self.schedule.next_after(now)
             return "not_leader"
         try:
-            with self._lease_renewed():
+            with self._lease_renewed(asked_at):
                 outcome, _ = self.run_now("schedule")
         except BaseException:
             # A failed sweep is tried again at the next due time, not at every tick.
@@ -103,34 +107,46 @@ class SweepScheduler:
         return outcome
 
     @contextmanager
-    def _lease_renewed(self) -> Iterator[None]:
+    def _lease_renewed(self, asked_at: float) -> Iterator[None]:
         """Renew the lease every third of its duration while a scheduled sweep runs: a sweep longer than the lease
         (a first one building the runbook index, a slow API) must not let another replica start one alongside.
         For at most RENEW_WHILE_SWEEPING lease durations: a sweep that runs longer is taken to hang, and the lease
-        lapses so that another replica sweeps."""
+        lapses so that another replica sweeps.
+
+        The sweep runs fenced (core/fencing.py): once the lease is lost, not renewed in time, or given up after
+        RENEW_WHILE_SWEEPING durations, the sweep makes no further call that acts (each outcome says why), so that
+        a sweep that outlives its lease never acts beside the replica that took it over. `asked_at`: when the lease
+        was taken (time.monotonic(), before the call)."""
         duration = getattr(self.lease, "duration_s", None)
         if not duration:
             yield
             return
         done = threading.Event()
+        fence = Fence(getattr(self.lease, "holder", "?"), float(duration), asked_at)
 
         def renew() -> None:
             for _ in range(3 * RENEW_WHILE_SWEEPING):
                 if done.wait(duration / 3):
                     return
                 try:
+                    renewing_at = time.monotonic()
                     if not self.lease.acquire():
-                        log.warning("lost the sweeper lease during a sweep; the next one runs where it is held")
+                        fence.lose("another steward took the sweeper lease")
+                        log.warning("lost the sweeper lease during a sweep: it acts no more; the next sweep runs "
+                                    "where the lease is held")
                         return
+                    fence.renewed(renewing_at)
                 except Exception:  # e.g. the database is briefly unreachable: tried again at the next third
                     log.exception("could not renew the sweeper lease during a sweep")
-            log.warning("a sweep has run for %d lease durations: the lease is no longer renewed and another replica "
-                        "may take over", RENEW_WHILE_SWEEPING)
+            fence.lose(f"the sweep ran for {RENEW_WHILE_SWEEPING} lease durations, so the sweeper lease was given up")
+            log.warning("a sweep has run for %d lease durations: the lease is no longer renewed, the sweep acts no "
+                        "more, and another replica may take over", RENEW_WHILE_SWEEPING)
 
         renewing = threading.Thread(target=renew, name="steward-lease-renewal", daemon=True)
         renewing.start()
         try:
-            yield
+            with fenced_by(fence):
+                yield
         finally:
             done.set()
             renewing.join(timeout=5)  # a renewal in flight ends before the lease can be released (stop())

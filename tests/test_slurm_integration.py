@@ -6,6 +6,7 @@ import os
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -224,11 +225,9 @@ def test_stopping_one_array_task_stops_only_that_task(slurm, tmp_path):
         slurm.cli("scancel", str(array))
 
 
-def test_a_graceful_stop_lets_an_srun_step_finish_its_checkpoint(slurm, tmp_path):
-    """The usual training job runs its work as an `srun` step inside sbatch. `scancel --signal=TERM --full` also
-    signals that srun, which kills the step after KillWait (2 s here, 30 s by default): a SIGTERM handler that needs
-    3 s to checkpoint was cut short. Signalled in its steps, the step checkpoints and exits on its own."""
-    out = tmp_path
+def _checkpointing_step_job(slurm, out: Path, name: str) -> tuple[str, Path]:
+    """An sbatch job whose work is an `srun` step with a SIGTERM handler that takes 3 s to checkpoint; (job id, the
+    checkpoint file), once the step runs."""
     done = out / "ckpt.txt"
     train = out / "train.py.sh"  # the step's name is the program srun starts: not a shell attached beside the work
     train.write_text(f"#!/bin/bash\ntrap 'echo got TERM >> {done}; sleep 3; echo ckpt done >> {done}; exit 0' TERM\n"
@@ -236,15 +235,23 @@ def test_a_graceful_stop_lets_an_srun_step_finish_its_checkpoint(slurm, tmp_path
     train.chmod(0o755)
     script = out / "train.sh"
     script.write_text(f"#!/bin/bash\nsrun {train}\n")
-    job = slurm.sbatch("-J", "steps", "-p", "gpu", "--gres=gpu:1", "-D", str(out), "-o", f"{out}/steps-%j.log",
+    job = slurm.sbatch("-J", name, "-p", "gpu", "--gres=gpu:1", "-D", str(out), "-o", f"{out}/steps-%j.log",
                        str(script))
+    _wait_running(slurm, job)
+    for _ in range(100):  # bounded poll for srun to start its step
+        if f"{job}.0" in slurm.cli("squeue", "--steps", "-h", "-o", "%i", "-j", str(job)).stdout.split():
+            break
+        time.sleep(0.2)
+    return job, done
+
+
+def test_a_graceful_stop_lets_an_srun_step_finish_its_checkpoint(slurm, tmp_path):
+    """The usual training job runs its work as an `srun` step inside sbatch. `scancel --signal=TERM --full` also
+    signals that srun, which kills the step after KillWait (2 s here, 30 s by default): a SIGTERM handler that needs
+    3 s to checkpoint was cut short. Signalled in its steps, the step checkpoints and exits on its own."""
+    job, done = _checkpointing_step_job(slurm, tmp_path, "steps")
     try:
-        _wait_running(slurm, job)
         scheduler = SlurmScheduler(SlurmCli(env=slurm.env), stop_settle_s=0)
-        for _ in range(100):  # bounded poll for srun to start its step
-            if f"{job}.0" in slurm.cli("squeue", "--steps", "-h", "-o", "%i", "-j", str(job)).stdout.split():
-                break
-            time.sleep(0.2)
         [steward] = [j for j in scheduler.list_jobs() if j.name == "steps"]
         result = scheduler.stop_job(steward.id, force=False, grace_s=20, uid=steward.uid)
         assert result.status in ("stopped", "stopping") and f"its steps {job}.0" in result.detail, result
@@ -399,24 +406,10 @@ def test_a_steps_query_that_times_out_does_not_turn_a_graceful_stop_into_a_killw
     The stop fails and nothing is signalled; the next sweep's stop signals the steps, and the checkpoint completes."""
     from tools.slurm_cli import SlurmError
 
-    out = tmp_path
-    done = out / "ckpt.txt"
-    train = out / "train.py.sh"
-    train.write_text(f"#!/bin/bash\ntrap 'echo got TERM >> {done}; sleep 3; echo ckpt done >> {done}; exit 0' TERM\n"
-                     "while true; do sleep 0.2; done\n")
-    train.chmod(0o755)
-    script = out / "train.sh"
-    script.write_text(f"#!/bin/bash\nsrun {train}\n")
-    job = slurm.sbatch("-J", "steps2", "-p", "gpu", "--gres=gpu:1", "-D", str(out), "-o", f"{out}/steps-%j.log",
-                       str(script))
+    job, done = _checkpointing_step_job(slurm, tmp_path, "steps2")
     try:
-        _wait_running(slurm, job)
         cli = SlurmCli(env=slurm.env)
         scheduler = SlurmScheduler(cli, stop_settle_s=0)
-        for _ in range(100):  # bounded poll for srun to start its step
-            if f"{job}.0" in slurm.cli("squeue", "--steps", "-h", "-o", "%i", "-j", str(job)).stdout.split():
-                break
-            time.sleep(0.2)
         [steward] = [j for j in scheduler.list_jobs() if j.name == "steps2"]
         real = cli.run
 

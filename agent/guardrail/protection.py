@@ -78,15 +78,13 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
 KEEP_UNTIL = "steward.io/keep-until"
 
 
-STABLE_NAME_KINDS = ("StatefulSet", "Notebook")  # controllers that recreate a pod under its own name
-
-
 def _same_target(target: str, target_uid: str | None, job: JobInfo) -> bool:
-    """A record about `target` is about `job`: by uid when both have one (a later Slurm job under a kept one's name
-    is another job), by name otherwise, and by name too for a pod its controller recreates under its name (a
-    notebook restarted after a node drain is the notebook its owner kept)."""
+    """A record about `target` is about `job`: by uid when both have one and they match, else by name where a name
+    is an identity only the owner's team can take: a Kubernetes pod's, in its namespace (a notebook recreated under
+    its name is the notebook its owner kept), not a Slurm job's, which any user of the partition can choose (a
+    later job named like a kept one is another user's job)."""
     if target_uid and job.uid and target_uid != job.uid:
-        return target == job.id and job.owner_kind in STABLE_NAME_KINDS
+        return target == job.id and job.scheduler == "kubernetes"
     return target == job.id or bool(target_uid and target_uid == job.uid)
 
 

@@ -126,10 +126,12 @@ def test_a_sweep_whose_lease_was_taken_acts_on_nothing_and_says_why(world):
     t.start()
     try:
         assert reading.wait(20)
+        # B takes the lease in one statement: A's renewal thread (every DURATION / 3) cannot slip in between an
+        # expiry and B's acquire, as it did once on a loaded CI machine.
         with sqlite3.connect(world.data_dir / "leases.sqlite") as conn:
-            conn.execute("UPDATE leases SET expires_at = 0")
+            conn.execute("UPDATE leases SET holder = 'replica-b', expires_at = ?", (time.time() + 600,))
         other = SqliteLease(world.data_dir / "leases.sqlite", "gpu-steward-sweeper", "replica-b", 600)
-        assert other.acquire()
+        assert other.acquire()  # B holds it: a renewal
     finally:
         taken.set()
         t.join(20)

@@ -11,7 +11,7 @@ from agent.detectors.evidence import duration_zh, io_metrics, log_metrics, with_
 from agent.detectors.history import align_end
 from agent.detectors.longtail import LongTail, long_tail, work_off_the_gpu
 from agent.detectors.serving import requests_since
-from agent.detectors.signals import ClusterSignals, JobSeries, JobWindow, group_signals
+from agent.detectors.signals import IO_WORDS, ClusterSignals, JobSeries, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
@@ -101,16 +101,13 @@ def last_other_work(series: JobSeries, logs: LogProgress | None, rule: LongTailR
     return newest
 
 
-_IO_WORDS = {"cpu_pct": ("CPU", "CPU"), "net_rx_mbps": ("network", "网络"), "disk_read_mbps": ("disk", "磁盘")}
-
-
 def _unseen_io(missing: list[str]) -> tuple[str, str] | None:
     """Why a quiet job some of whose CPU/IO series are missing (read for other jobs, not for it) needs a person to
     stop it: the missing one may be where it works."""
     if not missing:
         return None
-    en = "/".join(_IO_WORDS[m][0] for m in missing)
-    zh = "、".join(_IO_WORDS[m][1] for m in missing)
+    en = "/".join(IO_WORDS[m][0] for m in missing)
+    zh = "、".join(IO_WORDS[m][1] for m in missing)
     return (f"its {en} metrics are read for other jobs but not for it: it may be working there, so the stop needs a "
             f"person", f"其他作业有{zh}指标而它没有：它可能正在那里工作，因此停止需由人工确认")
 

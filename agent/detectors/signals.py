@@ -350,6 +350,8 @@ def group_signals(obs: Observation) -> ClusterSignals:
 
 
 _IO_FIELDS = ("cpu_pct", "net_rx_mbps", "disk_read_mbps")
+# The fields' names as people read them: (English, Chinese).
+IO_WORDS = {"cpu_pct": ("CPU", "CPU"), "net_rx_mbps": ("network", "网络"), "disk_read_mbps": ("disk", "磁盘")}
 _IO_NEWEST = 4  # newest slices looked at to tell whether the source reads a CPU/IO field
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from agent.detectors.evidence import describe_record, duration_zh, kind_label
-from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
+from agent.detectors.signals import IO_WORDS, ClusterSignals, JobWindow, group_signals
 from agent.records.cost import money
 from core.durations import format_duration
 from core.text import one_line, plural
@@ -364,10 +364,10 @@ def render_report(state: StewardState, deps: StewardDeps, zone: tzinfo = UTC) ->
     io_unread = _io_unread(deps, *judged)
     if io_unread:
         if zh:
-            shown = "、".join(f"{job}（{'、'.join(_IO_NAMES_ZH[f] for f in fields)}）" for job, fields in io_unread[:5])
+            shown = "、".join(f"{job}（{'、'.join(IO_WORDS[f][1] for f in fields)}）" for job, fields in io_unread[:5])
             shown += f"（另有 {len(io_unread) - 5} 个）" if len(io_unread) > 5 else ""
         else:
-            shown = ", ".join(f"{job} ({'/'.join(_IO_NAMES[f] for f in fields)})" for job, fields in io_unread[:5])
+            shown = ", ".join(f"{job} ({'/'.join(IO_WORDS[f][0] for f in fields)})" for job, fields in io_unread[:5])
             shown += f" (+{len(io_unread) - 5})" if len(io_unread) > 5 else ""
         lines.insert(1 + len(degraded) + bool(unmeasured) + bool(unjudged),
                      f"未判断空闲：{len(io_unread)} 个运行中的 GPU 作业缺少其他作业已有的全部 CPU/IO 指标：{shown}"
@@ -460,10 +460,6 @@ def _unjudged(deps: StewardDeps, windows: list[tuple[str, JobWindow]]) -> tuple[
     rule = policy.detectors.idle
     out = [(job, w.coverage) for job, w in windows if w.coverage < rule.min_coverage]
     return sorted(out), rule.window, rule.min_coverage
-
-
-_IO_NAMES = {"cpu_pct": "CPU", "net_rx_mbps": "network", "disk_read_mbps": "disk"}
-_IO_NAMES_ZH = {"cpu_pct": "CPU", "net_rx_mbps": "网络", "disk_read_mbps": "磁盘"}
 
 
 def _io_unread(deps: StewardDeps, windows: list[tuple[str, JobWindow]],

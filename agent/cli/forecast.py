@@ -21,7 +21,7 @@ from agent.history.forecast import (
     predicted_low,
     windows,
 )
-from evals.forecast_backtest import backtest, print_table, rows
+from evals.forecast_backtest import backtest, print_table, to_json
 from evals.series import HourlySeries, SeriesError, load_hourly
 
 
@@ -150,12 +150,12 @@ def cmd_forecast_backtest(args: argparse.Namespace, settings: Any) -> int:
     try:
         series = load_hourly(args.trace, time_col=args.time_col, value_col=args.value_col,
                              capacity_col=args.capacity_col)
-        result = backtest(series)
+        result = backtest(series, all_hours=True)
     except (SeriesError, ForecastError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"rows": rows(result), "default": result.default}, indent=2))
+        print(json.dumps(to_json(result), indent=2))
     else:
         print_table(result)
     return 0

@@ -31,6 +31,7 @@ class PoolHistory:
     start: datetime  # the first hour
     values: np.ndarray  # allocated GPUs, hourly mean
     capacity: float | None
+    filled: np.ndarray | None = None  # hours a recorded series had no sample for (interpolated)
 
 
 def simulated_pools(scenario_path: Path | None) -> list[PoolHistory]:
@@ -61,8 +62,10 @@ def simulated_pools(scenario_path: Path | None) -> list[PoolHistory]:
 
 def _series_of(p: PoolHistory) -> HourlySeries:
     capacity = None if p.capacity is None else np.full(len(p.values), p.capacity)
-    return HourlySeries(path=p.pool, start=p.start, values=p.values, capacity=capacity, filled_hours=0,
-                        columns={"time": "", "value": "allocated GPUs", "capacity": ""}, rows=len(p.values))
+    filled = 0 if p.filled is None else int(p.filled.sum())
+    return HourlySeries(path=p.pool, start=p.start, values=p.values, capacity=capacity, filled_hours=filled,
+                        columns={"time": "", "value": "allocated GPUs", "capacity": ""}, rows=len(p.values),
+                        filled=p.filled)
 
 
 def pool_forecast(p: PoolHistory) -> dict[str, Any]:
@@ -131,7 +134,7 @@ def cmd_forecast(args: argparse.Namespace, settings: Any) -> int:
             s = load_hourly(args.history, time_col=args.time_col, value_col=args.value_col,
                             capacity_col=args.capacity_col)
             cap = float(s.capacity[-1]) if s.capacity is not None else None
-            pools = [PoolHistory(Path(s.path).name, s.start, s.values, cap)]
+            pools = [PoolHistory(Path(s.path).name, s.start, s.values, cap, s.filled)]
         else:
             pools = simulated_pools(args.scenario)
         docs = [pool_forecast(p) for p in pools]

@@ -51,11 +51,14 @@ def read_header(path: Path) -> tuple[list[str], csv.DictReader]:
 class HourlySeries:
     path: str
     start: datetime  # the first hour (UTC)
-    values: np.ndarray  # mean load per hour, gaps filled by linear interpolation
+    values: np.ndarray  # mean load per hour, gaps filled by linear interpolation (see `filled`)
     capacity: np.ndarray | None  # mean capacity per hour, same filling
     filled_hours: int  # hours with no sample, interpolated
     columns: dict[str, str]
     rows: int
+    # Which hours had no load or capacity sample (None: every hour had both). An interpolated hour leans on the
+    # next sample, so a backtest origin whose history ends in one would see after the origin; it is left out.
+    filled: np.ndarray | None = None
 
     @property
     def hours(self) -> int:
@@ -91,15 +94,15 @@ def parse_time(text: str) -> float:
     return value
 
 
-def _fill(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, int]:
+def _fill(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hourly means, empty hours interpolated, and which hours were empty."""
     out = np.full(len(sums), np.nan)
     have = counts > 0
     out[have] = sums[have] / counts[have]
     idx = np.arange(len(out))
-    missing = int((~have).sum())
-    if missing:
+    if not have.all():
         out[~have] = np.interp(idx[~have], idx[have], out[have])
-    return out, missing
+    return out, ~have
 
 
 def load_hourly(path: str | Path, *, time_col: str | None = None, value_col: str | None = None,
@@ -152,13 +155,17 @@ def load_hourly(path: str | Path, *, time_col: str | None = None, value_col: str
     ok = np.isfinite(v_arr)
     if not ok.any():
         raise SeriesError(f"{source}: column {v_name!r} has no numbers")
-    hourly, filled = _fill(np.bincount(bucket[ok], v_arr[ok], n), np.bincount(bucket[ok], minlength=n))
+    hourly, empty = _fill(np.bincount(bucket[ok], v_arr[ok], n), np.bincount(bucket[ok], minlength=n))
+    filled = empty.copy()
     capacity = None
     if c_name:
         c_arr = np.asarray(caps)
         c_ok = np.isfinite(c_arr)
         if c_ok.any():
-            capacity, _ = _fill(np.bincount(bucket[c_ok], c_arr[c_ok], n), np.bincount(bucket[c_ok], minlength=n))
+            capacity, c_empty = _fill(np.bincount(bucket[c_ok], c_arr[c_ok], n),
+                                      np.bincount(bucket[c_ok], minlength=n))
+            filled |= c_empty
     return HourlySeries(path=source, start=datetime.fromtimestamp(first_hour * HOUR, UTC), values=hourly,
-                        capacity=capacity, filled_hours=filled,
-                        columns={"time": t_name, "value": v_name, "capacity": c_name or ""}, rows=len(times))
+                        capacity=capacity, filled_hours=int(empty.sum()),
+                        columns={"time": t_name, "value": v_name, "capacity": c_name or ""}, rows=len(times),
+                        filled=filled if filled.any() else None)

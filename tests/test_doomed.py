@@ -18,7 +18,16 @@ from agent.history.doomed import (
     StreakRule,
     judge,
 )
-from evals.doomed_backtest import JobTraceError, RuleScore, backtest, beats_plain_rule, load_jobs, split
+from evals.doomed_backtest import (
+    JobTraceError,
+    RuleScore,
+    backtest,
+    beats_plain_rule,
+    by_slice,
+    by_user_bootstrap,
+    load_jobs,
+    split,
+)
 
 JOB = JobToJudge(identity="alice|train.py|8", user="alice", gpus=8)
 
@@ -154,8 +163,10 @@ def test_cli_json_shape_and_train(tmp_path, capsys):
     trace = crash_loop_trace(tmp_path / "late.csv")
     assert main(["doomed", "backtest", str(trace), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"rows", "default"}
+    assert set(doc) == {"rows", "default", "by_user_interval", "slices"}
     assert doc["default"] == DEFAULT_RULE.name
+    assert set(doc["by_user_interval"]) == {"base rate", PLAIN_RULE.name, CRASH_LOOP.name}
+    assert [(x["from"], x["to"]) for x in doc["slices"]] == [(0.0, 0.2), (0.2, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.0)]
     assert [r["name"] for r in doc["rows"]] == ["base rate", PLAIN_RULE.name, CRASH_LOOP.name]
     for row in doc["rows"]:
         assert set(row) == {"name", "precision", "recall", "flagged", "gpu_hours_saved"}
@@ -170,6 +181,21 @@ def test_cli_text_table(tmp_path, capsys):
     assert main(["doomed", "backtest", str(crash_loop_trace(tmp_path / "t.csv"))]) == 0
     out = capsys.readouterr().out
     assert "crash loop *" in out and "plain rule" in out and "base rate" in out
+    assert "resamples of the 2 scored users (seed 0)" in out and "60%-80% (scored above)" in out
+
+
+def test_the_spread_resamples_users_and_scores_each_slice_after_all_before_it(tmp_path):
+    """One user's loop makes all the crash loop's flags: resampling users cannot move its precision, while the base
+    rate (user 1 always fails, user 2 never) spans 0 to 1. Seeded: the same interval every run."""
+    jobs = load_jobs(crash_loop_trace(tmp_path / "t.csv"))
+    result = backtest(jobs, jobs)
+    boot = by_user_bootstrap(result)
+    assert boot.precision[CRASH_LOOP.name] == (1.0, 1.0) and boot.precision["base rate"] == (0.0, 1.0)
+    assert by_user_bootstrap(result) == boot
+    halves = by_slice(jobs, [], parts=2)
+    assert [(a, b, r.scored) for a, b, r in halves] == [(0.0, 0.5, 8), (0.5, 1.0, 8)]
+    # The second half is judged with the first as history: all four of its loop runs are flagged.
+    assert {s.name: s for s in halves[1][2].scores}[CRASH_LOOP.name].flagged == 4
 
 
 @pytest.mark.parametrize(("body", "message"), [

@@ -149,10 +149,12 @@ def test_cli_backtest_json_shape(tmp_path, capsys):
     path = write_series(tmp_path / "pool.csv", weekly_load(24 * 16, noise=3.0, shift=10.0))
     assert main(["forecast", "backtest", str(path), "--value-col", "allocated_gpus", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"rows", "default"}
+    assert set(doc) == {"rows", "default", "all_hours"}
     names = [r["name"] for r in doc["rows"]]
     assert {HOLT_WINTERS, SEASONAL_NAIVE_DAY, SEASONAL_NAIVE_WEEK} <= set(names) and doc["default"] in names
-    for row in doc["rows"]:
+    # The same scores over origins at every hour of day: 16 days, origins from hour 336 to 360.
+    assert doc["all_hours"]["origins"] == 25 and [r["name"] for r in doc["all_hours"]["rows"]] == names
+    for row in doc["rows"] + doc["all_hours"]["rows"]:
         assert set(row) == {"name", "mae", "coverage", "window_precision"}
         assert 0.0 <= row["coverage"] <= 1.0
     short = write_series(tmp_path / "short.csv", weekly_load(40))
@@ -240,3 +242,38 @@ def test_a_pool_quiet_half_the_day_gets_a_window_its_kept_nodes_can_carry():
     assert datetime.fromtimestamp(stop, UTC).hour in (6, 7)  # the night, not the next day
     # Kept capacity under tonight's upper bound: no window.
     assert isinstance(detector.forecast_window(pool, at, keep_gpus=2.0), str)
+
+
+def test_the_forecaster_is_checked_from_the_hour_of_day_it_forecasts_from():
+    """A pool's history of 3 days and 12 hours: the forecast starts at 12:00, so the backtest's origin is at 12:00 and
+    scores the last 24 hours. Counted from the series' start it sat at 00:00 and never saw the last 12 hours, where
+    the load went over every forecast (a risk of 0 where half the checked hours were missed)."""
+    from agent.history.forecast import backtest_origins, plan_low_windows
+
+    day = 20 + 10 * np.sin(2 * np.pi * np.arange(24) / 24)
+    y = np.tile(day, 4)[:84]
+    y[72:] += 15.0  # the last 12 hours, 00:00-12:00 of the fourth day
+    plan = plan_low_windows(tuple(y), START.timestamp() + 84 * 3600, capacity=None)
+    assert plan.origins == 1
+    assert plan.risk == pytest.approx(0.5)  # 12 of the 24 scored hours over the upper bound
+    # Every daily origin shares the live forecast's hour of day, the last one scoring the last 24 hours.
+    assert backtest_origins(24 * 16 + 7, 24 * 14) == [24 * 14 + 7, 24 * 15 + 7]
+
+
+def test_a_backtest_origin_never_sees_past_it_through_interpolated_hours(tmp_path):
+    """Six empty hours, then an outage (0 GPUs) from an origin on. Interpolating across the empty hours drew the
+    history toward 0 before the origin, and every model 'foresaw' the outage; an origin whose history ends in empty
+    hours is left out (a pool's history with gaps is not forecast), while hours filled between two samples before
+    an origin are kept."""
+    values = 50.0 + np.random.default_rng(3).normal(0, 2.0, 24 * 17)  # steady: no hour is predicted low...
+    values[384:] = 0.0  # ...until the outage from hour 384, an origin
+    path = write_series(tmp_path / "outage.csv", values)
+    lines = path.read_text().splitlines()
+    empty = range(1 + 378 * 2, 1 + 384 * 2)  # hours 378-383 (two samples an hour after the header)
+    path.write_text("\n".join(line for i, line in enumerate(lines) if i not in empty) + "\n")
+    series = load_hourly(path)
+    result = backtest(series)
+    # Nobody foresees the outage: no hour predicted low was low (it was 24 of 24 for the last value).
+    assert all(not s.window_precision for s in result.scores)
+    assert result.origins == 2 and result.skipped == 1  # origins 336 and 360 kept, 384 left out
+    assert series.filled_hours == 6 and series.filled is not None and series.filled[378:384].all()

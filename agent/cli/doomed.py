@@ -8,7 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evals.doomed_backtest import after, backtest, load_jobs, print_table, rows, split
+from evals.doomed_backtest import (
+    SCORED_SHARE,
+    after,
+    backtest,
+    by_slice,
+    by_user_bootstrap,
+    load_jobs,
+    print_spread,
+    print_table,
+    split,
+    to_json,
+)
 from evals.series import SeriesError
 
 
@@ -19,17 +30,23 @@ def cmd_doomed_backtest(args: argparse.Namespace, settings: Any) -> int:
             history = load_jobs(args.train)
             scored = after(history, jobs)
             note = f"all of it; history from {args.train} first"
+            slices = by_slice(scored, history, delay_s=args.delay)
+            scored_from = 0.0
         else:
             history, scored = split(jobs)
             note = f"the last {len(scored)} of {len(jobs)} submissions; the earlier ones are history only"
+            slices = by_slice(jobs, [], delay_s=args.delay)
+            scored_from = 1.0 - SCORED_SHARE
         result = backtest(scored, history, delay_s=args.delay)
+        boot = by_user_bootstrap(result)
     except (SeriesError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"rows": rows(result), "default": result.default}, indent=2))
+        print(json.dumps(to_json(result, boot, slices), indent=2))
     else:
         print_table(result, str(args.trace), note)
+        print_spread(result, boot, slices, scored_from)
     return 0
 
 

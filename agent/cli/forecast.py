@@ -21,7 +21,7 @@ from agent.history.forecast import (
     predicted_low,
     windows,
 )
-from evals.forecast_backtest import backtest, print_table, rows
+from evals.forecast_backtest import backtest, print_table, to_json
 from evals.series import HourlySeries, SeriesError, load_hourly
 
 
@@ -31,6 +31,7 @@ class PoolHistory:
     start: datetime  # the first hour
     values: np.ndarray  # allocated GPUs, hourly mean
     capacity: float | None
+    filled: np.ndarray | None = None  # hours a recorded series had no sample for (interpolated)
 
 
 def simulated_pools(scenario_path: Path | None) -> list[PoolHistory]:
@@ -61,8 +62,10 @@ def simulated_pools(scenario_path: Path | None) -> list[PoolHistory]:
 
 def _series_of(p: PoolHistory) -> HourlySeries:
     capacity = None if p.capacity is None else np.full(len(p.values), p.capacity)
-    return HourlySeries(path=p.pool, start=p.start, values=p.values, capacity=capacity, filled_hours=0,
-                        columns={"time": "", "value": "allocated GPUs", "capacity": ""}, rows=len(p.values))
+    filled = 0 if p.filled is None else int(p.filled.sum())
+    return HourlySeries(path=p.pool, start=p.start, values=p.values, capacity=capacity, filled_hours=filled,
+                        columns={"time": "", "value": "allocated GPUs", "capacity": ""}, rows=len(p.values),
+                        filled=p.filled)
 
 
 def pool_forecast(p: PoolHistory) -> dict[str, Any]:
@@ -131,7 +134,7 @@ def cmd_forecast(args: argparse.Namespace, settings: Any) -> int:
             s = load_hourly(args.history, time_col=args.time_col, value_col=args.value_col,
                             capacity_col=args.capacity_col)
             cap = float(s.capacity[-1]) if s.capacity is not None else None
-            pools = [PoolHistory(Path(s.path).name, s.start, s.values, cap)]
+            pools = [PoolHistory(Path(s.path).name, s.start, s.values, cap, s.filled)]
         else:
             pools = simulated_pools(args.scenario)
         docs = [pool_forecast(p) for p in pools]
@@ -150,12 +153,12 @@ def cmd_forecast_backtest(args: argparse.Namespace, settings: Any) -> int:
     try:
         series = load_hourly(args.trace, time_col=args.time_col, value_col=args.value_col,
                              capacity_col=args.capacity_col)
-        result = backtest(series)
+        result = backtest(series, all_hours=True)
     except (SeriesError, ForecastError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"rows": rows(result), "default": result.default}, indent=2))
+        print(json.dumps(to_json(result), indent=2))
     else:
         print_table(result)
     return 0

@@ -199,16 +199,34 @@ def backtest_models(hours: int) -> tuple[list[str], int]:
                         f"{(MIN_WEEKLY_H + HORIZON_H) // DAY_H} days for the weekly models)")
 
 
-def rolling_backtest(y: np.ndarray, capacity: np.ndarray | None = None,
-                     models: list[str] | None = None) -> tuple[int, int, list[BacktestScore]]:
-    """Rolling origin, one a day: each model forecasts the next 24 h from the hours before the origin only.
+def backtest_origins(hours: int, first: int, step: int = DAY_H, filled: np.ndarray | None = None) -> list[int]:
+    """The origins, counted back from the last one (its 24 h are the series' last), `step` hours apart, none
+    with under `first` hours before it.
 
-    Returns the first origin (hours), the number of origins and one score per model.
+    The forecaster is checked from the hour of day it will forecast from: a live forecast starts where the
+    history ends, so with one origin a day every origin shares that hour. `filled` marks hours with no sample
+    (filled in by the caller): an origin whose history ends in one is left out, since its filled hours were
+    drawn toward values after the origin and a pool's history with gaps is not forecast at all.
+    """
+    origins = list(range(hours - HORIZON_H, first - 1, -step))[::-1]
+    if filled is not None:
+        origins = [o for o in origins if not filled[o - 1]]
+    return origins
+
+
+def rolling_backtest(y: np.ndarray, capacity: np.ndarray | None = None, models: list[str] | None = None,
+                     step: int = DAY_H, filled: np.ndarray | None = None) -> tuple[int, int, list[BacktestScore]]:
+    """Rolling origin, one a day at the hour the history ends (`step` 1: every hour): each model forecasts the
+    next 24 h from the hours before the origin only.
+
+    Returns the least history before an origin (hours), the number of origins and one score per model.
     """
     y = np.asarray(y, dtype=float)
     usable, first = backtest_models(len(y))
     names = [m for m in (models or usable) if m in usable]
-    origins = list(range(first, len(y) - HORIZON_H + 1, DAY_H))
+    origins = backtest_origins(len(y), first, step, filled)
+    if not origins:
+        raise ForecastError("every origin's history ends in an hour with no sample: nothing to score")
     abs_err: dict[str, list[float]] = {m: [] for m in names}
     inside = {m: 0 for m in names}
     above = {m: 0 for m in names}

@@ -94,10 +94,13 @@ class OversizedPoolDetector:
             upcoming = [f"{_clock(a)}-{_clock(b)}" for a, b in plan.windows if a > now]
             return (f"pool {pool.name} is outside its predicted low-load windows ({plan.model}); "
                     + (f"next: {', '.join(upcoming)} UTC" if upcoming else "none predicted in the next 24 h"))
-        scale_up = window[1] - self.rule.scale_up_lead
-        if now >= scale_up:
-            return (f"pool {pool.name}'s low-load window {_clock(window[0])}-{_clock(window[1])} UTC ends within "
-                    f"the scale-up lead ({format_duration(self.rule.scale_up_lead)}): no scale-down now")
+        lead = self.rule.scale_up_lead
+        scale_up = window[1] - lead
+        if scale_up - now < lead:
+            return (f"pool {pool.name}'s low-load window {_clock(window[0])}-{_clock(window[1])} UTC leaves less than "
+                    f"the scale-up lead ({format_duration(lead)}) before its planned scale-up at {_clock(scale_up)} "
+                    "UTC: nodes released for less time than it takes to bring them back are not worth the risk, "
+                    "no scale-down now")
         return plan, window[0], window[1], scale_up
 
     def empty_slices(
@@ -167,7 +170,11 @@ class OversizedPoolDetector:
             elif not clock_open:
                 continue
             else:
-                planned, forecast_note = self._way_back(pool, obs.at)
+                back = self._way_back(pool, obs.at)
+                if isinstance(back, str):
+                    self.notes[pool.name] = back
+                    continue
+                planned, forecast_note = back
             gpus = (pool.nodes - suggested) * pool.gpus_per_node
             since = obs.at - timedelta(seconds=min(s for _, s in empty) * obs.slice_s)
             hours = (obs.at - since).total_seconds() / 3600.0
@@ -210,10 +217,12 @@ class OversizedPoolDetector:
             )
         return findings
 
-    def _way_back(self, pool: PoolInfo, at: datetime) -> tuple[dict[str, float], str]:
+    def _way_back(self, pool: PoolInfo, at: datetime) -> tuple[dict[str, float], str] | str:
         """A scale-down in the fixed window plans its way back too: to the pool's size, a lead before the window
         ends (or, with no window, a lead after the longest a fixed night lasts: 12 h), earlier when queued work
-        that fits finds no room (PlannedScaleUpDetector). Every shrink the steward makes can be undone by it."""
+        that fits finds no room (PlannedScaleUpDetector). Every shrink the steward makes can be undone by it. Less
+        than a lead before that scale-up, why no scale-down is proposed: nodes released for less time than it
+        takes to bring them back are not worth the risk."""
         rule = self.rule
         if rule.scale_down_end is not None:
             end = datetime.combine(at.astimezone(UTC).date(), rule.scale_down_end.replace(tzinfo=None), tzinfo=UTC)
@@ -221,7 +230,12 @@ class OversizedPoolDetector:
                 end += timedelta(days=1)
         else:
             end = at + timedelta(hours=12)
-        scale_up = max(at + timedelta(seconds=rule.scale_up_lead), end - timedelta(seconds=rule.scale_up_lead))
+        scale_up = end - timedelta(seconds=rule.scale_up_lead)
+        if (scale_up - at).total_seconds() < rule.scale_up_lead:
+            return (f"pool {pool.name}'s scale-down window ends at {end:%H:%M} UTC: less than the scale-up lead "
+                    f"({format_duration(rule.scale_up_lead)}) is left before its scale-up at {scale_up:%H:%M} UTC, "
+                    "and nodes released for less time than it takes to bring them back are not worth the risk: no "
+                    "scale-down now")
         note = (f"; scale back up to {pool.nodes} nodes at {scale_up:%H:%M} UTC (the window's end less the "
                 f"{format_duration(rule.scale_up_lead)} lead), earlier if queued work finds no room")
         return {"scale_up_at": scale_up.timestamp(), "scale_up_nodes": float(pool.nodes)}, note

@@ -7,11 +7,11 @@ import re
 from datetime import UTC, datetime, time, timedelta
 
 from agent.config.policy import Policy
-from agent.detectors.queue import STUCK_AFTER_S
+from agent.detectors.queue import STUCK_AFTER_S, Capacity, demand_for_pool
 from agent.detectors.signals import ClusterSignals, CoarseHistory, align_end, group_signals, valid_pct, window_slices
 from agent.history.forecast import HOUR, MIN_FORECAST_H, ForecastError, LowWindowPlan, cached_low_windows
 from core.actions import Finding, History
-from core.cluster import GpuSeries, JobInfo, NodeInfo, PoolInfo, gpu_model_matches
+from core.cluster import GpuSeries, JobInfo, NodeInfo, PoolInfo
 from core.durations import format_duration
 from core.observation import Observation
 from core.pool_plans import open_scale_down
@@ -151,8 +151,8 @@ class OversizedPoolDetector:
             if not empty:
                 continue
             used = sum(gpus_by_node.get(n.name, 0) for n in members)
-            # Queued work is demand: the pool keeps room for pending jobs that could run on it (their GPU model, or
-            # any), counted for every pool they fit, so a scale-down never strands them.
+            # Queued work is demand: the pool keeps room for pending jobs that wait for capacity its nodes could give
+            # (`demand_for_pool`), counted for every pool they fit, so a scale-down never strands them.
             queued = sum(j.gpus for j in _queued_for(obs, pool, 0.0))
             total = pool.nodes * pool.gpus_per_node
             needed = used + queued + self.reserve * total
@@ -296,24 +296,13 @@ def _place(job: JobInfo, free: dict[str, int]) -> bool:
     return True
 
 
-def _fits_pool(job: JobInfo, pool: PoolInfo, obs: Observation) -> bool:
-    """Whether a pending job's GPU model request can run in the pool: judged against the models its nodes report
-    (the labels the scheduler matches, e.g. GPU feature discovery's `NVIDIA-H100-80GB-HBM3` or Slurm's
-    `nvidia_h100_80gb_hbm3`), and against the pool's own model either way round, so a request spelled differently
-    from the pool's short name (`A100-80GB`) still counts as demand: a shrink that strands queued work is the
-    worse mistake."""
-    if not job.gpu_model or not pool.gpu_model:
-        return True
-    models = {n.gpu_model for n in obs.nodes if n.pool == pool.name and n.gpu_model}
-    return (any(gpu_model_matches(job.gpu_model, m) for m in models) or gpu_model_matches(job.gpu_model, pool.gpu_model)
-            or gpu_model_matches(pool.gpu_model, job.gpu_model))
-
-
 def _queued_for(obs: Observation, pool: PoolInfo, min_wait_s: float) -> list[JobInfo]:
-    """Pending GPU jobs that could run in the pool (`_fits_pool`), waiting at least `min_wait_s`, oldest first."""
+    """Pending GPU jobs that are demand for the pool's nodes (`demand_for_pool`: they wait for capacity its nodes
+    could give), waiting at least `min_wait_s`, oldest first."""
+    cap = Capacity(obs)
     out = []
     for j in obs.jobs:
-        if j.state != "pending" or j.gpus <= 0 or not _fits_pool(j, pool, obs):
+        if not demand_for_pool(j, pool, obs, cap):
             continue
         waited = (obs.at - j.submitted_at).total_seconds() if j.submitted_at is not None else None
         if waited is not None and waited < min_wait_s:
@@ -328,8 +317,8 @@ def _jobs_listed(jobs: list[JobInfo]) -> str:
 
 class PlannedScaleUpDetector:
     """The scale-up back a scale-down planned (docs/forecast.md; a forecast window's, or the fixed window's end less
-    the lead): due at its `scale_up_at`, or earlier
-    when pending GPU jobs that fit the pool's nodes find no room; back to the recorded size, never above max_nodes.
+    the lead): due at its `scale_up_at`, or earlier when pending GPU jobs that are demand for the pool's nodes
+    (`demand_for_pool`) find no room; back to the recorded size, never above max_nodes.
 
     Reads the executed scale-down from the guardrail's history; a pool whose size changed since (someone else
     resized it) gets none, and `notes` says why.

@@ -440,6 +440,31 @@ def test_queued_jobs_are_demand_a_scale_down_keeps_room_for():
     assert OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"jobs": three})) == []
 
 
+def test_jobs_that_wait_for_no_node_are_no_demand_a_scale_down_keeps_room_for():
+    """A pending job is demand for a pool's nodes only when it waits for capacity they could give: a pod asking
+    for more GPUs than a node has (stuck), pods held by a scheduling gate (Kueue's quota) and a Slurm job held by
+    its QOS group limit wait for no node, and keeping three empty on-demand nodes for them buys nothing
+    (kubernetes/autoscaler#4342). Before, all of them counted and the pool was never released."""
+    obs = pool_obs(3, nodes=4)
+    since = AT - timedelta(hours=2)
+    waiting = [
+        job("vision/vit-huge", gpus=16, node=None, state="pending", pending_reason="Unschedulable",
+            pending_message="0/4 nodes are available: 4 Insufficient nvidia.com/gpu.", submitted_at=since),
+        *(job(f"research/sweep-{i}", gpus=8, node=None, state="pending", pending_reason="SchedulingGated",
+              pending_message="Scheduling is blocked due to non-empty scheduling gates", submitted_at=since)
+          for i in range(3)),
+        JobInfo(id="cloud/nlp-sweep", scheduler="slurm", namespace="cloud", name="nlp-sweep", user="ming", gpus=16,
+                state="pending", pending_reason="QOSGrpGRES", submitted_at=since),
+    ]
+    [f] = OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"jobs": [*obs.jobs, *waiting]}))
+    assert f.metrics["queued_gpus"] == 0 and f.metrics["suggested_nodes"] == 2
+    # A pod that waits for GPUs (the scheduler says so) is still demand.
+    fits = job("nlp/bert", gpus=8, node=None, state="pending", pending_reason="Unschedulable", submitted_at=since,
+               pending_message="0/4 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    [f] = OversizedPoolDetector(POLICY).detect(obs.model_copy(update={"jobs": [*obs.jobs, *waiting, fits]}))
+    assert f.metrics["queued_gpus"] == 8 and f.metrics["suggested_nodes"] == 3
+
+
 def test_a_request_spelled_as_the_nodes_spell_the_model_is_demand_too():
     """The pool is named `A100-80GB`; its nodes report GPU feature discovery's `NVIDIA-A100-SXM4-80GB`, and a pod
     selects that label, as Slurm jobs ask for `nvidia_a100_80gb`-style GRES types. The scheduler matches the
@@ -454,8 +479,9 @@ def test_a_request_spelled_as_the_nodes_spell_the_model_is_demand_too():
     assert f.metrics["queued_gpus"] == 16 and f.metrics["suggested_nodes"] == 7
     # A pool scaled to zero has no node to ask: the pool's short name inside the request counts as a fit.
     empty = obs.model_copy(update={"nodes": [], "jobs": [*obs.jobs, *gfd]})
-    from agent.detectors.pools import _fits_pool
-    assert all(_fits_pool(j, empty.pools[0], empty) for j in gfd) and not _fits_pool(other, empty.pools[0], empty)
+    from agent.detectors.queue import fits_pool_model
+    assert all(fits_pool_model(j, empty.pools[0], empty) for j in gfd)
+    assert not fits_pool_model(other, empty.pools[0], empty)
 
 
 def test_node_with_quiet_gpus_but_a_job_is_not_empty():

@@ -79,6 +79,25 @@ def test_a_forecast_scale_down_is_proposed_inside_the_predicted_window_only():
     assert OversizedPoolDetector(FORECAST).detect(pool_obs(at(22, 10))) == []
 
 
+def test_no_scale_down_with_less_than_the_lead_left_before_its_scale_up():
+    """Window 18:00-23:00, scale-up planned at 22:00 (the window's end less the 1 h lead): at 21:05 a shrink would
+    release the nodes for 55 minutes, less than it takes to bring them back, so it is not worth its risk (a
+    remove-then-add of GPU nodes minutes before the load returns). Before, anything up to 22:00 was proposed."""
+    [f] = OversizedPoolDetector(FORECAST).detect(pool_obs(at(21)))
+    assert datetime.fromtimestamp(f.metrics["scale_up_at"], UTC) == at(22)
+    d = OversizedPoolDetector(FORECAST)
+    assert d.detect(pool_obs(at(21, 5))) == []
+    assert "leaves less than the scale-up lead (1h) before its planned scale-up at 22:00 UTC" in d.notes["a100"]
+    # The fixed window plans its way back a lead before the window ends, and the same holds.
+    fixed = parse_policy({"detectors": {"pools": {"scale_down": "fixed", "scale_down_start": "20:00",
+                                                  "scale_down_end": "07:00"}}})
+    [f] = OversizedPoolDetector(fixed).detect(pool_obs(at(5) + timedelta(days=1)))
+    assert datetime.fromtimestamp(f.metrics["scale_up_at"], UTC) == at(6) + timedelta(days=1)
+    d = OversizedPoolDetector(fixed)
+    assert d.detect(pool_obs(at(5, 30) + timedelta(days=1))) == []
+    assert "less than the scale-up lead (1h) is left before its scale-up at 06:00 UTC" in d.notes["a100"]
+
+
 def test_the_proposal_carries_the_saving_and_the_risk_in_english_and_chinese():
     [f] = OversizedPoolDetector(FORECAST).detect(pool_obs(at(18)))
     m = f.metrics

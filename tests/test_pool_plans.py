@@ -135,6 +135,22 @@ def test_pending_jobs_with_no_room_bring_the_scale_up_forward():
         pool_obs(at(19), busy=2, pending=[pending("ml/big", 8, waited_min=1)]), history(scale_down())) == []
 
 
+def test_jobs_held_by_a_quota_or_a_gate_or_stuck_do_not_bring_the_scale_up_forward():
+    """Slurm holds the jobs for their QOS group limit (QOSGrpGRES), Kueue gates the pods, one pod asks for more GPUs
+    than a node has: nodes start none of them, so growing the pool early would buy GPUs that stay empty all night
+    (Slurm's power saving wakes cloud nodes only for jobs it can start)."""
+    held = [pending("cloud/sweep-a", 16, scheduler="slurm").model_copy(update={"pending_reason": "QOSGrpGRES"}),
+            pending("cloud/sweep-b", 8, scheduler="slurm").model_copy(update={"pending_reason": "AssocGrpGRES"}),
+            pending("research/gated", 8).model_copy(update={"pending_reason": "SchedulingGated"}),
+            pending("vision/huge", 16).model_copy(update={"pending_reason": "Unschedulable"})]
+    assert PlannedScaleUpDetector(Policy()).detect(pool_obs(at(19), busy=2, pending=held), history(scale_down())) == []
+    # The same pod waiting for GPUs does.
+    waits = pending("ml/big", 8).model_copy(update={"pending_reason": "Unschedulable"})
+    [f] = PlannedScaleUpDetector(Policy()).detect(pool_obs(at(19), busy=2, pending=[*held, waits]),
+                                                  history(scale_down()))
+    assert f.metrics["waiting_jobs"] == 1 and "ml/big (8 GPUs)" in f.evidence
+
+
 def test_never_above_max_nodes_and_never_twice():
     [f] = PlannedScaleUpDetector(Policy()).detect(pool_obs(at(22), max_nodes=3), history(scale_down()))
     assert f.metrics["target_nodes"] == 3 and "capped at max_nodes 3" in f.evidence
@@ -230,6 +246,15 @@ def test_no_fill_suggestion_without_a_window_a_class_or_room():
     too_big = [pending("batch/huge", 16, cls="batch-low")]  # one pod larger than any node
     assert QuietFillDetector(FILL).detect(fill_obs(at(19), too_big)) == []
     assert QuietFillDetector(FILL).detect(pool_obs(at(19), nodes=4, pending=at_night)) == []  # no history
+
+
+def test_gated_low_priority_pods_are_not_suggested_for_a_quiet_window():
+    """A pod Kueue gates waits for its quota, not for idle GPUs: starting it is not the operators' to suggest."""
+    low = pending("batch/sweep-1", 8, cls="batch-low", now=at(19))
+    gated = low.model_copy(update={"pending_reason": "SchedulingGated"})
+    assert QuietFillDetector(FILL).detect(fill_obs(at(19), [gated])) == []
+    [f] = QuietFillDetector(FILL).detect(fill_obs(at(19), [low]))
+    assert f.metrics["fill_jobs"] == 1
 
 
 # -- resource credits ------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from agent.config.policy import Policy
+from agent.config.policy import Policy, parse_policy
 from agent.detectors.engine import run_detectors
 from agent.detectors.evidence import describe
 from agent.detectors.queue import CAUSE_QUOTA, StuckPendingDetector, queue_view
@@ -208,3 +208,143 @@ def test_queue_view_counts_fragmented_gpus() -> None:
     assert view.wait_s_by_team == {"vision": 3600.0} and view.reasons == {"Unschedulable": 1}
     jobs[-1] = jobs[-1].model_copy(update={"gpus": 3})
     assert queue_view(_obs(jobs, nodes)).fragmented_gpus == 0  # a 3-GPU job fits anywhere
+
+
+TAINTED = ("0/3 nodes are available: 3 node(s) had untolerated taint {nvidia.com/gpu: present}. preemption: 0/3 nodes "
+           "are available: 3 Preemption is not helpful for scheduling.")
+SELECTOR = ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are "
+            "available: 3 Preemption is not helpful for scheduling.")
+
+
+def _a100(n: int = 3) -> list[NodeInfo]:
+    return [NodeInfo(name=f"n{i}", pool="a100", gpus=8, gpu_model="A100-80GB") for i in range(n)]
+
+
+def test_a_pod_every_node_refuses_for_a_taint_or_a_selector_is_stuck_with_the_schedulers_reason() -> None:
+    """The scheduler's own message says why (k8s-device-plugin#421, aibrix#909): a pod without the toleration for the
+    GPU nodes' taint, or whose nodeSelector names a label no node has, is refused everywhere, for ever. Before, the
+    message was quoted but never read, so neither was stuck."""
+    from agent.detectors.queue import CAUSE_REFUSED
+
+    erin = _job("speech/erin", 4, state="pending", node=None, user="erin", pending_reason="Unschedulable",
+                pending_message=TAINTED, submitted_at=AT - timedelta(minutes=20))
+    frank = _job("vision/frank", 2, state="pending", node=None, user="frank", pending_reason="Unschedulable",
+                 pending_message=SELECTOR, submitted_at=AT - timedelta(minutes=20))
+    found = {f.target: f for f in StuckPendingDetector(Policy()).detect(_obs([erin, frank], _a100()))}
+    assert set(found) == {"speech/erin", "vision/frank"}
+    assert found["speech/erin"].metrics["cause"] == CAUSE_REFUSED
+    assert "a taint it does not tolerate (nvidia.com/gpu)" in found["speech/erin"].evidence
+    assert "tolerations: {key: nvidia.com/gpu, operator: Exists}" in found["speech/erin"].evidence
+    assert "untolerated taint {nvidia.com/gpu: present}" in found["speech/erin"].evidence  # the scheduler's words
+    assert "nodeSelector or node affinity to labels the GPU nodes carry" in found["vision/frank"].evidence
+    zh = describe(found["speech/erin"], "zh")
+    assert "不容忍节点的污点（nvidia.com/gpu）" in zh and "为 Pod 添加对 nvidia.com/gpu 的容忍" in zh
+    assert "节点选择器或节点亲和性与任何节点都不匹配" in describe(found["vision/frank"], "zh")
+
+
+def test_a_pod_refused_for_resources_a_passing_taint_or_with_an_empty_pool_to_grow_is_not_stuck() -> None:
+    def pod(message: str) -> JobInfo:
+        return _job("speech/erin", 4, state="pending", node=None, pending_reason="Unschedulable",
+                    pending_message=message, submitted_at=AT - timedelta(hours=1))
+
+    detector = StuckPendingDetector(Policy())
+    mixed = ("0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node "
+             "affinity/selector. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod.")
+    not_ready = "0/3 nodes are available: 3 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
+    cordoned = "0/3 nodes are available: 3 node(s) were unschedulable."
+    for message in (mixed, not_ready, cordoned, "pod group is not ready, 1 Running, 3 minAvailable"):
+        assert detector.detect(_obs([pod(message)], _a100())) == [], message
+    # A pool with no node now, that could hold it and may grow, might bring a node that accepts it.
+    obs = _obs([pod(SELECTOR)], _a100())
+    empty = PoolInfo(name="a10g", gpu_model="A10G", gpus_per_node=4, nodes=0, max_nodes=4)
+    assert detector.detect(obs.model_copy(update={"pools": [*obs.pools, empty]})) == []
+    # The control plane's taint refuses, and is never advised as a toleration.
+    plane = ("0/4 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "
+             "3 node(s) didn't match Pod's node affinity/selector.")
+    (f,) = detector.detect(_obs([pod(plane)], _a100()))
+    assert "toleration" not in f.evidence.split("; fix:")[1] and "nodeSelector" in f.evidence
+
+
+def test_a_pod_only_an_empty_pool_could_hold_is_stuck_once_the_pool_has_not_grown_for_a_lead() -> None:
+    """An A10G pod, the A10G node group at 0 of max 4 (an autoscaler that cannot scale it from zero, kubernetes#64411):
+    its room to grow is capacity while a scale-up could land (scale_up_lead, 1 h), not after. Before, never stuck."""
+    from agent.detectors.queue import CAUSE_NOT_GROWN, demand_for_pool
+
+    pools = [PoolInfo(name="a100", gpu_model="A100-80GB", gpus_per_node=8, nodes=3, max_nodes=3),
+             PoolInfo(name="a10g", gpu_model="NVIDIA-A10G", gpus_per_node=1, nodes=0, max_nodes=4)]
+
+    def obs(waited: timedelta) -> Observation:
+        ivy = _job("cv/ivy", 1, state="pending", node=None, user="ivy", gpu_model="A10G",
+                   pending_reason="Unschedulable", submitted_at=AT - waited,
+                   pending_message="0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.")
+        return _obs([ivy], _a100()).model_copy(update={"pools": pools})
+
+    detector = StuckPendingDetector(Policy())
+    assert detector.detect(obs(timedelta(minutes=50))) == []
+    (f,) = detector.detect(obs(timedelta(hours=4)))
+    assert f.metrics["cause"] == CAUSE_NOT_GROWN
+    assert "pool(s) a10g (0 of max 4 nodes) added none in the 4h it has waited" in f.evidence
+    assert "scale the pool up from zero" in f.evidence and "request a GPU model that has nodes (A100-80GB)" in f.evidence
+    zh = describe(f, "zh")
+    assert "a10g（0 个节点，上限 4）" in zh and "已等待的 4 小时" in zh and "（A100-80GB）" in zh
+    # The pool's growing is what would let it run: it stays demand for that pool.
+    late = obs(timedelta(hours=4))
+    assert demand_for_pool(late.jobs[0], pools[1], late)
+    # A longer lead in the policy waits longer.
+    slow = StuckPendingDetector(parse_policy({"detectors": {"pools": {"scale_up_lead": "6h"}}}))
+    assert slow.detect(obs(timedelta(hours=4))) == []
+
+
+def test_demand_for_a_pool_is_a_job_that_waits_for_capacity_its_nodes_could_give() -> None:
+    from agent.detectors.queue import demand_for_pool
+
+    obs = _obs([], _a100(2))
+    pool = obs.pools[0]
+    since = AT - timedelta(hours=1)
+
+    def pending(gpus: int, reason: str | None = None, scheduler: str = "kubernetes", **kw: object) -> JobInfo:
+        return _job("t/j", gpus, state="pending", node=None, scheduler=scheduler, pending_reason=reason,
+                    submitted_at=since, **kw)
+
+    assert demand_for_pool(pending(8, "Unschedulable"), pool, obs)
+    assert demand_for_pool(pending(16, "Resources", scheduler="slurm"), pool, obs)  # a Slurm job spans nodes
+    assert not demand_for_pool(pending(16, "Unschedulable"), pool, obs)  # one pod larger than any node
+    assert not demand_for_pool(pending(8, "SchedulingGated"), pool, obs)  # Kueue's quota gate
+    for reason in ("QOSGrpGRES", "AssocGrpGRES", "Dependency", "JobHeldUser", "Reservation"):
+        assert not demand_for_pool(pending(8, reason, scheduler="slurm"), pool, obs), reason
+    assert demand_for_pool(pending(8, "BeginTime", scheduler="slurm"), pool, obs)  # a start already set
+    assert not demand_for_pool(pending(8, "Unschedulable", pending_message=TAINTED), pool, obs)
+    assert not demand_for_pool(pending(8, "Unschedulable", gpu_model="H100"), pool, obs)
+
+
+def test_an_idle_gang_pod_does_not_block_its_own_pending_sibling() -> None:
+    """An MPIJob's worker-0 runs sshd on 8 GPUs while worker-1 and the launcher wait (kubeflow/trainer#1617): worker-0
+    does not "block the queue" for worker-1, its own job's pod; the finding says the job cannot run while they wait.
+    Another team's pod that fits its GPUs is still blocked by it."""
+    from agent.detectors.queue import mark_blockers
+    from core.actions import Finding
+
+    gang = {"training.kubeflow.org/job-name": "hvd-resnet"}
+    worker0 = _job("hpc/hvd-resnet-worker-0", 8, node="n0", labels=gang)
+    worker1 = _job("hpc/hvd-resnet-worker-1", 8, state="pending", node=None, labels=gang,
+                   pending_reason="Unschedulable", submitted_at=AT - timedelta(hours=1))
+    launcher = _job("hpc/hvd-resnet-launcher", 0, state="pending", node=None, labels=gang,
+                    pending_reason="Unschedulable", submitted_at=AT - timedelta(hours=1))
+    idle = Finding(kind="idle", target=worker0.id, since=AT - timedelta(hours=1), detected_at=AT, evidence="idle 1h",
+                   gpus=8)
+    nodes = [NodeInfo(name="n0", pool="a100", gpus=8, gpu_model="A100-80GB")]
+    (f,) = mark_blockers([idle], _obs([worker0, worker1, launcher], nodes))
+    assert "blocks the queue" not in f.evidence and "blocked_jobs" not in f.metrics
+    assert ("2 pods of its own distributed job are pending: hpc/hvd-resnet-launcher (0 GPUs, waiting 1h, "
+            "Unschedulable), hpc/hvd-resnet-worker-1 (8 GPUs, waiting 1h, Unschedulable), so the job cannot run until "
+            "they are placed") in f.evidence
+    assert f.metrics["gang_pending"] == 2
+    from agent.detectors.queue import blocked_zh
+    assert blocked_zh(f) == ("；它所属分布式作业的 2 个 Pod 仍在排队：hpc/hvd-resnet-launcher（0 块 GPU，已等待 1 小时, "
+                             "Unschedulable）、hpc/hvd-resnet-worker-1（8 块 GPU，已等待 1 小时, Unschedulable），"
+                             "在其被调度之前该作业无法运行")
+    other = _job("vision/train", 8, state="pending", node=None, project="vision", pending_reason="Unschedulable",
+                 submitted_at=AT - timedelta(minutes=40))
+    (f,) = mark_blockers([idle], _obs([worker0, worker1, other], nodes))
+    assert f.metrics["blocked_jobs"] == 1 and "blocks the queue: vision's vision/train" in f.evidence
+    assert f.evidence.index("of its own distributed job") < f.evidence.index("blocks the queue")

@@ -110,6 +110,17 @@ DIFFICULTY: dict[str, str] = {
     "serving-stacks-quiet-night-mixed": "hard",
     "jax-xla-slow-compile-85m": "medium",
     "cuda-visible-devices-7-of-8": "medium",
+    "stuck-pod-keeps-ondemand-pool": "medium",
+    "kueue-gated-pods-keep-pool-awake": "medium",
+    "gpu-taint-untolerated-selector-typo": "medium",
+    "autoscaler-gpu-scale-from-zero-never": "hard",
+    "mpijob-partial-gang-worker-pending": "medium",
+    "spot-worker-reclaimed-gang-waits": "hard",
+    "slurm-assocgrpgres-idle-allocations": "medium",
+    "xid79-hung-job-looks-idle": "medium",
+    "pool-weekend-quiet-forecast": "medium",
+    "slurm-qosgrpgres-jobs-trigger-scale-up": "hard",
+    "forecast-scale-down-minutes-before-batch": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

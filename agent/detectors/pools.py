@@ -7,11 +7,11 @@ import re
 from datetime import UTC, datetime, time, timedelta
 
 from agent.config.policy import Policy
-from agent.detectors.queue import STUCK_AFTER_S
+from agent.detectors.queue import STUCK_AFTER_S, Capacity, demand_for_pool
 from agent.detectors.signals import ClusterSignals, CoarseHistory, align_end, group_signals, valid_pct, window_slices
 from agent.history.forecast import HOUR, MIN_FORECAST_H, ForecastError, LowWindowPlan, cached_low_windows
 from core.actions import Finding, History
-from core.cluster import GpuSeries, JobInfo, NodeInfo, PoolInfo, gpu_model_matches
+from core.cluster import GpuSeries, JobInfo, NodeInfo, PoolInfo
 from core.durations import format_duration
 from core.observation import Observation
 from core.pool_plans import open_scale_down
@@ -94,10 +94,13 @@ class OversizedPoolDetector:
             upcoming = [f"{_clock(a)}-{_clock(b)}" for a, b in plan.windows if a > now]
             return (f"pool {pool.name} is outside its predicted low-load windows ({plan.model}); "
                     + (f"next: {', '.join(upcoming)} UTC" if upcoming else "none predicted in the next 24 h"))
-        scale_up = window[1] - self.rule.scale_up_lead
-        if now >= scale_up:
-            return (f"pool {pool.name}'s low-load window {_clock(window[0])}-{_clock(window[1])} UTC ends within "
-                    f"the scale-up lead ({format_duration(self.rule.scale_up_lead)}): no scale-down now")
+        lead = self.rule.scale_up_lead
+        scale_up = window[1] - lead
+        if scale_up - now < lead:
+            return (f"pool {pool.name}'s low-load window {_clock(window[0])}-{_clock(window[1])} UTC leaves less than "
+                    f"the scale-up lead ({format_duration(lead)}) before its planned scale-up at {_clock(scale_up)} "
+                    "UTC: nodes released for less time than it takes to bring them back are not worth the risk, "
+                    "no scale-down now")
         return plan, window[0], window[1], scale_up
 
     def empty_slices(
@@ -148,8 +151,8 @@ class OversizedPoolDetector:
             if not empty:
                 continue
             used = sum(gpus_by_node.get(n.name, 0) for n in members)
-            # Queued work is demand: the pool keeps room for pending jobs that could run on it (their GPU model, or
-            # any), counted for every pool they fit, so a scale-down never strands them.
+            # Queued work is demand: the pool keeps room for pending jobs that wait for capacity its nodes could give
+            # (`demand_for_pool`), counted for every pool they fit, so a scale-down never strands them.
             queued = sum(j.gpus for j in _queued_for(obs, pool, 0.0))
             total = pool.nodes * pool.gpus_per_node
             needed = used + queued + self.reserve * total
@@ -167,7 +170,11 @@ class OversizedPoolDetector:
             elif not clock_open:
                 continue
             else:
-                planned, forecast_note = self._way_back(pool, obs.at)
+                back = self._way_back(pool, obs.at)
+                if isinstance(back, str):
+                    self.notes[pool.name] = back
+                    continue
+                planned, forecast_note = back
             gpus = (pool.nodes - suggested) * pool.gpus_per_node
             since = obs.at - timedelta(seconds=min(s for _, s in empty) * obs.slice_s)
             hours = (obs.at - since).total_seconds() / 3600.0
@@ -210,10 +217,12 @@ class OversizedPoolDetector:
             )
         return findings
 
-    def _way_back(self, pool: PoolInfo, at: datetime) -> tuple[dict[str, float], str]:
+    def _way_back(self, pool: PoolInfo, at: datetime) -> tuple[dict[str, float], str] | str:
         """A scale-down in the fixed window plans its way back too: to the pool's size, a lead before the window
         ends (or, with no window, a lead after the longest a fixed night lasts: 12 h), earlier when queued work
-        that fits finds no room (PlannedScaleUpDetector). Every shrink the steward makes can be undone by it."""
+        that fits finds no room (PlannedScaleUpDetector). Every shrink the steward makes can be undone by it. Less
+        than a lead before that scale-up, why no scale-down is proposed: nodes released for less time than it
+        takes to bring them back are not worth the risk."""
         rule = self.rule
         if rule.scale_down_end is not None:
             end = datetime.combine(at.astimezone(UTC).date(), rule.scale_down_end.replace(tzinfo=None), tzinfo=UTC)
@@ -221,7 +230,12 @@ class OversizedPoolDetector:
                 end += timedelta(days=1)
         else:
             end = at + timedelta(hours=12)
-        scale_up = max(at + timedelta(seconds=rule.scale_up_lead), end - timedelta(seconds=rule.scale_up_lead))
+        scale_up = end - timedelta(seconds=rule.scale_up_lead)
+        if (scale_up - at).total_seconds() < rule.scale_up_lead:
+            return (f"pool {pool.name}'s scale-down window ends at {end:%H:%M} UTC: less than the scale-up lead "
+                    f"({format_duration(rule.scale_up_lead)}) is left before its scale-up at {scale_up:%H:%M} UTC, "
+                    "and nodes released for less time than it takes to bring them back are not worth the risk: no "
+                    "scale-down now")
         note = (f"; scale back up to {pool.nodes} nodes at {scale_up:%H:%M} UTC (the window's end less the "
                 f"{format_duration(rule.scale_up_lead)} lead), earlier if queued work finds no room")
         return {"scale_up_at": scale_up.timestamp(), "scale_up_nodes": float(pool.nodes)}, note
@@ -282,24 +296,13 @@ def _place(job: JobInfo, free: dict[str, int]) -> bool:
     return True
 
 
-def _fits_pool(job: JobInfo, pool: PoolInfo, obs: Observation) -> bool:
-    """Whether a pending job's GPU model request can run in the pool: judged against the models its nodes report
-    (the labels the scheduler matches, e.g. GPU feature discovery's `NVIDIA-H100-80GB-HBM3` or Slurm's
-    `nvidia_h100_80gb_hbm3`), and against the pool's own model either way round, so a request spelled differently
-    from the pool's short name (`A100-80GB`) still counts as demand: a shrink that strands queued work is the
-    worse mistake."""
-    if not job.gpu_model or not pool.gpu_model:
-        return True
-    models = {n.gpu_model for n in obs.nodes if n.pool == pool.name and n.gpu_model}
-    return (any(gpu_model_matches(job.gpu_model, m) for m in models) or gpu_model_matches(job.gpu_model, pool.gpu_model)
-            or gpu_model_matches(pool.gpu_model, job.gpu_model))
-
-
 def _queued_for(obs: Observation, pool: PoolInfo, min_wait_s: float) -> list[JobInfo]:
-    """Pending GPU jobs that could run in the pool (`_fits_pool`), waiting at least `min_wait_s`, oldest first."""
+    """Pending GPU jobs that are demand for the pool's nodes (`demand_for_pool`: they wait for capacity its nodes
+    could give), waiting at least `min_wait_s`, oldest first."""
+    cap = Capacity(obs)
     out = []
     for j in obs.jobs:
-        if j.state != "pending" or j.gpus <= 0 or not _fits_pool(j, pool, obs):
+        if not demand_for_pool(j, pool, obs, cap):
             continue
         waited = (obs.at - j.submitted_at).total_seconds() if j.submitted_at is not None else None
         if waited is not None and waited < min_wait_s:
@@ -314,8 +317,8 @@ def _jobs_listed(jobs: list[JobInfo]) -> str:
 
 class PlannedScaleUpDetector:
     """The scale-up back a scale-down planned (docs/forecast.md; a forecast window's, or the fixed window's end less
-    the lead): due at its `scale_up_at`, or earlier
-    when pending GPU jobs that fit the pool's nodes find no room; back to the recorded size, never above max_nodes.
+    the lead): due at its `scale_up_at`, or earlier when pending GPU jobs that are demand for the pool's nodes
+    (`demand_for_pool`) find no room; back to the recorded size, never above max_nodes.
 
     Reads the executed scale-down from the guardrail's history; a pool whose size changed since (someone else
     resized it) gets none, and `notes` says why.

@@ -110,6 +110,7 @@ DIFFICULTY: dict[str, str] = {
     "serving-stacks-quiet-night-mixed": "hard",
     "jax-xla-slow-compile-85m": "medium",
     "cuda-visible-devices-7-of-8": "medium",
+    "dlrover-rank0-save-workers-pinned": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -547,3 +548,14 @@ def test_an_approved_keepalive_stop_is_carried_out_on_the_warning_sent_before() 
     [warning] = acts(r, job, "notify", "executed")
     [stop] = stops(r, job)
     assert stop["at_s"] == 3 * 3600 and stop["at_s"] - warning["at_s"] >= 3600
+
+
+@pytest.mark.hard
+def test_the_pods_of_one_controller_wait_for_a_person_together() -> None:
+    # DLRover's pods carry no gang label the steward knows; their owner, the ElasticJob, makes them one job: no pod is
+    # stopped mid-save (workers 1 and 2 were, each judged alone), every stop waits for a person.
+    r = run("dlrover-rank0-save-workers-pinned")
+    pods = [f"llm/qwen72b-sft-edljob-worker-{i}" for i in range(3)]
+    assert not stops(r) and r.score.false_kills == 0
+    assert all(acts(r, pod, "terminate", "pending_approval") for pod in pods)
+

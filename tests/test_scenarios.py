@@ -111,6 +111,7 @@ DIFFICULTY: dict[str, str] = {
     "jax-xla-slow-compile-85m": "medium",
     "cuda-visible-devices-7-of-8": "medium",
     "dlrover-rank0-save-workers-pinned": "hard",
+    "slurm-embedding-server-request-log-ages-out": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -559,3 +560,10 @@ def test_the_pods_of_one_controller_wait_for_a_person_together() -> None:
     assert not stops(r) and r.score.false_kills == 0
     assert all(acts(r, pod, "terminate", "pending_approval") for pod in pods)
 
+
+@pytest.mark.hard
+def test_a_server_that_answered_requests_is_never_stopped_after_its_lines_age_out() -> None:
+    r = run("slurm-embedding-server-request-log-ages-out")
+    job = "gpu/bge-embed-server"
+    assert {f["kind"] for f in r.findings} == {"idle_serving"} and not stops(r, job)
+    assert {a["action"] for a in acts(r, job)} == {"notify"}

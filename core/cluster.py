@@ -42,6 +42,11 @@ class JobInfo(_Record):
     qos: str | None = None  # Slurm QOS
     priority_class: str | None = None  # Kubernetes spec.priorityClassName
     owner_kind: str | None = None  # Job, Deployment, StatefulSet, Notebook, ...
+    # The controller ownerReference's name and uid (a Deployment's pods: the Deployment's name, their ReplicaSet's
+    # uid): the pods of one custom controller (a DLRover ElasticJob) are one job (agent/detectors/gang.py). None / ""
+    # when nothing owns the pod, and on Slurm.
+    owner_name: str | None = None
+    owner_uid: str = ""
     started_at: datetime | None = None
     stop_requested_at: datetime | None = None  # when a graceful stop was sent
     # Pending jobs (docs/queue.md): when the scheduler got the job, why it waits in the scheduler's own words
@@ -99,6 +104,24 @@ GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderw
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 INDEXED_JOB_LABEL = "batch.kubernetes.io/job-completion-index"  # a label since Kubernetes 1.28
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # the Job controller's, newest first
+
+
+# Controllers whose pods are independent replicas, never one job: a Deployment's (its ReplicaSet's) interchangeable
+# replicas, a DaemonSet's per-node agents, a plain batch Job's work-queue workers (an Indexed Job is read from its
+# labels above), a Kubeflow Notebook's single workspace pod. Any other owner (a DLRover ElasticJob, an Argo Workflow,
+# a hand-rolled torchrun StatefulSet, a Spark driver pod owning its executors) runs its pods as one job: stopping one
+# breaks the job the others belong to. ownerReferences are as self-service as labels (a pod's creator sets them), so
+# reading them grants nothing a gang label would not.
+INDEPENDENT_OWNERS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "Job", "CronJob", "Notebook"})
+
+
+def owner_gang_key(namespace: str, owner_kind: str | None, owner_name: str | None,
+                   owner_uid: str = "") -> tuple[str, str, str, str] | None:
+    """(namespace, owner kind, owner name, owner uid) naming the job a pod without a gang label belongs to: its
+    controller, unless that controller runs independent replicas (INDEPENDENT_OWNERS); None without an owner."""
+    if not owner_kind or not owner_name or owner_kind in INDEPENDENT_OWNERS:
+        return None
+    return namespace, owner_kind, owner_name, owner_uid
 
 
 def gang_key(namespace: str, labels: dict[str, str]) -> tuple[str, str, str] | None:

@@ -38,6 +38,19 @@ class LogProgress(BaseModel):
     unread: str | None = None
 
 
+class AnsweredRequests(BaseModel):
+    """A job the steward once saw answering requests in its log (agent/detectors/serving.py): what a job has shown
+    itself to be does not expire while it lives, so a server stays one after its request lines leave the log read.
+    Remembered in the audit log (kind `served`) under the job's uid, never its name, across sweeps and restarts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime  # the sweep that first saw it
+    requests: int = 0  # in that sweep's log read
+    failed_requests: int = 0
+    request_path: str | None = None
+
+
 class Observation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -57,6 +70,8 @@ class Observation(BaseModel):
     # idle_draws): handed to a re-check that reads one job alone, which sees no idle GPU to measure it on.
     fleet_idle_w: dict[str, float] = {}
     logs: dict[str, LogProgress] = {}
+    # Jobs (by id) that an earlier sweep saw answering requests, remembered under their uid (AnsweredRequests).
+    answered: dict[str, AnsweredRequests] = {}
     # Jobs that ended recently (the doomed-job detector's history); empty when the scheduler reports none.
     finished: list[FinishedJob] = []
     backend_calls: int = 0  # requests this observation cost (for the benchmarks)

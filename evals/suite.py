@@ -22,6 +22,9 @@ KNOWN_MISSES: dict[str, str] = {
     "(every sign of a hung collective, and rank 0's CPU-side save to NFS shows nothing the steward reads); the stop "
     "waits for a person, because rank 0's pod is neither flagged nor seen working (agent/detectors/gang.py), and none "
     "happens",
+    "dlrover-rank0-save-workers-pinned": "the three pods of a DLRover ElasticJob (grouped by their owner: no gang "
+    "label the steward knows) are reported as zombies while rank 0 saves a checkpoint from the CPU, and their owner "
+    "warned; rank 0's pod reads as a rank stuck on the host, so every pod's stop waits for a person, and none happens",
     "megatron-ckpt-save-nfs-3h": "a Megatron checkpoint written to NFS for 175 minutes with nothing in the pod's own "
     "counters is reported idle and its owner warned; its newest log line announces the save and none finishes it, so "
     "the stop waits for a person (agent/detectors/idle.py unfinished_state_io), and none happens",

@@ -128,6 +128,9 @@ class SimCluster:
         # As the Kubernetes adapter reads it (tools/k8s_pods.owner_kind): a ReplicaSet's pods carry pod-template-hash.
         owner = ("batch" if job.scheduler == "slurm" else "Job" if "job-name" in job.labels
                  else "Deployment" if "pod-template-hash" in job.labels else "Pod")
+        owned = job.owner  # a scripted ownerReference (an operator's custom resource, a StatefulSet) wins
+        if owned is not None:
+            owner = owned.kind
         at = self.scenario.start
         reason, message = self._pending_reason(run) if run.state == "waiting" else (None, None)
         return JobInfo(
@@ -137,6 +140,8 @@ class SimCluster:
             priority_class=job.priority_class if job.scheduler == "kubernetes" else None,
             qos=job.qos if job.scheduler == "slurm" else None,
             annotations=dict(job.annotations), owner_kind=owner,
+            owner_name=owned.name if owned is not None else None,
+            owner_uid=f"sim:{job.namespace}/{owned.kind}/{owned.name}" if owned is not None else "",
             started_at=at + timedelta(seconds=run.start) if run.start is not None else None,
             stop_requested_at=at + timedelta(seconds=run.stop_requested) if run.stop_requested is not None else None,
             submitted_at=at + timedelta(seconds=job.submit), gpu_model=job.gpu_model,

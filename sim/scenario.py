@@ -160,6 +160,15 @@ class Phase(_Strict):
         return value
 
 
+class Owner(_Strict):
+    """Extension (docs/detectors.md): the controller ownerReference a Kubernetes pod carries, as the adapter reads it
+    (tools/k8s_pods.py): the kind as an operator names it (ElasticJob, StatefulSet, Deployment, Notebook) and the
+    owner's name. The simulated owner uid is `sim:<namespace>/<kind>/<name>`."""
+
+    kind: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+
+
 class Job(_Strict):
     id: str
     scheduler: Literal["kubernetes", "slurm"] = "kubernetes"
@@ -194,6 +203,15 @@ class Job(_Strict):
     exit_reason: str | None = None
     # Extension (docs/alerts.md): the `model_name` label of the job's vLLM metrics (default: the job's name).
     model_name: str | None = None
+    # Extension (docs/detectors.md): the pod's controller ownerReference; left out, the owner kind is derived from the
+    # labels (job-name: Job, pod-template-hash: Deployment) with no owner name, as before.
+    owner: Owner | None = None
+
+    @model_validator(mode="after")
+    def _owner_on_kubernetes(self) -> Job:
+        if self.owner is not None and self.scheduler != "kubernetes":
+            raise ValueError("owner is a Kubernetes pod's ownerReference: a Slurm job has none")
+        return self
 
     @field_validator("id")
     @classmethod

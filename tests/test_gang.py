@@ -71,6 +71,56 @@ def test_an_indexed_jobs_pods_are_one_job():
     assert kinds(cluster(55.0, master_labels=rank0, worker_labels=indexed)) == {}
 
 
+DLROVER = {"app": "dlrover", "elasticjob.dlrover/name": "sft", "elasticjob.dlrover/replica-type": "worker"}
+
+
+def _owned(name: str, node: str, kind: str = "ElasticJob", owner: str = "sft", uid: str = "uid-sft",
+           namespace: str = "llm"):
+    return job(f"{namespace}/{name}", gpus=4, node=node, labels=DLROVER, owner_kind=kind, owner_name=owner,
+               owner_uid=uid)
+
+
+def _owned_cluster(master_util: float, kind: str = "ElasticJob", worker_uid: str = "uid-sft"):
+    """cluster() with DLRover's own labels (no gang label the steward knows) and each pod owned by `kind` sft."""
+    obs = cluster(master_util, master_log_at=AT - timedelta(hours=2))
+    jobs = [_owned("master-0", "n1", kind), _owned("worker-0", "n2", kind, uid=worker_uid),
+            _owned("worker-1", "n3", kind, uid=worker_uid)]
+    return obs.model_copy(update={"jobs": jobs})
+
+
+def test_the_pods_of_one_controller_are_one_job():
+    """A DLRover ElasticJob's pods carry only DLRover's labels (elasticjob.dlrover/name), in no gang list: judged pod
+    by pod, the workers pinned in the barrier while rank 0 saved a checkpoint were stopped (a probe's 2 false kills).
+    Their owner, the ElasticJob, makes them one job: they wait while rank 0 works, and their stop needs a person
+    while rank 0 shows nothing."""
+    assert gang_of(_owned("w", "n1")) == ("llm", "ElasticJob", "sft")
+    assert kinds(_owned_cluster(55.0)) == {}
+    # Rank 0 pinned and its log not read: neither flagged nor seen working, so the workers' stops need a person.
+    obs = _owned_cluster(100.0)
+    del obs.logs["llm/master-0"]
+    found = {f.target: f for f in run_detectors(obs, POLICY) if f.kind in ("idle", "zombie")}
+    assert set(found) == {"llm/worker-0", "llm/worker-1"}
+    assert all("of its distributed job (ElasticJob=sft: llm/master-0)" in (f.stop_needs_approval or "")
+               for f in found.values())
+    # Another ElasticJob under the same name (another uid: the old one deleted and recreated) is another job.
+    assert kinds(_owned_cluster(55.0, worker_uid="uid-sft-2")) == {"llm/worker-0": "zombie", "llm/worker-1": "idle"}
+
+
+def test_the_replicas_of_a_deployment_daemonset_plain_job_or_notebook_are_independent():
+    """A Deployment's replicas, a DaemonSet's per-node pods, a plain Job's work-queue workers and a notebook's pod are
+    no gang: one idle beside a busy sibling is waste. A StatefulSet's pods are (a torchrun StatefulSet)."""
+    for kind in ("Deployment", "ReplicaSet", "DaemonSet", "Job", "Notebook"):
+        assert gang_of(_owned("w", "n1", kind)) is None, kind
+        # Each judged alone (a Deployment's pods as services: advice, not a stop, agent/detectors/serving.py).
+        found = {f.target for f in run_detectors(_owned_cluster(55.0, kind), POLICY) if f.target_type == "job"}
+        assert found >= {"llm/worker-0", "llm/worker-1"}, kind
+    assert gang_of(_owned("w", "n1", "StatefulSet")) == ("llm", "StatefulSet", "sft")
+    # A gang label wins over the owner: a PyTorchJob's pods are grouped by its label, as before.
+    assert gang_of(job("llm/w", labels=GANG, owner_kind="PyTorchJob", owner_name="x")) == (
+        "llm", "training.kubeflow.org/job-name", "sft")
+    assert gang_of(job("llm/w", labels={}, owner_kind="Pod", owner_name=None)) is None
+
+
 def test_a_stop_needs_the_whole_job_behind_it():
     """Rank 0 writes a checkpoint to NFS on the CPU: its own GPU idles, its other 3 spin in the barrier, and the
     node's NFS client moves the bytes, so nothing the pod shows is work, nor idle, nor hung. Its flagged siblings

@@ -74,6 +74,23 @@ def test_lists_gpu_pods_with_one_call_and_reads_owners(api, settings):
     assert (jobs["ml/queued"].state, jobs["ml/queued"].node) == ("pending", None)
 
 
+def test_a_pods_owner_is_read_with_its_name_and_uid(api, settings):
+    """The pods of one controller are one job (agent/detectors/gang.py): a DLRover worker's ownerReference (its
+    ElasticJob, set without the controller flag) gives its kind, name and uid; a Deployment's pod names the
+    Deployment."""
+    dlrover = gpu_pod("llm", "sft-edljob-worker-1", 8, labels={"elasticjob.dlrover/name": "sft"})
+    dlrover["metadata"]["ownerReferences"] = [{"apiVersion": "elastic.iml.github.io/v1alpha1", "kind": "ElasticJob",
+                                               "name": "sft", "uid": "3f1c-sft", "blockOwnerDeletion": True}]
+    api.store.put("pods", dlrover)
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    jobs = {j.id: j for j in k8s.list_jobs()}
+    worker = jobs["llm/sft-edljob-worker-1"]
+    assert (worker.owner_kind, worker.owner_name, worker.owner_uid) == ("ElasticJob", "sft", "3f1c-sft")
+    serve = jobs["ml/serve-7d9f8-abcde"]
+    assert (serve.owner_kind, serve.owner_name, serve.owner_uid) == ("Deployment", "serve", "uid-serve-7d9f8")
+    assert (jobs["ml/queued"].owner_name, jobs["ml/queued"].owner_uid) == (None, "")
+
+
 def test_pods_without_gpus_of_a_distributed_job_are_listed_with_it(api, settings):
     """A RayJob's head and CPU workers (no GPUs) decide whether its GPU workers wait (agent/detectors/gang.py); listed
     only GPU pods, a Ray Train job's GPU workers waiting on its CPU shuffle were stopped. A pod without GPUs of no

@@ -121,6 +121,8 @@ DIFFICULTY: dict[str, str] = {
     "pool-weekend-quiet-forecast": "medium",
     "slurm-qosgrpgres-jobs-trigger-scale-up": "hard",
     "forecast-scale-down-minutes-before-batch": "hard",
+    "dlrover-rank0-save-workers-pinned": "hard",
+    "slurm-embedding-server-request-log-ages-out": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -558,3 +560,21 @@ def test_an_approved_keepalive_stop_is_carried_out_on_the_warning_sent_before() 
     [warning] = acts(r, job, "notify", "executed")
     [stop] = stops(r, job)
     assert stop["at_s"] == 3 * 3600 and stop["at_s"] - warning["at_s"] >= 3600
+
+
+@pytest.mark.hard
+def test_the_pods_of_one_controller_wait_for_a_person_together() -> None:
+    # DLRover's pods carry no gang label the steward knows; their owner, the ElasticJob, makes them one job: no pod is
+    # stopped mid-save (workers 1 and 2 were, each judged alone), every stop waits for a person.
+    r = run("dlrover-rank0-save-workers-pinned")
+    pods = [f"llm/qwen72b-sft-edljob-worker-{i}" for i in range(3)]
+    assert not stops(r) and r.score.false_kills == 0
+    assert all(acts(r, pod, "terminate", "pending_approval") for pod in pods)
+
+
+@pytest.mark.hard
+def test_a_server_that_answered_requests_is_never_stopped_after_its_lines_age_out() -> None:
+    r = run("slurm-embedding-server-request-log-ages-out")
+    job = "gpu/bge-embed-server"
+    assert {f["kind"] for f in r.findings} == {"idle_serving"} and not stops(r, job)
+    assert {a["action"] for a in acts(r, job)} == {"notify"}

@@ -146,3 +146,47 @@ def test_a_deployments_pod_that_reads_hung_is_told_to_restart_not_to_scale_to_ze
 
     zh = serving_zh(f, "疑似挂起")
     assert "若它已卡住，可删除该 Pod" in zh and "控制器" in zh, zh
+
+
+def test_a_server_that_answered_requests_stays_one_for_its_life_across_restarts(tmp_path):
+    """A Slurm embedding server (no labels, no metrics: only its access log says it serves) got "a service, not
+    stopped" at 125m; 5 hours after its morning's last request those lines left the log read, it read as plain
+    idle, was warned "stopped in an hour" and stopped before its nightly caller. What a job has shown itself to be
+    does not expire while it lives: the sweep that sees it answer records that under its uid in the audit log, and
+    every later sweep, after a restart too, reads it back."""
+    from agent.graph.service import SweepService
+    from agent.records.audit import SERVED, AuditLog, answered_requests
+
+    scenario = load_scenario("evals/scenarios/slurm-embedding-server-request-log-ages-out.yaml")
+    server = "gpu/bge-embed-server"
+    deps, cluster = simulated_deps(scenario, Policy(), PolicyModel(), data_dir=tmp_path)
+    cluster.advance_to(130 * 60)
+    SweepService(deps).sweep()
+    [entry] = deps.audit.entries(kind=SERVED)
+    uid = next(j.uid for j in deps.observe().jobs if j.id == server)
+    assert (entry.target, entry.data["target_uid"], entry.data["request_path"]) == (server, uid, "POST /v1/embeddings")
+    SweepService(deps).sweep()
+    assert deps.audit.count(SERVED) == 1  # once per uid
+    deps.audit.close()
+
+    # A restart: new stores on the same data dir; at 7 h the log read (5 h back) holds no request line.
+    deps, cluster = simulated_deps(scenario, Policy(), PolicyModel(), data_dir=tmp_path)
+    cluster.advance_to(7 * 3600)
+    obs = deps.observe()
+    assert not obs.logs[server].requests and obs.answered[server].requests > 0
+    [f] = [f for f in run_detectors(obs, Policy()) if f.target == server]
+    assert f.kind == "idle_serving" and f.stop_after is None
+    assert "its log showed it answering requests at 2026-11-13 02:10 UTC" in f.evidence, f.evidence
+    assert "2026-11-13 02:10 UTC 显示它响应过请求" in describe(f, "zh")
+    # Without the memory the same reading is plain idle, its stop due after the notice (the old behaviour).
+    [plain] = [f for f in run_detectors(obs.model_copy(update={"answered": {}}), Policy()) if f.target == server]
+    assert plain.kind == "idle"
+
+    # Keyed on the uid, never the name: a namesake (a new job under the name) starts clean, and so does a job
+    # whose uid an older record shares but which started after it (a scheduler that reused an id).
+    job = next(j for j in obs.jobs if j.id == server)
+    audit = AuditLog(tmp_path / "audit.sqlite")
+    assert answered_requests(audit, [job.model_copy(update={"uid": "other"})]) == {}
+    assert answered_requests(audit, [job.model_copy(update={"uid": ""})]) == {}
+    assert answered_requests(audit, [job.model_copy(update={"started_at": obs.at})]) == {}
+    assert set(answered_requests(audit, [job])) == {server}

@@ -109,6 +109,13 @@ def owner_name(meta: dict) -> str | None:
     return ref.get("name")
 
 
+def owner_uid(meta: dict) -> str:
+    """The uid of the controller ownerReference (else the first, as owner_kind reads it); "" when none."""
+    refs = meta.get("ownerReferences") or []
+    ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    return str((ref or {}).get("uid") or "")
+
+
 def _first(keys: tuple[str, ...], *maps: dict[str, str]) -> str | None:
     for key in keys:
         for values in maps:
@@ -178,6 +185,7 @@ def pod_to_job(pod: dict, reading: PodReading) -> JobInfo:
         gpus=pod_gpus(pod, reading.gpu_resource), node=spec.get("nodeName"), state=state,
         priority=priority, priority_class=spec.get("priorityClassName") or None,
         labels=labels, annotations=annotations, owner_kind=owner_kind(meta),
+        owner_name=owner_name(meta), owner_uid=owner_uid(meta),
         started_at=parse_time(status.get("startTime")), stop_requested_at=stop_requested,
         submitted_at=parse_time(meta.get("creationTimestamp")),
         pending_reason=reason, pending_message=message,

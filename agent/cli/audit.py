@@ -124,9 +124,9 @@ def cmd_head(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-# What each sweep saw (findings, report, usage) and its working notes (a proposal before the guardrail's decision,
-# an intent before the act), not what it did: shown with --kind or --all.
-NOT_ACTIONS = ("report", "usage", "finding", "proposal", "intent")
+# What each sweep saw (findings, report, usage, a job seen answering requests) and its working notes (a proposal
+# before the guardrail's decision, an intent before the act), not what it did: shown with --kind or --all.
+NOT_ACTIONS = ("report", "usage", "finding", "served", "proposal", "intent")
 PAGE = 500
 
 

@@ -1,7 +1,9 @@
 """Pods of one distributed job: a rank that waits while another works is part of a working job, not waste.
 
 A PyTorchJob, MPIJob, Volcano job, LeaderWorkerSet or JobSet runs as several pods that live and die together:
-stopping one kills the job. While rank 0 runs an evaluation alone, the other ranks wait in a barrier, pinned at
+stopping one kills the job. So do the pods of any other controller that runs them as one job (a DLRover ElasticJob,
+whose labels no list names): pods without a known gang label are grouped by their controller ownerReference, except
+the independent replicas of a Deployment, DaemonSet, plain Job or Notebook (core.cluster.INDEPENDENT_OWNERS). While rank 0 runs an evaluation alone, the other ranks wait in a barrier, pinned at
 100 % by NCCL's polling kernel (zombie-like) or at 0 % in a gloo barrier (idle-like). Judged pod by pod, they
 look hung or idle; judged as a job, the job is working. A real hang has no working rank: the survivors of a dead
 rank all wait, so a stoppable finding stands only when no other pod of the job shows work.
@@ -20,7 +22,7 @@ from agent.detectors.activity import GpuActivity
 from agent.detectors.evidence import with_doubt
 from agent.detectors.signals import ClusterSignals
 from core.actions import Finding
-from core.cluster import RAY_CLUSTER_LABEL, JobInfo, gang_key
+from core.cluster import RAY_CLUSTER_LABEL, JobInfo, gang_key, owner_gang_key
 from core.observation import Observation
 
 # A pod with no GPU of its own spins at most this much CPU when hung (% of one core: a main loop and a poller); more is
@@ -30,8 +32,23 @@ WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
 
 
 def gang_of(job: JobInfo) -> tuple[str, str, str] | None:
-    """(namespace, label, value) naming the distributed job this pod belongs to; None for a job of its own."""
-    return gang_key(job.namespace, job.labels)
+    """(namespace, label, value) naming the distributed job this pod belongs to: a gang label (core.cluster.gang_key),
+    else its controller (namespace, owner kind, owner name: an operator the label list does not know, such as
+    DLRover's ElasticJob, core.cluster.owner_gang_key); None for a job of its own."""
+    key = gang_key(job.namespace, job.labels)
+    if key is not None:
+        return key
+    owner = owner_gang_key(job.namespace, job.owner_kind, job.owner_name, job.owner_uid)
+    return owner[:3] if owner is not None else None
+
+
+def _group_of(job: JobInfo) -> tuple[tuple[str, str, str], str] | None:
+    """gang_of with the controller's uid where the job is grouped by its owner (a controller recreated under its
+    name is another job); "" for a gang label."""
+    key = gang_of(job)
+    if key is None:
+        return None
+    return key, "" if gang_key(job.namespace, job.labels) is not None else job.owner_uid
 
 
 def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: Policy) -> str | None:
@@ -107,17 +124,17 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
     flagged = {f.target for f in findings if f.target_type == "job" and f.kind in WAITING_KINDS}
     if not flagged:
         return findings
-    gangs: dict[tuple[str, str, str], list[JobInfo]] = {}
+    gangs: dict[tuple[tuple[str, str, str], str], list[JobInfo]] = {}
     for job in obs.jobs:
-        key = gang_of(job)
-        if key is not None:
-            gangs.setdefault(key, []).append(job)
+        group = _group_of(job)
+        if group is not None:
+            gangs.setdefault(group, []).append(job)
     # Each gang judged once: a flagged pod waits when an unflagged pod of its gang shows work.
     waiting: set[str] = set()
     doubt: dict[str, tuple[str, str]] = {}
     in_doubt = {f.target: (f.stop_needs_approval, f.stop_needs_approval_zh or f.stop_needs_approval) for f in findings
                 if f.target_type == "job" and f.kind in WAITING_KINDS and f.stop_needs_approval}
-    for (_, label, value), pods in gangs.items():
+    for ((_, label, value), _uid), pods in gangs.items():
         held = [p for p in pods if p.id in flagged]
         ray = label == RAY_CLUSTER_LABEL
         # A Ray cluster's head and CPU pods are never flagged (no GPUs), so one not seen working is no doubt: an idle

@@ -6,7 +6,11 @@ no stop can cite (only idle, zombie and crash_loop justify one: the guardrail's 
 fits: scale to zero between uses, with the warm-up each cold start costs (the job's `steward.io/warmup`
 annotation when set, else unknown), or share the GPU (a MIG slice or time-slicing) when it must stay up.
 Which jobs are services is the policy's `detectors.serving.selectors` (labels the common serving stacks set), or
-the request metrics a job serves (vLLM's request counter, read into its I/O series as `requests_per_s`).
+the request metrics a job serves (vLLM's request counter, read into its I/O series as `requests_per_s`), or its log
+showing it answering requests. That last is remembered for the job's life (its uid, in the audit log: kind `served`,
+agent/graph/nodes/detect.py): what a job has shown itself to be does not expire while it lives, so a server stays
+one after its request lines leave the 5-hour log read (a Slurm embedding server called each morning and by a
+nightly cron was stopped in the afternoon, its owner first told "not stopped", then "stopped in an hour").
 
 Where the request rate is known the advice says how many requests the idle window saw ("no requests in the last
 2h", "12 requests in the last 2h"), and a service still answering at least one request a minute on average is
@@ -19,7 +23,7 @@ outage the steward chose, so it is advice too, naming both readings and a restar
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from agent.config.policy import ServingRule
 from core.actions import Finding
@@ -108,6 +112,13 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
                 why += (f"; {'every one' if logs.failed_requests == logs.requests else logs.failed_requests} "
                         f"answered with a server error (HTTP 5xx), served nothing: if its callers see those errors "
                         f"it is broken; restart it through its own deployment")
+        before = obs.answered.get(f.target) if job is not None else None
+        if why is None and before is not None:
+            # What a job has shown itself to be does not expire while it lives: its request lines left the log read
+            # (5 hours back), not its callers (a nightly cron, tomorrow morning's users).
+            why = (f"its log showed it answering requests at {before.at:%Y-%m-%d %H:%M} UTC ({before.requests} in "
+                   f"that read, e.g. {before.request_path}): a server that has answered requests stays one while "
+                   f"it runs")
         if why is None and job is not None and replaced_by_controller(job):
             why = (f"a pod of a {job.owner_kind}, which starts another in its place: evicting it frees no GPU and "
                    f"restarts whatever it serves")
@@ -137,6 +148,8 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
         failed = logs.failed_requests if logs is not None and why.startswith("its log") else 0
         metrics = (f.metrics | {"serving": 1.0} | ({"serving_pinned": 1.0} if hung else {})
                    | ({"replaced_by_controller": 1.0} if replaced else {})
+                   | ({"answered_before": before.at.timestamp()} if before is not None and why.startswith(
+                       "its log showed") else {})
                    | ({"log_requests": float(logs.requests), "failed_requests": float(failed)}
                       if logs is not None and failed else {})
                    | ({"warmup_s": warm} if warm is not None else {})
@@ -165,6 +178,9 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
         every = "全部" if failed == logged else f"{failed:.0f} 个"
         seen += (f"（日志中的 {logged:.0f} 个请求{every}以服务器错误返回（HTTP 5xx），没有真正服务调用方：若调用方看到这些错误，"
                  f"说明服务已损坏，请通过其自身的部署重启）")
+    if (answered := f.metrics.get("answered_before")) is not None:
+        when = datetime.fromtimestamp(answered, UTC)
+        seen += f"（其日志在 {when:%Y-%m-%d %H:%M} UTC 显示它响应过请求：作业存续期间始终视为服务）"
     if f.metrics.get("replaced_by_controller"):
         restart = ("若它已卡住，可删除该 Pod（其 ReplicaSet 会启动一个新的）或重启其控制器；若只是在等待请求时空转，"
                    if f.metrics.get("serving_pinned") else "")

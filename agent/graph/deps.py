@@ -13,7 +13,7 @@ from agent.config.policy import Policy, stretch_span
 from agent.detectors.engine import log_candidates
 from agent.detectors.signals import window_slices
 from agent.records.approvals import ApprovalStore
-from agent.records.audit import AuditLog
+from agent.records.audit import AuditLog, answered_requests
 from core.cluster import FinishedJob, GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
 from core.observation import Observation
 from tools.history import gpu_history
@@ -218,6 +218,9 @@ class StewardDeps:
                 logs[job_id] = logs[job_id].model_copy(update={"unread": why})
             obs.backend_calls += 1
         obs.logs = logs
+        # What the jobs have shown themselves to be: a server that answered requests stays one for its life, after
+        # its request lines leave the span read above (agent/detectors/serving.py). Unreadable: nothing is judged.
+        obs.answered = _read("audit log", lambda: answered_requests(self.audit, jobs))
         obs.notes = list(getattr(self.scheduler, "warnings", None) or [])
         obs.finished = self._finished(at, jobs, reuse=listing_calls == 0)
         return obs

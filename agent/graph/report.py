@@ -489,7 +489,7 @@ def plain_times(text: str) -> str:
 # Audit entry kinds in Chinese (as the web UI's akind.* labels); an exemption is what chat and the UI call a keep.
 KIND_ZH = {"finding": "发现", "proposal": "提议", "decision": "护栏判定", "intent": "准备执行", "execution": "执行",
            "approval": "审批", "stop_confirmed": "确认停止", "exemption": "保留", "report": "报告", "error": "错误",
-           "alert_incident": "告警事件", "change": "变更", "change_impact": "变更影响", "usage": "用量记录"}
+           "alert_incident": "告警事件", "change": "变更", "change_impact": "变更影响", "usage": "用量记录", "served": "服务记录"}
 
 
 def audit_status(kind: str, status: str | None, action: str | None, language: str) -> str:
@@ -501,6 +501,8 @@ def audit_status(kind: str, status: str | None, action: str | None, language: st
         return status
     if kind == "finding":
         return kind_label(status, language)
+    if kind == "served" and status == "answered_requests":
+        return "曾响应请求"
     if kind == "exemption":
         return {"granted": "已保留", "revoked": "已撤销"}.get(status, status_label(status, language))
     if kind == "decision":

@@ -31,6 +31,8 @@ from pydantic import BaseModel
 from agent.records import pg
 from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, columns, dialect, open_store
 from core.actions import STOP_ACTIONS, DeniedAnswer, Exemption, History, HistoryEntry
+from core.cluster import JobInfo
+from core.observation import AnsweredRequests
 
 log = logging.getLogger("steward.audit")
 
@@ -91,6 +93,8 @@ TRIGGERS = ("audit_no_update", "audit_no_delete")
 PG_TRIGGERS = (*TRIGGERS, "audit_no_truncate")
 # How long a stop the steward carried out is remembered past the history's lookback: as long as a keep can last.
 STOP_MEMORY = timedelta(days=31)
+# The entry that remembers a job answered requests (agent/detectors/serving.py): one per job uid, read for its life.
+SERVED = "served"
 GENESIS = "0" * 64  # prev_hash of the very first entry of a log
 CONTENT = ("seq", "at", "recorded_at", "run_id", "kind", "target", "action", "level", "status", "reason", "data")
 CHAIN_BROKEN = "audit_chain_broken"
@@ -584,6 +588,26 @@ class AuditLog:
             denied_recently=sorted(denied),
             denials=denials,
         )
+
+
+def answered_requests(audit: AuditLog, jobs: Iterable[JobInfo]) -> dict[str, AnsweredRequests]:
+    """The jobs of `jobs` (by id) an earlier sweep saw answering requests: the first `served` entry about each one's
+    uid (never its name: a namesake starts clean), written at or after the job started (a scheduler that reuses an
+    id, as Slurm after a database reset, reuses no record). A job without a uid has none. Entries are checked."""
+    by_uid = {j.uid: j for j in jobs if j.uid}
+    if not by_uid:
+        return {}
+    starts = [j.started_at for j in by_uid.values()]
+    since = min(s for s in starts if s is not None) if all(s is not None for s in starts) else None
+    out: dict[str, AnsweredRequests] = {}
+    for e in audit.entries(kind=SERVED, since=since, limit=1_000_000, newest_first=False, checked=True):
+        job = by_uid.get(str(e.data.get("target_uid") or ""))
+        if job is None or job.id in out or (job.started_at is not None and e.at < job.started_at):
+            continue
+        out[job.id] = AnsweredRequests(at=e.at, requests=int(e.data.get("requests") or 0),
+                                       failed_requests=int(e.data.get("failed_requests") or 0),
+                                       request_path=e.data.get("request_path") or None)
+    return out
 
 
 def _exemption(e: AuditEntry) -> Exemption:

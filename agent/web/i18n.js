@@ -55,7 +55,7 @@ const WORDS = {
     "akind.finding": "finding", "akind.proposal": "proposal", "akind.decision": "decision", "akind.approval": "approval",
     "akind.execution": "execution", "akind.stop_confirmed": "stop confirmed", "akind.exemption": "exemption",
     "akind.report": "report", "akind.change": "change", "akind.change_impact": "change impact",
-    "akind.usage": "usage sample",
+    "akind.usage": "usage sample", "akind.served": "seen serving",
     "suggest": ["Who is wasting A100s right now?", "What did you do today?", "How much did we save?", "Any pending approvals?"],
   },
   zh: {
@@ -110,7 +110,7 @@ const WORDS = {
     "akind.finding": "发现", "akind.proposal": "提议", "akind.decision": "护栏判定", "akind.intent": "准备执行",
     "akind.execution": "执行", "akind.approval": "审批", "akind.stop_confirmed": "确认停止", "akind.exemption": "保留",
     "akind.report": "报告", "akind.error": "错误", "akind.alert_incident": "告警事件",
-    "akind.change": "变更", "akind.change_impact": "变更影响", "akind.usage": "用量记录", "status.detected": "自动发现", "status.recorded": "已记录",
+    "akind.change": "变更", "akind.change_impact": "变更影响", "akind.usage": "用量记录", "akind.served": "服务记录", "status.detected": "自动发现", "status.recorded": "已记录",
     "status.flagged": "已标记上升",
     "status.allow": "允许", "status.deny": "拒绝", "status.needs_approval": "需审批", "status.proposed": "已提议",
     "status.acting": "执行中", "status.granted": "已保留", "status.revoked": "已撤销", "status.sweep": "巡检",

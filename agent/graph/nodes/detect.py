@@ -8,6 +8,7 @@ from typing import Any
 from agent.detectors.engine import run_detectors
 from agent.graph.deps import StewardDeps
 from agent.graph.state import StewardState
+from agent.records.audit import SERVED
 from agent.records.usage import usage_sample
 from core.actions import Finding
 from core.observation import Observation
@@ -31,9 +32,27 @@ def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
                                 "waste_gpu_hours": f.waste_gpu_hours, "waste_cost": f.waste_cost,
                                 "runbook": f.runbook, "metrics": f.metrics,  # the numbers evidence is rendered from
                                 "stop_after": f.stop_after.isoformat() if f.stop_after else None})
+    remember_answered(deps, obs, state["run_id"])
     if obs.jobs or obs.pools:
         record_usage(deps, obs, state["run_id"])
     return {"findings": [f.model_dump(mode="json") for f in findings]}
+
+
+def remember_answered(deps: StewardDeps, obs: Observation, run_id: str) -> None:
+    """One `served` audit entry per job uid whose log shows it answering requests for the first time: a server stays
+    one for its life, after its request lines leave the log read (agent/detectors/serving.py). A job without a uid
+    is not remembered (a name is reused; a record under it would speak for the next job)."""
+    for job in obs.jobs:
+        logs = obs.logs.get(job.id)
+        if not job.uid or job.id in obs.answered or logs is None or not logs.requests:
+            continue
+        deps.audit.record(SERVED, at=obs.at, run_id=run_id, target=job.id, status="answered_requests",
+                          reason=f"its log shows it answering requests ({logs.requests} in the log read, e.g. "
+                                 f"{logs.request_path}): a service for as long as it runs",
+                          data={"target_uid": job.uid, "requests": logs.requests,
+                                "failed_requests": logs.failed_requests, "request_path": logs.request_path,
+                                "reason_zh": f"其日志显示它在响应请求（读取的日志中 {logs.requests} 个，例如 "
+                                             f"{logs.request_path}）：作业存续期间始终视为服务"})
 
 
 def record_usage(deps: StewardDeps, obs: Observation, run_id: str) -> None:

@@ -110,6 +110,7 @@ DIFFICULTY: dict[str, str] = {
     "serving-stacks-quiet-night-mixed": "hard",
     "jax-xla-slow-compile-85m": "medium",
     "cuda-visible-devices-7-of-8": "medium",
+    "slurm-stage-dataset-to-local-nvme": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -547,3 +548,11 @@ def test_an_approved_keepalive_stop_is_carried_out_on_the_warning_sent_before() 
     [warning] = acts(r, job, "notify", "executed")
     [stop] = stops(r, job)
     assert stop["at_s"] == 3 * 3600 and stop["at_s"] - warning["at_s"] >= 3600
+
+
+@pytest.mark.hard
+def test_a_job_staging_its_dataset_to_local_disk_is_advised_on_its_writes_never_stopped() -> None:
+    r = run("slurm-stage-dataset-to-local-nvme")
+    advice = finding(r, "gpu/clip-vitl-laion", "overprovisioned")
+    assert advice is not None and "disk write up to" in advice["evidence"], r.findings
+    assert not finding(r, "gpu/clip-vitl-laion", "idle") and not stops(r)

@@ -240,13 +240,16 @@ class GpuHistory(_Record):
 
 
 class JobIoSeries(_Record):
-    """A job's process CPU (% of one core), network receive and disk read (MB/s) per slice."""
+    """A job's process CPU (% of one core), network traffic, disk read and disk write (MB/s) per slice."""
 
     job: str
     slice_s: float
     cpu_pct: list[float | None]
     net_rx_mbps: list[float | None]  # network receive + transmit (tools/promql.py), MB/s
     disk_read_mbps: list[float | None]
+    # Disk write per slice (cAdvisor's container_fs_writes_bytes_total); empty = not known (a source without it). A
+    # copy from network storage to local disk (data staging) reads nothing a counter sees and writes at speed.
+    disk_write_mbps: list[float | None] = []
     # An inference service's requests/s per slice (vLLM's request counter; docs/alerts.md); empty = not known
     requests_per_s: list[float | None] = []
 

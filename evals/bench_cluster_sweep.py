@@ -107,7 +107,9 @@ def _answers(gpus: int, grid: SweepGrid) -> tuple[dict[str, bytes], Callable[[st
         answers |= {q: _answer("query_range", coarse, series, history.get(name, values.get(name, util)))
                     for name, q in promql.gpu_history_queries("", grid.history_slice_s).items()}
     io = promql.job_io_queries("", promql.DEFAULT_CONTAINER_SELECTOR, promql.DEFAULT_NETWORK_SELECTOR, slice_s)
-    answers |= {q: _answer("query_range", rng, jobs, lambda i, k: 0.0) for q in io.values()}
+    disk = list(promql.DISK_FIELDS)  # the disk query's answer: read and write, each series tagged with its field
+    answers |= {q: _answer("query_range", rng, tagged(jobs, disk) if name == "disk" else jobs, lambda i, k: 0.0)
+                for name, q in io.items()}
     fns = {q: values[name] for name, q in ranges.items()}
     fns |= {q: values[name] for name, q in promql.gpu_instant_queries("", n * slice_s).items()}
     if grid.history_lookback_s:
@@ -123,8 +125,8 @@ def _answers(gpus: int, grid: SweepGrid) -> tuple[dict[str, bytes], Callable[[st
         base = query.replace(found.group(0) + ", ", "").replace(found.group(0), "").replace("{}", "")
         job = int(found.group(2))
         if base in io_base:
-            return _answer(path, params, [f'{{"namespace":"team-{job % 40}","pod":"job-{job}"}}'],
-                           lambda i, k: 0.0)
+            owner = [f'{{"namespace":"team-{job % 40}","pod":"job-{job}"}}']
+            return _answer(path, params, tagged(owner, disk) if base == io["disk"] else owner, lambda i, k: 0.0)
         gpu_ids = [job * GPUS_PER_JOB + g for g in range(GPUS_PER_JOB)]
         if base == profiling:
             return _answer(path, params, tagged([_labels(i) for i in gpu_ids]),

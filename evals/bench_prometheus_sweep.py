@@ -61,9 +61,10 @@ PROFILING_VALUES = {"engine": 0.5, "sm_active": 0.6, "tensor_active": 0.3, "dram
 FIELDS = list(promql.PROFILING_FIELDS)
 
 
-def tagged(series: list[str]) -> list[str]:
-    """Each series once per DCGM field, tagged as the one profiling query's answer tags it (field-major order)."""
-    return [f'{labels[:-1]},"{promql.FIELD_LABEL}":"{field}"}}' for field in FIELDS for labels in series]
+def tagged(series: list[str], fields: list[str] = FIELDS) -> list[str]:
+    """Each series once per field (DCGM's by default), tagged as a tagged_union's answer tags it (the one profiling
+    query's, the one disk read+write query's), in field-major order."""
+    return [f'{labels[:-1]},"{promql.FIELD_LABEL}":"{field}"}}' for field in fields for labels in series]
 
 
 def _grid(lookback: float, slice_s: float) -> dict[str, str]:
@@ -100,8 +101,9 @@ def build_answers(gpus: int, grid: SweepGrid) -> dict[str, bytes]:
         for name, q in promql.gpu_history_queries("", grid.history_slice_s).items():
             answers[q] = _answer("query_range", coarse, gpu_series, values[name])
     io = promql.job_io_queries("", promql.DEFAULT_CONTAINER_SELECTOR, promql.DEFAULT_NETWORK_SELECTOR, slice_s)
-    for q in io.values():
-        answers[q] = _answer("query_range", rng, jobs, lambda i, k: 1.5)
+    for name, q in io.items():  # disk: read and write in one answer, each series tagged with its field
+        answers[q] = _answer("query_range", rng, tagged(jobs, list(promql.DISK_FIELDS)) if name == "disk" else jobs,
+                             lambda i, k: 1.5)
     return answers
 
 

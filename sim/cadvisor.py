@@ -18,6 +18,7 @@ METRICS = [
     ("container_network_receive_bytes_total", "Cumulative count of bytes received."),
     ("container_fs_reads_bytes_total", "Cumulative count of bytes read."),
     ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted."),
+    ("container_fs_writes_bytes_total", "Cumulative count of bytes written."),
 ]
 
 
@@ -28,6 +29,7 @@ class _Totals:
     rx_bytes: float = 0.0
     read_bytes: float = 0.0
     tx_bytes: float = 0.0
+    write_bytes: float = 0.0
 
 
 def first_sample(run: Run, step: float) -> int:
@@ -60,11 +62,12 @@ class ProcessCounters:
 
     def _advance(self, run: Run, now: float) -> _Totals:
         totals = self._totals.get(run.index) or self._totals.setdefault(run.index, _Totals(first_sample(run, self.step)))
-        for cpu_pct, rx_mbps, read_mbps, tx_mbps in new_samples(totals, run, now, self.step, io_sample):
+        for cpu_pct, rx_mbps, read_mbps, tx_mbps, write_mbps in new_samples(totals, run, now, self.step, io_sample):
             totals.cpu_s += cpu_pct / 100.0 * self.step
             totals.rx_bytes += rx_mbps * MB * self.step
             totals.read_bytes += read_mbps * MB * self.step
             totals.tx_bytes += tx_mbps * MB * self.step
+            totals.write_bytes += write_mbps * MB * self.step
         return totals
 
     def render(self, now: float) -> str:
@@ -85,7 +88,8 @@ class ProcessCounters:
                 container = "batch"
             rows.append((f'container="{container}",{owner}', f'interface="eth0",{owner}', totals))
         out: list[str] = []
-        for (name, help_text), pick in zip(METRICS, ("cpu_s", "rx_bytes", "read_bytes", "tx_bytes"), strict=True):
+        for (name, help_text), pick in zip(METRICS, ("cpu_s", "rx_bytes", "read_bytes", "tx_bytes", "write_bytes"),
+                                   strict=True):
             out.append(f"# HELP {name} {help_text}")
             out.append(f"# TYPE {name} counter")
             for container_labels, net_labels, totals in rows:

@@ -40,7 +40,7 @@ def gpu_sample(run: Run | None, node: SimNode, gpu: int, t: float, k: int) -> Sa
     return util, mem, max(temp_c(util), node.temp_floor(gpu, t)), power, xid, xid_at, profile
 
 
-def io_sample(run: Run, t: float, k: int) -> tuple[float, float, float, float] | None:
+def io_sample(run: Run, t: float, k: int) -> tuple[float, float, float, float, float] | None:
     if not run.running_at(t):
         return None
     phase = run.signals.phase_at(t - run.started)
@@ -96,13 +96,14 @@ def _mean(samples: list) -> float | None:
     return sum(got) / len(got) if got else None
 
 
-def _io_aggregate(samples: list) -> tuple[float | None, float | None, float | None]:
+def _io_aggregate(samples: list) -> tuple[float | None, float | None, float | None, float | None]:
     got = [s for s in samples if s is not None]
     if not got:
-        return None, None, None
+        return None, None, None, None
     n = len(got)
     # Network is receive + transmit, as tools/promql.py reads it: an upload is traffic too.
-    return sum(s[0] for s in got) / n, sum(s[1] + s[3] for s in got) / n, sum(s[2] for s in got) / n
+    return (sum(s[0] for s in got) / n, sum(s[1] + s[3] for s in got) / n, sum(s[2] for s in got) / n,
+            sum(s[4] for s in got) / n)
 
 
 class MetricSlices:
@@ -257,7 +258,7 @@ class MetricSlices:
             if not run.running_at(at):
                 continue
 
-            def make(t: float, k: int, run=run) -> tuple[float, float, float, float] | None:
+            def make(t: float, k: int, run=run) -> tuple[float, float, float, float, float] | None:
                 return io_sample(run, t, k)
             aggs = [self._slice("io", (run.index,), make, _io_aggregate, lo, hi, now) for lo, hi in bounds]
             rps: list[float | None] = []
@@ -270,5 +271,5 @@ class MetricSlices:
                        for lo, hi in bounds]
             out.append(JobIoSeries(job=run.job.id, slice_s=slice_s, cpu_pct=[a[0] for a in aggs],
                                    net_rx_mbps=[a[1] for a in aggs], disk_read_mbps=[a[2] for a in aggs],
-                                   requests_per_s=rps))
+                                   disk_write_mbps=[a[3] for a in aggs], requests_per_s=rps))
         return out

@@ -111,6 +111,9 @@ class Phase(_Strict):
     net_rx_mbps: Range | None = None
     net_tx_mbps: Range | None = None  # extension: network transmit (an upload); default 0
     disk_read_mbps: Range | None = None
+    # Extension: disk write, MB/s (a checkpoint save, a dataset copied to local disk); served as cAdvisor's
+    # container_fs_writes_bytes_total. Default 0: training mostly reads, a phase that writes says so.
+    disk_write_mbps: Range | None = None
     log: Literal["loss", "silent", "lines"] | None = None
     log_every: Duration | None = None
     lines: list[str] | None = None
@@ -129,8 +132,8 @@ class Phase(_Strict):
     requests_per_s: Range | None = None
     latency_s: Range | None = None
 
-    @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "net_tx_mbps", "disk_read_mbps", "sm_active",
-                     "tensor_active", "dram_active", "power_w", "nvlink_mbps", "pcie_mbps", "requests_per_s",
+    @field_validator("gpu_util", "gpu_mem_gb", "cpu_pct", "net_rx_mbps", "net_tx_mbps", "disk_read_mbps", "disk_write_mbps",
+                     "sm_active", "tensor_active", "dram_active", "power_w", "nvlink_mbps", "pcie_mbps", "requests_per_s",
                      "latency_s", mode="before")
     @classmethod
     def _range(cls, value: Any) -> Any:

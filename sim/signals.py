@@ -99,13 +99,14 @@ class PhaseSpan:
     # Serving (extension): requests/s and mean end-to-end latency (s); None = the job serves no vLLM metrics
     requests_per_s: Range | None = None
     latency_s: Range | None = None
+    disk_write_mbps: Range = 0.0  # extension: a phase writes only where it says so (a checkpoint save, a staging copy)
 
 
 def resolve_phases(job: Job) -> list[PhaseSpan]:
     """Fill each phase's missing keys from the phase before; the last phase runs until the job ends."""
     cur: dict = {
         "gpu_util": 0.0, "active_gpus": job.gpus, "gpu_mem_gb": 0.0, "cpu_pct": 0.0, "net_rx_mbps": 0.0, "net_tx_mbps": 0.0,
-        "disk_read_mbps": 0.0, "log": "silent", "log_every": None, "lines": (), "metrics": "ok",
+        "disk_read_mbps": 0.0, "disk_write_mbps": 0.0, "log": "silent", "log_every": None, "lines": (), "metrics": "ok",
         "gpu_work": None, **{key: None for key in ACTIVITY_KEYS}, "requests_per_s": None, "latency_s": None,
     }
     spans: list[PhaseSpan] = []
@@ -126,7 +127,7 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
                                lines=cur["lines"], metrics=cur["metrics"], gpu_work=_work(cur),
                                activity=tuple(cur[key] for key in ACTIVITY_KEYS),
                                net_tx_mbps=cur["net_tx_mbps"], requests_per_s=cur["requests_per_s"],
-                               latency_s=cur["latency_s"]))
+                               latency_s=cur["latency_s"], disk_write_mbps=cur["disk_write_mbps"]))
         if last:
             break
         at = end
@@ -176,11 +177,13 @@ class JobSignals:
         return tuple(d if given is None else pick(given, seed, gpu * 8 + i, k)  # type: ignore[return-value]
                      for i, (d, given) in enumerate(zip(derived, phase.activity, strict=True)))
 
-    def io(self, phase: PhaseSpan, k: int) -> tuple[float, float, float, float]:
-        """(process CPU % of a core, network receive MB/s, disk read MB/s, network transmit MB/s) at sample k."""
+    def io(self, phase: PhaseSpan, k: int) -> tuple[float, float, float, float, float]:
+        """(process CPU % of a core, network receive MB/s, disk read MB/s, network transmit MB/s, disk write MB/s)
+        at sample k."""
         seed = self._io_seed
         return (pick(phase.cpu_pct, seed, 1, k), pick(phase.net_rx_mbps, seed, 2, k),
-                pick(phase.disk_read_mbps, seed, 3, k), pick(phase.net_tx_mbps, seed, 4, k))
+                pick(phase.disk_read_mbps, seed, 3, k), pick(phase.net_tx_mbps, seed, 4, k),
+                pick(phase.disk_write_mbps, seed, 5, k))
 
     def serving(self, phase: PhaseSpan, k: int) -> tuple[float, float] | None:
         """(requests/s, mean end-to-end latency s) at sample k; None when the phase serves no vLLM metrics."""

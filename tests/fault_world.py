@@ -36,6 +36,8 @@ from tools.prometheus import PrometheusMetrics
 _QUERY = re.compile(r"^(?P<agg>\w+) by \((?P<keys>[^)]*)\) \((?P<func>\w+)\((?P<metric>\w+)"
                     r"(?:\{(?P<matchers>[^}]*)\})?(?:\[(?P<range>[^\]]+)\])?\)\)")
 _MATCHER = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# One field of a tagged union (promql.tagged_union): label_replace(<query>, "steward_field", "<field>", "", "")
+_TAGGED = re.compile(r'label_replace\((?P<query>.*?), "' + promql.FIELD_LABEL + r'", "(?P<field>\w+)", "", ""\)')
 _NAMES = {
     ("max", "max_over_time", promql.UTIL): "util_max", ("min", "min_over_time", promql.UTIL): "util_min",
     ("max", "avg_over_time", promql.UTIL): "util_avg", ("max", "count_over_time", promql.UTIL): "util_count",
@@ -43,8 +45,9 @@ _NAMES = {
     ("max", "last_over_time", promql.FB_USED): "fb_used", ("max", "max_over_time", promql.TEMP): "temp_max",
     ("max", "avg_over_time", promql.POWER): "power_avg", ("max", "timestamp", promql.UTIL): "last_seen",
     ("sum", "rate", promql.CPU): "cpu_pct", ("sum", "rate", promql.NET_RX): "net_rx_mbps",
-    ("sum", "rate", promql.DISK_READ): "disk_read_mbps",
+    ("sum", "rate", promql.DISK_READ): "disk_read_mbps", ("sum", "rate", promql.DISK_WRITE): "disk_write_mbps",
 }
+_IO_NAMES = ("cpu_pct", "net_rx_mbps", *promql.DISK_FIELDS)
 
 
 def _seconds(text: str) -> float:
@@ -89,6 +92,13 @@ class SimPrometheus:
             self._waking.wait(self.delay_s)
         if self.failing(params["query"]):
             raise RuntimeError("query processing would load too many samples into memory")
+        tagged = [(t["field"], t["query"]) for t in _TAGGED.finditer(params["query"])]
+        if tagged and all(field in promql.DISK_FIELDS for field, _ in tagged):  # disk read and write, one request
+            return [{**s, "metric": {**s["metric"], promql.FIELD_LABEL: field}}
+                    for field, query in tagged for s in self._answer(path, {**params, "query": query})]
+        return self._answer(path, params)
+
+    def _answer(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
         m = _QUERY.match(params["query"])
         name = _NAMES.get((m["agg"], m["func"], m["metric"])) if m else None
         if m is None or name is None:
@@ -120,7 +130,7 @@ class SimPrometheus:
                n: int) -> list[dict[str, Any]]:
         at = datetime.fromtimestamp(end, UTC)
         out = []
-        if name in ("cpu_pct", "net_rx_mbps", "disk_read_mbps"):
+        if name in _IO_NAMES:
             for io in self._sim("job_io_series", at, n * step, step):
                 if self._keep(io.job, wanted):
                     ns, _, pod = io.job.partition("/")

@@ -41,8 +41,9 @@ def gpu(
     )
 
 
-def io(job: str, n: int, *, cpu: float = 0.4, net: float = 0.0, disk: float = 0.0) -> JobIoSeries:
-    return JobIoSeries(job=job, slice_s=SLICE, cpu_pct=[cpu] * n, net_rx_mbps=[net] * n, disk_read_mbps=[disk] * n)
+def io(job: str, n: int, *, cpu: float = 0.4, net: float = 0.0, disk: float = 0.0, **kw) -> JobIoSeries:
+    return JobIoSeries(job=job, slice_s=SLICE, cpu_pct=[cpu] * n, net_rx_mbps=[net] * n, disk_read_mbps=[disk] * n,
+                       **kw)
 
 
 def job(job_id: str = "ml/train", gpus: int = 4, node: str = "n1", **kw) -> JobInfo:
@@ -653,6 +654,35 @@ def test_gpus_held_empty_while_the_job_works_on_the_cpu_get_advice_never_a_stop(
     assert not run_detectors(observe([job("ml/prep")], holding, [io("ml/prep", 24, cpu=3000.0)]), POLICY)
     one = [gpu("ml/prep", [0.0] * 24, mem_mb=0.0)]
     assert not run_detectors(observe([job("ml/prep", gpus=1)], one, [io("ml/prep", 24, cpu=3000.0)]), POLICY)
+
+
+def test_a_job_writing_to_its_disk_works_like_one_reading_from_it():
+    """A 4-GPU Slurm job copies its dataset from Lustre to node-local NVMe for 2.5 hours before it trains: the
+    reads go through the Lustre client (no block reads in its cgroup), `cp` costs a fifth of a core, the copy shows
+    only as local disk writes. It was judged idle and stopped mid-copy. Writes are work: advice (stage the data
+    without GPUs), never an idle stop; and a job with no write series while others have one is not known quiet."""
+    from agent.detectors.evidence import describe
+
+    empty = [gpu("ml/stage", [0.0] * 24, index=i, mem_mb=0.0) for i in range(4)]
+    copying = io("ml/stage", 24, cpu=20.0, disk_write_mbps=[250.0] * 24)
+    [advice] = [f for f in run_detectors(observe([job("ml/stage")], empty, [copying]), POLICY) if f.target == "ml/stage"]
+    assert advice.kind == "overprovisioned" and advice.metrics["gpus_working"] == 0
+    assert "disk write up to 250.0 MB/s" in advice.evidence
+
+    # A trickle of writes under the active line (a slow copy, a log flushed): idle, but its stop needs a person.
+    slow = io("ml/stage", 24, cpu=0.4, disk_write_mbps=[0.5] * 24)
+    [f] = [f for f in run_detectors(observe([job("ml/stage")], job_gpus("ml/stage", [0.0] * 24), [slow]), POLICY)
+           if f.target == "ml/stage"]
+    assert f.kind == "idle" and "disk write averages 0.50 MB/s" in (f.stop_needs_approval or ""), f.stop_needs_approval
+    assert "disk write max 0.5 MB/s" in f.evidence and "磁盘写入最高 0.5 MB/s" in describe(f, "zh")
+
+    # Writes read for another job but not for this one: where it may be working is unknown.
+    other = [gpu("ml/train", [90.0] * 24, index=4)]
+    ios = [io("ml/stage", 24), io("ml/train", 24, cpu=400.0, disk_write_mbps=[3.0] * 24)]
+    obs = observe([job("ml/stage"), job("ml/train", gpus=1)], job_gpus("ml/stage", [0.0] * 24) + other, ios)
+    [f] = [f for f in run_detectors(obs, POLICY) if f.target == "ml/stage"]
+    assert f.kind == "idle" and "disk write metrics are read for other jobs but not for it" in (
+        f.stop_needs_approval or ""), f.stop_needs_approval
 
 
 def test_a_log_that_exists_but_was_not_read_holds_the_stop_for_a_person():

@@ -34,7 +34,7 @@ class NoCadvisor(SimPrometheus):
 
     def _range(self, name, wanted, start, end, step, n):
         out = super()._range(name, wanted, start, end, step, n)
-        if self.io_down and name in ("cpu_pct", "net_rx_mbps", "disk_read_mbps"):
+        if self.io_down and name in ("cpu_pct", "net_rx_mbps", "disk_read_mbps", "disk_write_mbps"):
             return [s for s in out if s["metric"].get("pod") != "dataset-download"]
         return out
 
@@ -79,7 +79,7 @@ def test_a_download_whose_io_series_vanished_is_not_judged_idle_and_the_report_s
     assert executions(svc.deps.audit, target=DL) == []
     assert not world.evictions("/api/v1/namespaces/ml/pods/dataset-download/eviction")
     report = runs[-1].state["report"]
-    assert "idle not judged" in report and f"{DL} (CPU/disk/network)" in report, report
+    assert "idle not judged" in report and f"{DL} (CPU/disk read/disk write/network)" in report, report
     # The idle notebook beside it, whose I/O is read, is still warned and stopped: one job's gap is that job's only.
     assert [e.action for e in executions(svc.deps.audit)] == ["notify", "terminate"]
 

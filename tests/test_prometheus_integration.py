@@ -128,7 +128,11 @@ def test_sweep_through_prometheus_matches_in_process(prometheus):
     kinds = {kind for kind, _ in expected}
     assert kinds == {"idle", "zombie", "overprovisioned", "node_health", "oversized"}, expected
     assert got == expected
-    assert metrics.queries == 17  # 10 GPU, 3 coarse history, 4 process I/O (CPU, network, disk, vLLM requests)
+    assert metrics.queries == 17  # 10 GPU, 3 coarse history, 4 process I/O (CPU, network, disk read+write, vLLM)
+    # Disk read and write came through one tagged PromQL request, as cAdvisor's two counters.
+    io = {s.job: s for s in metrics.job_io_series(cluster.now(), 20.0, 5.0)}
+    assert 4.0 < (io["ml/busy"].disk_write_mbps[-1] or 0.0) < 16.0 and io["ml/busy"].disk_read_mbps[-1] == 0.0
+    assert io["cv/hung"].disk_write_mbps[-1] == 0.0 and io["cv/hung"].disk_read_mbps[-1] == 0.0
     gpus = metrics.gpu_series(cluster.now(), 20.0, 5.0)
     assert {g.job for g in gpus} >= {"ml/busy", "ml/notebook", "cv/hung", "research/sweep", "gpu-long/ablation"}
     assert len(gpus) == 24  # every GPU of the three nodes, once

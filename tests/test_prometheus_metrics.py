@@ -62,8 +62,10 @@ class Cluster:
             raise ValueError(f"unexpected query {query}")
         rows = self.series if query in self.gpu_names else self.io
         keys = promql.GPU_KEYS if query in self.gpu_names else promql.JOB_KEYS
-        # The profiling query answers every DCGM field the exporter has, each series tagged with its field.
-        fields = list(promql.PROFILING_FIELDS) if name == "profiling" else [name]
+        # The profiling query answers every DCGM field the exporter has, each series tagged with its field; the disk
+        # query each of read and write whose counter it names, tagged alike.
+        fields = (list(promql.PROFILING_FIELDS) if name == "profiling"
+                  else [f for f, metric in promql.DISK_FIELDS.items() if metric in query] if name == "disk" else [name])
         out = []
         for labels, values, field in ((lb, v, f) for lb, v in rows for f in fields):
             scale = 1.0
@@ -80,7 +82,7 @@ class Cluster:
             if field not in values:
                 continue
             metric = {k: labels[k] for k in keys if k in labels}
-            if name == "profiling":
+            if name in ("profiling", "disk"):
                 metric[promql.FIELD_LABEL] = field
             v = values[field]
             if scale != 1.0:
@@ -190,6 +192,24 @@ def test_job_io_from_cadvisor_rates():
     assert by["ml/train"].cpu_pct == [350.0] * N
     assert by["ml/train"].disk_read_mbps == [None, 1.0, 1.0, 1.0]
     assert by["p/nine"].net_rx_mbps == [None] * N
+
+
+def test_disk_writes_come_back_beside_reads_in_one_request():
+    """A copy from network storage to local disk: no read the job's counters see, writes at speed. Read and write are
+    one tagged request (the sweep's count does not grow); a job whose source has no write series has it unknown."""
+    io = [({"hpc_job": "5512873"}, {"cpu_pct": [20.0] * N, "net_rx_mbps": [0.0] * N, "disk_read_mbps": [0.0] * N,
+                                    "disk_write_mbps": [250.0, 240.0, None, 260.0]}),
+          ({"namespace": "ml", "pod": "train"}, {"cpu_pct": [350.0] * N, "disk_read_mbps": [400.0] * N})]
+    _, jobs, metrics, fake = run([], io, job_id_for_hpc_job={"5512873": "gpu/stage"})
+    by = {j.job: j for j in jobs}
+    assert by["gpu/stage"].disk_write_mbps == [250.0, 240.0, None, 260.0]
+    assert by["gpu/stage"].disk_read_mbps == [0.0] * N
+    assert by["ml/train"].disk_read_mbps == [400.0] * N and by["ml/train"].disk_write_mbps == [None] * N
+    disk = [p["query"] for _, p in fake.requests if promql.DISK_READ in p["query"]]
+    assert len(disk) == 1 and promql.DISK_WRITE in disk[0]
+    assert disk[0].count(f'"{promql.FIELD_LABEL}"') == 2
+    assert "sum by (namespace, pod, hpc_job) (rate(container_fs_writes_bytes_total{" in disk[0]
+    assert metrics.queries == 14  # as before: 10 GPU, 4 process I/O (CPU, network, disk read and write, vLLM requests)
 
 
 def test_profiling_fields_power_and_interconnect_come_back_per_slice():

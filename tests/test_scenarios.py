@@ -123,6 +123,7 @@ DIFFICULTY: dict[str, str] = {
     "forecast-scale-down-minutes-before-batch": "hard",
     "dlrover-rank0-save-workers-pinned": "hard",
     "slurm-embedding-server-request-log-ages-out": "hard",
+    "slurm-stage-dataset-to-local-nvme": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -578,3 +579,11 @@ def test_a_server_that_answered_requests_is_never_stopped_after_its_lines_age_ou
     job = "gpu/bge-embed-server"
     assert {f["kind"] for f in r.findings} == {"idle_serving"} and not stops(r, job)
     assert {a["action"] for a in acts(r, job)} == {"notify"}
+
+
+@pytest.mark.hard
+def test_a_job_staging_its_dataset_to_local_disk_is_advised_on_its_writes_never_stopped() -> None:
+    r = run("slurm-stage-dataset-to-local-nvme")
+    advice = finding(r, "gpu/clip-vitl-laion", "overprovisioned")
+    assert advice is not None and "disk write up to" in advice["evidence"], r.findings
+    assert not finding(r, "gpu/clip-vitl-laion", "idle") and not stops(r)

@@ -433,9 +433,13 @@ class PrometheusMetrics:
         start, t_end, n = self._grid(end, lookback_s, slice_s)
         self._begin("process I/O", end)
         queries = promql.job_io_queries(self._io_selector(), self.container_selector, self.network_selector, slice_s)
-        cols = {name: promql.range_columns(self._range("process I/O", q, start, t_end, slice_s), promql.JOB_KEYS,
-                                           start, slice_s, n)
-                for name, q in queries.items()}
+        cols: dict[str, dict[tuple[str, ...], list[float | None]]] = {}
+        for name, q in queries.items():
+            result = self._range("process I/O", q, start, t_end, slice_s)
+            if name == "disk":  # one answer, a column set per disk field (read, write) the source has
+                cols.update(promql.tagged_columns(result, promql.JOB_KEYS, start, slice_s, n))
+            else:
+                cols[name] = promql.range_columns(result, promql.JOB_KEYS, start, slice_s, n)
         by_job: dict[str, dict[str, list[float | None]]] = {}
         for name, column in cols.items():
             for (namespace, pod, hpc_job), values in column.items():
@@ -445,6 +449,7 @@ class PrometheusMetrics:
         empty: list[float | None] = [None] * n
         return [JobIoSeries(job=job, slice_s=slice_s, cpu_pct=v.get("cpu_pct", empty),
                             net_rx_mbps=v.get("net_rx_mbps", empty), disk_read_mbps=v.get("disk_read_mbps", empty),
+                            disk_write_mbps=v.get("disk_write_mbps", empty),
                             requests_per_s=v.get("requests_per_s", []))  # empty: not a vLLM service (unknown)
                 for job, v in sorted(by_job.items())]
 

@@ -41,6 +41,10 @@ CPU = "container_cpu_usage_seconds_total"
 NET_RX = "container_network_receive_bytes_total"
 NET_TX = "container_network_transmit_bytes_total"
 DISK_READ = "container_fs_reads_bytes_total"
+DISK_WRITE = "container_fs_writes_bytes_total"
+# Disk read and write come back in one request (the `disk` range query), each series tagged with its field: a job
+# that only writes (a dataset copied from network storage to local disk) works as surely as one that reads.
+DISK_FIELDS = {"disk_read_mbps": DISK_READ, "disk_write_mbps": DISK_WRITE}
 # vLLM's finished-request counter (all finish reasons): an inference service's request rate, where it serves one.
 VLLM_REQUESTS = "vllm:request_success_total"
 
@@ -158,11 +162,13 @@ def gpu_instant_queries(extra: str, lookback_s: float) -> dict[str, str]:
 
 
 def job_io_queries(extra: str, container: str, network: str, slice_s: float) -> dict[str, str]:
-    """Process CPU (% of one core), network traffic (receive + transmit), disk read (MB/s) and, for inference
-    services, requests answered per second (vLLM's counter) per job and slice.
+    """Process CPU (% of one core), network traffic (receive + transmit), disk read and write (MB/s) and, for
+    inference services, requests answered per second (vLLM's counter) per job and slice.
 
     Transmit counts because an upload (a checkpoint to object storage after training) is work: a job that
     only sends shows almost nothing on receive. A job with only one of the two counters gets that one (`or`).
+    Disk read and write are one request (`disk`, a tagged_union: each series carries `steward_field`), not one each:
+    a copy from network storage (Lustre, NFS: no block reads of the job's) to local disk shows only as writes.
     """
     s = duration(slice_s)
     k = by(JOB_KEYS)
@@ -171,7 +177,8 @@ def job_io_queries(extra: str, container: str, network: str, slice_s: float) -> 
     return {
         "cpu_pct": f"sum {k} (rate({selector(CPU, extra, container)}[{s}])) * 100",
         "net_rx_mbps": f"{rx} + {tx} or {rx} or {tx}",
-        "disk_read_mbps": f"sum {k} (rate({selector(DISK_READ, extra, container)}[{s}])) / 1e6",
+        "disk": tagged_union({name: f"sum {k} (rate({selector(metric, extra, container)}[{s}])) / 1e6"
+                              for name, metric in DISK_FIELDS.items()}),
         # Requests/s an inference service answered (vLLM); absent for jobs that serve no such counter.
         "requests_per_s": f"sum {k} (rate({selector(VLLM_REQUESTS, extra)}[{s}]))",
     }

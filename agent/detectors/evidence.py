@@ -89,7 +89,8 @@ def log_metrics(logs: LogProgress | None, at: datetime) -> Metrics:
 
 def io_metrics(w: JobWindow) -> Metrics:
     """A window's CPU and I/O (what its io_summary prints) as metrics numbers."""
-    pairs = {"cpu_pct": w.cpu_avg, "net_max_mbps": w.net_max, "disk_max_mbps": w.disk_max}
+    pairs = {"cpu_pct": w.cpu_avg, "net_max_mbps": w.net_max, "disk_max_mbps": w.disk_max,
+             "disk_write_max_mbps": w.disk_write_max}
     return {k: v for k, v in pairs.items() if v is not None}
 
 
@@ -129,6 +130,8 @@ def _io(m: Metrics) -> str:
         parts.append(f"网络接收最高 {m['net_max_mbps']:.1f} MB/s")
     if "disk_max_mbps" in m:
         parts.append(f"磁盘读取最高 {m['disk_max_mbps']:.1f} MB/s")
+    if "disk_write_max_mbps" in m:
+        parts.append(f"磁盘写入最高 {m['disk_write_max_mbps']:.1f} MB/s")
     return "，".join(parts) if parts else "无 CPU/IO 指标"
 
 

@@ -68,7 +68,7 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
     if logs is not None and logs.last_progress_at is not None and logs.last_progress_at >= start:
         return f"its log advanced at {logs.last_progress_at:%H:%M} UTC"
     io = d.longtail.io_threshold_mbps
-    for name, value in (("network", window.net_max), ("disk", window.disk_max)):
+    for name, value in (("network", window.net_max), ("disk", window.disk_max), ("disk write", window.disk_write_max)):
         if value is not None and value >= io:
             return f"{name} up to {value:.1f} MB/s"
     middle = [v for v in window.gpu_avg_util if v is not None
@@ -97,6 +97,7 @@ def _gpuless_work(job: JobInfo, obs: Observation, policy: Policy) -> str | None:
     n = max(1, int(d.idle.window / io.slice_s) // 2)
     for name, values, line in (("network", io.net_rx_mbps, d.longtail.io_threshold_mbps),
                                ("disk", io.disk_read_mbps, d.longtail.io_threshold_mbps),
+                               ("disk write", io.disk_write_mbps, d.longtail.io_threshold_mbps),
                                ("process CPU", io.cpu_pct, GPULESS_SPIN_PCT)):
         seen = [v for v in values[-n:] if v is not None]
         if seen and max(seen) >= line:

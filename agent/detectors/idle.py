@@ -11,7 +11,7 @@ from agent.detectors.evidence import duration_zh, io_metrics, log_metrics, with_
 from agent.detectors.history import align_end
 from agent.detectors.longtail import LongTail, long_tail, work_off_the_gpu
 from agent.detectors.serving import requests_since
-from agent.detectors.signals import IO_WORDS, ClusterSignals, JobSeries, JobWindow, group_signals
+from agent.detectors.signals import IO_RATES, IO_WORDS, ClusterSignals, JobSeries, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
@@ -85,13 +85,13 @@ def last_other_work(series: JobSeries, logs: LogProgress | None, rule: LongTailR
                     cpu: bool = True) -> datetime | None:
     """When the job last showed work besides its GPUs, as far as the sweep can see: the end of the newest slice of
     process CPU at or above `rule.cpu_active_pct` (unless `cpu` is False: a CPU judged a spin shows no work) or
-    network/disk at or above `rule.io_threshold_mbps` (the evidence long_tail_reason protects a quiet job with),
-    or its last log progress line."""
+    network, disk read or disk write at or above `rule.io_threshold_mbps` (the evidence long_tail_reason protects a
+    quiet job with), or its last log progress line."""
     newest = logs.last_progress_at if logs is not None else None
     io = series.io
     if io is not None:
-        columns = ((io.cpu_pct, rule.cpu_active_pct if cpu else math.inf), (io.net_rx_mbps, rule.io_threshold_mbps),
-                   (io.disk_read_mbps, rule.io_threshold_mbps))
+        columns = ((io.cpu_pct, rule.cpu_active_pct if cpu else math.inf),
+                   *((getattr(io, name), rule.io_threshold_mbps) for name, _, _ in IO_RATES))
         for values, threshold in columns:
             for back, value in enumerate(reversed(values)):
                 if value is not None and value >= threshold:
@@ -218,7 +218,8 @@ class IdleGpuDetector:
                            at: datetime) -> Finding | None:
         """Advice for a job that works, but not on its GPUs: none used over the window, no more GPU memory held than
         a CUDA context, while its CPU, disk, network or log work (a dataset tokenised for hours inside a 4-GPU
-        allocation, Princeton's jobstats alert). An over-provisioned finding with no GPU working: level 1, never a
+        allocation, Princeton's jobstats alert; a dataset copied from network storage to local disk, seen as disk
+        writes). An over-provisioned finding with no GPU working: level 1, never a
         stop. A job of one GPU, or one holding a model in GPU memory (an eval reading its dataset on the CPU), is
         not told: the first is not over-provisioned, the second will use its GPU."""
         if job.gpus < self.overprovisioned.min_gpus or len(window.series.gpus) < job.gpus:
@@ -249,14 +250,14 @@ class IdleGpuDetector:
     def _worked_throughout(self, window: JobWindow, logs: LogProgress | None, at: datetime) -> bool:
         """Whether the job's work off the GPU held through the whole window, not only at its edge (a model load's
         last line as training starts is no stage to run without GPUs): CPU at the active line in every slice, network
-        or disk at it on average, or a log that advanced from the window's start to within three of its gaps of now."""
+        or disk (read or write) at it on average, or a log that advanced from the window's start to within three of its gaps of now."""
         io, rule = window.series.io, self.longtail
         if io is not None:
             cpu = [v for v in align_end(io.cpu_pct, window.slices) if v is not None]
             if cpu and len(cpu) == window.slices and min(cpu) >= rule.cpu_active_pct:
                 return True
-            for column in (io.net_rx_mbps, io.disk_read_mbps):
-                known = [v for v in align_end(column, window.slices) if v is not None]
+            for name, _, _ in IO_RATES:
+                known = [v for v in align_end(getattr(io, name), window.slices) if v is not None]
                 if known and sum(known) / len(known) >= rule.io_threshold_mbps:
                     return True
         if logs is None or logs.first_progress_at is None or logs.last_progress_at is None:
@@ -266,14 +267,14 @@ class IdleGpuDetector:
         return logs.first_progress_at <= start and logs.last_progress_at >= at - recent
 
     def _trickle(self, window: JobWindow) -> tuple[str, str] | None:
-        """Why a quiet job's stop needs a person when its network or disk moves data steadily but under the
-        active line (longtail.io_trickle_mbps to io_threshold_mbps, on average over the window); else None."""
+        """Why a quiet job's stop needs a person when its network, disk reads or disk writes move data steadily but
+        under the active line (longtail.io_trickle_mbps to io_threshold_mbps, on average over the window); else None."""
         io = window.series.io
         floor, line = self.longtail.io_trickle_mbps, self.longtail.io_threshold_mbps
         if io is None or floor <= 0:
             return None
-        for name, zh, column in (("network", "网络", io.net_rx_mbps), ("disk read", "磁盘读取", io.disk_read_mbps)):
-            known = [v for v in align_end(column, window.slices) if v is not None]
+        for field, name, zh in IO_RATES:
+            known = [v for v in align_end(getattr(io, field), window.slices) if v is not None]
             mean = sum(known) / len(known) if known else 0.0
             if floor <= mean < line:
                 return (f"{name} averages {mean:.2f} MB/s over the window (under {line:g} MB/s, at least "

@@ -41,8 +41,10 @@ def long_tail(
 
 
 def work_off_the_gpu(window: JobWindow, logs: LogProgress | None, rule: LongTailRule, *, cpu: bool = True) -> str | None:
-    """The job's work beside its GPUs over the window (network or disk at the active line, process CPU, a log that
-    advanced), in the operator's words; None when it shows none."""
+    """The job's work beside its GPUs over the window (network, disk read or disk write at the active line, process
+    CPU, a log that advanced), in the operator's words; None when it shows none. A job writing to its disk (a dataset
+    copied from network storage to local disk, whose reads no counter of the job may see) works as surely as one
+    reading from it."""
     span = format_duration(window.seconds)
     if window.net_max is not None and window.net_max >= rule.io_threshold_mbps:
         return (
@@ -50,6 +52,9 @@ def work_off_the_gpu(window: JobWindow, logs: LogProgress | None, rule: LongTail
         )
     if window.disk_max is not None and window.disk_max >= rule.io_threshold_mbps:
         return f"disk read up to {window.disk_max:.1f} MB/s in the last {span} (>= {rule.io_threshold_mbps:g} MB/s)"
+    if window.disk_write_max is not None and window.disk_write_max >= rule.io_threshold_mbps:
+        return (f"disk write up to {window.disk_write_max:.1f} MB/s in the last {span} "
+                f"(>= {rule.io_threshold_mbps:g} MB/s)")
     if cpu and window.cpu_max is not None and window.cpu_max >= rule.cpu_active_pct:
         return f"process CPU up to {window.cpu_max:.0f}% in the last {span} (>= {rule.cpu_active_pct:g}%)"
     last = logs.last_progress_at if logs is not None else None

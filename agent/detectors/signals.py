@@ -229,8 +229,10 @@ class JobWindow:
     cpu_avg: float | None
     cpu_max: float | None
     net_max: float | None
-    disk_max: float | None
-    io_known: float  # share of slices with CPU, network and disk all reported
+    disk_max: float | None  # disk read
+    io_known: float  # share of slices with CPU, network and disk read all reported
+    # Disk write (a copy to local disk, a checkpoint save): work like a read. Not in io_known: a source may not read it.
+    disk_write_max: float | None = None
 
     @classmethod
     def of(cls, series: JobSeries, slices: int, requested: int | None = None) -> JobWindow:
@@ -249,12 +251,13 @@ class JobWindow:
             vals = [v for v in (valid_pct(x) for x in align_end(g.util_avg, n)) if v is not None]
             gpu_avg.append(sum(vals) / len(vals) if vals else None)
         empty: list[float | None] = [None] * n
-        cpu, net, disk = empty, empty, empty
+        cpu, net, disk, write = empty, empty, empty, empty
         if series.io is not None:
-            cpu, net, disk = (
+            cpu, net, disk, write = (
                 align_end(series.io.cpu_pct, n),
                 align_end(series.io.net_rx_mbps, n),
                 align_end(series.io.disk_read_mbps, n),
+                align_end(series.io.disk_write_mbps, n),
             )
         cpu_known = [v for v in cpu if v is not None]
         return cls(
@@ -272,6 +275,7 @@ class JobWindow:
             net_max=max((v for v in net if v is not None), default=None),
             disk_max=max((v for v in disk if v is not None), default=None),
             io_known=sum(1 for c, r, d in zip(cpu, net, disk, strict=True) if None not in (c, r, d)) / n,
+            disk_write_max=max((v for v in write if v is not None), default=None),
         )
 
     @property
@@ -301,7 +305,9 @@ class JobWindow:
         if self.net_max is not None:
             parts.append(f"net max {self.net_max:.1f} MB/s")
         if self.disk_max is not None:
-            parts.append(f"disk max {self.disk_max:.1f} MB/s")
+            parts.append(f"disk read max {self.disk_max:.1f} MB/s")
+        if self.disk_write_max is not None:
+            parts.append(f"disk write max {self.disk_write_max:.1f} MB/s")
         return ", ".join(parts) if parts else "no CPU/IO metrics"
 
 
@@ -349,9 +355,14 @@ def group_signals(obs: Observation) -> ClusterSignals:
     return signals
 
 
-_IO_FIELDS = ("cpu_pct", "net_rx_mbps", "disk_read_mbps")
+_IO_FIELDS = ("cpu_pct", "net_rx_mbps", "disk_read_mbps", "disk_write_mbps")
 # The fields' names as people read them: (English, Chinese).
-IO_WORDS = {"cpu_pct": ("CPU", "CPU"), "net_rx_mbps": ("network", "网络"), "disk_read_mbps": ("disk", "磁盘")}
+IO_WORDS = {"cpu_pct": ("CPU", "CPU"), "net_rx_mbps": ("network", "网络"), "disk_read_mbps": ("disk read", "磁盘读取"),
+            "disk_write_mbps": ("disk write", "磁盘写入")}
+# The data-moving columns (MB/s) a job works through off its GPU, each with the words for it: a job writing to its
+# disk (a copy from network storage to local disk, a checkpoint save) works as surely as one reading from it.
+IO_RATES = (("net_rx_mbps", "network", "网络"), ("disk_read_mbps", "disk read", "磁盘读取"),
+            ("disk_write_mbps", "disk write", "磁盘写入"))
 _IO_NEWEST = 4  # newest slices looked at to tell whether the source reads a CPU/IO field
 
 

@@ -57,7 +57,7 @@ class ZombieDetector:
         if w.io_known < self.idle.min_coverage:
             return None  # frozen I/O must be seen, not assumed
         io_limit = self.longtail.io_threshold_mbps
-        if (w.net_max or 0.0) >= io_limit or (w.disk_max or 0.0) >= io_limit:
+        if max(w.net_max or 0.0, w.disk_max or 0.0, w.disk_write_max or 0.0) >= io_limit:
             return None
         cpu_limit = self.rule.cpu_threshold_pct
         if cpu_limit is not None and (w.cpu_max is None or w.cpu_max >= cpu_limit):

@@ -1,4 +1,11 @@
-"""A loopback Kubernetes API server for tests: the real REST paths, JSON shapes, discovery and Status errors."""
+"""A loopback Kubernetes API server for tests: the real REST paths, JSON shapes, discovery and Status errors.
+
+Only the API server's part: controllers (the Job controller acting on spec.suspend, Kubeflow's notebook controller
+acting on kubeflow-resource-stopped) are not here; a test that needs one runs it (tests/k8s_fake_cluster.py).
+A resource named in `unserved` ("notebooks.kubeflow.org") is absent, as on a cluster without that CRD: not in
+discovery, 404 for its paths. PATCH takes the media types the API server does (415 otherwise; no strategic merge
+patch for a CRD's resources); metadata.uid and resourceVersion in a merge patch are preconditions (409).
+"""
 
 from __future__ import annotations
 
@@ -34,8 +41,15 @@ def _resource_list(group_version: str, resources: list[Resource]) -> dict:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": out}
 
 
-def _groups() -> dict[str, str]:
-    return {r.group: r.version for r in RESOURCES if r.group}
+def _served(unserved: set[str]) -> list[Resource]:
+    return [r for r in RESOURCES if (f"{r.plural}.{r.group}" if r.group else r.plural) not in unserved]
+
+
+def _groups(resources: list[Resource]) -> dict[str, str]:
+    return {r.group: r.version for r in resources if r.group}
+
+
+_PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 def _group(name: str, version: str) -> dict:
@@ -75,8 +89,9 @@ class FakeKubernetesApi:
     """Serves a FakeStore on 127.0.0.1; `requests` records (method, path, query) of every call, `callers` its
     (method, path, Authorization header): which client (kubeconfig token) sent it, when several share the API."""
 
-    def __init__(self, store: FakeStore | None = None) -> None:
+    def __init__(self, store: FakeStore | None = None, *, unserved: tuple[str, ...] = ()) -> None:
         self.store = store or FakeStore()
+        self.unserved = set(unserved)  # "plural.group" (core: "plural") this server does not serve
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
         self.callers: list[tuple[str, str, str]] = []
         self.faults: list[Fault] = []
@@ -199,14 +214,15 @@ class _Handler(BaseHTTPRequestHandler):
     do_DELETE = lambda self: self._handle("DELETE")  # noqa: E731
 
     def _route(self, method: str, path: str, q: dict[str, str]) -> None:
-        groups = _groups()
+        served = _served(self.owner.unserved)
+        groups = _groups(served)
         if path == "/version":
             return self._send(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fake", "platform": "linux/amd64"})
         if path == "/api":
             return self._send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": self.owner.url.removeprefix("http://")}]})
         if path == "/api/v1":
-            return self._send(200, _resource_list("v1", [r for r in RESOURCES if not r.group]))
+            return self._send(200, _resource_list("v1", [r for r in served if not r.group]))
         if path == "/apis":
             return self._send(200, {"kind": "APIGroupList", "apiVersion": "v1",
                                     "groups": [_group(g, v) for g, v in groups.items()]})
@@ -215,10 +231,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return self._send(200, _group(m[1], groups[m[1]]))
         if (m := re.fullmatch(r"/apis/([^/]+)/([^/]+)", path)) and groups.get(m[1]) == m[2]:
-            return self._send(200, _resource_list(f"{m[1]}/{m[2]}", [r for r in RESOURCES if r.group == m[1]]))
+            return self._send(200, _resource_list(f"{m[1]}/{m[2]}", [r for r in served if r.group == m[1]]))
         m = _PATH.match(path)
         group, version = ("", "v1") if m and m["core"] else ((m["group"], m["version"]) if m else ("", ""))
-        res = next((r for r in RESOURCES if m and (r.group, r.version, r.plural) == (group, version, m["plural"])), None)
+        res = next((r for r in served if m and (r.group, r.version, r.plural) == (group, version, m["plural"])), None)
         if m is None or res is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         ns, name, sub = m["ns"] or "", m["name"], m["sub"]
@@ -250,8 +266,13 @@ class _Handler(BaseHTTPRequestHandler):
                 store.check_preconditions(res.plural, ns, name, body.get("preconditions"))
                 return self._send(200, store.delete(res.plural, ns, name, None if grace is None else int(grace)))
             if method == "PATCH":
-                return self._send(200, store.patch(res.plural, ns, name, self._body(),
-                                                   self.headers.get("Content-Type", "")))
+                ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
+                accepted = [t for t in _PATCH_TYPES if not (res.crd and "strategic" in t)]
+                if ctype not in accepted:
+                    self._body()
+                    raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                   f"accepted media types include: {', '.join(accepted)}")
+                return self._send(200, store.patch(res.plural, ns, name, self._body(), ctype))
             if method == "PUT":  # optimistic concurrency: a replace carrying an old resourceVersion is refused
                 body = self._body()
                 wanted = (body.get("metadata") or {}).get("resourceVersion")
@@ -263,7 +284,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif sub == "eviction" and method == "POST":
             options = self._body().get("deleteOptions") or {}
             store.check_preconditions("pods", ns, name, options.get("preconditions"))
-            store.evict(ns, name, options.get("gracePeriodSeconds"))
+            dry_run = q.get("dryRun") == "All" or "All" in (options.get("dryRun") or [])
+            store.evict(ns, name, options.get("gracePeriodSeconds"), dry_run=dry_run)
             return self._send(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                     "code": 201})
         elif sub == "scale" and res.plural == "machinedeployments":

@@ -1,4 +1,5 @@
-"""Builders for the fake API's objects: GPU pods and nodes, PDBs, CAPI pools, and a cluster mirrored from a SimCluster."""
+"""Builders for the fake API's objects: GPU pods and nodes, PDBs, CAPI pools, Jobs and Kubeflow notebooks, a cluster
+mirrored from a SimCluster; and the controllers' part a test runs itself (the fake API is only the API server)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,80 @@ def gpu_pod(ns: str, name: str, gpus: int, *, node: str | None = "gpu-0", phase:
     if started:
         status["startTime"] = rfc3339(started)
     return {"metadata": meta, "spec": spec, "status": status}
+
+
+def batch_job(ns: str, name: str, *, suspend: bool = False, labels: dict | None = None,
+              owner: tuple[str, str, str] | None = None) -> dict:
+    """A batch/v1 Job; its uid is `uid-<name>`, the uid gpu_pod's ownerReference names. `owner`: (apiVersion, kind,
+    name) of a controller above it (a JobSet)."""
+    meta: dict = {"name": name, "namespace": ns, "uid": f"uid-{name}", "labels": dict(labels or {})}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": owner[2],
+                                    "uid": f"uid-{owner[1].lower()}-{owner[2]}", "controller": True}]
+    return {"metadata": meta, "spec": {"suspend": suspend, "backoffLimit": 6, "template": {"spec": {}}},
+            "status": {"active": 1}}
+
+
+def notebook_owner(store: FakeStore, ns: str, name: str, *, version: str = "v1") -> dict:
+    """A Kubeflow Notebook as its controller runs it: the Notebook and its StatefulSet (same name, controlled by the
+    Notebook, its ownerReference naming the Notebook's `version`). Returns the ownerReference of the notebook's pod
+    `<name>-0`, which the StatefulSet controls."""
+    nb = store.put("notebooks", {"metadata": {"name": name, "namespace": ns, "annotations": {}},
+                                 "spec": {"template": {"spec": {"containers": [{"name": name, "image": "jupyter:1"}]}}}})
+    ref = {"apiVersion": f"kubeflow.org/{version}", "kind": "Notebook", "name": name, "uid": nb["metadata"]["uid"],
+           "controller": True, "blockOwnerDeletion": True}
+    sts = store.put("statefulsets", {"metadata": {"name": name, "namespace": ns, "ownerReferences": [ref]},
+                                     "spec": {"replicas": 1, "selector": {"matchLabels": {"statefulset": name}}},
+                                     "status": {"replicas": 1, "readyReplicas": 1}})
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": sts["metadata"]["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def kubeflow_notebook(store: FakeStore, ns: str, name: str, gpus: int, *, node: str | None = "gpu-0",
+                      version: str = "v1", annotations: dict | None = None) -> dict:
+    """A running Kubeflow notebook: Notebook, StatefulSet and the pod `<name>-0` labelled notebook-name, as stored."""
+    pod = gpu_pod(ns, f"{name}-0", gpus, node=node, labels={"statefulset": name, "notebook-name": name},
+                  annotations=annotations)
+    pod["metadata"]["ownerReferences"] = [notebook_owner(store, ns, name, version=version)]
+    return store.put("pods", pod)
+
+
+def _owned_by(pod: dict, uid: str) -> bool:
+    return any(r.get("uid") == uid and r.get("controller") for r in pod["metadata"].get("ownerReferences") or [])
+
+
+def run_job_controller(store: FakeStore) -> list[str]:
+    """The Job controller's part on a suspended Job (Kubernetes >= 1.24): its active pods are deleted with their
+    own grace period; the Job stays. Returns the pods it deleted."""
+    deleted = []
+    for job in store.list("jobs"):
+        if not (job.get("spec") or {}).get("suspend"):
+            continue
+        for pod in store.list("pods", job["metadata"]["namespace"]):
+            if _owned_by(pod, job["metadata"]["uid"]) and "deletionTimestamp" not in pod["metadata"]:
+                store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                deleted.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+    return deleted
+
+
+def run_notebook_controller(store: FakeStore) -> list[str]:
+    """Kubeflow's notebook controller: a Notebook annotated kubeflow-resource-stopped gets its StatefulSet scaled to 0
+    (whose controller then deletes the pod with its grace period); an unannotated one back to 1 (the pod returns
+    under the same name, with a new uid). Returns the pods deleted."""
+    deleted = []
+    for nb in store.list("notebooks"):
+        ns, name = nb["metadata"]["namespace"], nb["metadata"]["name"]
+        stopped = "kubeflow-resource-stopped" in (nb["metadata"].get("annotations") or {})
+        sts = store.objects["statefulsets"].get((ns, name))
+        if sts is None or not _owned_by(sts, nb["metadata"]["uid"]):
+            continue
+        store.patch("statefulsets", ns, name, {"spec": {"replicas": 0 if stopped else 1}},
+                    "application/merge-patch+json")
+        pod = store.objects["pods"].get((ns, f"{name}-0"))
+        if stopped and pod is not None and "deletionTimestamp" not in pod["metadata"]:
+            store.delete("pods", ns, f"{name}-0")
+            deleted.append(f"{ns}/{name}-0")
+    return deleted
 
 
 def gpu_node(name: str, gpus: int, *, pool: str | None = None, model: str = "NVIDIA-A100-SXM4-80GB") -> dict:
@@ -70,9 +145,20 @@ def mirror_sim(api: FakeKubernetesApi, cluster) -> None:
         store.put("nodes", gpu_node(node.name, node.gpus, pool=node.pool))
     for job in cluster.list_jobs():
         labels = {**job.labels, "steward.io/owner": job.user, "app": job.name}
+        # Owned as the simulation says (sim/cluster.py): a Job's pod by its Job (which exists, as on a cluster), a
+        # Deployment's by its ReplicaSet, any other by nothing (a bare pod).
+        # A job labelled notebook-name is a Kubeflow notebook's pod (named <notebook>-0).
+        owner = None
+        if job.owner_kind == "Job":
+            owner = ("Job", job.labels["job-name"])
+            store.put("jobs", batch_job(job.namespace, owner[1], labels={"job-name": owner[1]}))
+        elif job.owner_kind == "Deployment":
+            owner = ("ReplicaSet", f"{job.name}-{job.labels['pod-template-hash']}")
         pod = gpu_pod(job.namespace, job.name, job.gpus, node=job.node,
                       phase="Pending" if job.state == "pending" else "Running", labels=labels,
-                      annotations=job.annotations, owner=("Job", job.name), started=job.started_at)
+                      annotations=job.annotations, owner=owner, started=job.started_at)
+        if "notebook-name" in job.labels:
+            pod["metadata"]["ownerReferences"] = [notebook_owner(store, job.namespace, job.labels["notebook-name"])]
         store.put("pods", pod)
     start = cluster.scenario.start
     store.log_provider = lambda ns, name: [(line.at, line.text) for line in

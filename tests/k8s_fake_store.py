@@ -22,6 +22,7 @@ class Resource:
     namespaced: bool = True
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
+    crd: bool = False  # served by a CustomResourceDefinition: no strategic merge patch (HTTP 415)
 
     @property
     def api_version(self) -> str:
@@ -34,9 +35,13 @@ RESOURCES = (
     Resource("", "v1", "events", "Event"),
     Resource("", "v1", "namespaces", "Namespace", namespaced=False),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
-    Resource("cluster.x-k8s.io", "v1beta1", "machinedeployments", "MachineDeployment", subresources=("scale",)),
-    Resource("cluster.x-k8s.io", "v1beta1", "machines", "Machine"),
+    Resource("cluster.x-k8s.io", "v1beta1", "machinedeployments", "MachineDeployment", subresources=("scale",),
+             crd=True),
+    Resource("cluster.x-k8s.io", "v1beta1", "machines", "Machine", crd=True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease"),
+    Resource("batch", "v1", "jobs", "Job"),
+    Resource("apps", "v1", "statefulsets", "StatefulSet"),
+    Resource("kubeflow.org", "v1", "notebooks", "Notebook", crd=True),  # Kubeflow's notebook controller's CRD
 )
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 
@@ -217,8 +222,9 @@ class FakeStore:
             raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {plural} \"{name}\": "
                            f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {actual}")
 
-    def evict(self, ns: str, name: str, grace_s: int | None) -> None:
-        """policy/v1 Eviction: 429 while a matching PodDisruptionBudget allows no disruption."""
+    def evict(self, ns: str, name: str, grace_s: int | None, dry_run: bool = False) -> None:
+        """policy/v1 Eviction: 429 while a matching PodDisruptionBudget allows no disruption. A dry run (dryRun=All,
+        as `kubectl drain --dry-run=server` sends) checks the budgets and changes nothing."""
         with self.lock:
             pod = self.get("pods", ns, name)
             labels = pod["metadata"].get("labels") or {}
@@ -234,9 +240,12 @@ class FakeStore:
                                    {"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget "
                                                 f"{pdb_name} needs {pdb['spec'].get('minAvailable', 1)} healthy "
                                                 "pods and has 1 currently"}]})
+                if dry_run:
+                    continue
                 live = self.objects["poddisruptionbudgets"][(ns, pdb["metadata"]["name"])]
                 live["status"]["disruptionsAllowed"] = allowed - 1
-            self.delete("pods", ns, name, grace_s)
+            if not dry_run:
+                self.delete("pods", ns, name, grace_s)
 
     def _finish_terminating(self) -> None:
         # The kubelet's part: a terminating pod is gone once its grace period has run out.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +12,8 @@ import pytest
 
 from tests.conftest import require_binary
 from tests.k8s_fake_api import FakeKubernetesApi
-from tests.k8s_fake_cluster import capi_pool, gpu_node, gpu_pod, kubeconfig
+from tests.k8s_fake_cluster import batch_job, capi_pool, gpu_node, gpu_pod, kubeconfig, notebook_owner
+from tools.k8s_owners import NOTEBOOK_STOPPED, resume_command
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
@@ -74,3 +76,20 @@ def test_annotate_and_scale_a_machine_deployment(kubectl):
     md = json.loads(kubectl("get", "machinedeployments.cluster.x-k8s.io", "-n", "capi", "a100-md", "-o", "json"))
     assert md["spec"]["replicas"] == 1
     assert len(kubectl.api.store.list("machines", "capi")) == 1
+
+
+def test_the_resume_commands_an_owner_is_given_work_as_given(kubectl):
+    """A stop through the pod's owner tells the owner how to undo it (tools/k8s_owners.resume_command, in the stop
+    result and the warning): run as written, kubectl resumes the Job and the Kubeflow notebook (a merge patch: a CRD
+    takes no strategic merge patch, and the fake answers 415 as the API server does)."""
+    store = kubectl.api.store
+    store.put("jobs", batch_job("ml", "sft", suspend=True))
+    notebook_owner(store, "kf", "lab")
+    store.patch("notebooks", "kf", "lab", {"metadata": {"annotations": {NOTEBOOK_STOPPED: "2026-11-02T03:00:00Z"}}},
+                "application/merge-patch+json")
+    for kind, name, ns in (("Job", "sft", "ml"), ("Notebook", "lab", "kf")):
+        command = shlex.split(resume_command(kind, name, ns))
+        assert command[0] == "kubectl"
+        kubectl(*command[1:])
+    assert store.get("jobs", "ml", "sft")["spec"]["suspend"] is False
+    assert NOTEBOOK_STOPPED not in (store.get("notebooks", "kf", "lab")["metadata"].get("annotations") or {})

@@ -9,7 +9,7 @@ import pytest
 
 from agent.config.settings import Settings
 from tests.k8s_fake_api import FakeKubernetesApi
-from tests.k8s_fake_cluster import gpu_node, gpu_pod, kubeconfig, pdb
+from tests.k8s_fake_cluster import batch_job, gpu_node, gpu_pod, kubeconfig, kubeflow_notebook, pdb
 from tools.k8s_notify import STOP_AFTER, kubernetes_notifier_from_settings
 from tools.kubernetes import kubernetes_scheduler_from_settings, parse_log_line
 from tools.protocols import JobScheduler, LogSource, Notifier
@@ -36,13 +36,13 @@ def api():
     s.put("nodes", gpu_node("gpu-0", 8, pool="a100"))
     s.put("nodes", gpu_node("gpu-1", 8, pool="a100"))
     s.put("nodes", {"metadata": {"name": "cpu-0"}, "status": {"capacity": {"cpu": "16"}}})
+    s.put("jobs", batch_job("ml", "train"))
     s.put("pods", gpu_pod("ml", "train-0", 4, owner=("Job", "train"), started=NOW - timedelta(hours=2),
                           labels={"steward.io/owner": "alice", "steward.io/project": "llm", "job-name": "train",
                                   "steward.io/priority": "high"}))
     s.put("pods", gpu_pod("ml", "serve-7d9f8-abcde", 1, node="gpu-1", owner=("ReplicaSet", "serve-7d9f8"),
                           labels={"pod-template-hash": "7d9f8", "app": "serve"}))
-    s.put("pods", gpu_pod("kf", "nb-0", 1, node="gpu-1", owner=("StatefulSet", "nb"),
-                          labels={"notebook-name": "nb"}, annotations={"steward.io/owner": "bob"}))
+    kubeflow_notebook(s, "kf", "nb", 1, node="gpu-1", annotations={"steward.io/owner": "bob"})
     s.put("pods", gpu_pod("ml", "queued", 8, phase="Pending"))
     s.put("pods", gpu_pod("ml", "cpu-only", 0))
     s.put("pods", {**gpu_pod("ml", "done", 2), "status": {"phase": "Succeeded"}})
@@ -140,14 +140,17 @@ def test_logs_ask_the_server_for_a_window_and_keep_the_newest(api, settings):
 
 
 def test_graceful_stop_evicts_with_the_policy_grace(api, settings):
+    """A pod nothing replaces (a bare pod) is evicted; a Job's or a notebook's is stopped through its owner
+    (tests/test_kubernetes_owner_stops.py)."""
+    api.store.put("pods", gpu_pod("ml", "adhoc-0", 2, started=NOW - timedelta(hours=1)))
     k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
-    result = k8s.stop_job("ml/train-0", force=False, grace_s=300, reason="idle")
-    assert result.status == "stopping" and "Job train may start a replacement" in result.detail
-    assert api.calls("POST", "/api/v1/namespaces/ml/pods/train-0/eviction") and not api.calls("DELETE")
-    job = k8s.get_job("ml/train-0")
+    result = k8s.stop_job("ml/adhoc-0", force=False, grace_s=300, reason="idle")
+    assert result.status == "stopping" and result.detail == "evicted; terminating with a 300s grace period"
+    assert api.calls("POST", "/api/v1/namespaces/ml/pods/adhoc-0/eviction") and not api.calls("DELETE")
+    job = k8s.get_job("ml/adhoc-0")
     assert job.state == "stopping" and job.stop_requested_at == NOW
     api.clock.at = NOW + timedelta(seconds=301)  # the grace period runs out: the kubelet is done
-    assert k8s.stop_job("ml/train-0", force=False, grace_s=300, reason="idle").status == "already_gone"
+    assert k8s.stop_job("ml/adhoc-0", force=False, grace_s=300, reason="idle").status == "already_gone"
     assert k8s.stop_job("ml/queued", force=False, grace_s=300, reason="idle").status == "stopped"
 
 
@@ -161,7 +164,10 @@ def test_a_disruption_budget_refuses_the_eviction(api, settings):
 
 def test_forced_stop_deletes_with_no_grace_and_is_idempotent(api, settings):
     k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
-    assert k8s.stop_job("kf/nb-0", force=True, grace_s=300, reason="zombie").status == "stopped"
+    stopped = k8s.stop_job("kf/nb-0", force=True, grace_s=300, reason="zombie")
+    assert stopped.status == "stopped" and stopped.detail.endswith("pod deleted with no grace period")
+    # Its Notebook first (else its StatefulSet starts the pod again at once), then the pod with no grace.
+    assert "kubeflow-resource-stopped" in api.store.get("notebooks", "kf", "nb")["metadata"]["annotations"]
     (_, _, query), = api.calls("DELETE", "/pods/nb-0")
     assert query["gracePeriodSeconds"] == ["0"]
     assert k8s.get_job("kf/nb-0") is None

@@ -1,4 +1,5 @@
-"""End to end: sweeps over the fake Kubernetes API warn, then evict; a PDB says no; a do-not-disrupt pod is left alone."""
+"""End to end: sweeps over the fake Kubernetes API warn, then evict; a PDB says no; a do-not-disrupt pod is left alone;
+a Kubeflow notebook and a Job are stopped through their owners."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from agent.records.approvals import ApprovalStore
 from agent.records.audit import AuditLog
 from sim.cluster import SimCluster
 from sim.scenario import parse_scenario
-from tests.k8s_fake_api import FakeKubernetesApi
-from tests.k8s_fake_cluster import kubeconfig, mirror_sim, pdb
+from tests.k8s_fake_api import FakeKubernetesApi, Fault
+from tests.k8s_fake_cluster import kubeconfig, mirror_sim, pdb, run_job_controller, run_notebook_controller
 from tools.k8s_notify import STOP_AFTER, kubernetes_notifier_from_settings
 from tools.kubernetes import kubernetes_scheduler_from_settings
 
@@ -125,3 +126,72 @@ def test_a_pod_crash_looping_in_place_gets_advice_and_is_never_stopped(world):
     assert [(o["action"], o["status"]) for o in outcomes] == [("notify", "executed")], outcomes
     assert "restarted 7 times" in outcomes[0]["reason"] and "Error (exit 1)" in outcomes[0]["reason"]
     assert not [p for m, p, _ in api.requests if m != "GET" and "/pods/training" in p and "eviction" in p]
+
+
+OWNED = {
+    "version": 1, "name": "k8s-owners", "duration": "3h", "step": "30s",
+    "pools": [{"name": "a100", "gpus_per_node": 4, "nodes": 2, "price_per_gpu_hour": 4.0}],
+    "jobs": [
+        # A Kubeflow notebook holding a GPU all night; a fine-tuning Job; a Job the steward's role may not patch.
+        {"id": "kf/lab-0", "user": "erin", "gpus": 1, "node": "a100-0", "phases": IDLE,
+         "labels": {"notebook-name": "lab"}},
+        {"id": "ml/sft-0", "user": "frank", "gpus": 2, "node": "a100-0", "phases": IDLE, "labels": {"job-name": "sft"}},
+        {"id": "ml/nightly-0", "user": "gina", "gpus": 2, "node": "a100-1", "phases": IDLE,
+         "labels": {"job-name": "nightly"}},
+    ],
+}
+
+
+def test_sweeps_stop_a_notebook_and_a_job_through_their_owners_and_audit_each_outcome(tmp_path):
+    """The mission's first case on a real cluster: evicting a notebook's pod frees nothing for long (its StatefulSet
+    starts it again, a new uid whose idle clock starts afresh). The sweep warns the owners, saying how the stop is done
+    and undone, then stops the Notebook and the Job themselves; a 403 is audited with the RBAC rule to add, and its
+    pod is not evicted in vain. The controllers' part runs between sweeps, as on a cluster."""
+    cluster = SimCluster(parse_scenario(OWNED))
+    api = FakeKubernetesApi().start()
+    try:
+        mirror_sim(api, cluster)
+        api.inject(Fault("PATCH", "/jobs/nightly", status=403, reason="Forbidden", times=-1,
+                         message='jobs.batch "nightly" is forbidden: cannot patch resource "jobs"'))
+        settings = Settings(kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path)
+        policy = Policy()
+        k8s = kubernetes_scheduler_from_settings(settings, clock=cluster)
+        audit = AuditLog(":memory:")
+        deps = StewardDeps(
+            metrics=cluster, scheduler=k8s, logs=k8s, pools=cluster,
+            notifier=kubernetes_notifier_from_settings(settings, policy.warning.min_notice, clock=cluster),
+            clock=cluster, policy=policy, audit=audit, approvals=ApprovalStore(":memory:", audit),
+            planner=PolicyModel())
+        service = SweepService(deps)
+        for minute in range(10, 141, 10):
+            cluster.advance_to(minute * 60)
+            service.sweep()
+            run_job_controller(api.store)
+            run_notebook_controller(api.store)
+
+        def executed(target: str, action: str) -> list:
+            return [e for e in audit.entries(kind="execution", target=target, limit=100) if e.action == action]
+
+        # Warned first, with how the stop is done and undone.
+        messages = {e["involvedObject"]["name"]: e["message"] for e in api.store.list("events")}
+        assert "kubectl annotate notebook lab -n kf kubeflow-resource-stopped-" in messages["lab-0"]
+        assert """kubectl patch job sft -n ml --type=merge -p '{"spec":{"suspend":false}}'""" in messages["sft-0"]
+        (lab,) = [e for e in executed("kf/lab-0", "terminate") if e.status == "executed"]
+        assert "Notebook kf/lab" in lab.data["detail"] and "stopped as Kubeflow's idle culler does" in lab.data["detail"]
+        (sft,) = [e for e in executed("ml/sft-0", "terminate") if e.status == "executed"]
+        assert "Job ml/sft (uid uid-sft) suspended" in sft.data["detail"]
+        assert "kubeflow-resource-stopped" in api.store.get("notebooks", "kf", "lab")["metadata"]["annotations"]
+        assert api.store.get("statefulsets", "kf", "lab")["spec"]["replicas"] == 0
+        assert api.store.get("jobs", "ml", "sft")["spec"]["suspend"] is True
+        # Their pods went through their controllers, not an eviction (only dry runs asked the budgets); none came back.
+        evicted = [p for _, p, q in api.calls("POST", "/eviction") if q.get("dryRun") != ["All"]]
+        assert evicted == [] and not api.calls("DELETE")
+        assert not api.store.list("pods", "kf") and ("ml", "sft-0") not in api.store.objects["pods"]
+
+        failed = [e for e in executed("ml/nightly-0", "terminate") if e.status == "failed"]
+        assert failed and 'add the rule {apiGroups: ["batch"], resources: ["jobs"], verbs: [get, patch]}' in \
+            failed[0].data["detail"]
+        assert api.store.get("jobs", "ml", "nightly")["spec"]["suspend"] is False
+        assert "deletionTimestamp" not in api.store.get("pods", "ml", "nightly-0")["metadata"]
+    finally:
+        api.stop()

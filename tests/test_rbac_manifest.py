@@ -11,7 +11,7 @@ import yaml
 
 from agent.config.settings import Settings
 from tests.k8s_fake_api import _PATH, FakeKubernetesApi
-from tests.k8s_fake_cluster import capi_pool, gpu_pod, kubeconfig
+from tests.k8s_fake_cluster import batch_job, capi_pool, gpu_pod, kubeconfig, kubeflow_notebook
 from tools.capi import capi_pools_from_settings
 from tools.k8s_notify import kubernetes_notifier_from_settings
 from tools.kubernetes import kubernetes_scheduler_from_settings
@@ -54,6 +54,11 @@ def test_the_default_file_grants_no_pod_delete_and_no_pool_write():
     assert not [g for g in grants if "*" in g]
     assert ("", "pods/eviction", "create") in grants and ("", "pods/log", "get") in grants
     assert _bound(RBAC) == set(_roles(RBAC)) == {"gpu-steward"}
+    # A stop through the pod's owner (tools/k8s_owners.py) reads and patches exactly that owner: no delete, no
+    # update (a patch of one field), nothing on other kinds of those groups.
+    owners = {g for g in grants if g[0] in ("batch", "apps", "kubeflow.org")}
+    assert owners == {("batch", "jobs", "get"), ("batch", "jobs", "patch"), ("apps", "statefulsets", "get"),
+                      ("kubeflow.org", "notebooks", "get"), ("kubeflow.org", "notebooks", "patch")}
 
 
 def test_level_3_and_level_4_are_opt_in_files_that_grant_them():
@@ -90,6 +95,10 @@ def api():
     nodes = capi_pool(server.store, "capi", "a100-md", 3, 8, start=datetime(2026, 11, 2, tzinfo=UTC))
     server.store.put("pods", gpu_pod("ml", "a", 2, node=nodes[0]))
     server.store.put("pods", gpu_pod("ml", "b", 2, node=nodes[1]))
+    for job in ("c", "d"):  # pods whose Job (and Kubeflow Notebook) a stop acts on
+        server.store.put("jobs", batch_job("ml", job))
+        server.store.put("pods", gpu_pod("ml", f"{job}-0", 1, node=nodes[2], owner=("Job", job)))
+        kubeflow_notebook(server.store, "kf", f"nb-{job}", 1, node=nodes[2])
     yield server
     server.stop()
 
@@ -104,11 +113,16 @@ def test_the_roles_cover_every_call_the_adapters_make(api, tmp_path):
     k8s.list_jobs(), k8s.list_nodes(), k8s.get_job("ml/a")
     k8s.tail("ml/a", datetime(2026, 11, 2, tzinfo=UTC), datetime.now(UTC))
     notifier.notify("alice", "s", "b", job_id="ml/a")
-    k8s.stop_job("ml/a", force=False, grace_s=30, reason="idle")
-    assert _needed(api.requests) <= roles["gpu-steward"]
+    assert k8s.stop_job("ml/a", force=False, grace_s=30, reason="idle").status == "stopping"
+    assert k8s.stop_job("ml/c-0", force=False, grace_s=30, reason="idle").status == "stopping"
+    assert k8s.stop_job("kf/nb-c-0", force=False, grace_s=30, reason="idle").status == "stopping"
+    needed = _needed(api.requests)
+    assert {("batch", "jobs", "patch"), ("kubeflow.org", "notebooks", "patch"), ("apps", "statefulsets", "get")} <= needed
+    assert needed <= roles["gpu-steward"]
 
     api.requests.clear()
-    k8s.stop_job("ml/b", force=True, grace_s=30, reason="zombie")
+    for job in ("ml/b", "ml/d-0", "kf/nb-d-0"):
+        assert k8s.stop_job(job, force=True, grace_s=30, reason="zombie").status == "stopped"
     assert _needed(api.requests) <= roles["gpu-steward"] | roles["gpu-steward-force-reclaim"]
 
     api.requests.clear()

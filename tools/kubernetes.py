@@ -1,4 +1,5 @@
-"""KubernetesScheduler: GPU pods as jobs, their logs, and stops through the Eviction API (kubernetes client)."""
+"""KubernetesScheduler: GPU pods as jobs, their logs, and stops (through the owner that would undo an eviction, else
+the Eviction API; kubernetes client)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,31 @@ import json
 import math
 import time
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult, gang_key
+from tools.k8s_owners import (
+    JOBS,
+    NOTEBOOKS,
+    STATEFULSETS,
+    OwnerRef,
+    OwnerResource,
+    managed_job,
+    notebook_of,
+    replaced_note,
+    route,
+    stop_note,
+    stop_patch,
+    stopped_since,
+    stopped_text,
+)
 from tools.k8s_pods import (
     ACTIVE_PODS,
     FINISHED_PODS,
     PodReading,
     node_gpus,
     node_to_info,
-    owner_kind,
-    owner_name,
     pod_gpus,
     pod_to_finished,
     pod_to_job,
@@ -66,6 +81,32 @@ def throttled(exc: Exception) -> bool:
     said = " ".join([str(status.get("message", "")) if isinstance(status, dict) else "",
                      *(str(c.get("reason", "")) + " " + str(c.get("message", "")) for c in causes)]).lower()
     return "disruptionbudget" not in said and "disruption budget" not in said
+
+
+def not_found_name(exc: Exception) -> str | None:
+    """The name a 404 Status is about (details.name): an object that does not exist, not a path nobody serves."""
+    try:
+        status = json.loads(getattr(exc, "body", None) or "{}")
+    except (TypeError, ValueError):
+        return None
+    return ((status.get("details") or {}).get("name") or None) if isinstance(status, dict) else None
+
+
+def stop_error(job_id: str, exc: Exception, uid: str | None) -> StopResult | None:
+    """What a failed pod read, eviction or delete means for a stop; None for an exception that is no API answer."""
+    code = getattr(exc, "status", None)
+    if code == 404:
+        return StopResult(job=job_id, status="already_gone", detail="the pod no longer exists")
+    if code == 429 and throttled(exc):  # the API server is shedding load: retried at a later sweep
+        return StopResult(job=job_id, status="error", detail=f"throttled by the API server (HTTP 429: "
+                          f"{api_message(exc)}); nothing was stopped")
+    if code == 429:  # a PodDisruptionBudget said no: the workload's owner decided, not an error
+        return StopResult(job=job_id, status="refused", detail=f"eviction refused: {api_message(exc)}")
+    if code == 409 and uid:  # the name now belongs to another pod
+        return StopResult(job=job_id, status="refused", detail=f"not the same pod: {api_message(exc)}")
+    if code is not None:
+        return StopResult(job=job_id, status="error", detail=f"HTTP {code}: {api_message(exc)}")
+    return None
 
 
 class KubernetesScheduler:
@@ -142,46 +183,187 @@ class KubernetesScheduler:
     # -- stops -------------------------------------------------------------------------------------
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 30.0, reason: str = "",
                  uid: str | None = None) -> StopResult:
-        """Evict (PodDisruptionBudgets honoured, grace period kept) or, forced, delete with no grace."""
+        """A stop acts on the object that would otherwise undo it (tools/k8s_owners.py): a Job's pod by suspending
+        the Job, a Kubeflow notebook's by stopping its Notebook as Kubeflow's idle culler does, and forced, the pod is
+        then deleted with no grace. Any other pod is evicted (PodDisruptionBudgets honoured, grace period kept) or,
+        forced, deleted with no grace; the result says when its controller starts it again."""
         from kubernetes import client
 
         ns, name = split_job_id(job_id)
+        # The API server checks the uid atomically with the delete: a namesake pod is never hit.
+        pre = client.V1Preconditions(uid=uid) if uid else None
         try:
             pod = self._json("read_namespaced_pod", name, ns)
-            # The API server checks the uid atomically with the delete: a namesake pod is never hit.
-            pre = client.V1Preconditions(uid=uid) if uid else None
+        except Exception as exc:
+            if (failed := stop_error(job_id, exc, uid)) is None:
+                raise
+            return failed
+        meta = pod.get("metadata") or {}
+        way, ref = route(meta)
+        note = replaced_note(meta)
+        if ref is not None and way != "evict":
+            if uid and meta.get("uid") != uid:
+                return StopResult(job=job_id, status="refused", detail=f"not the same pod: {job_id} is now uid "
+                                  f"{meta.get('uid')}, the stop was for uid {uid}; nothing was stopped")
+            through_owner = self._stop_owner(job_id, pod, way, ref, force=force, pre=pre)
+            if isinstance(through_owner, StopResult):
+                return through_owner
+            note = through_owner  # the owner is gone, or another controller manages it: evicted, and why is said
+        tail = f"; {note}" if note else ""
+        try:
             if force:
                 self._json("delete_namespaced_pod", name, ns, grace_period_seconds=0,
                            body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=pre))
-                return StopResult(job=job_id, status="stopped", detail="pod deleted with no grace period")
+                return StopResult(job=job_id, status="stopped", detail="pod deleted with no grace period" + tail)
             body = client.V1Eviction(
                 metadata=client.V1ObjectMeta(name=name, namespace=ns),
                 delete_options=client.V1DeleteOptions(grace_period_seconds=max(0, int(grace_s)), preconditions=pre),
             )
             self._json("create_namespaced_pod_eviction", name, ns, body)
         except Exception as exc:
-            code = getattr(exc, "status", None)
-            if code == 404:
-                return StopResult(job=job_id, status="already_gone", detail="the pod no longer exists")
-            if code == 429 and throttled(exc):  # the API server is shedding load: retried at a later sweep
-                return StopResult(job=job_id, status="error", detail=f"throttled by the API server (HTTP 429: "
-                                  f"{api_message(exc)}); nothing was stopped")
-            if code == 429:  # a PodDisruptionBudget said no: the workload's owner decided, not an error
-                return StopResult(job=job_id, status="refused", detail=f"eviction refused: {api_message(exc)}")
-            if code == 409 and uid:  # the name now belongs to another pod
-                return StopResult(job=job_id, status="refused", detail=f"not the same pod: {api_message(exc)}")
-            if code is not None:
-                return StopResult(job=job_id, status="error", detail=f"HTTP {code}: {api_message(exc)}")
-            raise
-        kind = owner_kind(pod.get("metadata") or {})
-        respawn = ""
-        if kind in ("Deployment", "StatefulSet", "ReplicaSet", "Notebook", "Job"):
-            # Eviction frees the GPUs of this pod only; its controller may start a replacement.
-            respawn = f"; its {kind} {owner_name(pod.get('metadata') or {})} may start a replacement pod"
+            if (failed := stop_error(job_id, exc, uid)) is None:
+                raise
+            return failed
         if (pod.get("status") or {}).get("phase") == "Pending":
-            return StopResult(job=job_id, status="stopped", detail="pending pod evicted" + respawn)
+            return StopResult(job=job_id, status="stopped", detail="pending pod evicted" + tail)
         return StopResult(job=job_id, status="stopping",
-                          detail=f"evicted; terminating with a {int(grace_s)}s grace period{respawn}")
+                          detail=f"evicted; terminating with a {int(grace_s)}s grace period{tail}")
+
+    def stop_note(self, job: JobInfo, language: str) -> str:
+        """For the owner's warning: how this backend stops the job and how to undo it (tools/k8s_owners.py)."""
+        return stop_note(job, language)
+
+    @cached_property
+    def _objects(self) -> Any:
+        """Calls by group, version and plural (CustomObjectsApi) on the core client's connection: a Job, a
+        StatefulSet and a Notebook are read and patched alike, the patch a merge patch (all a CRD accepts)."""
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.core.api_client)
+
+    def _object(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        self.api_calls += 1
+        resp = getattr(self._objects, method)(*args, _preload_content=False,
+                                              _request_timeout=self.request_timeout_s, **kwargs)
+        return json.loads(resp.data)
+
+    def _stop_owner(self, job_id: str, pod: dict, way: str, ref: OwnerRef, *, force: bool,
+                    pre: Any) -> StopResult | str:
+        """Stop the pod's Job or Notebook (the one its ownerReference's uid names); a StopResult, or a note when the
+        pod is to be evicted after all (its owner is gone, or another controller manages its owner)."""
+        from kubernetes import client
+
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace", "default")
+        res = JOBS if way == "job" else NOTEBOOKS
+        if way == "statefulset":  # a Kubeflow notebook's pod: its StatefulSet names the Notebook (and its version)
+            sts = self._read_owner(job_id, STATEFULSETS, ref, ns)
+            if not isinstance(sts, dict):
+                return sts
+            notebook = notebook_of(sts)
+            if notebook is None:
+                return replaced_note(meta)
+            ref = notebook
+        stamp: str | None = None
+        checked = False
+        for attempt in (1, 2):
+            owner = self._read_owner(job_id, res, ref, ns)
+            if not isinstance(owner, dict):
+                return owner
+            if res is JOBS and (managed := managed_job(owner)):
+                return managed
+            if stopped_since(res.kind, owner) is not None:
+                stamp = None  # already stopped: said so, nothing patched
+                break
+            if not force and not checked:  # the controller deletes the pod, not the Eviction API: ask it first
+                if (blocked := self._disruption_check(job_id, pod, pre, res.kind)) is not None:
+                    return blocked
+                checked = True
+            stamp = self.clock.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            try:
+                self._object("patch_namespaced_custom_object", res.group, ref.version, ns, res.plural, ref.name,
+                             stop_patch(res.kind, owner, stamp))
+                break
+            except Exception as exc:
+                if getattr(exc, "status", None) == 409 and attempt == 1:
+                    continue  # changed since it was read (its controller writes its status): read it again, once
+                return self._owner_failed(job_id, exc, res, ref, ns, "patch")
+        text = stopped_text(res.kind, ref.name, ns, ref.uid, stamp)
+        if force:
+            try:
+                self._json("delete_namespaced_pod", meta["name"], ns, grace_period_seconds=0,
+                           body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=pre))
+            except Exception as exc:
+                if getattr(exc, "status", None) == 404:
+                    return StopResult(job=job_id, status="stopped", detail=f"{text}; the pod is already gone")
+                if (failed := stop_error(job_id, exc, pre.uid if pre else None)) is None:
+                    raise
+                return failed.model_copy(update={"detail": f"{text}; but the pod's delete failed: {failed.detail}"})
+            return StopResult(job=job_id, status="stopped", detail=f"{text}; pod deleted with no grace period")
+        pending = (pod.get("status") or {}).get("phase") == "Pending"
+        return StopResult(job=job_id, status="stopped" if pending else "stopping", detail=text)
+
+    def _read_owner(self, job_id: str, res: OwnerResource, ref: OwnerRef, ns: str) -> dict | StopResult | str:
+        """The owner the ownerReference names, refused when its uid differs (a namesake created since)."""
+        try:
+            owner = self._object("get_namespaced_custom_object", res.group, ref.version, ns, res.plural, ref.name)
+        except Exception as exc:
+            return self._owner_failed(job_id, exc, res, ref, ns, "get")
+        now_uid = (owner.get("metadata") or {}).get("uid")
+        if now_uid != ref.uid:
+            return StopResult(job=job_id, status="refused", detail=f"not the same {res.kind}: {ns}/{ref.name} is now "
+                              f"uid {now_uid}, the pod's ownerReference names uid {ref.uid} (a namesake created "
+                              "since); nothing was stopped")
+        return owner
+
+    def _owner_failed(self, job_id: str, exc: Exception, res: OwnerResource, ref: OwnerRef, ns: str,
+                      verb: str) -> StopResult | str:
+        """A failed read or patch of the owner. Never an eviction in its place that the owner would undo: a result
+        naming what is missing, or (the owner no longer exists, so nothing starts the pod again) a note to evict."""
+        code = getattr(exc, "status", None)
+        what = f"{res.kind} {ns}/{ref.name}"
+        undone = f"evicting the pod instead would only have its {ref.kind} start it again"
+        if code == 404 and not_found_name(exc) == ref.name:
+            return f"its {what} no longer exists, so nothing starts the pod again"
+        if code == 404:
+            return StopResult(job=job_id, status="error", detail=f"the cluster does not serve {res.plural}."
+                              f"{res.group}/{ref.version} (HTTP 404: {api_message(exc)}), so the {what} that owns "
+                              f"the pod cannot be stopped; {undone}: nothing was stopped")
+        if code == 403:
+            verbs = "get" if res is STATEFULSETS else "get, patch"
+            return StopResult(job=job_id, status="error", detail=f"not allowed to {verb} {res.plural}.{res.group} "
+                              f"(HTTP 403: {api_message(exc)}): add the rule {res.rule(verbs)} to the steward's "
+                              f"ClusterRole (deploy/kubernetes/base/rbac.yaml); {undone}: nothing was stopped")
+        if code == 409:
+            return StopResult(job=job_id, status="refused", detail=f"the {what} changed while it was being stopped "
+                              f"({api_message(exc)}); nothing was stopped")
+        if code == 429:
+            return StopResult(job=job_id, status="error", detail=f"throttled by the API server (HTTP 429: "
+                              f"{api_message(exc)}); nothing was stopped")
+        if code is not None:
+            return StopResult(job=job_id, status="error", detail=f"{verb} {what}: HTTP {code}: {api_message(exc)}; "
+                              "nothing was stopped")
+        raise exc
+
+    def _disruption_check(self, job_id: str, pod: dict, pre: Any, kind: str) -> StopResult | None:
+        """A dry-run eviction (as `kubectl drain --dry-run=server`): the pod's PodDisruptionBudgets are honoured when
+        its controller deletes it, as the Eviction API honours them. None: a disruption is allowed."""
+        from kubernetes import client
+
+        meta = pod.get("metadata") or {}
+        name, ns = meta["name"], meta.get("namespace", "default")
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns),
+                                 delete_options=client.V1DeleteOptions(dry_run=["All"], preconditions=pre))
+        try:
+            self._json("create_namespaced_pod_eviction", name, ns, body, dry_run="All")
+        except Exception as exc:
+            if getattr(exc, "status", None) == 429 and not throttled(exc):
+                return StopResult(job=job_id, status="refused", detail=f"eviction refused (a dry run before "
+                                  f"stopping its {kind}): {api_message(exc)}; the {kind} was not stopped")
+            if (failed := stop_error(job_id, exc, pre.uid if pre else None)) is None:
+                raise
+            return failed
+        return None
 
     # -- nodes -------------------------------------------------------------------------------------
     def cordon_node(self, node: str, *, uid: str | None = None) -> CordonResult:

@@ -265,7 +265,11 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
         if p.action == "notify":
             finding = next((f for f in facts.findings if f.kind == p.finding_kind), facts.findings[0])
             # The text is the product's template (deadline, evidence, how to keep the job); a model adds a note.
-            body = warning_message(finding, deps.policy, now, deps.language)
+            # How this backend's stop is done and undone (a Job suspended, a notebook stopped as Kubeflow's culler
+            # does), or why a stop would not free the GPUs: said with the stop it announces.
+            how = getattr(deps.scheduler, "stop_note", None)
+            note = how(job, deps.language) if how is not None and job is not None else ""
+            body = warning_message(finding, deps.policy, now, deps.language, stop_note=note)
             if p.message and p.proposed_by != "policy-model" and p.message.strip() != body.strip():
                 note = markdown_text(" ".join(p.message.split())[:MODEL_NOTE_CHARS])  # text, not markup
                 body += ("\n\n助手备注：" if deps.language == "zh" else "\n\nNote from the assistant: ") + note

@@ -130,7 +130,9 @@ def team_zone(policy: Policy) -> tzinfo:
     return ZoneInfo(policy.notifications.timezone)
 
 
-def warning_message(finding: Finding, policy: Policy, now: datetime, language: str) -> str:
+def warning_message(finding: Finding, policy: Policy, now: datetime, language: str, stop_note: str = "") -> str:
+    """The owner's warning. `stop_note`: the backend's word on how its stop is done and undone (a Kubernetes Job is
+    suspended, a Kubeflow notebook stopped as its culler does; tools/k8s_owners.stop_note), said with the stop."""
     words = KIND_WORDS.get(language, KIND_WORDS["en"])
     label = "运行手册：" if language == "zh" else "Runbook: "
     runbook = f"{label}{finding.runbook}" if finding.runbook else ""
@@ -149,7 +151,8 @@ def warning_message(finding: Finding, policy: Policy, now: datetime, language: s
         return render(
             template_name("notify_warning", language), now,
             waste_gpu_hours=f"{finding.waste_gpu_hours:.1f}", waste_cost=money(finding.waste_cost, finding.currency),
-            deadline=owner_time(deadline, policy, language), grace=grace_words, **common,
+            deadline=owner_time(deadline, policy, language), grace=grace_words,
+            stop_note=(stop_note if language == "zh" else f" {stop_note}") if stop_note else "", **common,
         )
     working = int(finding.metrics.get("gpus_working", 1))
     advice = {

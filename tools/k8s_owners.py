@@ -1,0 +1,248 @@
+"""A stop acts on the object that would otherwise undo it: which object that is for a pod, and what is said about it.
+
+Evicting a pod frees its GPUs only until its controller starts another: a Kubeflow Notebook's StatefulSet starts the
+pod again under the same name within seconds, a batch/v1 Job creates a replacement (counted against its
+backoffLimit), a training operator recreates a missing replica. The next sweep then sees a new pod (a new uid)
+whose idle clock starts afresh: the owner is warned and the pod evicted every couple of hours while the waste stays.
+Where the ecosystem has an agreed stop verb, KubernetesScheduler.stop_job uses it on the controller instead:
+
+- A Kubeflow Notebook (the pod's StatefulSet is controlled by a kubeflow.org Notebook): the annotation
+  `kubeflow-resource-stopped` (an RFC 3339 time) on the Notebook, exactly what Kubeflow's own idle culler sets.
+  Source: kubeflow/kubeflow components/notebook-controller, pkg/culler/culler.go (STOP_ANNOTATION =
+  "kubeflow-resource-stopped", SetStopAnnotation writes time.Now() in RFC 3339) and
+  controllers/notebook_controller.go (generateStatefulSet: replicas 0 while StopAnnotationIsSet); the Kubeflow
+  notebooks web app's stop/start buttons set and remove the same annotation. The notebook controller scales the
+  StatefulSet to 0, the PVC keeps the work, the owner starts it again from the Kubeflow notebooks page (or removes
+  the annotation: `kubectl annotate notebook NAME -n NS kubeflow-resource-stopped-`).
+- A batch/v1 Job: `spec.suspend: true` (GA in Kubernetes 1.24; kubernetes.io/docs/concepts/workloads/controllers/job
+  "Suspending a Job"): the Job controller deletes its active pods with their grace period and keeps the Job; the
+  owner resumes it with `kubectl patch job NAME -n NS --type=merge -p '{"spec":{"suspend":false}}'`. Not when
+  another controller manages the Job's suspend field: a JobSet (it resumes its child Jobs) or Kueue (it resumes an
+  admitted Workload's Job): those stop through the JobSet or the Kueue Workload, which the steward does not patch.
+
+Any other controller that replaces pods (a StatefulSet not from a Notebook, PyTorchJob, MPIJob, RayCluster, ...)
+has no agreed stop verb the steward uses: its pod is evicted as before, and the stop result and the owner's
+warning say plainly that the controller starts it again and how the owner stops the workload. This module does
+no I/O: the calls are KubernetesScheduler's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from core.cluster import JobInfo
+
+NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow's culler: STOP_ANNOTATION
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"  # a Job Kueue admits: Kueue owns its spec.suspend
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+MERGE_PATCH = "application/merge-patch+json"  # what a CRD accepts (no strategic merge patch), and a Job too
+# The Kubeflow training operator's jobs (kubeflow.org) and the MPI operator's: suspended through spec.runPolicy.
+TRAINING_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "MXJob")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a DNS-1123 name: safe to quote in a shell command
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    """An ownerReference: what it names (group, version, kind, name) and its immutable identity (uid)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+
+@dataclass(frozen=True)
+class OwnerResource:
+    """Where an owner kind is served (group, plural) and what the steward's role needs on it."""
+
+    group: str
+    plural: str
+    kind: str
+
+    def rule(self, verbs: str = "get, patch") -> str:
+        """The RBAC rule to add, as it reads in deploy/kubernetes/base/rbac.yaml."""
+        return f'{{apiGroups: ["{self.group}"], resources: ["{self.plural}"], verbs: [{verbs}]}}'
+
+
+JOBS = OwnerResource("batch", "jobs", "Job")
+STATEFULSETS = OwnerResource("apps", "statefulsets", "StatefulSet")
+NOTEBOOKS = OwnerResource("kubeflow.org", "notebooks", "Notebook")
+
+
+def controller_ref(meta: dict) -> OwnerRef | None:
+    """The ownerReference marked controller (the one that replaces the object), else None."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid") and ref.get("name"):
+            return OwnerRef(str(ref.get("apiVersion", "")), str(ref.get("kind", "")), str(ref["name"]),
+                            str(ref["uid"]))
+    return None
+
+
+def route(pod_meta: dict) -> tuple[str, OwnerRef | None]:
+    """How a pod is stopped: ("job", its Job), ("statefulset", the StatefulSet a Kubeflow notebook runs in: its
+    Notebook is read from it), ("notebook", a Notebook owning the pod directly), else ("evict", its controller or
+    None)."""
+    ref = controller_ref(pod_meta)
+    if ref is None:
+        return "evict", None
+    if ref.kind == "Job" and ref.group == "batch":
+        return "job", ref
+    if ref.kind == "StatefulSet" and ref.group == "apps" and "notebook-name" in (pod_meta.get("labels") or {}):
+        return "statefulset", ref
+    if ref.kind == "Notebook" and ref.group == NOTEBOOKS.group:
+        return "notebook", ref
+    return "evict", ref
+
+
+def notebook_of(statefulset: dict) -> OwnerRef | None:
+    """The Kubeflow Notebook controlling a StatefulSet, with the version its ownerReference names (one the cluster
+    serves: the controller wrote it), else None."""
+    ref = controller_ref(statefulset.get("metadata") or {})
+    return ref if ref is not None and ref.kind == "Notebook" and ref.group == NOTEBOOKS.group else None
+
+
+def managed_job(job: dict) -> str | None:
+    """Why a Job's suspend field is another controller's (it would resume the Job), else None."""
+    meta = job.get("metadata") or {}
+    ns = meta.get("namespace", "default")
+    ref = controller_ref(meta)
+    if ref is not None and ref.kind != "CronJob":  # a CronJob leaves its Jobs' spec alone
+        if ref.kind == "JobSet":
+            return (f"its Job is managed by JobSet {ns}/{ref.name}, which resumes a suspended child Job: to stop the "
+                    f"workload, suspend the JobSet: {_cmd_jobset(ref.name, ns)}")
+        return f"its Job is managed by {ref.kind} {ns}/{ref.name}: to stop the workload, stop the {ref.kind}"
+    if KUEUE_QUEUE in (meta.get("labels") or {}) or KUEUE_QUEUE in (meta.get("annotations") or {}):
+        return (f"its Job is queued by Kueue, which resumes an admitted Job: to stop the workload, deactivate its "
+                f"Workload (kubectl get workloads -n {ns}; spec.active=false)")
+    return None
+
+
+def stopped_since(kind: str, obj: dict) -> str | None:
+    """When the owner was already stopped (its annotation's time, "" when unknown), else None."""
+    if kind == "Job":
+        return "" if (obj.get("spec") or {}).get("suspend") else None
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(NOTEBOOK_STOPPED)
+
+
+def stop_patch(kind: str, obj: dict, stamp: str) -> dict:
+    """The merge patch that stops the owner; its metadata.uid and resourceVersion make the API server refuse it (409)
+    for a namesake created since or an object changed since it was read."""
+    meta = obj.get("metadata") or {}
+    guard: dict = {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+    if kind == "Job":
+        return {"metadata": guard, "spec": {"suspend": True}}
+    return {"metadata": {**guard, "annotations": {NOTEBOOK_STOPPED: stamp}}}
+
+
+def _q(name: str) -> str:
+    return name if _NAME.match(name) else "NAME"
+
+
+def _cmd_jobset(name: str, ns: str) -> str:
+    return f"""kubectl patch jobset {_q(name)} -n {_q(ns)} --type=merge -p '{{"spec":{{"suspend":true}}}}'"""
+
+
+def resume_command(kind: str, name: str, ns: str) -> str:
+    """What the owner runs to undo the steward's stop."""
+    if kind == "Job":
+        return f"""kubectl patch job {_q(name)} -n {_q(ns)} --type=merge -p '{{"spec":{{"suspend":false}}}}'"""
+    return f"kubectl annotate notebook {_q(name)} -n {_q(ns)} {NOTEBOOK_STOPPED}-"
+
+
+def stopped_text(kind: str, name: str, ns: str, uid: str, stamp: str | None) -> str:
+    """A stop result's detail for a stop through the owner (stamp None: it was already stopped, nothing patched)."""
+    if kind == "Job":
+        head = (f"Job {ns}/{name} (uid {uid}) was already suspended; nothing patched" if stamp is None else
+                f"Job {ns}/{name} (uid {uid}) suspended (spec.suspend=true)")
+        return (f"{head}: the Job controller deletes its pods with their grace period and keeps the Job; "
+                f"resume with `{resume_command(kind, name, ns)}`")
+    head = (f"Notebook {ns}/{name} (uid {uid}) was already stopped ({NOTEBOOK_STOPPED}); nothing patched"
+            if stamp is None else
+            f"Notebook {ns}/{name} (uid {uid}) stopped as Kubeflow's idle culler does ({NOTEBOOK_STOPPED}={stamp})")
+    return (f"{head}: the notebook controller scales its StatefulSet to 0 and its volumes keep the work; the owner "
+            f"starts it again from the Kubeflow notebooks page, or `{resume_command(kind, name, ns)}`")
+
+
+def replaced_note(pod_meta: dict) -> str:
+    """For a pod that is evicted: whether its controller starts it again, and how the owner stops the workload."""
+    ref = controller_ref(pod_meta)
+    if ref is None:
+        return ""
+    ns, labels = pod_meta.get("namespace", "default"), pod_meta.get("labels") or {}
+    name = ref.name
+    if ref.kind == "ReplicaSet" and labels.get("pod-template-hash"):
+        name = re.sub(rf"-{re.escape(labels['pod-template-hash'])}$", "", name)
+        return (f"its Deployment {ns}/{name} starts a replacement pod: to free the GPUs, scale it down "
+                f"(kubectl scale deployment {_q(name)} -n {_q(ns)} --replicas=0)")
+    return f"its {ref.kind} {ns}/{name} starts a replacement pod: {_how_to_stop(ref.kind, name, ns, 'en')}"
+
+
+def _how_to_stop(kind: str, name: str, ns: str, language: str) -> str:
+    """How the owner stops a workload whose controller the steward does not stop."""
+    zh = language == "zh"
+    if kind == "StatefulSet":
+        cmd = f"kubectl scale statefulset {_q(name)} -n {_q(ns)} --replicas=0"
+        return f"要释放 GPU，请将其缩容到零：`{cmd}`" if zh else f"to free the GPUs, scale it to zero: `{cmd}`"
+    if kind in TRAINING_KINDS:
+        cmd = (f"kubectl patch {kind.lower()} {_q(name)} -n {_q(ns)} --type=merge "
+               """-p '{"spec":{"runPolicy":{"suspend":true}}}'""")
+        return f"要停止它，请暂停该作业：`{cmd}`" if zh else f"to stop it, suspend it: `{cmd}`"
+    if kind == "RayCluster":
+        return ("要停止它，请暂停创建它的 `RayJob`（`spec.suspend: true`）或删除该 `RayCluster`" if zh
+                else "to stop it, suspend the RayJob that created it (spec.suspend: true) or delete the RayCluster")
+    if kind == "JobSet":
+        return f"要停止它，请暂停该 `JobSet`：`{_cmd_jobset(name, ns)}`" if zh else \
+            f"to stop it, suspend the JobSet: `{_cmd_jobset(name, ns)}`"
+    return (f"要释放 GPU，请停止该 `{kind}` 本身（暂停或缩容到零）" if zh
+            else f"to free the GPUs, stop the {kind} itself (suspend it or scale it to zero)")
+
+
+def stop_note(job: JobInfo, language: str) -> str:
+    """The owner's warning, on how the stop is done and how to undo it (or why a stop would not free the GPUs and
+    how the owner stops the workload), from what the pod listing shows; "" for a pod nothing replaces."""
+    zh = language == "zh"
+    ns, labels, kind = job.namespace, job.labels, job.owner_kind or "Pod"
+    if kind == "Notebook":
+        name = labels.get("notebook-name") or job.name
+        cmd = resume_command("Notebook", name, ns)
+        if zh:
+            return (f"停止方式：与 Kubeflow 的空闲回收相同，在 `Notebook` `{ns}/{name}` 上设置 `{NOTEBOOK_STOPPED}` 注解，"
+                    f"笔记本缩容到零，数据卷中的文件保留。恢复：在 Kubeflow 笔记本页面重新启动，或运行 `{cmd}`。")
+        return (f"How: as Kubeflow's idle culler does, the steward sets `{NOTEBOOK_STOPPED}` on Notebook {ns}/{name}, "
+                f"which scales the notebook to zero; its volumes keep your files. To resume: start it again from the "
+                f"Kubeflow notebooks page, or run `{cmd}`.")
+    if kind == "Job" and labels.get(JOBSET_NAME):
+        name = labels[JOBSET_NAME]
+        how = _how_to_stop("JobSet", name, ns, language)
+        if zh:
+            return f"注意：该 Pod 属于 `JobSet` `{ns}/{name}`，被驱逐后会被重新创建，停止它只能暂时释放 GPU；{how}。"
+        return (f"Note: this pod belongs to JobSet {ns}/{name}, which starts it again after an eviction, so a stop "
+                f"frees the GPUs only for a while; {how}.")
+    if kind == "Job":
+        name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name") or job.name
+        cmd = resume_command("Job", name, ns)
+        if zh:
+            return (f"停止方式：暂停其 `Job` `{ns}/{name}`（`spec.suspend=true`），Job 控制器按 Pod 自身的宽限期停止其 Pod，"
+                    "Job 本身保留。"
+                    f"恢复：`{cmd}`。")
+        return (f"How: the steward suspends its Job {ns}/{name} (spec.suspend=true): the Job controller stops its "
+                f"pods (with their own termination grace period) and keeps the Job. To resume: `{cmd}`.")
+    if kind in ("Pod", "batch", "Deployment"):  # nothing replaces it; a Slurm job; a Deployment is only advised
+        return ""
+    name = (labels.get("training.kubeflow.org/job-name") if kind in TRAINING_KINDS else
+            labels.get("ray.io/cluster") if kind == "RayCluster" else
+            re.sub(r"-\d+$", "", job.name) if kind == "StatefulSet" else None) or "NAME"
+    how = _how_to_stop(kind, name, ns, language)
+    if zh:
+        return f"注意：该 Pod 由 `{kind}` `{ns}/{name}` 管理，被驱逐后会被重新创建，停止它只能暂时释放 GPU；{how}。"
+    return (f"Note: this pod is run by {kind} {ns}/{name}, which starts it again after an eviction, so a stop frees "
+            f"the GPUs only for a while; {how}.")

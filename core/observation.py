@@ -36,6 +36,15 @@ class LogProgress(BaseModel):
     state_io: str | None = None
     # Why a log that exists could not be read (a Slurm StdOut another uid owns): unknown, not empty.
     unread: str | None = None
+    # The failure line (a Python exception, a signal death, a non-zero exit) after the newest progress line: the
+    # job's process ended, so its earlier progress shows no work now (tools/log_progress.py _FAILURE).
+    ended: str | None = None
+
+    def advanced_since(self, since: datetime) -> bool:
+        """Whether the log shows work at or after `since`: a progress line then, and no failure after it. The one
+        reading of a log as protection from a stop (a crashed job's last steps protect nothing); the time of the last
+        progress stays a fact (when the waste began, how long a hung job has been silent)."""
+        return self.ended is None and self.last_progress_at is not None and self.last_progress_at >= since
 
 
 class AnsweredRequests(BaseModel):

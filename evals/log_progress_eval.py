@@ -1,8 +1,10 @@
 """Does a log show progress? The regex detector (tools/log_progress.py), a model, and both, on labelled tails.
 
-    python -m evals.log_progress_eval [--tails evals/log_tails.yaml] [--base-url URL --model NAME] [--json]
+    python -m evals.log_progress_eval [--tails evals/log_tails.yaml | --unseen] [--base-url URL --model NAME] [--json]
 
-Labels (evals/log_tails.yaml): progressing, stalled, crashed, waiting_io. The question the steward asks is
+Labels (evals/log_tails.yaml): progressing, stalled, crashed, waiting_io. `--unseen` scores
+evals/log_tails_unseen.yaml instead: tails in formats the rules' authors had not seen when they wrote them, each
+citing the tool or issue whose output it imitates (docs/evals.md says how far it is still unseen). The question the steward asks is
 binary: is the job still working toward its goal (progressing, or waiting on I/O it needs) or not (stalled,
 crashed)? The regex says yes when a counter moved within the tail. The model is asked for one of the four
 labels. Combined, the rules are the floor: a job is working when either says so, so the model can add
@@ -28,6 +30,7 @@ from core.untrusted import fence_untrusted
 from tools.log_progress import analyse_log
 
 TAILS = Path(__file__).with_name("log_tails.yaml")
+UNSEEN = Path(__file__).with_name("log_tails_unseen.yaml")
 LABELS = ("progressing", "stalled", "crashed", "waiting_io")
 WORKING = {"progressing", "waiting_io"}
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -74,10 +77,12 @@ def load_tails(path: Path = TAILS) -> list[Tail]:
 
 
 def regex_working(tail: Tail) -> bool:
-    """A counter moved within the tail (a first sighting alone shows no movement)."""
-    now = tail.lines[-1].at
-    p = analyse_log(tail.id, tail.lines, now)
-    return p.last_progress_at is not None and p.last_progress_at > tail.lines[0].at
+    """A counter moved within the tail (a first sighting alone shows no movement) and no failure line came after it,
+    or the last lines announce a write or load of the job's state that none finished: the detectors hold a stop for
+    a person on that (agent/detectors/idle.py unfinished_state_io)."""
+    p = analyse_log(tail.id, tail.lines, tail.lines[-1].at)
+    moved = p.last_progress_at is not None and p.last_progress_at > tail.lines[0].at
+    return (moved and p.advanced_since(tail.lines[0].at)) or p.state_io is not None
 
 
 _LABEL = re.compile(r"progressing|stalled|crashed|waiting_io|waiting", re.I)
@@ -135,7 +140,10 @@ def evaluate(tails: list[Tail], client: Any = None, model: str | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tails", type=Path, default=TAILS)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--tails", type=Path, default=TAILS)
+    which.add_argument("--unseen", dest="tails", action="store_const", const=UNSEEN,
+                       help=f"score {UNSEEN.name}: formats the rules' authors had not seen")
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint, e.g. `steward llm local`'s")
     parser.add_argument("--model", help="the model name at that endpoint")
     parser.add_argument("--json", action="store_true")

@@ -282,6 +282,24 @@ def test_advancing_loss_protects_a_quiet_job():
     assert IdleGpuDetector(POLICY).detect(obs) == []
 
 
+def test_a_log_that_ended_in_a_failure_protects_nothing_and_stops_nothing_on_its_own():
+    """A job whose last progress line is followed by a failure (an OOM traceback, "Killed") does not work now: its
+    log no longer protects its quiet GPUs. The failure is no evidence of idleness either: CPU or I/O still protect
+    the job, and a hung job is judged silent from its last progress, not sooner."""
+    from agent.detectors.evidence import describe
+
+    crashed = progress("ml/train", AT - timedelta(minutes=2)).model_copy(
+        update={"ended": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."})
+    quiet = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24)], {"ml/train": crashed})
+    [f] = IdleGpuDetector(POLICY).detect(quiet)
+    assert 'then it ended: "torch.OutOfMemoryError: CUDA out of memory.' in f.evidence
+    assert f.metrics["log_ended"] == 1.0 and "随后以失败告终" in describe(f, "zh")
+    cpu = observe([job()], job_gpus("ml/train", [0.0] * 24), [io("ml/train", 24, cpu=380.0)], {"ml/train": crashed})
+    assert IdleGpuDetector(POLICY).detect(cpu) == []
+    pinned = observe([job()], job_gpus("ml/train", [100.0] * 24), [io("ml/train", 24)], {"ml/train": crashed})
+    assert ZombieDetector(POLICY).detect(pinned) == []  # silent 2 minutes: a zombie needs longer, failure or not
+
+
 # --- zombie ------------------------------------------------------------------------------------------------
 
 

@@ -277,3 +277,120 @@ def test_a_notebook_servers_autosaves_and_a_config_dumps_bare_numbers_are_no_pro
     assert analyse_log("llm/sft", lines(dump, 1.0), NOW).progress_lines == 0
     # A bare number at the margin is a report (print(loss.item()) every step), a job's only progress line.
     assert analyse_log("ml/train", lines([f"{2.31 - i * 0.01:.4f}" for i in range(10)]), NOW).progress_lines == 9
+
+
+# --- Formats the rules' authors never saw (evals/log_tails_unseen.yaml): one mechanism each ---------------------
+
+
+def test_a_failure_after_the_newest_progress_ends_it():
+    """A crashed job's last steps are no sign it works: the failure line after them (a Python exception, a signal
+    death, a non-zero exit, a scheduler's verdict) ends the progress, and is never progress itself. The time of the
+    last progress stays a fact; only the reading as work now goes."""
+    steps = ["[default0]:step 1210 | loss 1.0211", "[default0]:step 1220 | loss 1.0198"]
+    for failure in (["[default3]:Traceback (most recent call last):", '[default3]:  File "/app/train.py", line 412',
+                     "[default3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
+                    ["Killed"], ["/var/spool/slurmd/job48211/slurm_script: line 12: 4412 Killed   python train.py"],
+                    ["已杀死"], ["总线错误 (核心已转储)"], ["Fatal Python error: Segmentation fault"],
+                    ["E1102 10:40:42.662 api.py:869] failed (exitcode: 1) local_rank: 3 (pid: 4412)"],
+                    ["slurmstepd: error: *** JOB 48211 ON gpu-node-07 CANCELLED AT 2026-11-02T10:42:12 ***"],
+                    ["Exception: Current loss scale already at minimum - cannot decrease scale anymore."],
+                    ["程序退出（退出码 2）"], ["检测到损失为 NaN，训练中止"]):
+        p = analyse_log("j", lines(steps + failure), NOW)
+        assert p.progress_lines == 2 and p.last_progress_at == T0 + timedelta(seconds=30), failure
+        assert p.ended is not None and not p.advanced_since(T0), failure
+    p = analyse_log("j", lines(steps + ["Traceback (most recent call last):", "RuntimeError: NCCL error"]), NOW)
+    assert p.ended == "RuntimeError: NCCL error"  # the exception names it better than the traceback's header
+    # Progress after a failure (a handled exception, a restarted worker) stands; so does a job without a failure.
+    resumed = analyse_log("j", lines([*steps, "ValueError: bad sample 812, skipped", "[default0]:step 1230 | loss 1.01"]),
+                          NOW)
+    assert resumed.ended is None and resumed.advanced_since(T0 + timedelta(seconds=90))
+    # A failure's numbers never move: torchrun's summary lines of one rank after another.
+    exits = [f"failed (exitcode: -9) local_rank: {r} (pid: {4400 + r})" for r in range(4)]
+    assert analyse_log("j", lines(exits), NOW).progress_lines == 0
+    # Not failures: a tally of trials, a metric named like an exception, an exit code of 0, a retried failure word.
+    for fine in ("Trial status: 6 TERMINATED | 4 RUNNING | 1 FAILED", "ReconstructionError: 0.012, step 1200",
+                 "process exited with code 0", "download failed, retrying in 5s"):
+        assert analyse_log("j", lines([*steps, fine]), NOW).ended is None, fine
+    # A failure also finishes a save or load the log announced: nothing is in flight in a dead process.
+    saving = analyse_log("j", lines([*steps, "Saving model checkpoint to /mnt/nfs/ckpt/step-1220"]), NOW)
+    assert saving.state_io is not None
+    assert analyse_log("j", lines([*steps, "Saving model checkpoint to /mnt/nfs/ckpt/step-1220", "Killed"]),
+                       NOW).state_io is None
+
+
+def test_more_clocks_compound_and_chinese_spans_and_the_lines_own_timestamp():
+    """Elapsed time is no work in every form it takes: a compound span (Ray's autoscaler "+3m6s"), Chinese units
+    ("已运行 3600 秒", "最近 10 分钟"), and a Unix timestamp in a JSON log: a bare number that is the line's own time."""
+    ray = [f"(autoscaler +{s // 60}m{s % 60}s) Warning: The following resource request cannot be scheduled right now: "
+           "{'GPU': 8.0, 'CPU': 1.0}." for s in range(151, 151 + 35 * 4, 35)]
+    assert analyse_log("j", lines(ray, 35), NOW).progress_lines == 0
+    ticker = [f"[监控] 已运行 {3600 + 60 * i} 秒，当前步数 1200，GPU 利用率 0%" for i in range(4)]
+    assert analyse_log("j", lines(ticker, 60), NOW).progress_lines == 1  # the first report, then only time passes
+    warned = [f"警告：最近 {10 * i} 分钟没有完成任何批次（最后完成第 7710 批）" for i in range(1, 4)]
+    assert analyse_log("j", lines(warned, 600), NOW).progress_lines == 0
+    eta = [f"预计剩余 {13 - i // 2}小时{9 - 7 * (i % 2)}分，已完成 {40 + 5 * i}/625" for i in range(4)]
+    assert analyse_log("j", lines(eta, 60), NOW).progress_lines == 4  # the count moves beside the clock
+    stamped = [LogLine(at=T0 + timedelta(seconds=60 * i), text=f'{{"timestamp": {T0.timestamp() + 60 * i + 0.53}, '
+                       f'"step": 5400, "lr": 0.00018}}') for i in range(4)]
+    assert analyse_log("j", stamped, NOW).progress_lines == 1
+    millis = [LogLine(at=x.at, text=f'{{"ts_ms": {int(x.at.timestamp() * 1000)}, "step": 5400}}') for x in stamped]
+    assert analyse_log("j", millis, NOW).progress_lines == 1
+    # A counter is no clock for growing one a second: a step every second, logged every minute, is work; and so is
+    # a count as large as a timestamp that is not the line's own time.
+    assert analyse_log("j", lines([f"step {1200 + 60 * i} loss 0.81" for i in range(4)], 60), NOW).progress_lines == 4
+    tokens = [f"tokens seen {1_500_000_000 + 3_000_000 * i}" for i in range(4)]
+    assert analyse_log("j", lines(tokens, 60), NOW).progress_lines == 4
+
+
+def test_rates_beside_a_count_are_derived_and_a_report_of_zero_rates_is_no_work():
+    """A frozen bar's rate decays while its count stands (Rich redraws "450/1000 ... 0.00it/s"): beside an n/N count,
+    only the count says whether work moved. Without one, a changing rate is the work (a server at steady load); a
+    status line whose rates are all zero reports none, whatever its queue does."""
+    frozen = [f"Epoch 3/9 ━━━━━━━━━━ 450/1000 0:{12 + i}:31 • -:--:-- {rate} v_num: 7 train_loss: 0.412"
+              for i, rate in enumerate(("0.60it/s", "0.00it/s", "0.00it/s", "0.00it/s"))]
+    assert analyse_log("j", lines(frozen, 60), NOW).progress_lines == 1
+    slow = [f" 11%|█▏        | {310 + i}/2724 [11:{27 + 2 * i}:45<89:06:16, 132.8{i}s/it]" for i in range(4)]
+    assert analyse_log("j", lines(slow, 133), NOW).progress_lines == 4
+    steady = [f"INFO 11-02 10:40:{5 * i:02d} metrics.py:351] Avg prompt throughput: {382.6 + 9 * (i % 2):.1f} tokens/s, "
+              f"Avg generation throughput: {918.5 - 7 * i:.1f} tokens/s, Running: 8 reqs, Pending: 0 reqs"
+              for i in range(4)]
+    assert analyse_log("j", lines(steady, 5), NOW).progress_lines == 4
+    backlog = [f"INFO 11-02 10:40:{10 * i:02d} metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+               f"throughput: 0.0 tokens/s, Running: 35 reqs, Pending: {115 + 6 * i} reqs" for i in range(4)]
+    assert analyse_log("j", lines(backlog, 10), NOW).progress_lines == 0
+
+
+def test_a_leading_source_tag_is_part_of_the_lines_kind():
+    """torchrun --tee prefixes each rank's lines ("[default1]:"): every rank printing the same step in turn is no
+    counter that moved from rank 0 to rank 1. Each source's lines are compared with its own."""
+    same = [f"[default{r}]:step 1200 | loss 0.8123" for _ in range(3) for r in range(2)]
+    assert analyse_log("j", lines(same, 2), NOW).progress_lines == 2  # each rank's first report
+    vllm = [f"(Worker_TP{r} pid={1700 + r}) Loading safetensors checkpoint shards: 22/85" for r in range(4)]
+    assert analyse_log("j", lines(vllm, 2), NOW).progress_lines == 4  # first sightings only
+    moving = same + ["[default0]:step 1210 | loss 0.8101", "[default1]:step 1210 | loss 0.8101"]
+    assert analyse_log("j", lines(moving, 2), NOW).progress_lines == 4
+
+
+def test_a_stall_word_naming_a_field_of_a_progress_report_does_not_veto_it():
+    """vLLM's V1 status line names its queue "Waiting: 0 reqs" and a Chinese trainer its data wait "数据等待 0.012 秒":
+    fields of reports that show progress besides. A line about waiting still is one."""
+    v1 = [f"(APIServer pid=1) INFO 11-02 10:40:{10 * i:02d} [loggers.py:122] Engine 000: Avg prompt throughput: 0.0 "
+          f"tokens/s, Avg generation throughput: {623.9 - 20 * i:.1f} tokens/s, Running: 32 reqs, Waiting: 0 reqs"
+          for i in range(4)]
+    assert analyse_log("j", lines(v1, 10), NOW).progress_lines == 4
+    zh = [f"[训练] 第 3 轮 第 {400 + 37 * i}/1250 步 | 损失 0.81{i} | 数据等待 0.01{i} 秒" for i in range(3)]
+    assert analyse_log("j", lines(zh), NOW).progress_lines == 3
+    for waits in ([f"Attempt {3 + i}/10: connection refused" for i in range(4)],
+                  [f"waiting for master ({3 + i}/20)" for i in range(4)],
+                  [f"Timeout {30 + i}: Found 0 live models" for i in range(4)]):
+        assert analyse_log("j", lines(waits), NOW).progress_lines == 0, waits[0]
+
+
+def test_sizes_are_scaled_to_bytes_whatever_their_unit():
+    """aws s3 cp's "812.0 MiB/61.0 GiB" turns into "2.1 GiB/61.0 GiB": one download counting on, not a new kind of
+    line whose count fell from 812 to 2.1."""
+    s3 = [f"Completed {done} (45.3 MiB/s) with 1 file(s) remaining"
+          for done in ("812.0 MiB/61.0 GiB", "2.1 GiB/61.0 GiB", "3.4 GiB/61.0 GiB")]
+    assert analyse_log("j", lines(s3), NOW).progress_lines == 2  # each line after the first
+    pull = [f"Copying blob 3c2cba919283 [======>------] {done} / 4.1GiB" for done in ("812.1MiB", "1.3GiB", "1.8GiB")]
+    assert analyse_log("j", lines(pull), NOW).progress_lines == 2

@@ -143,12 +143,12 @@ def make_tools(ctx: ToolContext) -> list[BaseTool]:
         if not lines:
             return ToolResult(status="no_data", message=f"no log lines from {job} in the last {minutes}m").model_dump()
         progress = analyse_log(job, lines, until, ctx.redactor)
-        advancing = progress.last_progress_at is not None and (until - progress.last_progress_at) <= timedelta(
-            minutes=max(10, minutes // 3))
+        advancing = progress.advanced_since(until - timedelta(minutes=max(10, minutes // 3)))
         tail = "\n".join(progress.tail)
         return ToolResult(status="ok", data={
             "job": job, "lines": progress.lines, "progress_lines": progress.progress_lines,
             "advancing": advancing, "last_progress_at": progress.last_progress_at,
+            "ended_in_failure": progress.ended is not None,
             "last_step": progress.last_step, "last_lines": fence_untrusted(f"logs:{job}", tail),
         }, message=UNTRUSTED_NOTE).model_dump(mode="json")
 

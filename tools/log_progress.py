@@ -1,8 +1,9 @@
-"""Read a job's recent log and say whether it still makes progress (counters that move)."""
+"""Read a job's recent log and say whether it still makes progress (counters that move) or ended in a failure."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from statistics import median
 
@@ -43,20 +44,47 @@ _NOTEBOOK_SERVER = re.compile(r"NotebookApp|ServerApp|LabApp|\.ipynb", re.I)
 STATE_IO_BURST_S = 60.0
 STATE_IO_BURST_LINES = 50
 
-# Timestamps move on every line, so they say nothing about progress; tqdm's elapsed/eta too.
+# -- What a line's numbers are ----------------------------------------------------------------------------------
+# Dates and times of day move on every line, so they say nothing about progress; tqdm's elapsed/eta too.
 _CLOCK = re.compile(
     r"\d{4}[-/]\d{1,2}[-/]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?"
 )
-# A time span ("15.0m", "250 ms", "3 min"; lower case only: "3.2M samples" is a count). One that grows with the wall
-# clock between two lines of the same words, nothing else moving, is elapsed time: a clock, not progress (an upload
-# spinner's "0B/928B (15.0m)" read as work for hours). A span that moves otherwise ("Processed chunk in 0.81s",
-# "Simulation time: 1.50 h") is judged like any number.
-_DURATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?(ms|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![\w/])")
-_UNIT_S = {"ms": 0.001, "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0,
-           "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0}
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NUM = r"\d+(?:\.\d+)?"
+# A time span, one part or several ("250 ms", "3 min", "15.0m", "3m6s", "1hr 2min 3s", "13小时9分", "3600 秒"); Latin
+# units in lower case only: "3.2M samples" is a count.
+_SPAN_UNIT = (r"(?:ms|secs?|seconds?|s|mins?|minutes?|m|hrs?|hours?|h|days?)(?![A-Za-z_/])"
+              r"|(?:毫秒|秒钟?|分钟|小时|天)(?!/)|分(?![\u4e00-\u9fff/])")
+_SPAN_PART = re.compile(rf"({_NUM})\s?({_SPAN_UNIT})")
+_UNIT_S = {"ms": 0.001, "毫秒": 0.001, "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+           "分钟": 60.0, "分": 60.0, "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
+           "小时": 3600.0, "day": 86400.0, "days": 86400.0, "天": 86400.0}  # anything else: seconds
+# A rate: time per item ("132.88s/it", "41ms/step", "3.2 秒/条") or items per second ("3.38it/s", "45.1MB/s").
+_RATE = (rf"(?<![\w.])[-+]?{_NUM}\s?(?:ms|s|sec|秒)/[^\W\d_]+"
+         rf"|(?<![\w.])[-+]?{_NUM}\s?[^\W\d_]{{0,12}}/(?:s|sec|second|秒)(?![A-Za-z])")
+# A size ("812.0 MiB", "3.6G", "32768K", "928B"), scaled to bytes: a download whose unit turns from MiB to GiB counts on.
+_SIZE = rf"(?<![\w.])[-+]?{_NUM}\s?(?:[kKMGTP]i?B?|B)(?![A-Za-z])"
+_SIZE_POWER = {"k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+# A number; a sign only where no word precedes it ("loss -0.5"), so "part-00117" and "model-00002-of-00004" count up.
+_NUMBER = r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_SPAN = rf"(?<![\w.])[-+]?{_NUM}\s?(?:{_SPAN_UNIT})(?:\s?{_NUM}\s?(?:{_SPAN_UNIT}))*"
+# Each number of a line with its role, the first that fits: a rate, a span, a size, or a number.
+_TOKEN = re.compile(rf"(?P<rate>{_RATE})|(?P<span>{_SPAN})|(?P<size>{_SIZE})|(?P<number>{_NUMBER})")
+_FIRST_NUMBER = re.compile(_NUM)
+# An n/N count ("450/1000", "1.2 GiB/ 61.0 GiB", "iteration 1210/ 50000"): the line's own measure of its progress.
+_POSITION = re.compile(rf"(?<![\w.]){_NUM}\s?(?:[kKMGTP]i?B?|B)?\s*/\s*{_NUM}")
+# The source a line comes from, named in a leading tag: torchrun's "[default3]:", "[rank3]:", vLLM's
+# "(Worker_TP0 pid=1700)", SGLang's "[2026-11-02 10:46:39 TP0]". Ranks print the same step in turn: each source's
+# lines are compared with its own, never rank 0's step with rank 1's.
+_TAG = r"(?:\s*(?:\[[^\]]*\]|\([^)]*\))\s*:?)"
+_LEADING_TAGS = re.compile(rf"^{_TAG}+")
+_SOURCE = re.compile(r"(?<![a-z])(?:rank|default|worker|tp|pp|dp|node|pid|gpu|device|proc|replica)[\s=_:#-]{0,2}\d+"
+                     r"|(?:进程|节点|卡)\s*\d+", re.I)
+# A bare number within a day of the line's own time in Unix seconds or milliseconds is its timestamp.
+_TIMESTAMP_SLACK_S = 86400.0
 _WORD = re.compile(r"[^\W\d_]+")
+
+# -- Which lines report work ----------------------------------------------------------------------------------------
 # Lines about waiting are not progress even when their numbers move ("ran for 600123 ms").
 _STALL = re.compile(
     r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|retries|heartbeat|alive|hang(?:ing)?|hung|stuck"
@@ -65,6 +93,8 @@ _STALL = re.compile(
     r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询",
     re.I,
 )
+# A stall word followed by a number ("Waiting: 0 reqs", "数据等待 0.012 秒"): perhaps a field of a report (_waits).
+_FIELD_VALUE = re.compile(r"\s*[:=：]?\s*[-+]?\d+(?:\.\d+)?(?:\s*/\s*\d+)?\s*%?")
 # A first sighting counts as progress only when it looks like a progress report.
 # Words start a word or follow a non-letter (global_step, val_loss), so "slurmstepd" is no "step".
 _PROGRESS_HINT = re.compile(
@@ -79,6 +109,33 @@ _SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state)(?![a-z
 # when the steward's SIGTERM lands) say what happened to the job, never that it progressed.
 _SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
 _STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
+
+# -- A failure: the process ended ---------------------------------------------------------------------------------
+# A line saying the job's process failed. After the newest progress line it ends that progress: a crashed job's last
+# steps are no sign it still works. Never progress itself, whatever its numbers ("exitcode: -9 (pid: 4412)").
+_FAILURE = re.compile(
+    # The exception that ends a Python traceback, at the line's start after any source tags
+    # ("[default3]:torch.OutOfMemoryError: CUDA out of memory", "Exception: Current loss scale already at minimum");
+    # not a metric named like one ("ReconstructionError: 0.012, step 1200")
+    rf"^{_TAG}*\s*(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
+    r"(?::(?!\s*[-+]?\d[\d.eE+-]*\s*(?:[,|;]|$))|$)"
+    r"|Traceback \(most recent call last\)|Fatal Python error|terminate called after throwing"
+    # A signal death as the shell reports it, alone or after bash's "line 12: 4412" (zh_CN: "行 12: 4412 已杀死")
+    r"|(?:^\s*|\bline \d+:\s+\d+\s+|行\s*\d+[:：]\s*\d+\s+)"
+    r"(?:Killed|Aborted|Segmentation fault|Bus error|Terminated|已杀死|段错误|总线错误|已终止|已放弃)\b"
+    r"|core dumped|核心已转储"
+    # A non-zero exit ("exited with code 1", "exitcode: -9", "exit status 137", "退出码 2"), a run aborted (zh)
+    r"|\bexit(?:ed)?(?:\s+with)?\s+(?:code|status)\s*[:=]?\s*-?[1-9]|\bexitcode\s*[:=]?\s*-?[1-9]"
+    r"|退出码\s*[:：=]?\s*-?[1-9]|(?:训练|任务|程序|作业)已?(?:中止|终止)")
+# A scheduler's or launcher's verdict in capitals ("*** JOB 22 ON n1 CANCELLED AT", "train.py FAILED"), not a tally of
+# trials or tasks ("Trials: 3 RUNNING | 1 FAILED", "FAILED: 0").
+_VERDICT = re.compile(r"\b(?:CANCELLED|FAILED)\b(?!\s*[:=]?\s*\d)")
+_TALLY = re.compile(r"(?<![\w.-])\d+\s+(?:CANCELLED|FAILED)\b")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+
+
+def _failed(text: str) -> bool:
+    return bool(_FAILURE.search(text) or (_VERDICT.search(text) and not _TALLY.search(text)))
 
 
 # An access-log line of a request a service answered: POST (or PUT) to a path, with a status code.
@@ -121,45 +178,117 @@ def _answered(text: str) -> tuple[str, bool] | None:
     return (f"{served.group(1)} (Success)" if served.group(1) else f"Finished request {served.group(2)}-…"), False
 
 
-def _shape(text: str) -> tuple[str, tuple[str, ...]]:
-    """(template, numbers): lines with the same words are comparable; their numbers are the counters."""
+@dataclass(frozen=True)
+class _Shape:
+    """A line's kind and numbers: lines of one kind are comparable, and their numbers are the counters."""
+
+    kind: str  # the source it names in a leading tag, then its words (dates, times and units left out)
+    values: tuple[float, ...]  # spans in seconds, sizes in bytes
+    roles: tuple[str, ...]  # per value: "span", "rate", "size" or "number"
+    position: bool  # the line holds an n/N count
+
+    @property
+    def idle(self) -> bool:
+        """A status line whose rates are all zero ("0.0 tokens/s", "0.00it/s") reports that no work is done."""
+        rates = [v for v, role in zip(self.values, self.roles, strict=True) if role == "rate"]
+        return bool(rates) and not any(rates)
+
+
+def _shape(text: str, at: datetime) -> _Shape:
     text = _CLOCK.sub(" ", text)
-    template = " ".join(_WORD.findall(text))
-    return template, tuple(_NUMBER.findall(text))
+    source = ""
+    if text.lstrip()[:1] in ("[", "(") and (tags := _LEADING_TAGS.match(text)) and _SOURCE.search(tags.group(0)):
+        source = " ".join("".join(s.split()) for s in _SOURCE.findall(tags.group(0)))
+        text = _SOURCE.sub(" ", tags.group(0)) + text[tags.end():]
+    values: list[float] = []
+    roles: list[str] = []
+    words: list[str] = []  # the text between the numbers
+    unrated: list[str] = []  # the text without its rates, where an n/N count is looked for
+    end = 0
+    for m in _TOKEN.finditer(text):
+        role, token = m.lastgroup or "number", m.group(0)
+        words.append(text[end:m.start()])
+        unrated.append(text[end:m.start()] + (" " if role == "rate" else token))
+        end = m.end()
+        if role == "span":
+            value = sum(float(n) * _UNIT_S.get(u, 1.0) for n, u in _SPAN_PART.findall(token))
+        elif role == "number":
+            value = float(token)
+            if value > 1e8 and _tells_the_time(value, at):
+                continue
+        else:  # a rate, or a size scaled by its unit's first letter
+            number = _FIRST_NUMBER.search(token)
+            value = float(number.group(0)) if number else 0.0
+            if role == "size" and number:
+                value *= 1024.0 ** _SIZE_POWER.get(token[number.end():].strip()[:1], 0)
+        values.append(value)
+        roles.append(role)
+    kind = " ".join([source, *_WORD.findall(" ".join([*words, text[end:]]))]).strip()
+    position = "/" in text and bool(_POSITION.search("".join([*unrated, text[end:]])))
+    return _Shape(kind, tuple(values), tuple(roles), position)
 
 
-def _elapsed_only(before: tuple[str, datetime], text: str, at: datetime) -> bool:
-    """Whether the only numbers that moved since `before` (the previous line of the same words, and when) are time
-    spans that grew by about the time between the two lines (half to twice it): elapsed time, not work."""
-    old_text, old_at = before
-    gap = (at - old_at).total_seconds() if _comparable(at, old_at) else 0.0
-    old_spans, new_spans = _DURATION.findall(_CLOCK.sub(" ", old_text)), _DURATION.findall(_CLOCK.sub(" ", text))
-    rest = [_NUMBER.findall(_DURATION.sub(" ", _CLOCK.sub(" ", t))) for t in (old_text, text)]
-    if rest[0] != rest[1] or len(old_spans) != len(new_spans):
+def _tells_the_time(value: float, at: datetime) -> bool:
+    """Whether a bare number is the line's own time as a Unix timestamp, in seconds or milliseconds."""
+    now = at.timestamp()
+    return abs(value - now) <= _TIMESTAMP_SLACK_S or abs(value / 1000.0 - now) <= _TIMESTAMP_SLACK_S
+
+
+def _moved(before: tuple[_Shape, datetime], shape: _Shape, at: datetime) -> bool:
+    """Whether a counter moved since `before` (the previous line of the same kind, and when it came). Not a clock:
+    time spans that together grew by about the time between the two lines (half to twice it; any growth where the
+    lines have no times of their own, a Slurm file dated by its mtime). Not a rate beside an n/N count: the count
+    says whether the work moved (a frozen bar's "0.60it/s" then "0.00it/s" is the same 450/1000). Lines whose
+    numbers differ in count or role are no counter that moved ("port 22" on 0.0.0.0, then on ::)."""
+    old, old_at = before
+    if old.roles != shape.roles or old.values == shape.values:
         return False
-    seconds = [(sum(float(v) * _UNIT_S.get(u, 1.0) for v, u in spans)) for spans in (old_spans, new_spans)]
-    grew = seconds[1] - seconds[0]  # summed, so "0h 59m" -> "1h 0m" is one minute
-    if gap <= 0:  # lines without their own times (a Slurm output file, dated by its mtime): growing spans are a clock
-        return grew > 0
-    return gap / 2 <= grew <= gap * 2
+    changed = {k for k, (a, b) in enumerate(zip(old.values, shape.values, strict=True)) if a != b}
+    spans = {k for k, role in enumerate(shape.roles) if role == "span"}
+    if changed & spans:
+        gap = (at - old_at).total_seconds() if _comparable(at, old_at) else 0.0
+        grew = sum(shape.values[k] for k in spans) - sum(old.values[k] for k in spans)  # "0h 59m" -> "1h 0m": 60 s
+        if (gap / 2 <= grew <= gap * 2) if gap > 0 else grew > 0:
+            changed -= spans
+    if shape.position:
+        changed -= {k for k, role in enumerate(shape.roles) if role == "rate"}
+    return bool(changed)
+
+
+def _waits(text: str) -> bool:
+    """Whether a line is about waiting (a stall word). Not where each stall word names a field of a report that shows
+    progress besides: vLLM's "Running: 32 reqs, Waiting: 0 reqs" beside its tokens/s, "数据等待 0.012 秒" beside the
+    step and the loss."""
+    rest, end = [], 0  # the text besides the fields
+    for m in _STALL.finditer(text):
+        if (field := _FIELD_VALUE.match(text, m.end())) is None:
+            return True
+        rest.append(text[end:m.start()])
+        end = field.end()
+    return bool(rest) and not _PROGRESS_HINT.search(" ".join([*rest, text[end:]]))
 
 
 def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Redactor = DEFAULT_REDACTOR) -> LogProgress:
-    """Progress summary of `lines` (oldest first): a line makes progress when its counters changed
-    since the previous line of the same shape; repeated identical lines never do.
+    """Progress summary of `lines` (oldest first): a line makes progress when a counter in it moved since the previous
+    line of its kind; repeated identical lines never do. A failure line after the newest progress line ends it.
 
     The kept tail is the only log text that leaves this function (to the model, the UI, a notification):
     secrets in it are redacted here, once, by pattern."""
-    last_seen: dict[str, tuple[tuple[str, ...], str, datetime]] = {}
+    last_seen: dict[str, tuple[_Shape, datetime]] = {}
     progress_at: list[datetime] = []
     last_step: float | None = None
     last_line_at: datetime | None = None
     requests, failed, path = 0, 0, None
     last_progress_i = -1
+    ended: str | None = None  # the failure line after the newest progress line
     for i, line in enumerate(lines):
         at = min(line.at, now) if _comparable(line.at, now) else line.at  # clock skew: never in the future
         last_line_at = at if last_line_at is None else max(last_line_at, at)
         text = line.text[:_MAX_CHARS]
+        if _failed(text):
+            if ended is None or _TRACEBACK.search(ended):  # the exception names the failure better than its header
+                ended = text
+            continue
         if (answered := _answered(text)) is not None:
             # A request answered is work, whatever its numbers (its latency is a time span, not a counter); one the
             # server failed (HTTP 5xx) shows a service, but served its caller nothing: no progress.
@@ -168,29 +297,25 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
                 failed += 1
             else:
                 progress_at.append(at)
-                last_progress_i = i
+                last_progress_i, ended = i, None
             continue
-        template, numbers = _shape(text)
+        shape = _shape(text, at)
         # An indented line of numbers alone is an item of a printed structure (a model config dump's JSON array:
         # "    128001,"), not a report; a bare number at the margin is one (print(loss.item()) every step). Nor are a
         # notebook server's own lines: its autosaves ("Saving file at /work/Untitled2.ipynb") come from the browser
         # tab, and the kernel's cells never write to the server's log (jupyter/notebook#3932).
-        if not numbers or (not template and text[:1].isspace()) or _SCHEDULER.search(text) \
+        if not shape.values or (text[:1].isspace() and not _WORD.search(text)) or _SCHEDULER.search(text) \
                 or _NOTEBOOK_SERVER.search(text):
             continue
-        step = _STEP.search(text)
-        if step:
+        if step := _STEP.search(text):
             last_step = float(step.group(1))
-        previous = last_seen.get(template)
-        last_seen[template] = (numbers, text, at)
-        if _STALL.search(text) or (_SELF_STATS.search(text) and not _PROGRESS_HINT.search(text)):
+        previous = last_seen.get(shape.kind)
+        last_seen[shape.kind] = (shape, at)
+        if _waits(text) or shape.idle or (_SELF_STATS.search(text) and not _PROGRESS_HINT.search(text)):
             continue
-        moved = (bool(_PROGRESS_HINT.search(text)) if previous is None
-                 else len(previous[0]) == len(numbers) and previous[0] != numbers
-                 and not _elapsed_only(previous[1:], text, at))
-        if moved:
+        if _PROGRESS_HINT.search(text) if previous is None else _moved(previous, shape, at):
             progress_at.append(at)
-            last_progress_i = i
+            last_progress_i, ended = i, None
     gaps = [(b - a).total_seconds() for a, b in zip(progress_at, progress_at[1:], strict=False)]
     return LogProgress(
         job=job_id,
@@ -207,6 +332,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         tail=[redactor.redact(line.text[:_TAIL_CHARS]) for line in lines[-_TAIL:]],
         state_io=redactor.redact(announced[:_TAIL_CHARS]) if (announced := state_io_announced(
             lines, last_progress_i, last_line_at)) else None,
+        ended=redactor.redact(ended[:_TAIL_CHARS]) if ended else None,
     )
 
 
@@ -221,7 +347,7 @@ def state_io_announced(lines: list[LogLine], last_progress_i: int, newest: datet
             continue
         if newest is not None and _comparable(line.at, newest) and (newest - line.at).total_seconds() > STATE_IO_BURST_S:
             return None
-        if STATE_IO_FINISHED.search(text):
+        if STATE_IO_FINISHED.search(text) or _failed(text):
             return None
         if STATE_IO_STARTED.search(text) and not _NOT_UNDER_WAY.search(text) and not _NOTEBOOK_SERVER.search(text):
             return text

@@ -59,7 +59,7 @@ def job_progress(obs: Observation, job_id: str) -> JobProgress | None:
     window = timedelta(seconds=max(PROGRESS_WINDOW_S, 3 * (log.typical_gap_s or 0) if log else 0))
     util_words = f"GPU {util:.0f}%" if util is not None else "no GPU samples"
     base = {"id": job.id, "user": job.user, "project": job.project, "gpus": job.gpus}
-    if log is not None and log.last_progress_at is not None and obs.at - log.last_progress_at <= window:
+    if log is not None and log.advanced_since(obs.at - window) and log.last_progress_at is not None:
         step = f" (step {log.last_step:g})" if log.last_step is not None else ""
         return JobProgress(**base, state="progressing",
                            detail=f"log progress at {log.last_progress_at:%H:%M}{step}; {util_words}")
@@ -69,6 +69,8 @@ def job_progress(obs: Observation, job_id: str) -> JobProgress | None:
     if util is None and log is None:
         return JobProgress(**base, state="unknown", detail="no GPU samples and no log read")
     last = f"last log progress {log.last_progress_at:%H:%M}" if log and log.last_progress_at else "no log progress"
+    if log is not None and log.ended:
+        last += ", then a failure"
     return JobProgress(**base, state="stalled", detail=f"{util_words}; {last}")
 
 

@@ -84,6 +84,8 @@ def log_metrics(logs: LogProgress | None, at: datetime) -> Metrics:
         out["log_progress_age_s"] = (at - logs.last_progress_at).total_seconds()
         if logs.last_step is not None:
             out["log_last_step"] = logs.last_step
+    if logs.ended:
+        out["log_ended"] = 1.0  # a failure line after the newest progress: the log protects nothing
     return out
 
 
@@ -113,12 +115,13 @@ def duration_zh(seconds: float) -> str:
 def _log(f: Finding, m: Metrics) -> str:
     if not m["log_inspected"]:
         return "未检查日志"
+    ended = "，随后以失败告终" if m.get("log_ended") else ""
     if "log_progress_age_s" in m:
         last = f.detected_at - timedelta(seconds=m["log_progress_age_s"])
         step = f"（步数 {m['log_last_step']:g}）" if "log_last_step" in m else ""
-        return f"日志自 {zh_time(last.timestamp())}起无进展{step}"
+        return f"日志自 {zh_time(last.timestamp())}起无进展{step}{ended}"
     if m["log_lines"]:
-        return f"最近 {m['log_lines']:g} 行日志无进展"
+        return f"最近 {m['log_lines']:g} 行日志无进展{ended}"
     return "近期无日志输出"
 
 

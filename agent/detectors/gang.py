@@ -65,7 +65,7 @@ def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: 
         return _gpuless_work(job, obs, policy) if job.gpus <= 0 else None
     window = series.window(d.idle.window, job.gpus)
     start = window.at - timedelta(seconds=window.seconds)
-    if logs is not None and logs.last_progress_at is not None and logs.last_progress_at >= start:
+    if logs is not None and logs.advanced_since(start) and logs.last_progress_at is not None:
         return f"its log advanced at {logs.last_progress_at:%H:%M} UTC"
     io = d.longtail.io_threshold_mbps
     for name, value in (("network", window.net_max), ("disk", window.disk_max), ("disk write", window.disk_write_max)):
@@ -89,7 +89,7 @@ def _gpuless_work(job: JobInfo, obs: Observation, policy: Policy) -> str | None:
     d = policy.detectors
     logs = obs.logs.get(job.id)
     recent = obs.at - timedelta(seconds=d.idle.window / 2)
-    if logs is not None and logs.last_progress_at is not None and logs.last_progress_at >= recent:
+    if logs is not None and logs.advanced_since(recent) and logs.last_progress_at is not None:
         return f"the log of {job.id} (no GPUs) advanced at {logs.last_progress_at:%H:%M} UTC"
     io = next((s for s in obs.io if s.job == job.id), None)
     if io is None or io.slice_s <= 0:

@@ -55,9 +55,12 @@ def log_summary(logs: LogProgress | None) -> str:
     """The log half of the evidence, in the operator's words."""
     if logs is None:
         return "log not inspected"
+    ended = f", then it ended: \"{' '.join(logs.ended.split())[:120]}\"" if logs.ended else ""
     if logs.last_progress_at is not None:
         step = f" (step {logs.last_step:g})" if logs.last_step is not None else ""
-        return f"no log progress since {logs.last_progress_at:%H:%M} UTC{step}"
+        return f"no log progress since {logs.last_progress_at:%H:%M} UTC{step}{ended}"
+    if logs.ended:
+        return f"no progress in the last {logs.lines} log lines{ended}"
     if logs.lines:
         return f"no progress in the last {logs.lines} log lines"
     return "no recent log lines"
@@ -260,11 +263,11 @@ class IdleGpuDetector:
                 known = [v for v in align_end(getattr(io, name), window.slices) if v is not None]
                 if known and sum(known) / len(known) >= rule.io_threshold_mbps:
                     return True
-        if logs is None or logs.first_progress_at is None or logs.last_progress_at is None:
+        if logs is None or logs.first_progress_at is None:
             return False
         start = at - timedelta(seconds=window.seconds)
         recent = timedelta(seconds=3 * (logs.typical_gap_s or window.series.slice_s))
-        return logs.first_progress_at <= start and logs.last_progress_at >= at - recent
+        return logs.first_progress_at <= start and logs.advanced_since(at - recent)
 
     def _trickle(self, window: JobWindow) -> tuple[str, str] | None:
         """Why a quiet job's stop needs a person when its network, disk reads or disk writes move data steadily but

@@ -222,7 +222,7 @@ class KeepAliveDetector:
             if logs is None:
                 continue  # no progress must be seen, not assumed
             start = obs.at - timedelta(seconds=w.seconds)
-            if logs.last_progress_at is not None and logs.last_progress_at >= start:
+            if logs.advanced_since(start):
                 continue
             if w.io_known < self.idle.min_coverage:
                 continue  # frozen I/O must be seen, not assumed

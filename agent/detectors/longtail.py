@@ -57,10 +57,10 @@ def work_off_the_gpu(window: JobWindow, logs: LogProgress | None, rule: LongTail
                 f"(>= {rule.io_threshold_mbps:g} MB/s)")
     if cpu and window.cpu_max is not None and window.cpu_max >= rule.cpu_active_pct:
         return f"process CPU up to {window.cpu_max:.0f}% in the last {span} (>= {rule.cpu_active_pct:g}%)"
-    last = logs.last_progress_at if logs is not None else None
-    if last is not None and last >= window.at - timedelta(seconds=window.seconds):
-        step = f" (step {logs.last_step:g})" if logs is not None and logs.last_step is not None else ""
-        return f"log still advancing: last progress line at {last:%H:%M} UTC{step}"
+    if logs is not None and logs.advanced_since(window.at - timedelta(seconds=window.seconds)) \
+            and logs.last_progress_at is not None:
+        step = f" (step {logs.last_step:g})" if logs.last_step is not None else ""
+        return f"log still advancing: last progress line at {logs.last_progress_at:%H:%M} UTC{step}"
     return None
 
 

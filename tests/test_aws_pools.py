@@ -206,3 +206,172 @@ def test_a_bad_tag_is_a_clear_error():
         pools = AwsAutoScalingPools(asg, None, list, sleep=lambda s: None)
         with pytest.raises(ValueError, match="group g: tag steward.io/gpus-per-node='eight' is not a number"):
             pools.list_pools()
+
+
+# -- a removal is decided on every workload on the node, read right then (as agent/wiring.py wires the adapter) ----
+def _wired(aws, tmp_path, backend: str, **settings):
+    from agent.config.policy import Policy
+    from agent.config.settings import Settings
+    from agent.planning.policy_model import PolicyModel
+    from agent.wiring import cluster_deps
+
+    url, _, _ = aws
+    return cluster_deps(Settings(backend=backend, pool_provider="aws", aws_region=REGION, aws_endpoint_url=url,
+                                 data_dir=tmp_path, prometheus_url="http://127.0.0.1:9", **settings),
+                        Policy(), PolicyModel())
+
+
+def _live_ids(aws) -> set[str]:
+    _, asg, _ = aws
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=["asg-a100"])["AutoScalingGroups"][0]
+    return {i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] in ("InService", "Pending")}
+
+
+@pytest.fixture
+def k8s_api():
+    from tests.k8s_fake_api import FakeKubernetesApi
+
+    server = FakeKubernetesApi().start()
+    yield server
+    server.stop()
+
+
+def _late_gpu_pod(node: str) -> dict:
+    from tests.k8s_fake_cluster import gpu_pod
+
+    return gpu_pod("ml", "late-train", 8, node=node)
+
+
+def _cpu_pod(node: str) -> dict:
+    from tests.k8s_fake_cluster import pod_asking
+
+    return pod_asking("data", "etl", {"cpu": "32", "memory": "200Gi"}, node=node, kind="requests")
+
+
+def _mig_pod(node: str) -> dict:
+    from tests.k8s_fake_cluster import pod_asking
+
+    return pod_asking("ml", "mig-infer", {"nvidia.com/mig-3g.40gb": "1"}, node=node)
+
+
+@pytest.mark.parametrize("pod", [_late_gpu_pod, _cpu_pod, _mig_pod], ids=["gpu-pod", "cpu-pod", "mig-pod"])
+def test_on_kubernetes_a_pod_that_landed_after_the_sweeps_pod_list_keeps_its_instance(aws, k8s_api, tmp_path, pod):
+    """KubernetesScheduler.list_nodes takes the jobs from the sweep's pod list (up to 30 s old) and sees GPU pods
+    only: a pod bound to the chosen node since then, or one asking for no nvidia.com/gpu (a CPU pod, a MIG slice),
+    must keep its instance."""
+    from tests.k8s_fake_cluster import gpu_node, gpu_pod, kubeconfig
+
+    names, dns = _group(aws, "asg-a100", "a100-ondemand", 4)
+    hosts = [n.split(".")[0] for n in names]
+    for host in hosts:
+        k8s_api.store.put("nodes", gpu_node(host, 8))
+    k8s_api.store.put("pods", gpu_pod("ml", "train", 8, node=hosts[0]))
+    deps = _wired(aws, tmp_path, "kubernetes", kubeconfig=kubeconfig(k8s_api, tmp_path))
+    deps.scheduler.list_jobs()  # the sweep's pod list
+    assert deps.pools.list_pools()[0].busy_nodes == 1
+    chosen = max(i for i in dns if dns[i] != names[0])  # the shrink's choice: idle instances by id, highest first
+    k8s_api.store.put("pods", pod(dns[chosen].split(".")[0]))
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "resized" and dns[chosen].split(".")[0] not in result.removed_nodes
+    assert chosen in _live_ids(aws) and len(_live_ids(aws)) == 3
+
+
+def _slurm_job(job_id: int, node: str, state: str) -> dict:
+    t0 = 1_795_966_000
+    return {"job_id": job_id, "name": f"train{job_id}", "partition": "gpu", "user_name": "alice", "account": "ml",
+            "qos": "normal", "job_state": [state], "nodes": node, "node_count": {"set": True, "number": 1},
+            "submit_time": {"set": True, "number": t0}, "start_time": {"set": True, "number": t0 + 60},
+            "tres_alloc_str": "cpu=8,gres/gpu=8", "tres_per_node": "gres:gpu:8"}
+
+
+def _on_slurm(aws, tmp_path, monkeypatch, squeue: dict):
+    """An ASG whose instances are Slurm nodes; squeue and scontrol answer as Slurm does (tests/test_slurm_adapter.py)."""
+    import json
+
+    from tests.test_slurm_adapter import FakeCli
+    from tools.slurm import SlurmScheduler
+
+    names, dns = _group(aws, "asg-a100", "a100-ondemand", 4)
+    hosts = {i: name.split(".")[0] for i, name in dns.items()}
+    nodes_out = "".join(f"NodeName={h} Gres=gpu:a100:8 Partitions=gpu\n" for h in sorted(hosts.values()))
+    answers = {("scontrol", "show", "nodes"): nodes_out, **squeue}
+    answers.setdefault(("squeue", "--json"), lambda: json.dumps({"jobs": []}))
+    slurm = SlurmScheduler(FakeCli(answers), stop_settle_s=0)
+    monkeypatch.setattr("tools.slurm.slurm_scheduler_from_settings", lambda settings: slurm)
+    deps = _wired(aws, tmp_path, "slurm")
+    ids = sorted(dns)
+    return deps, hosts, ids
+
+
+def test_on_slurm_a_job_that_started_after_the_sweeps_squeue_keeps_its_instance(aws, tmp_path, monkeypatch):
+    import json
+
+    jobs: list[dict] = []
+    deps, hosts, ids = _on_slurm(aws, tmp_path, monkeypatch, {("squeue", "--json"): lambda: json.dumps({"jobs": jobs})})
+    jobs.append(_slurm_job(11, hosts[ids[0]], "RUNNING"))
+    deps.scheduler.list_jobs()  # the sweep's squeue
+    jobs.append(_slurm_job(12, hosts[ids[-1]], "RUNNING"))  # since then, on the instance the shrink would choose
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "resized" and hosts[ids[-1]] not in result.removed_nodes
+    assert ids[-1] in _live_ids(aws) and ids[0] in _live_ids(aws)
+
+
+def test_a_schedulers_list_nodes_given_directly_is_read_for_a_removal(aws):
+    """`AwsAutoScalingPools(asg, ec2, scheduler.list_nodes)`, as docs/cloud-pools.md shows: a removal still reads
+    list_nodes(for_removal=True), not the sweep's listing."""
+    import json
+
+    from tests.test_slurm_adapter import FakeCli
+    from tools.slurm import SlurmScheduler
+
+    names, dns = _group(aws, "asg-a100", "a100-ondemand", 4)
+    ids = sorted(dns)
+    jobs = [_slurm_job(11, dns[ids[0]].split(".")[0], "RUNNING")]
+    cli = FakeCli({("squeue", "--json"): lambda: json.dumps({"jobs": jobs}),
+                   ("scontrol", "show", "nodes"): "".join(f"NodeName={n.split('.')[0]} Gres=gpu:a100:8\n"
+                                                          for n in names)})
+    slurm = SlurmScheduler(cli, stop_settle_s=0)
+    _, asg, ec2 = aws
+    pools = AwsAutoScalingPools(asg, ec2, slurm.list_nodes, AwsPoolConfig(reserve_fraction=0.0), sleep=lambda s: None)
+    slurm.list_jobs()
+    jobs.append(_slurm_job(12, dns[ids[-1]].split(".")[0], "CONFIGURING"))
+    result = pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "resized" and ids[-1] in _live_ids(aws) and len(_live_ids(aws)) == 3
+
+
+@pytest.mark.parametrize("state", ["CONFIGURING", "COMPLETING", "SUSPENDED"])
+def test_on_slurm_a_job_holding_nodes_in_any_state_keeps_them(aws, tmp_path, monkeypatch, state):
+    """CONFIGURING (nodes allocated, the prolog or the node boot running) reads as pending for the sweep; for a
+    removal, every job Slurm has given nodes that has not finished counts, whatever its state."""
+    import json
+
+    jobs: list[dict] = []
+    deps, hosts, ids = _on_slurm(aws, tmp_path, monkeypatch, {("squeue", "--json"): lambda: json.dumps({"jobs": jobs})})
+    jobs.extend([_slurm_job(11, hosts[ids[0]], "RUNNING"), _slurm_job(12, hosts[ids[2]], "COMPLETED"),
+                 _slurm_job(13, hosts[ids[-1]], state)])
+    deps.scheduler.list_jobs()
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert (result.status, result.removed_nodes) == ("resized", [hosts[ids[2]]])  # a finished job holds no node
+    assert _live_ids(aws) == {ids[0], ids[1], ids[-1]}
+
+
+def test_on_slurm_a_squeue_record_not_read_refuses_the_shrink(aws, tmp_path, monkeypatch):
+    """An squeue record that could not be read (here: text output, a uid that is no number) may be a job on any
+    node: the answer is not whole, and no instance is terminated on it."""
+    from tests.test_slurm_adapter import Framed
+    from tools.slurm_cli import SlurmError
+
+    rows = []
+    unsupported = SlurmError(["squeue", "--json"], "exited 1: unrecognized option", 1,
+                             "squeue: unrecognized option '--json'")
+    deps, hosts, ids = _on_slurm(aws, tmp_path, monkeypatch, {("squeue", "--json"): unsupported,
+                                                             ("squeue", "-h"): Framed(rows)})
+    row = ["11", "gpu", "alice", "1000", "ml", "normal", "RUNNING", "1", "gres:gpu:8", "2026-11-29T15:27:31",
+           hosts[ids[0]], "train", "None", "2026-11-29T15:27:30", "11"]
+    rows.extend([row, [*row[:1], "gpu", "bob", "x1001", *row[4:10], hosts[ids[-1]], "train2", *row[12:]]])
+    rows[1][0] = rows[1][-1] = "12"
+    deps.scheduler.list_jobs()
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "refused" and "squeue could not be read whole" in result.detail
+    assert len(_live_ids(aws)) == 4
+

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.cluster import NodeInfo, PoolInfo, ResizeResult
+from core.cluster import NodeInfo, NodesUnknown, PoolInfo, ResizeResult
 from tools.aws_instance_types import gpus_of
 
 log = logging.getLogger(__name__)
@@ -70,12 +72,16 @@ def _tag_number(group: _Group, tag: str, default: float) -> float:
 
 
 class AwsAutoScalingPools:
-    """NodePools over EC2 Auto Scaling; `nodes()` (e.g. a scheduler's list_nodes) says which instance runs jobs."""
+    """NodePools over EC2 Auto Scaling; `nodes()` (e.g. a scheduler's list_nodes) says which instance runs jobs.
+    A removal is decided on `nodes(for_removal=True)` where `nodes` takes it (the schedulers' list_nodes: every
+    workload on each node, read right then; NodesUnknown when that cannot be read whole), else on `nodes()`."""
 
     def __init__(self, autoscaling: Any, ec2: Any, nodes: Callable[[], list[NodeInfo]],
                  config: AwsPoolConfig | None = None, *, sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.asg, self.ec2, self.nodes = autoscaling, ec2, nodes
+        takes = _takes(nodes, "for_removal")
+        self.nodes_now = partial(cast(Callable[..., list[NodeInfo]], nodes), for_removal=True) if takes else nodes
         self.config = config or AwsPoolConfig()
         self._sleep, self._monotonic = sleep, monotonic
         self.api_calls = 0
@@ -203,7 +209,10 @@ class AwsAutoScalingPools:
         return self._shrink(g, names, before, target_nodes, result)
 
     def _shrink(self, g: _Group, names: dict[str, set[str]], before: int, target: int, result: Any) -> ResizeResult:
-        busy = self._busy(g, names, self.nodes())
+        try:
+            busy = self._busy(g, names, self.nodes_now())
+        except NodesUnknown as exc:
+            return result("refused", detail=f"{exc}; not resized")
         if target < len(busy):
             return result("refused", detail=f"{len(busy)} instances run jobs (or map to no node); "
                                             f"{target} nodes would remove a busy one")
@@ -221,8 +230,11 @@ class AwsAutoScalingPools:
         if self.config.protect_busy and busy:
             self._call(self.asg, "set_instance_protection", AutoScalingGroupName=g.name,
                        InstanceIds=sorted(busy), ProtectedFromScaleIn=True)
-        # A job may have started since: look once more, right before terminating anything.
-        still_busy = self._busy(g, names, self.nodes())
+        # A job may have started since: read again (fresh), right before terminating anything.
+        try:
+            still_busy = self._busy(g, names, self.nodes_now())
+        except NodesUnknown as exc:
+            return result("refused", detail=f"{exc}; not resized")
         chosen = [i for i in idle if i["InstanceId"] not in still_busy][:need]
         if len(chosen) < need:
             return result("refused", detail="a job started on a chosen instance meanwhile; not resized")
@@ -244,6 +256,13 @@ class AwsAutoScalingPools:
             removed.append(node[0] if node else inst["InstanceId"])
         self._cache = None
         return result("resized", target, removed, detail=f"terminated {', '.join(i['InstanceId'] for i in chosen)}")
+
+
+def _takes(function: Callable[..., Any], keyword: str) -> bool:
+    try:
+        return keyword in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return False
 
 
 def aws_pools_from_settings(settings: Any, nodes: Callable[[], list[NodeInfo]], config: AwsPoolConfig | None = None,

@@ -139,7 +139,7 @@ class ClusterApiPools:
 
     def _shrink(self, ns: str, pool: str, before: int, target: int, result: Any) -> ResizeResult:
         machines = self._list("machines", f"{DEPLOYMENT_LABEL}={pool}", namespace=ns)
-        busy = self.scheduler.jobs_by_node(fresh=True)  # right now, not the sweep's list
+        busy = self.scheduler.workloads_by_node()  # every pod bound to each node, right now
         empty = [m for m in machines if not busy.get(_node(m) or "")]
         # CAPI removes marked Machines first, whoever marked them: a mark on a busy one (a shrink that stopped
         # halfway, a person's) would make this scale-down remove that node, not the empty ones chosen.
@@ -170,7 +170,7 @@ class ClusterApiPools:
                                           f"{_marks_said(kept)}")
         # A pod may have landed between the check and the marks: look again before scaling.
         try:
-            busy = self.scheduler.jobs_by_node(fresh=True)
+            busy = self.scheduler.workloads_by_node()
         except Exception:
             self._take_back(ns, chosen)
             raise

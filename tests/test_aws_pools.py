@@ -375,3 +375,98 @@ def test_on_slurm_a_squeue_record_not_read_refuses_the_shrink(aws, tmp_path, mon
     assert result.status == "refused" and "squeue could not be read whole" in result.detail
     assert len(_live_ids(aws)) == 4
 
+
+# -- a terminate whose answer was lost, and errors without an AWS answer --------------------------------------------
+class _Asg:
+    """The autoscaling client, with its terminate calls (and describes) answered as `terminate` / `describe` say."""
+
+    def __init__(self, real, terminate=None, describe=None):
+        self.real, self.terminate, self.describe = real, terminate, describe
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def terminate_instance_in_auto_scaling_group(self, **kw):
+        return self.terminate(self.real, **kw)
+
+    def describe_auto_scaling_groups(self, **kw):
+        return (self.describe or self.real.describe_auto_scaling_groups)(**kw)
+
+
+def _read_timeout():
+    from botocore.exceptions import ReadTimeoutError
+
+    return ReadTimeoutError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com/")
+
+
+def _answer_lost(real, **kw):  # it took effect; the answer never came
+    real.terminate_instance_in_auto_scaling_group(**kw)
+    raise _read_timeout()
+
+
+def _refused(real, **kw):
+    from botocore.exceptions import ClientError
+
+    raise ClientError({"Error": {"Code": "ValidationError", "Message": "instance is not in InService"}},
+                      "TerminateInstanceInAutoScalingGroup")
+
+
+def _with(aws, asg, busy_first: bool = True) -> tuple[AwsAutoScalingPools, list[str]]:
+    names, _ = _group(aws, "asg-a100", "a100-ondemand", 4)
+    cluster = Cluster()
+    cluster.set(names, busy={names[0]} if busy_first else set())
+    _, _, ec2 = aws
+    return AwsAutoScalingPools(asg, ec2, cluster, AwsPoolConfig(reserve_fraction=0.0), sleep=lambda s: None), names
+
+
+def test_a_terminate_whose_answer_was_lost_is_reported_as_done(aws):
+    """Else it raised, the resize was audited `failed` (a strike toward the circuit breaker) though its node went,
+    and the forecast's planned scale-up back (carried by executed scale-downs only) was lost."""
+    _, real, _ = aws
+    pools, _ = _with(aws, _Asg(real, terminate=_answer_lost))
+    result = pools.resize_pool("a100-ondemand", 2, reason="empty overnight")
+    assert len(_live_ids(aws)) == 2
+    assert (result.status, result.nodes_after, len(result.removed_nodes)) == ("resized", 2, 2)
+    assert "ReadTimeoutError" in result.detail and "failed but took effect" in result.detail
+
+
+def test_a_refused_terminate_is_an_error_that_says_nothing_went(aws):
+    _, real, _ = aws
+    pools, _ = _with(aws, _Asg(real, terminate=_refused))
+    result = pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert (result.status, result.nodes_after, result.removed_nodes) == ("error", 4, [])
+    assert "ValidationError" in result.detail and "nothing was terminated" in result.detail
+    assert len(_live_ids(aws)) == 4
+
+
+def test_a_terminate_that_fails_with_the_group_unreadable_says_its_fate_is_unknown(aws):
+    _, real, _ = aws
+    calls = []
+
+    def describe(**kw):  # the shrink's own read answers; the one after the failed terminate does not
+        calls.append(kw)
+        if len(calls) > 1:
+            raise _read_timeout()
+        return real.describe_auto_scaling_groups(**kw)
+
+    def timeout(real, **kw):
+        raise _read_timeout()
+
+    pools, _ = _with(aws, _Asg(real, terminate=timeout, describe=describe))
+    result = pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "error" and "whether it went is unknown" in result.detail
+
+
+def test_an_error_without_an_aws_answer_is_raised_as_itself():
+    """A read timeout or a dropped connection carries response=None: `_call` read its error code with
+    getattr(exc, "response", {}).get(...), and raised AttributeError in its place."""
+    from botocore.exceptions import ReadTimeoutError
+
+    class Asg:
+        def describe_auto_scaling_groups(self, **kw):
+            raise _read_timeout()
+
+    pools = AwsAutoScalingPools(Asg(), None, list, sleep=lambda s: None)
+    with pytest.raises(ReadTimeoutError):
+        pools.list_pools()
+

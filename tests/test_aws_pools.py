@@ -470,3 +470,31 @@ def test_an_error_without_an_aws_answer_is_raised_as_itself():
     with pytest.raises(ReadTimeoutError):
         pools.list_pools()
 
+
+def test_growing_never_lowers_the_groups_desired_capacity():
+    """DesiredCapacity 6 with 2 instances (GPU capacity short, a scale-up under way): a grow to 4 (a planned
+    scale-up back) would cancel two instances the group asked for; it leaves the group as it is."""
+    boto3 = require_module("boto3")
+    from botocore.stub import Stubber
+
+    asg = boto3.client("autoscaling", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    ec2 = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    group = {"AutoScalingGroupName": "g", "MinSize": 1, "MaxSize": 8, "DesiredCapacity": 6, "DefaultCooldown": 0,
+             "AvailabilityZones": ["a"], "HealthCheckType": "EC2", "CreatedTime": "2026-01-01T00:00:00Z",
+             "Instances": [{"InstanceId": f"i-{k}", "InstanceType": "p4d.24xlarge", "AvailabilityZone": "a",
+                            "LifecycleState": "InService", "HealthStatus": "Healthy",
+                            "ProtectedFromScaleIn": False} for k in (1, 2)],
+             "Tags": [{"Key": "steward.io/pool", "Value": "a100"}]}
+    dns = {"Reservations": [{"Instances": [{"InstanceId": f"i-{k}", "PrivateDnsName": f"ip-10-0-0-{k}.ec2.internal"}
+                                           for k in (1, 2)]}]}
+    with Stubber(asg) as s_asg, Stubber(ec2) as s_ec2:
+        for _ in range(2):
+            s_asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [group]})
+            s_ec2.add_response("describe_instances", dns)
+        s_asg.add_response("set_desired_capacity", {}, {"AutoScalingGroupName": "g", "DesiredCapacity": 7,
+                                                        "HonorCooldown": False})
+        pools = AwsAutoScalingPools(asg, ec2, list, sleep=lambda s: None)
+        kept = pools.resize_pool("a100", 4, reason="planned scale-up back")  # no SetDesiredCapacity call
+        assert (kept.status, kept.nodes_after) == ("unchanged", 2) and "already 6" in kept.detail
+        assert pools.resize_pool("a100", 7, reason="").status == "resized"  # above what it asks for: raised
+        s_asg.assert_no_pending_responses()

@@ -203,6 +203,9 @@ class AwsAutoScalingPools:
         if target_nodes > g.max_size:
             return result("refused", detail=f"{target_nodes} nodes is above the group's MaxSize of {g.max_size}")
         if target_nodes > before:
+            if g.desired >= target_nodes:  # it asks for more than runs (capacity short, a scale-up under way)
+                return result("unchanged", detail=f"the group's DesiredCapacity is already {g.desired} ({before} "
+                                                  "instances run); a grow never lowers it")
             self._call(self.asg, "set_desired_capacity", AutoScalingGroupName=g.name, DesiredCapacity=target_nodes,
                        HonorCooldown=False)
             self._cache = None

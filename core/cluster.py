@@ -158,6 +158,11 @@ class NodeInfo(_Record):
     unschedulable: bool = False  # cordoned: no new work lands on it
 
 
+class NodesUnknown(RuntimeError):
+    """What runs on the nodes could not be read whole (squeue records dropped or ambiguous): a node that might run
+    a workload is never removed on such an answer."""
+
+
 class PoolInfo(_Record):
     name: str
     provider: Literal["sim", "aws", "capi"] = "sim"

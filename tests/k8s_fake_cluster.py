@@ -102,6 +102,15 @@ def run_notebook_controller(store: FakeStore) -> list[str]:
     return deleted
 
 
+def pod_asking(ns: str, name: str, requests: dict[str, str], *, node: str | None = "gpu-0", kind: str = "limits",
+               **kw) -> dict:
+    """A running pod whose one container asks for `requests` (as limits, or requests): e.g. a CPU pod
+    ({"cpu": "32"}) or one on a MIG slice ({"nvidia.com/mig-3g.40gb": "1"})."""
+    pod = gpu_pod(ns, name, 0, node=node, **kw)
+    pod["spec"]["containers"][0]["resources"] = {kind: dict(requests)}
+    return pod
+
+
 def gpu_node(name: str, gpus: int, *, pool: str | None = None, model: str = "NVIDIA-A100-SXM4-80GB") -> dict:
     labels = {"nvidia.com/gpu.product": model, "kubernetes.io/hostname": name}
     if pool:

@@ -206,3 +206,295 @@ def test_a_bad_tag_is_a_clear_error():
         pools = AwsAutoScalingPools(asg, None, list, sleep=lambda s: None)
         with pytest.raises(ValueError, match="group g: tag steward.io/gpus-per-node='eight' is not a number"):
             pools.list_pools()
+
+
+# -- a removal is decided on every workload on the node, read right then (as agent/wiring.py wires the adapter) ----
+def _wired(aws, tmp_path, backend: str, **settings):
+    from agent.config.policy import Policy
+    from agent.config.settings import Settings
+    from agent.planning.policy_model import PolicyModel
+    from agent.wiring import cluster_deps
+
+    url, _, _ = aws
+    return cluster_deps(Settings(backend=backend, pool_provider="aws", aws_region=REGION, aws_endpoint_url=url,
+                                 data_dir=tmp_path, prometheus_url="http://127.0.0.1:9", **settings),
+                        Policy(), PolicyModel())
+
+
+def _live_ids(aws) -> set[str]:
+    _, asg, _ = aws
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=["asg-a100"])["AutoScalingGroups"][0]
+    return {i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] in ("InService", "Pending")}
+
+
+@pytest.fixture
+def k8s_api():
+    from tests.k8s_fake_api import FakeKubernetesApi
+
+    server = FakeKubernetesApi().start()
+    yield server
+    server.stop()
+
+
+def _late_gpu_pod(node: str) -> dict:
+    from tests.k8s_fake_cluster import gpu_pod
+
+    return gpu_pod("ml", "late-train", 8, node=node)
+
+
+def _cpu_pod(node: str) -> dict:
+    from tests.k8s_fake_cluster import pod_asking
+
+    return pod_asking("data", "etl", {"cpu": "32", "memory": "200Gi"}, node=node, kind="requests")
+
+
+def _mig_pod(node: str) -> dict:
+    from tests.k8s_fake_cluster import pod_asking
+
+    return pod_asking("ml", "mig-infer", {"nvidia.com/mig-3g.40gb": "1"}, node=node)
+
+
+@pytest.mark.parametrize("pod", [_late_gpu_pod, _cpu_pod, _mig_pod], ids=["gpu-pod", "cpu-pod", "mig-pod"])
+def test_on_kubernetes_a_pod_that_landed_after_the_sweeps_pod_list_keeps_its_instance(aws, k8s_api, tmp_path, pod):
+    """KubernetesScheduler.list_nodes takes the jobs from the sweep's pod list (up to 30 s old) and sees GPU pods
+    only: a pod bound to the chosen node since then, or one asking for no nvidia.com/gpu (a CPU pod, a MIG slice),
+    must keep its instance."""
+    from tests.k8s_fake_cluster import gpu_node, gpu_pod, kubeconfig
+
+    names, dns = _group(aws, "asg-a100", "a100-ondemand", 4)
+    hosts = [n.split(".")[0] for n in names]
+    for host in hosts:
+        k8s_api.store.put("nodes", gpu_node(host, 8))
+    k8s_api.store.put("pods", gpu_pod("ml", "train", 8, node=hosts[0]))
+    deps = _wired(aws, tmp_path, "kubernetes", kubeconfig=kubeconfig(k8s_api, tmp_path))
+    deps.scheduler.list_jobs()  # the sweep's pod list
+    assert deps.pools.list_pools()[0].busy_nodes == 1
+    chosen = max(i for i in dns if dns[i] != names[0])  # the shrink's choice: idle instances by id, highest first
+    k8s_api.store.put("pods", pod(dns[chosen].split(".")[0]))
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "resized" and dns[chosen].split(".")[0] not in result.removed_nodes
+    assert chosen in _live_ids(aws) and len(_live_ids(aws)) == 3
+
+
+def _slurm_job(job_id: int, node: str, state: str) -> dict:
+    t0 = 1_795_966_000
+    return {"job_id": job_id, "name": f"train{job_id}", "partition": "gpu", "user_name": "alice", "account": "ml",
+            "qos": "normal", "job_state": [state], "nodes": node, "node_count": {"set": True, "number": 1},
+            "submit_time": {"set": True, "number": t0}, "start_time": {"set": True, "number": t0 + 60},
+            "tres_alloc_str": "cpu=8,gres/gpu=8", "tres_per_node": "gres:gpu:8"}
+
+
+def _on_slurm(aws, tmp_path, monkeypatch, squeue: dict):
+    """An ASG whose instances are Slurm nodes; squeue and scontrol answer as Slurm does (tests/test_slurm_adapter.py)."""
+    import json
+
+    from tests.test_slurm_adapter import FakeCli
+    from tools.slurm import SlurmScheduler
+
+    names, dns = _group(aws, "asg-a100", "a100-ondemand", 4)
+    hosts = {i: name.split(".")[0] for i, name in dns.items()}
+    nodes_out = "".join(f"NodeName={h} Gres=gpu:a100:8 Partitions=gpu\n" for h in sorted(hosts.values()))
+    answers = {("scontrol", "show", "nodes"): nodes_out, **squeue}
+    answers.setdefault(("squeue", "--json"), lambda: json.dumps({"jobs": []}))
+    slurm = SlurmScheduler(FakeCli(answers), stop_settle_s=0)
+    monkeypatch.setattr("tools.slurm.slurm_scheduler_from_settings", lambda settings: slurm)
+    deps = _wired(aws, tmp_path, "slurm")
+    ids = sorted(dns)
+    return deps, hosts, ids
+
+
+def test_on_slurm_a_job_that_started_after_the_sweeps_squeue_keeps_its_instance(aws, tmp_path, monkeypatch):
+    import json
+
+    jobs: list[dict] = []
+    deps, hosts, ids = _on_slurm(aws, tmp_path, monkeypatch, {("squeue", "--json"): lambda: json.dumps({"jobs": jobs})})
+    jobs.append(_slurm_job(11, hosts[ids[0]], "RUNNING"))
+    deps.scheduler.list_jobs()  # the sweep's squeue
+    jobs.append(_slurm_job(12, hosts[ids[-1]], "RUNNING"))  # since then, on the instance the shrink would choose
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "resized" and hosts[ids[-1]] not in result.removed_nodes
+    assert ids[-1] in _live_ids(aws) and ids[0] in _live_ids(aws)
+
+
+def test_a_schedulers_list_nodes_given_directly_is_read_for_a_removal(aws):
+    """`AwsAutoScalingPools(asg, ec2, scheduler.list_nodes)`, as docs/cloud-pools.md shows: a removal still reads
+    list_nodes(for_removal=True), not the sweep's listing."""
+    import json
+
+    from tests.test_slurm_adapter import FakeCli
+    from tools.slurm import SlurmScheduler
+
+    names, dns = _group(aws, "asg-a100", "a100-ondemand", 4)
+    ids = sorted(dns)
+    jobs = [_slurm_job(11, dns[ids[0]].split(".")[0], "RUNNING")]
+    cli = FakeCli({("squeue", "--json"): lambda: json.dumps({"jobs": jobs}),
+                   ("scontrol", "show", "nodes"): "".join(f"NodeName={n.split('.')[0]} Gres=gpu:a100:8\n"
+                                                          for n in names)})
+    slurm = SlurmScheduler(cli, stop_settle_s=0)
+    _, asg, ec2 = aws
+    pools = AwsAutoScalingPools(asg, ec2, slurm.list_nodes, AwsPoolConfig(reserve_fraction=0.0), sleep=lambda s: None)
+    slurm.list_jobs()
+    jobs.append(_slurm_job(12, dns[ids[-1]].split(".")[0], "CONFIGURING"))
+    result = pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "resized" and ids[-1] in _live_ids(aws) and len(_live_ids(aws)) == 3
+
+
+@pytest.mark.parametrize("state", ["CONFIGURING", "COMPLETING", "SUSPENDED"])
+def test_on_slurm_a_job_holding_nodes_in_any_state_keeps_them(aws, tmp_path, monkeypatch, state):
+    """CONFIGURING (nodes allocated, the prolog or the node boot running) reads as pending for the sweep; for a
+    removal, every job Slurm has given nodes that has not finished counts, whatever its state."""
+    import json
+
+    jobs: list[dict] = []
+    deps, hosts, ids = _on_slurm(aws, tmp_path, monkeypatch, {("squeue", "--json"): lambda: json.dumps({"jobs": jobs})})
+    jobs.extend([_slurm_job(11, hosts[ids[0]], "RUNNING"), _slurm_job(12, hosts[ids[2]], "COMPLETED"),
+                 _slurm_job(13, hosts[ids[-1]], state)])
+    deps.scheduler.list_jobs()
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert (result.status, result.removed_nodes) == ("resized", [hosts[ids[2]]])  # a finished job holds no node
+    assert _live_ids(aws) == {ids[0], ids[1], ids[-1]}
+
+
+def test_on_slurm_a_squeue_record_not_read_refuses_the_shrink(aws, tmp_path, monkeypatch):
+    """An squeue record that could not be read (here: text output, a uid that is no number) may be a job on any
+    node: the answer is not whole, and no instance is terminated on it."""
+    from tests.test_slurm_adapter import Framed
+    from tools.slurm_cli import SlurmError
+
+    rows = []
+    unsupported = SlurmError(["squeue", "--json"], "exited 1: unrecognized option", 1,
+                             "squeue: unrecognized option '--json'")
+    deps, hosts, ids = _on_slurm(aws, tmp_path, monkeypatch, {("squeue", "--json"): unsupported,
+                                                             ("squeue", "-h"): Framed(rows)})
+    row = ["11", "gpu", "alice", "1000", "ml", "normal", "RUNNING", "1", "gres:gpu:8", "2026-11-29T15:27:31",
+           hosts[ids[0]], "train", "None", "2026-11-29T15:27:30", "11"]
+    rows.extend([row, [*row[:1], "gpu", "bob", "x1001", *row[4:10], hosts[ids[-1]], "train2", *row[12:]]])
+    rows[1][0] = rows[1][-1] = "12"
+    deps.scheduler.list_jobs()
+    result = deps.pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "refused" and "squeue could not be read whole" in result.detail
+    assert len(_live_ids(aws)) == 4
+
+
+# -- a terminate whose answer was lost, and errors without an AWS answer --------------------------------------------
+class _Asg:
+    """The autoscaling client, with its terminate calls (and describes) answered as `terminate` / `describe` say."""
+
+    def __init__(self, real, terminate=None, describe=None):
+        self.real, self.terminate, self.describe = real, terminate, describe
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def terminate_instance_in_auto_scaling_group(self, **kw):
+        return self.terminate(self.real, **kw)
+
+    def describe_auto_scaling_groups(self, **kw):
+        return (self.describe or self.real.describe_auto_scaling_groups)(**kw)
+
+
+def _read_timeout():
+    from botocore.exceptions import ReadTimeoutError
+
+    return ReadTimeoutError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com/")
+
+
+def _answer_lost(real, **kw):  # it took effect; the answer never came
+    real.terminate_instance_in_auto_scaling_group(**kw)
+    raise _read_timeout()
+
+
+def _refused(real, **kw):
+    from botocore.exceptions import ClientError
+
+    raise ClientError({"Error": {"Code": "ValidationError", "Message": "instance is not in InService"}},
+                      "TerminateInstanceInAutoScalingGroup")
+
+
+def _with(aws, asg, busy_first: bool = True) -> tuple[AwsAutoScalingPools, list[str]]:
+    names, _ = _group(aws, "asg-a100", "a100-ondemand", 4)
+    cluster = Cluster()
+    cluster.set(names, busy={names[0]} if busy_first else set())
+    _, _, ec2 = aws
+    return AwsAutoScalingPools(asg, ec2, cluster, AwsPoolConfig(reserve_fraction=0.0), sleep=lambda s: None), names
+
+
+def test_a_terminate_whose_answer_was_lost_is_reported_as_done(aws):
+    """Else it raised, the resize was audited `failed` (a strike toward the circuit breaker) though its node went,
+    and the forecast's planned scale-up back (carried by executed scale-downs only) was lost."""
+    _, real, _ = aws
+    pools, _ = _with(aws, _Asg(real, terminate=_answer_lost))
+    result = pools.resize_pool("a100-ondemand", 2, reason="empty overnight")
+    assert len(_live_ids(aws)) == 2
+    assert (result.status, result.nodes_after, len(result.removed_nodes)) == ("resized", 2, 2)
+    assert "ReadTimeoutError" in result.detail and "failed but took effect" in result.detail
+
+
+def test_a_refused_terminate_is_an_error_that_says_nothing_went(aws):
+    _, real, _ = aws
+    pools, _ = _with(aws, _Asg(real, terminate=_refused))
+    result = pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert (result.status, result.nodes_after, result.removed_nodes) == ("error", 4, [])
+    assert "ValidationError" in result.detail and "nothing was terminated" in result.detail
+    assert len(_live_ids(aws)) == 4
+
+
+def test_a_terminate_that_fails_with_the_group_unreadable_says_its_fate_is_unknown(aws):
+    _, real, _ = aws
+    calls = []
+
+    def describe(**kw):  # the shrink's own read answers; the one after the failed terminate does not
+        calls.append(kw)
+        if len(calls) > 1:
+            raise _read_timeout()
+        return real.describe_auto_scaling_groups(**kw)
+
+    def timeout(real, **kw):
+        raise _read_timeout()
+
+    pools, _ = _with(aws, _Asg(real, terminate=timeout, describe=describe))
+    result = pools.resize_pool("a100-ondemand", 3, reason="empty overnight")
+    assert result.status == "error" and "whether it went is unknown" in result.detail
+
+
+def test_an_error_without_an_aws_answer_is_raised_as_itself():
+    """A read timeout or a dropped connection carries response=None: `_call` read its error code with
+    getattr(exc, "response", {}).get(...), and raised AttributeError in its place."""
+    from botocore.exceptions import ReadTimeoutError
+
+    class Asg:
+        def describe_auto_scaling_groups(self, **kw):
+            raise _read_timeout()
+
+    pools = AwsAutoScalingPools(Asg(), None, list, sleep=lambda s: None)
+    with pytest.raises(ReadTimeoutError):
+        pools.list_pools()
+
+
+def test_growing_never_lowers_the_groups_desired_capacity():
+    """DesiredCapacity 6 with 2 instances (GPU capacity short, a scale-up under way): a grow to 4 (a planned
+    scale-up back) would cancel two instances the group asked for; it leaves the group as it is."""
+    boto3 = require_module("boto3")
+    from botocore.stub import Stubber
+
+    asg = boto3.client("autoscaling", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    ec2 = boto3.client("ec2", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
+    group = {"AutoScalingGroupName": "g", "MinSize": 1, "MaxSize": 8, "DesiredCapacity": 6, "DefaultCooldown": 0,
+             "AvailabilityZones": ["a"], "HealthCheckType": "EC2", "CreatedTime": "2026-01-01T00:00:00Z",
+             "Instances": [{"InstanceId": f"i-{k}", "InstanceType": "p4d.24xlarge", "AvailabilityZone": "a",
+                            "LifecycleState": "InService", "HealthStatus": "Healthy",
+                            "ProtectedFromScaleIn": False} for k in (1, 2)],
+             "Tags": [{"Key": "steward.io/pool", "Value": "a100"}]}
+    dns = {"Reservations": [{"Instances": [{"InstanceId": f"i-{k}", "PrivateDnsName": f"ip-10-0-0-{k}.ec2.internal"}
+                                           for k in (1, 2)]}]}
+    with Stubber(asg) as s_asg, Stubber(ec2) as s_ec2:
+        for _ in range(2):
+            s_asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [group]})
+            s_ec2.add_response("describe_instances", dns)
+        s_asg.add_response("set_desired_capacity", {}, {"AutoScalingGroupName": "g", "DesiredCapacity": 7,
+                                                        "HonorCooldown": False})
+        pools = AwsAutoScalingPools(asg, ec2, list, sleep=lambda s: None)
+        kept = pools.resize_pool("a100", 4, reason="planned scale-up back")  # no SetDesiredCapacity call
+        assert (kept.status, kept.nodes_after) == ("unchanged", 2) and "already 6" in kept.detail
+        assert pools.resize_pool("a100", 7, reason="").status == "resized"  # above what it asks for: raised
+        s_asg.assert_no_pending_responses()

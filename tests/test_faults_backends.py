@@ -258,6 +258,11 @@ def test_aws_throttling_midway_through_a_shrink_reports_what_was_done():
             "ActivityId": "a1", "AutoScalingGroupName": "g", "Cause": "x", "StartTime": "2026-01-01T00:00:00Z",
             "StatusCode": "InProgress"}})
         s_asg.add_client_error("terminate_instance_in_auto_scaling_group", "Throttling", "Rate exceeded", 400)
+        # The group read again after the failed call: i-4 is terminating, i-3 still in service.
+        after = {**group, "Instances": [{**i, "LifecycleState": "Terminating" if i["InstanceId"] == "i-4"
+                                         else "InService"} for i in group["Instances"]]}
+        s_asg.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [after]})
+        s_ec2.add_response("describe_instances", dns)
         nodes = [NodeInfo(name=f"ip-10-0-0-{i[-1]}", gpus=8, jobs=["a/b"] if i == "i-1" else []) for i in ids]
         pools = AwsAutoScalingPools(asg, ec2, lambda: nodes, AwsPoolConfig(reserve_fraction=0.0, max_attempts=1),
                                     sleep=lambda s: None)
@@ -266,7 +271,8 @@ def test_aws_throttling_midway_through_a_shrink_reports_what_was_done():
     # The first instance went, the second was throttled: the result says 3 nodes, and which one went.
     assert (result.status, result.nodes_before, result.nodes_after) == ("error", 4, 3)
     assert result.removed_nodes == ["ip-10-0-0-4"]
-    assert "terminated i-4; then i-3 failed" in result.detail and "Throttling" in result.detail
+    assert "terminating i-3 failed" in result.detail and "terminated i-4;" in result.detail
+    assert "Throttling" in result.detail
     assert "3 nodes, not 2" in result.detail
 
 

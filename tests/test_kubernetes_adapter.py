@@ -118,6 +118,24 @@ def test_nodes_reuse_the_sweeps_pod_list(api, settings):
     assert (nodes["gpu-0"].pool, nodes["gpu-0"].gpus, nodes["gpu-0"].gpu_model) == ("a100", 8, "NVIDIA-A100-SXM4-80GB")
 
 
+def test_nodes_for_a_removal_are_read_now_with_every_workload_on_them(api, settings):
+    """What removing a node is decided on: every node, each with every pod bound to it, GPU or not, from a pod list
+    made right then; the pods that belong to the node (a DaemonSet's, a static pod's mirror) go with it."""
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    k8s.list_jobs()  # the sweep's pod list
+    api.store.put("pods", gpu_pod("ml", "late", 8, node="gpu-1"))  # since then
+    api.store.put("pods", gpu_pod("kube-system", "dcgm-x1", 0, node="gpu-1", owner=("DaemonSet", "dcgm")))
+    api.store.put("pods", gpu_pod("kube-system", "etcd-cpu-0", 0, node="cpu-0",
+                                  annotations={"kubernetes.io/config.mirror": "abc"}))
+    calls = k8s.api_calls
+    nodes = {n.name: n for n in k8s.list_nodes(for_removal=True)}
+    assert k8s.api_calls == calls + 2  # the nodes and a new pod list
+    assert nodes["gpu-0"].jobs == ["ml/cpu-only", "ml/train-0"]  # a CPU pod holds its node too
+    assert nodes["gpu-1"].jobs == ["kf/nb-0", "ml/late", "ml/serve-7d9f8-abcde"]
+    assert nodes["cpu-0"].jobs == []
+    assert "ml/late" not in {n.name: n for n in k8s.list_nodes()}["gpu-1"].jobs  # the sweep's list, as before
+
+
 def test_get_job_reads_one_pod_and_none_when_gone(api, settings):
     k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
     assert k8s.get_job("ml/train-0").gpus == 4

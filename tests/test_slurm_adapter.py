@@ -293,3 +293,29 @@ def test_a_job_with_srun_steps_gets_sigterm_in_its_steps_and_a_failed_scancel_is
     with pytest.raises(SlurmError, match="Unable to contact"):
         SlurmScheduler(cli, stop_settle_s=0).stop_job("gpu/train", force=False, grace_s=60, reason="idle")
     assert ("scancel", "--signal=TERM", "--full", "11") in cli.calls
+
+
+def test_nodes_for_a_removal_come_from_a_new_squeue_with_every_job_holding_them():
+    """For removing a node: a new squeue (not the sweep's), and every job Slurm has given nodes that has not finished
+    counts on them, whatever its state (CONFIGURING reads as pending for the sweep) or what it asks for."""
+    from core.cluster import NodesUnknown
+
+    def job(job_id, node, state, gres="gres:gpu:8"):
+        return {"job_id": job_id, "name": f"j{job_id}", "partition": "gpu", "user_name": "alice", "account": "ml",
+                "job_state": [state], "nodes": node, "node_count": {"set": True, "number": 1},
+                "start_time": {"set": True, "number": T0}, "tres_per_node": gres}
+
+    listing = {"jobs": [job(1, "n1", "RUNNING")]}
+    cli = FakeCli({("squeue", "--json"): lambda: json.dumps(listing),
+                   ("scontrol", "show", "nodes"): "".join(f"NodeName=n{i} Gres=gpu:a100:8 Partitions=gpu\n"
+                                                          for i in range(1, 6))})
+    slurm = SlurmScheduler(cli, stop_settle_s=0)
+    slurm.list_jobs()  # the sweep's squeue
+    listing["jobs"] += [job(2, "n2", "CONFIGURING"), job(3, "n3", "COMPLETING"), job(4, "n4", "RUNNING", ""),
+                        job(5, "n5", "COMPLETED")]
+    assert {n.name: n.jobs for n in slurm.list_nodes()}["n2"] == []  # the sweep's listing
+    nodes = {n.name: n.jobs for n in slurm.list_nodes(for_removal=True)}
+    assert nodes == {"n1": ["gpu/j1"], "n2": ["gpu/j2"], "n3": ["gpu/j3"], "n4": ["gpu/j4"], "n5": []}
+    listing["jobs"].append(job(1, "n5", "RUNNING"))  # a job id in two records: which is Slurm's is unknown
+    with pytest.raises(NodesUnknown, match="more than one squeue record"):
+        slurm.list_nodes(for_removal=True)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.cluster import NodeInfo, PoolInfo, ResizeResult
+from core.cluster import NodeInfo, NodesUnknown, PoolInfo, ResizeResult
 from tools.aws_instance_types import gpus_of
 
 log = logging.getLogger(__name__)
@@ -70,12 +72,16 @@ def _tag_number(group: _Group, tag: str, default: float) -> float:
 
 
 class AwsAutoScalingPools:
-    """NodePools over EC2 Auto Scaling; `nodes()` (e.g. a scheduler's list_nodes) says which instance runs jobs."""
+    """NodePools over EC2 Auto Scaling; `nodes()` (e.g. a scheduler's list_nodes) says which instance runs jobs.
+    A removal is decided on `nodes(for_removal=True)` where `nodes` takes it (the schedulers' list_nodes: every
+    workload on each node, read right then; NodesUnknown when that cannot be read whole), else on `nodes()`."""
 
     def __init__(self, autoscaling: Any, ec2: Any, nodes: Callable[[], list[NodeInfo]],
                  config: AwsPoolConfig | None = None, *, sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.asg, self.ec2, self.nodes = autoscaling, ec2, nodes
+        takes = _takes(nodes, "for_removal")
+        self.nodes_now = partial(cast(Callable[..., list[NodeInfo]], nodes), for_removal=True) if takes else nodes
         self.config = config or AwsPoolConfig()
         self._sleep, self._monotonic = sleep, monotonic
         self.api_calls = 0
@@ -89,7 +95,8 @@ class AwsAutoScalingPools:
             try:
                 return getattr(client, method)(**kwargs)
             except Exception as exc:
-                code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+                # ClientError carries AWS's answer; a read timeout or a dropped connection has response None.
+                code = ((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code", "")
                 if code not in THROTTLED or attempt == self.config.max_attempts:
                     raise
                 self._sleep(min(20.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
@@ -196,6 +203,9 @@ class AwsAutoScalingPools:
         if target_nodes > g.max_size:
             return result("refused", detail=f"{target_nodes} nodes is above the group's MaxSize of {g.max_size}")
         if target_nodes > before:
+            if g.desired >= target_nodes:  # it asks for more than runs (capacity short, a scale-up under way)
+                return result("unchanged", detail=f"the group's DesiredCapacity is already {g.desired} ({before} "
+                                                  "instances run); a grow never lowers it")
             self._call(self.asg, "set_desired_capacity", AutoScalingGroupName=g.name, DesiredCapacity=target_nodes,
                        HonorCooldown=False)
             self._cache = None
@@ -203,7 +213,10 @@ class AwsAutoScalingPools:
         return self._shrink(g, names, before, target_nodes, result)
 
     def _shrink(self, g: _Group, names: dict[str, set[str]], before: int, target: int, result: Any) -> ResizeResult:
-        busy = self._busy(g, names, self.nodes())
+        try:
+            busy = self._busy(g, names, self.nodes_now())
+        except NodesUnknown as exc:
+            return result("refused", detail=f"{exc}; not resized")
         if target < len(busy):
             return result("refused", detail=f"{len(busy)} instances run jobs (or map to no node); "
                                             f"{target} nodes would remove a busy one")
@@ -221,29 +234,69 @@ class AwsAutoScalingPools:
         if self.config.protect_busy and busy:
             self._call(self.asg, "set_instance_protection", AutoScalingGroupName=g.name,
                        InstanceIds=sorted(busy), ProtectedFromScaleIn=True)
-        # A job may have started since: look once more, right before terminating anything.
-        still_busy = self._busy(g, names, self.nodes())
-        chosen = [i for i in idle if i["InstanceId"] not in still_busy][:need]
+        # A job may have started since: read again (fresh), right before terminating anything.
+        try:
+            still_busy = self._busy(g, names, self.nodes_now())
+        except NodesUnknown as exc:
+            return result("refused", detail=f"{exc}; not resized")
+        chosen = [i["InstanceId"] for i in idle if i["InstanceId"] not in still_busy][:need]
         if len(chosen) < need:
             return result("refused", detail="a job started on a chosen instance meanwhile; not resized")
-        removed: list[str] = []
-        done: list[str] = []
-        for inst in chosen:
+        lost: list[str] = []  # calls that failed and took effect all the same
+        for k, iid in enumerate(chosen):
             try:
-                self._call(self.asg, "terminate_instance_in_auto_scaling_group", InstanceId=inst["InstanceId"],
+                self._call(self.asg, "terminate_instance_in_auto_scaling_group", InstanceId=iid,
                            ShouldDecrementDesiredCapacity=True)
-            except Exception as exc:  # throttled past the retries, or refused: what went already stays said
-                if not done:
-                    raise
-                self._cache = None
-                return result("error", before - len(done), removed,
-                              detail=f"terminated {', '.join(done)}; then {inst['InstanceId']} failed "
-                                     f"({type(exc).__name__}: {exc}); {before - len(done)} nodes, not {target}")
-            done.append(inst["InstanceId"])
-            node = sorted(n for n in names.get(inst["InstanceId"], ()) if n != inst["InstanceId"])
-            removed.append(node[0] if node else inst["InstanceId"])
+            except Exception as exc:  # refused, throttled past the retries, or its answer lost: what went?
+                failed = self._terminate_failed(g, names, before, target, chosen[:k + 1], exc, result)
+                if failed is not None:
+                    return failed
+                lost.append(f"{iid} ({type(exc).__name__}: {exc})")
         self._cache = None
-        return result("resized", target, removed, detail=f"terminated {', '.join(i['InstanceId'] for i in chosen)}")
+        return result("resized", target, [_node_name(i, names) for i in chosen],
+                      detail=f"terminated {', '.join(chosen)}"
+                             + (f"; the calls for {'; '.join(lost)} failed but took effect" if lost else ""))
+
+    def _terminate_failed(self, g: _Group, names: dict[str, set[str]], before: int, target: int, tried: list[str],
+                          exc: Exception, result: Any) -> ResizeResult | None:
+        """A terminate call failed (the last of `tried`): it may have taken effect all the same, its answer lost.
+        None when the group read again shows that instance gone (the shrink goes on); else the result, saying
+        which instances went, whatever the calls answered."""
+        why = f"{type(exc).__name__}: {exc}"
+        self._cache = None
+        try:
+            now = self._read(fresh=True)[0].get(g.pool)
+            if now is None:
+                raise LookupError(f"no group is tagged {self.config.pool_tag}={g.pool} any more")
+        except Exception as read_exc:  # the failed call's fate unknown: only what was answered is said
+            done = tried[:-1]
+            return result("error", before - len(done), [_node_name(i, names) for i in done],
+                          detail=f"terminating {tried[-1]} failed ({why}) and the group could not be read "
+                                 f"({type(read_exc).__name__}: {read_exc}): whether it went is unknown"
+                                 + (f"; terminated {', '.join(done)}" if done else ""))
+        live = {i["InstanceId"] for i in now.instances}
+        if tried[-1] not in live:
+            return None
+        went = [i for i in tried if i not in live]
+        removed = [_node_name(i, names) for i in went]
+        return result("error", before - len(went), removed,
+                      detail=f"terminating {tried[-1]} failed ({why}); "
+                             + (f"terminated {', '.join(went)}; " if went else "nothing was terminated; ")
+                             + f"{before - len(went)} nodes, not {target}")
+
+
+def _takes(function: Callable[..., Any], keyword: str) -> bool:
+    try:
+        return keyword in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return False
+
+
+def _node_name(instance_id: str, names: dict[str, set[str]]) -> str:
+    """The node name an instance is reported by: the first of its names other than its id (the host part of its
+    private DNS name), else its id."""
+    node = sorted(n for n in names.get(instance_id, ()) if n != instance_id)
+    return node[0] if node else instance_id
 
 
 def aws_pools_from_settings(settings: Any, nodes: Callable[[], list[NodeInfo]], config: AwsPoolConfig | None = None,

@@ -138,8 +138,14 @@ class ClusterApiPools:
             return result("error", detail=f"HTTP {exc.status}: {api_message(exc)}")  # type: ignore[attr-defined]
 
     def _shrink(self, ns: str, pool: str, before: int, target: int, result: Any) -> ResizeResult:
-        machines = self._list("machines", f"{DEPLOYMENT_LABEL}={pool}", namespace=ns)
-        busy = self.scheduler.jobs_by_node(fresh=True)  # right now, not the sweep's list
+        machines = [m for m in self._list("machines", f"{DEPLOYMENT_LABEL}={pool}", namespace=ns)
+                    if not m["metadata"].get("deletionTimestamp")]
+        if len(machines) != before:
+            # A Machine being deleted (remediated) or one not created yet: the scale to `target` would remove other
+            # than `before - target` Machines, and a mark would stay on a live one.
+            return result("refused", detail=f"the MachineDeployment is mid-change: {len(machines)} live machines "
+                                            f"for spec.replicas {before}; not resized")
+        busy = self.scheduler.workloads_by_node()  # every pod bound to each node, right now
         empty = [m for m in machines if not busy.get(_node(m) or "")]
         # CAPI removes marked Machines first, whoever marked them: a mark on a busy one (a shrink that stopped
         # halfway, a person's) would make this scale-down remove that node, not the empty ones chosen.
@@ -170,7 +176,7 @@ class ClusterApiPools:
                                           f"{_marks_said(kept)}")
         # A pod may have landed between the check and the marks: look again before scaling.
         try:
-            busy = self.scheduler.jobs_by_node(fresh=True)
+            busy = self.scheduler.workloads_by_node()
         except Exception:
             self._take_back(ns, chosen)
             raise
@@ -179,12 +185,45 @@ class ClusterApiPools:
             kept = self._take_back(ns, chosen)
             return result("refused", detail=f"a job started on {', '.join(map(str, landed))} meanwhile; not resized"
                                             + (f"; {_marks_said(kept)}" if kept else ""))
-        removed = [_node(m) or m["metadata"]["name"] for m in chosen]
         try:
             self._scale(ns, pool, target)
         except Exception as exc:  # throttled, refused or no answer: did it happen?
-            return self._scale_failed(ns, pool, target, chosen, removed, exc, result)
-        return result("resized", target, removed)
+            return self._scale_failed(ns, pool, target, machines, chosen, exc, result)
+        return self._scaled(ns, pool, target, machines, chosen, result)
+
+    def _scaled(self, ns: str, pool: str, target: int, machines: list[dict], chosen: list[dict],
+                result: Any) -> ResizeResult:
+        """After the scale call, the Machines read again: the nodes reported are those that went (the Machine gone
+        or being deleted), and those chosen that stay marked while the controller still has Machines to remove
+        (marked ones first). A chosen Machine still there once nothing more is to be removed (another Machine went
+        in its place) keeps no mark; while removals are under way every mark stays (taking one off could let the
+        controller remove another Machine, perhaps a busy one)."""
+        def name(m: dict) -> str:
+            return str(m["metadata"]["name"])
+
+        try:
+            now = self._list("machines", f"{DEPLOYMENT_LABEL}={pool}", namespace=ns)
+        except Exception as exc:
+            log.warning("machines of %s not read again after its scale to %d: %s", pool, target, exc)
+            return result("resized", target, [_node(m) or name(m) for m in chosen],
+                          detail="the machines could not be read again: the marked ones are reported")
+        live = {name(m) for m in now if not m["metadata"].get("deletionTimestamp")}
+        went = [_node(m) or name(m) for m in machines if name(m) not in live]
+        pending = len(live) - target  # Machines the controller has still to remove
+        staying = [m for m in chosen if name(m) in live]
+        if not staying:
+            return result("resized", target, went)
+        if pending <= 0:
+            kept = self._take_back(ns, staying)
+            return result("resized", target, went, detail=(
+                f"{', '.join(_node(m) or name(m) for m in staying)} stayed (another machine went in its place); "
+                + _marks_said(kept)))
+        if len(staying) <= pending:
+            return result("resized", target, went + [_node(m) or name(m) for m in staying],
+                          detail=f"{', '.join(_node(m) or name(m) for m in staying)} marked, being removed")
+        return result("resized", target, went, detail=(
+            f"{len(staying)} chosen machines still marked, {pending} still to be removed: "
+            f"{', '.join(name(m) for m in staying)} may keep {DELETE_MACHINE}"))
 
     def _mark(self, ns: str, machine: dict, mark: str | None) -> None:
         """Set (mark: what it is for) or take back (None) the steward's delete-machine mark on one Machine."""
@@ -223,7 +262,7 @@ class ClusterApiPools:
         kept = self._take_back(ns, ours)
         return [m["metadata"]["name"] for m in ours if m["metadata"]["name"] not in kept]
 
-    def _scale_failed(self, ns: str, pool: str, target: int, chosen: list[dict], removed: list[str],
+    def _scale_failed(self, ns: str, pool: str, target: int, machines: list[dict], chosen: list[dict],
                       exc: Exception, result: Any) -> ResizeResult:
         """A failed scale call: if it took effect after all, say so; if not, take the delete-machine marks back,
         so that no later scale-down (the autoscaler's, a person's) removes a node on this stale choice."""
@@ -235,7 +274,9 @@ class ClusterApiPools:
         except Exception:
             replicas = None
         if replicas == target:
-            return result("resized", target, removed, detail=f"the scale call failed ({why}) but took effect")
+            done = self._scaled(ns, pool, target, machines, chosen, result)
+            return done.model_copy(update={"detail": f"the scale call failed ({why}) but took effect"
+                                                     + (f"; {done.detail}" if done.detail else "")})
         # The MachineDeployment unread: the scale may have happened, and a mark taken off now could let CAPI
         # remove another machine; the marks stay, for release_marks once the pool can be read.
         kept = self._take_back(ns, chosen) if replicas is not None else [m["metadata"]["name"] for m in chosen]

@@ -173,9 +173,25 @@ class KubernetesScheduler:
                 out.setdefault(node, []).append(f"{pod['metadata'].get('namespace', 'default')}/{pod['metadata']['name']}")
         return out
 
-    def list_nodes(self) -> list[NodeInfo]:
-        """GPU nodes; the jobs on them come from this sweep's pod list, so this is one call."""
+    def workloads_by_node(self) -> dict[str, list[str]]:
+        """What removing a node is decided on: every pod bound to each node, GPU or not (a CPU pod, a MIG slice's),
+        read now (one list call). Only finished pods, DaemonSet pods and static pods' mirrors do not count: the last
+        two belong to the node and go with it."""
+        out: dict[str, list[str]] = {}
+        for pod in self._json("list_pod_for_all_namespaces", field_selector=ACTIVE_PODS).get("items") or []:
+            meta = pod.get("metadata") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and not _the_nodes_own(meta):
+                out.setdefault(node, []).append(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
+        return out
+
+    def list_nodes(self, *, for_removal: bool = False) -> list[NodeInfo]:
+        """GPU nodes; the jobs on them come from this sweep's pod list, so this is one call. for_removal: every node,
+        each with every workload bound to it (workloads_by_node), read now, not the sweep's list."""
         nodes = self._json("list_node").get("items") or []
+        if for_removal:
+            bound = self.workloads_by_node()
+            return [node_to_info(n, sorted(bound.get(n["metadata"]["name"], [])), self.reading) for n in nodes]
         by_node = self.jobs_by_node()
         return [node_to_info(n, sorted(by_node.get(n["metadata"]["name"], [])), self.reading)
                 for n in nodes if node_gpus(n, self.reading.gpu_resource) > 0]
@@ -444,6 +460,12 @@ def kubernetes_scheduler_from_settings(settings: Settings, *, clock: Clock | Non
 
     return KubernetesScheduler(client.CoreV1Api(api_client or kubernetes_api_client(settings)), clock=clock)
 
+
+
+def _the_nodes_own(meta: dict) -> bool:
+    """A pod that belongs to its node rather than running work there: a DaemonSet's, or a static pod's mirror."""
+    return "kubernetes.io/config.mirror" in (meta.get("annotations") or {}) or any(
+        ref.get("kind") in ("DaemonSet", "Node") and ref.get("controller") for ref in meta.get("ownerReferences") or [])
 
 
 def _gang_key(pod: dict) -> tuple[str, str, str] | None:

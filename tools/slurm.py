@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from core.cluster import SLURM_HET_JOB_LABEL, JobInfo, LogLine, NodeInfo, StopResult
+from core.cluster import SLURM_HET_JOB_LABEL, JobInfo, LogLine, NodeInfo, NodesUnknown, StopResult
 from tools.slurm_cli import SlurmCli, SlurmError
 from tools.slurm_logs import LogNotRead, expand_output_path, tail_log
 from tools.slurm_parse import (
@@ -137,6 +137,7 @@ class SlurmScheduler:
         self._ambiguous: dict[str, str] = {}  # Slurm job id -> why the latest listing cannot say which job it is
         self._ambiguous_jobs: list[SlurmJob] = []  # the records behind it
         self._notes: list[str] = []  # what the latest listing left out, and why
+        self._dropped: list[str] = []  # squeue records the latest listing could not read
         self._log_notes: dict[str, str] = {}  # steward id -> why its log was not read
         self._log_unread: dict[str, str] = {}  # of those, logs that exist but could not be read as the job's own
 
@@ -164,6 +165,7 @@ class SlurmScheduler:
             self.cli.run("squeue", "-h", "-o", text_format(marker), *extra).stdout, marker)
         for dropped in listing.dropped:
             self._note(dropped)
+        self._dropped.extend(listing.dropped)
         return listing.jobs
 
     def _json_due(self) -> bool:
@@ -196,7 +198,7 @@ class SlurmScheduler:
         return self._squeue_text(*extra)
 
     def _refresh(self) -> dict[str, SlurmJob]:
-        self._notes, self._log_notes = [], {}
+        self._notes, self._log_notes, self._dropped = [], {}, []
         listed = self._squeue()
         # A job id in two records: one of them is not Slurm's (a name that made a row), and which one is unknown.
         # Neither is listed, mapped to metrics, warned about or stopped; the sweep's warnings say so.
@@ -290,12 +292,23 @@ class SlurmScheduler:
                 return dict(zip(("JobID", "State", "ExitCode", "End"), parts, strict=True))
         return None
 
-    def list_nodes(self) -> list[NodeInfo]:
-        """Nodes with their GRES gpu count; jobs on each come from the latest squeue (taken if none yet)."""
-        jobs = self._jobs or self._refresh()
+    def list_nodes(self, *, for_removal: bool = False) -> list[NodeInfo]:
+        """Nodes with their GRES gpu count; jobs on each come from the latest squeue (taken if none yet).
+        for_removal: from a new squeue, and every job Slurm has given nodes that has not finished counts on them,
+        whatever its state (CONFIGURING while its prolog runs or its nodes boot, COMPLETING, SUSPENDED) and whatever
+        it asks for; NodesUnknown when that squeue could not be read whole (records dropped, a job id listed twice)."""
+        if for_removal:
+            jobs = self._refresh()
+            unread = [*self._dropped, *dict.fromkeys(self._ambiguous.values())]
+            if unread:
+                more = f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""
+                raise NodesUnknown(f"squeue could not be read whole: {unread[0]}{more}")
+        else:
+            jobs = self._jobs or self._refresh()
         on_node: dict[str, list[str]] = {}
         for sid, job in jobs.items():
-            if job.steward_state in ("running", "stopping"):
+            state = job.steward_state
+            if state not in _GONE_STATES if for_removal else state in ("running", "stopping"):
                 for node in job.nodes:
                     on_node.setdefault(node, []).append(sid)
         out = []

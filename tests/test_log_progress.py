@@ -394,3 +394,23 @@ def test_sizes_are_scaled_to_bytes_whatever_their_unit():
     assert analyse_log("j", lines(s3), NOW).progress_lines == 2  # each line after the first
     pull = [f"Copying blob 3c2cba919283 [======>------] {done} / 4.1GiB" for done in ("812.1MiB", "1.3GiB", "1.8GiB")]
     assert analyse_log("j", lines(pull), NOW).progress_lines == 2
+
+
+def test_a_request_the_job_made_that_failed_is_no_progress():
+    """A fine-tune streaming its dataset from the Hub gets 429s for hours (huggingface/datasets#7344): each
+    "HTTP Error 429 thrown while requesting GET .../003_00000.parquet" names another shard, so its numbers moved
+    and the retry loop read as progress, its GPUs idle and never reported. A failed request moves no work along."""
+    url = "https://huggingface.co/datasets/HuggingFaceFW/fineweb/resolve/0f03/sample/10BT/{:03d}_00000.parquet"
+    texts = []
+    for shard in (3, 7, 11, 15):
+        texts += [f"huggingface_hub.utils._http - WARNING - HTTP Error 429 thrown while requesting GET {url.format(shard)}",
+                  f"requests.exceptions.HTTPError: 503 Server Error: Service Unavailable for url: {url.format(shard)}"]
+    assert lines_progress(texts) == 0
+    # The job's own steps after the errors cleared still count.
+    assert lines_progress(texts + ["step=120 loss=1.92", "step=121 loss=1.90"]) >= 1
+
+
+def lines_progress(texts: list[str]) -> int:
+    at = datetime(2026, 11, 10, 14, 0, tzinfo=UTC)
+    log = [LogLine(at=at - timedelta(minutes=len(texts) - k), text=t) for k, t in enumerate(texts)]
+    return analyse_log("nlp/ft", log, at).progress_lines

@@ -124,6 +124,7 @@ DIFFICULTY: dict[str, str] = {
     "dlrover-rank0-save-workers-pinned": "hard",
     "slurm-embedding-server-request-log-ages-out": "hard",
     "slurm-stage-dataset-to-local-nvme": "hard",
+    "hf-hub-429-streaming-stall": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -90,7 +90,11 @@ _STALL = re.compile(
     r"\b(?:time[ d-]?out|timed out|watchdog|waiting|retry(?:ing)?|retries|heartbeat|alive|hang(?:ing)?|hung|stuck"
     r"|reconnect(?:ing|ed)?|attempts?|poll(?:ing|ed|s)?|backing off|back-?off|sleeping|sleeps?(?:\s+for)?\s+\d"
     r"|unavailable|unreachable|healthz?|readyz|livez)\b"
-    r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询",
+    # A request the job made that failed, in a client's words (huggingface_hub's "HTTP Error 429 thrown while
+    # requesting GET .../003_00000.parquet", requests' "503 Server Error: ... for url"): the next one's new URL moves
+    # no work along. A server's access line answering 4xx stays a request it answered.
+    r"|\bHTTP\s*Error\s*[45]\d\d\b|\b[45]\d\d\s+(?:Client|Server)\s+Error\b"
+    r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询|请求失败",
     re.I,
 )
 # A stall word followed by a number ("Waiting: 0 reqs", "数据等待 0.012 秒"): perhaps a field of a report (_waits).

@@ -1,4 +1,5 @@
-"""Guardrail rules about time and limits: warning first, graceful first, duplicates, rate, breaker, reserve."""
+"""Guardrail rules about time and limits: warning first, graceful first, duplicates, rate, breaker, reserve, and how
+far a shrink may go."""
 
 from __future__ import annotations
 
@@ -276,3 +277,27 @@ def reserve_rule(case: Case) -> Denial:
             f"({case.policy.reserve.fraction:.0%} of {pool.nodes * pool.gpus_per_node} GPUs)"
         )
     return None
+
+
+def finding_size_rule(case: Case) -> Denial:
+    """A shrink goes no further than the pool's fresh oversized finding allows: its suggested size keeps the GPUs in
+    use, the queued work, the reserve and min_nodes. A size approved earlier, or a model's own, was judged on facts
+    that may have changed since (work queued meanwhile), and no one judged a deeper cut against these."""
+    pool, target = case.facts.pool, case.action.target_nodes
+    if case.action.action != "resize_pool" or pool is None or target is None or target >= pool.nodes:
+        return None
+    sized = [f for f in case.facts.findings if f.target == case.action.target and f.target_type == "pool"
+             and f.kind == "oversized" and "suggested_nodes" in f.metrics]
+    if not sized:
+        return None
+    finding = max(sized, key=lambda f: f.metrics["suggested_nodes"])
+    m = finding.metrics
+    keep = math.ceil(round(m["suggested_nodes"], 9))
+    if target >= keep:
+        return None
+    queued = f", {m['queued_gpus']:g} queued" if m.get("queued_gpus") else ""
+    return "finding_size", (
+        f"{target} nodes is below the {keep} nodes the current oversized finding for pool {pool.name} keeps "
+        f"({m.get('used_gpus', 0):g} GPUs in use{queued}, the reserve and min_nodes {pool.min_nodes}); a shrink goes "
+        "no further than the fresh finding allows, whatever size was proposed or approved"
+    )

@@ -163,6 +163,7 @@ RESULT_ZH = {
 BACKEND_ZH = {
     "not done: this steward lost the sweeper lease": "未执行：本实例已失去巡检租约，由持有租约的实例执行",
     "not done: another steward is carrying it out": "未执行：另一实例正在执行，不重复执行",
+    "not done: an earlier resize is not settled": "未执行：该节点池之前的一次调整尚无结果（可能已全部或部分生效），先按节点池的最新规模结算",
     "killed": "已强制结束", "exited on SIGTERM": "收到 SIGTERM 后退出", "SIGTERM sent; the job has not exited": "",
     "pending job removed from the queue": "排队中的作业已移出队列", "no such job": "没有该作业",
     "job already ended": "作业已结束", "delivery failed": "投递失败",

@@ -11,7 +11,7 @@ from agent.guardrail.protection import as_utc, denial_in_force, keep_answered_at
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, UNSURE_STOP, HistoryEntry
 from core.cluster import PoolInfo
 from core.durations import format_duration
-from core.pool_plans import open_scale_down, scale_up_uid
+from core.pool_plans import left_at, open_scale_down, scale_up_uid
 
 
 def stretch_began(case: Case) -> datetime | None:
@@ -240,8 +240,8 @@ def planned_growth(case: Case, pool: PoolInfo, target: int) -> Denial:
                            "(growing a pool is the steward's job only to undo its own planned scale-down)")
     if case.action.target_uid != scale_up_uid(down):
         return "reserve", f"the resize of {name} names another scale-down than its open one ({down.at:%H:%M} UTC)"
-    if pool.nodes != down.target_nodes:
-        return "reserve", (f"{name} has {pool.nodes} nodes, not the {down.target_nodes} its scale-down at "
+    if pool.nodes != left_at(down):
+        return "reserve", (f"{name} has {pool.nodes} nodes, not the {left_at(down)} its scale-down at "
                            f"{down.at:%H:%M} UTC left: it changed since, so the planned scale-up no longer applies")
     if down.scale_up_nodes is None or target > down.scale_up_nodes:
         return "reserve", f"{target} nodes is above the {down.scale_up_nodes} nodes {name} had before its scale-down"

@@ -126,11 +126,13 @@ class HistoryEntry(_Record):
     deadline: datetime | None = None  # notify: when the warned stop may happen (None: advice, not a warning)
     target_uid: str | None = None  # the job's immutable identity when it happened
     detail: str = ""  # e.g. how a warning was (not) delivered
-    # resize_pool (docs/forecast.md): the executed call's id, the node counts before and asked for, and a forecast
-    # scale-down's planned scale-up back (when, to how many nodes); None where not recorded.
+    # resize_pool (docs/forecast.md): the executed call's id, the node counts before, asked for and after (a resize
+    # interrupted part way leaves the pool between the two), and a forecast scale-down's planned scale-up back (when,
+    # to how many nodes); None where not recorded.
     action_id: str | None = None
     nodes_before: int | None = None
     target_nodes: int | None = None
+    nodes_after: int | None = None
     scale_up_at: datetime | None = None
     scale_up_nodes: int | None = None
 

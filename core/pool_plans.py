@@ -22,6 +22,12 @@ def scale_up_uid(scale_down: HistoryEntry) -> str:
     return f"{SCALE_UP_UID}{scale_down.action_id or scale_down.at.isoformat()}"
 
 
+def left_at(resize: HistoryEntry) -> int | None:
+    """The node count an executed resize left the pool at: what it recorded after it (a resize interrupted part way
+    stops between its before and its target), else the count it asked for."""
+    return resize.nodes_after if resize.nodes_after is not None else resize.target_nodes
+
+
 def open_scale_down(history: History, pool: str) -> HistoryEntry | None:
     """The pool's newest executed forecast scale-down whose planned scale-up has not been done; None if none.
 
@@ -33,8 +39,9 @@ def open_scale_down(history: History, pool: str) -> HistoryEntry | None:
     if not resizes:
         return None
     last = resizes[-1]
-    if last.scale_up_at is None or last.scale_up_nodes is None or last.target_nodes is None:
+    after = left_at(last)
+    if last.scale_up_at is None or last.scale_up_nodes is None or after is None:
         return None  # the newest resize planned nothing (or was the scale-up back itself)
-    if last.nodes_before is not None and last.target_nodes >= last.nodes_before:
+    if last.nodes_before is not None and after >= last.nodes_before:
         return None  # not a scale-down
     return last

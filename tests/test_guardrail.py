@@ -402,6 +402,28 @@ def test_a_pool_is_grown_only_to_undo_its_own_planned_scale_down():
           "undoes no open forecast scale-down")
 
 
+def test_a_shrink_goes_no_further_than_the_fresh_finding_allows():
+    """Was: a shrink to 2 approved at 11:25, when nothing was queued, ran at 12:00 though the fresh finding, with
+    12 GPUs now queued, keeps 3 nodes: the approval (and a model's own size) was checked only against busy nodes
+    and the reserve."""
+    fresh = Finding(kind="oversized", target="a100-od", target_type="pool", since=ago(60), detected_at=NOW, gpus=16,
+                    evidence="on-demand pool a100-od: 4 of 5 nodes empty; jobs hold 8 of 40 GPUs and 12 more are queued",
+                    metrics={"nodes": 5.0, "empty_nodes": 4.0, "suggested_nodes": 3.0, "used_gpus": 8.0,
+                             "queued_gpus": 12.0, "reserve_gpus": 4.0})
+    five = Facts(now=NOW, pool=pool(nodes=5, busy_nodes=1, used_gpus=8, max_nodes=8), findings=[fresh],
+                 cluster_gpus=40)
+    d = decide(resize(2), five, Policy(), History(), approved=True, asked_at=ago(35))
+    check(d, "deny", "finding_size", "2 nodes is below the 3 nodes", "12 queued", "whatever size was proposed")
+    from agent.graph.report import decision_reason, rule_of_reason
+
+    assert rule_of_reason(d.reason) == "finding_size"
+    assert decision_reason(d.rule, d.reason, "zh").startswith("缩至 2 个节点低于节点池 a100-od 最新发现建议保留的 3 个节点")
+    llm = resize(2).model_copy(update={"proposed_by": "llm"})  # a model's deeper cut than the policy model's
+    check(decide(llm, five, Policy(), History()), "deny", "finding_size", "below the 3 nodes")
+    check(decide(resize(3), five, Policy(), History(), approved=True), "allow", "allow")
+    check(decide(resize(4), five, Policy(), History(), approved=True), "allow", "allow")  # a smaller cut: fine
+
+
 def test_reserve_rounds_up():
     # 10% of 3 nodes x 8 GPUs = 2.4 -> 3 GPUs, one full node beyond the busy ones.
     assert decide(resize(1), pool_facts(nodes=3, busy_nodes=1), Policy(), History(), approved=True).verdict == "deny"

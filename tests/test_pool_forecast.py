@@ -12,6 +12,7 @@ from agent.config.policy import Policy, parse_policy
 from agent.detectors.evidence import describe
 from agent.detectors.pools import OversizedPoolDetector
 from agent.planning.policy_model import PolicyModel
+from core.actions import History, HistoryEntry
 from core.cluster import GpuSeries, JobInfo, NodeInfo, PoolInfo
 from core.observation import Observation
 from evals.runner import run_scenario
@@ -158,6 +159,31 @@ def test_fixed_mode_is_unchanged_whatever_the_history():
     assert "forecast" not in f.metrics and "forecast" not in f.evidence
     # No clock window and no history: any hour, exactly as before.
     assert len(OversizedPoolDetector(Policy()).detect(pool_obs(at(12), days=None))) == 1
+
+
+def test_a_further_scale_down_keeps_the_way_back_of_the_open_scale_down_that_left_the_pool():
+    """Was: a second shrink (the pool left at 3 by a 4 -> 3 scale-down, 2 of its 3 nodes empty) planned its way back
+    to 3, its own size, and superseded the first's plan back to 4: the pool came back to less than it had (a
+    probe's restarted steward, after a shrink killed halfway)."""
+    first = HistoryEntry(action="resize_pool", target="a100", status="executed", at=at(18, 10), action_id="r:1",
+                         nodes_before=4, target_nodes=2, nodes_after=3, scale_up_at=at(21, 30), scale_up_nodes=4)
+    obs = pool_obs(at(19), nodes=3, empty=2)
+    [alone] = OversizedPoolDetector(FORECAST).detect(obs)
+    assert alone.metrics["scale_up_nodes"] == 3 and datetime.fromtimestamp(alone.metrics["scale_up_at"], UTC) == at(22)
+    [f] = OversizedPoolDetector(FORECAST, History(entries=[first])).detect(obs)
+    m = f.metrics
+    assert m["suggested_nodes"] == 2 and m["scale_up_nodes"] == 4
+    assert datetime.fromtimestamp(m["scale_up_at"], UTC) == at(21, 30)  # the earlier of the two plans
+    assert "scale back up to 4 nodes (its size before the scale-down at 18:10 UTC) at 21:30 UTC" in f.evidence
+    assert "21:30（UTC）扩容回 4 个节点" in describe(f, "zh")
+    # The pool is not as that scale-down left it (someone resized it since): its plan is not the pool's way back.
+    bigger = first.model_copy(update={"nodes_before": 6, "scale_up_nodes": 6})
+    [other] = OversizedPoolDetector(FORECAST, History(entries=[bigger])).detect(pool_obs(at(19), nodes=4, empty=3))
+    assert other.metrics["scale_up_nodes"] == 4 and "its size before" not in other.evidence
+    # Its planned scale-up is less than the lead away (or due): no further scale-down beside it.
+    for now in (at(20, 45), at(21, 35)):
+        d = OversizedPoolDetector(FORECAST, History(entries=[first]))
+        assert d.detect(pool_obs(now, nodes=3, empty=2)) == [] and "no further scale-down" in d.notes["a100"]
 
 
 def test_the_history_extension_is_deterministic_and_ends_at_the_start():

@@ -209,6 +209,125 @@ def test_through_approval_the_pool_grows_back_once_after_its_planned_time():
     assert r.score.reclaimed_gpu_hours == pytest.approx(16 * 3.75)
 
 
+# -- a scale-down interrupted by a kill --------------------------------------------------------------------------
+
+POOL = "a100-ondemand"
+AUTO = {"levels": {"max_auto": 4, "require_approval": []}}  # the scale-down runs inside the sweep, no approval
+
+
+def _pool_resizes(deps: SimpleNamespace) -> list:
+    return [e for e in deps.audit.entries(kind="execution", target=POOL, limit=100, newest_first=False)
+            if e.action == "resize_pool"]
+
+
+def _run_day(pools: object | None = None) -> tuple:
+    """pool-forecast-scale-up's day, swept every 5 minutes; a sweep killed (Killed) is followed by a restarted
+    service. `pools(cluster)` stands in for the pool adapter."""
+    from agent.graph.service import SweepService
+    from tests.fault_world import Killed
+
+    scenario = load_scenario(SCENARIO_DIR / "pool-forecast-scale-up.yaml")
+    deps, cluster = simulated_deps(scenario, parse_policy(AUTO, "test"), PolicyModel())
+    if pools is not None:
+        deps.pools = pools(cluster)  # type: ignore[operator]
+    service = SweepService(deps, run_prefix="test")
+    t = 300.0
+    while t <= scenario.duration:
+        cluster.advance_to(t)
+        try:
+            service.sweep(trigger="test")
+        except Killed:
+            deps.pools = cluster  # the restarted process, with the real adapter
+            service = SweepService(deps, run_prefix="restarted")
+        t += 300.0
+    return deps, cluster, next(p.nodes for p in cluster.list_pools() if p.name == POOL)
+
+
+def test_a_scale_down_killed_after_its_call_keeps_its_planned_scale_up():
+    """Was: settled `executed` at restart without the plan (the intent never carried it): no scale-up was ever
+    proposed, and the pool stayed at 2 nodes past its quiet window."""
+    from tests.fault_world import kill_at
+
+    def dying(cluster):
+        kill_at(cluster, "resize_pool", after=True)  # the call goes out; the process dies before its audit
+        return cluster
+
+    deps, _, nodes = _run_day(dying)
+    down, up = [e for e in _pool_resizes(deps) if e.status == "executed"]
+    assert "interrupted at 18:00" in down.reason and down.data["removed_nodes"] == 2
+    assert (down.data["nodes_before"], down.data["nodes_after"], down.data["scale_up_nodes"]) == (4, 2, 4)
+    assert down.data["scale_up_at"] == at(22).isoformat()
+    assert up.data["target_nodes"] == 4 and up.at == at(22) and nodes == 4
+
+
+def test_a_scale_down_killed_halfway_grows_back_to_the_size_before_it():
+    """Killed between two terminate calls (4 -> 3 of 4 -> 2). Was: the young intent left unsettled, the restarted
+    steward shrank 3 -> 2 on its own plan (back to 3), and the old intent, seeing 2 nodes, was settled as having
+    removed 2: the pool ended the night at 2 nodes. Now no resize goes beside an unsettled one, the settlement
+    records what changed (one node), and the further shrink keeps the first's way back, to 4."""
+    from tests.fault_world import Killed
+
+    killed: list[int] = []
+
+    def halfway(cluster):
+        class Pools:
+            def list_pools(self):
+                return cluster.list_pools()
+
+            def resize_pool(self, pool, target, *, reason=""):
+                now = next(p.nodes for p in cluster.list_pools() if p.name == pool)
+                if not killed and target < now - 1:
+                    killed.append(now)
+                    cluster.resize_pool(pool, now - 1)
+                    raise Killed("killed between the two terminate calls")
+                return cluster.resize_pool(pool, target, reason=reason)
+        return Pools()
+
+    deps, _, nodes = _run_day(halfway)
+    said = [(e.at.strftime("%H:%M"), e.status, e.data.get("nodes_before"), e.data.get("nodes_after"),
+             e.data.get("removed_nodes"), e.data.get("scale_up_nodes")) for e in _pool_resizes(deps)]
+    assert killed == [4] and said == [
+        ("18:05", "skipped", None, None, 0, None),  # the 18:00 resize is not settled yet: nothing beside it
+        ("18:10", "executed", 4, 3, 1, 4),  # settled from what changed: one node, with its plan back to 4
+        ("18:10", "executed", 3, 2, 1, 4),  # the rest of the shrink keeps that way back
+        ("22:00", "executed", 2, 4, 0, None)], said
+    skipped = _pool_resizes(deps)[0]
+    assert "has no outcome yet" in skipped.reason
+    from agent.graph.report import outcome_text
+
+    assert outcome_text("resize_pool", "skipped", skipped.data["detail"], skipped.reason, "zh").startswith(
+        "未执行：该节点池之前的一次调整尚无结果")
+    assert "took effect in part (4->3 of 4->2)" in _pool_resizes(deps)[1].reason
+    assert nodes == 4
+
+
+def test_an_interrupted_resize_is_settled_from_what_changed():
+    from agent.graph.execute import settle_interrupted
+
+    def settle(nodes_now: int, *, before: int = 4, wanted: int = 2, minutes: int = 11):
+        audit = AuditLog(":memory:")
+        pool = PoolInfo(name="a100", gpus_per_node=8, nodes=nodes_now, min_nodes=1)
+        deps = SimpleNamespace(audit=audit, clock=SimpleNamespace(now=lambda: at(18) + timedelta(minutes=minutes)),
+                               pools=SimpleNamespace(list_pools=lambda: [pool]))
+        plan = {"scale_up_at": at(22).isoformat(), "scale_up_nodes": before} if wanted < before else {}
+        audit.record("intent", at=at(18), run_id="killed", target="a100", action="resize_pool", level=4,
+                     status="acting", reason="about to resize_pool a100",
+                     data={"action_id": "a1", "target_nodes": wanted, "nodes_before": before, **plan})
+        if not settle_interrupted(deps, "restart"):  # type: ignore[arg-type]
+            return None
+        [e] = audit.entries(kind="execution", limit=5)
+        return e.status, e.data["removed_nodes"], e.data["gpus"], e.data.get("nodes_after"), \
+            e.data.get("scale_up_nodes"), e.data.get("added_gpus")
+
+    assert settle(2) == ("executed", 2, 16, 2, 4, 0)
+    assert settle(3) == ("executed", 1, 8, 3, 4, 0)  # killed halfway: the one node that went, and the plan back
+    assert settle(1) == ("executed", 2, 16, 2, 4, 0)  # someone shrank it further since: only its own two nodes
+    assert settle(4)[:2] == settle(5)[:2] == ("skipped", 0)  # nothing went, or someone grew it meanwhile
+    assert settle(4)[4] is None  # no plan without a scale-down
+    assert settle(3, before=2, wanted=4) == ("executed", 0, 0, 3, None, 8)  # a scale-up back, in part
+    assert settle(3, minutes=5) is None  # young and short of its target: it may still be running
+
+
 # -- filling the quiet window (advice) -------------------------------------------------------------------------
 
 FILL = parse_policy({"detectors": {"pools": {"fill_classes": ["batch-low", "preemptible"]}}})

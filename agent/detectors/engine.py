@@ -24,14 +24,14 @@ class Detector(Protocol):
     def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]: ...
 
 
-def all_detectors(policy: Policy) -> list[Detector]:
+def all_detectors(policy: Policy, history: History | None = None) -> list[Detector]:
     return [
         IdleGpuDetector(policy),
         KeepAliveDetector(policy),
         ZombieDetector(policy),
         OverprovisionedDetector(policy),
         NodeHealthDetector(policy),
-        OversizedPoolDetector(policy),
+        OversizedPoolDetector(policy, history),
         QuietFillDetector(policy),
         StuckPendingDetector(policy),
         DoomedJobDetector(policy),
@@ -43,10 +43,11 @@ def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | No
     """Every detector's findings, job findings priced (GPU-hours since the waste began x pool price).
 
     `signals` may be reused from log_candidates on the same metrics; logs are read from `obs`. With `history`
-    (the guardrail's, from the audit log), the scale-ups back that executed forecast scale-downs planned too.
+    (the guardrail's, from the audit log), the scale-ups back that executed forecast scale-downs planned too, and a
+    further scale-down of a pool one left keeps its way back (OversizedPoolDetector.open_plan).
     """
     signals = signals or group_signals(obs)
-    found = [f for d in all_detectors(policy) for f in d.detect(obs, signals)]
+    found = [f for d in all_detectors(policy, history) for f in d.detect(obs, signals)]
     if history is not None and obs.pools:
         found += PlannedScaleUpDetector(policy).detect(obs, history)
     found = spare_waiting_ranks(found, obs, signals, policy)

@@ -14,7 +14,7 @@ from core.actions import Finding, History
 from core.cluster import GpuSeries, JobInfo, NodeInfo, PoolInfo
 from core.durations import format_duration
 from core.observation import Observation
-from core.pool_plans import open_scale_down
+from core.pool_plans import left_at, open_scale_down
 
 _HOLDING_STATES = frozenset({"running", "stopping", "pending"})
 
@@ -49,11 +49,23 @@ class OversizedPoolDetector:
     the fixed clock window. `notes` says, per pool, why a pool with empty nodes got no finding.
     """
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, history: History | None = None) -> None:
         self.rule = policy.detectors.pools
         self.quiet_pct = policy.detectors.idle.util_threshold_pct
         self.reserve = policy.reserve.fraction
+        self.history = history  # the guardrail's: a further scale-down keeps an open scale-down's way back
         self.notes: dict[str, str] = {}
+
+    def open_plan(self, pool: PoolInfo) -> tuple[int, datetime, datetime] | None:
+        """(nodes, when, scaled down at) of the way back an open scale-down of the pool planned, when the pool is as
+        that scale-down left it. A further scale-down keeps it: back to the size the pool had before the steward's
+        first, no later than planned (its own way back, to the size the first left, would lose the difference)."""
+        down = open_scale_down(self.history, pool.name) if self.history is not None else None
+        if down is None or left_at(down) != pool.nodes or down.scale_up_at is None or down.scale_up_nodes is None \
+                or down.scale_up_nodes <= pool.nodes:
+            return None
+        at = down.scale_up_at if down.scale_up_at.tzinfo else down.scale_up_at.replace(tzinfo=UTC)
+        return down.scale_up_nodes, at, down.at
 
     def _uses_forecast(self, pool: PoolInfo) -> bool:
         if self.rule.scale_down == "forecast":
@@ -161,16 +173,24 @@ class OversizedPoolDetector:
                 continue
             planned: dict[str, float] = {}
             forecast_note = ""
+            carried = self.open_plan(pool)
+            if carried is not None and (carried[1] - obs.at).total_seconds() < rule.scale_up_lead:
+                # As for a scale-down's own scale-up: nodes released for less time than it takes to bring them
+                # back are not worth the risk.
+                self.notes[pool.name] = (f"pool {pool.name}'s planned scale-up back to {carried[0]} nodes at "
+                                         f"{carried[1]:%H:%M} UTC is less than the scale-up lead "
+                                         f"({format_duration(rule.scale_up_lead)}) away: no further scale-down")
+                continue
             if self._uses_forecast(pool):
                 found = self.forecast_window(pool, obs.at, suggested * pool.gpus_per_node - self.reserve * total)
                 if isinstance(found, str):
                     self.notes[pool.name] = found
                     continue
-                planned, forecast_note = self._planned(pool, suggested, obs.at, *found)
+                planned, forecast_note = self._planned(pool, suggested, obs.at, *found, carried=carried)
             elif not clock_open:
                 continue
             else:
-                back = self._way_back(pool, obs.at)
+                back = self._way_back(pool, obs.at, carried)
                 if isinstance(back, str):
                     self.notes[pool.name] = back
                     continue
@@ -217,7 +237,17 @@ class OversizedPoolDetector:
             )
         return findings
 
-    def _way_back(self, pool: PoolInfo, at: datetime) -> tuple[dict[str, float], str] | str:
+    @staticmethod
+    def _back_to(pool: PoolInfo, scale_up: float, carried: tuple[int, datetime, datetime] | None
+                 ) -> tuple[int, float, str]:
+        """(nodes, when, why) of a scale-down's way back: the pool's size, or an open scale-down's (open_plan)."""
+        if carried is None:
+            return pool.nodes, scale_up, ""
+        return carried[0], min(scale_up, carried[1].timestamp()), \
+            f" (its size before the scale-down at {carried[2]:%H:%M} UTC)"
+
+    def _way_back(self, pool: PoolInfo, at: datetime, carried: tuple[int, datetime, datetime] | None = None
+                  ) -> tuple[dict[str, float], str] | str:
         """A scale-down in the fixed window plans its way back too: to the pool's size, a lead before the window
         ends (or, with no window, a lead after the longest a fixed night lasts: 12 h), earlier when queued work
         that fits finds no room (PlannedScaleUpDetector). Every shrink the steward makes can be undone by it. Less
@@ -236,13 +266,18 @@ class OversizedPoolDetector:
                     f"({format_duration(rule.scale_up_lead)}) is left before its scale-up at {scale_up:%H:%M} UTC, "
                     "and nodes released for less time than it takes to bring them back are not worth the risk: no "
                     "scale-down now")
-        note = (f"; scale back up to {pool.nodes} nodes at {scale_up:%H:%M} UTC (the window's end less the "
-                f"{format_duration(rule.scale_up_lead)} lead), earlier if queued work finds no room")
-        return {"scale_up_at": scale_up.timestamp(), "scale_up_nodes": float(pool.nodes)}, note
+        back, when, why = self._back_to(pool, scale_up.timestamp(), carried)
+        lead = (f" (the window's end less the {format_duration(rule.scale_up_lead)} lead)"
+                if when == scale_up.timestamp() else "")
+        note = (f"; scale back up to {back} nodes{why} at {_clock(when)} UTC{lead}, earlier if queued work "
+                "finds no room")
+        return {"scale_up_at": when, "scale_up_nodes": float(back)}, note
 
     def _planned(self, pool: PoolInfo, suggested: int, at: datetime, plan: LowWindowPlan, start: float, end: float,
-                 scale_up: float) -> tuple[dict[str, float], str]:
+                 scale_up: float, *, carried: tuple[int, datetime, datetime] | None = None
+                 ) -> tuple[dict[str, float], str]:
         """A forecast scale-down's plan as metrics, and its sentence: window, scale-up, saving, risk."""
+        back, scale_up, why = self._back_to(pool, scale_up, carried)
         gpus = (pool.nodes - suggested) * pool.gpus_per_node
         hours = (scale_up - at.timestamp()) / HOUR
         saving = round(gpus * hours * pool.price_per_gpu_hour, 2)
@@ -251,7 +286,7 @@ class OversizedPoolDetector:
             "window_start": start,
             "window_end": end,
             "scale_up_at": scale_up,
-            "scale_up_nodes": float(pool.nodes),
+            "scale_up_nodes": float(back),
             "saving_gpu_hours": round(gpus * hours, 2),
             "saving": saving,
             "forecast_risk": plan.risk,
@@ -261,7 +296,7 @@ class OversizedPoolDetector:
         }
         note = (
             f"; forecast ({plan.model}, {plan.history_hours // 24} days of history): low load {_clock(start)}-"
-            f"{_clock(end)} UTC (upper bound <= {plan.threshold:.1f} GPUs); scale back up to {pool.nodes} nodes at "
+            f"{_clock(end)} UTC (upper bound <= {plan.threshold:.1f} GPUs); scale back up to {back} nodes{why} at "
             f"{_clock(scale_up)} UTC; saves {gpus * hours:.1f} GPU-hours, {saving:.2f} {pool.currency}; risk: the load "
             f"went over the forecast's upper bound in {plan.risk:.1%} of backtest hours ({plan.origins} days)"
         )
@@ -334,8 +369,8 @@ class PlannedScaleUpDetector:
             down = open_scale_down(history, pool.name)
             if down is None or down.scale_up_at is None or down.scale_up_nodes is None:
                 continue
-            if pool.nodes != down.target_nodes:
-                self.notes[pool.name] = (f"pool {pool.name} has {pool.nodes} nodes, not the {down.target_nodes} its "
+            if pool.nodes != left_at(down):
+                self.notes[pool.name] = (f"pool {pool.name} has {pool.nodes} nodes, not the {left_at(down)} its "
                                          f"scale-down left: it changed since, so its planned scale-up is not proposed")
                 continue
             target = down.scale_up_nodes if pool.max_nodes is None else min(down.scale_up_nodes, pool.max_nodes)
@@ -355,7 +390,7 @@ class PlannedScaleUpDetector:
             capped = f" (capped at max_nodes {pool.max_nodes})" if target < down.scale_up_nodes else ""
             gpus = (target - pool.nodes) * pool.gpus_per_node
             evidence = (f"pool {pool.name} was scaled down from {down.nodes_before or down.scale_up_nodes} to "
-                        f"{down.target_nodes} nodes at {down.at:%H:%M} UTC for a low-load window; {why}: "
+                        f"{left_at(down)} nodes at {down.at:%H:%M} UTC for a low-load window; {why}: "
                         f"scale back up to {target} nodes{capped}, {gpus} GPUs at {pool.price_per_gpu_hour:g} "
                         f"{pool.currency}/GPU-hour")
             findings.append(Finding(

@@ -99,6 +99,25 @@ def _unsettled_intent(deps: StewardDeps, action_id: str, target: str, now: datet
     return None
 
 
+def _unsettled_resize(deps: StewardDeps, pool: str, action_id: str, now: datetime) -> Any:
+    """The newest earlier resize of `pool` left without an outcome, if any, among those settle_interrupted settles:
+    until it is settled from the pool's size, what it did is not known, and another resize would act on a guess
+    (and a later settlement would take that one's nodes for its own)."""
+    newest = deps.audit.entries(kind="intent", limit=1)
+    if not newest:
+        return None
+    since = min(now, newest[0].at) - INTERRUPTED_LOOKBACK
+    for e in deps.audit.entries(kind="intent", target=pool, since=since, limit=50):
+        if e.action != "resize_pool" or e.at > now or e.data.get("action_id") == action_id:
+            continue
+        if e.run_id and deps.audit.entries(kind="report", run_id=e.run_id, limit=1):
+            continue  # its run reached its report: every intent of it has an outcome
+        done = deps.audit.entries(kind="execution", target=pool, since=e.at, limit=1000)
+        if not any(x.data.get("action_id") == e.data.get("action_id") for x in done):
+            return e
+    return None
+
+
 def _pool_history(deps: StewardDeps, at: datetime) -> History:
     """The history the scale-up detector reads executed scale-downs from (and the guardrail decides on)."""
     return deps.audit.history(at, denials_for=deps.policy.approvals.denials_lookback())
@@ -200,11 +219,11 @@ def execute_action(
                              reason=f"not done: {why}")
     if started is not None:
         try:
-            effect, detail, done_gpus, removed = _interrupted_effect(deps, started)
+            effect, detail, done_gpus, removed, record = _interrupted_effect(deps, started)
         except Exception as exc:  # cannot re-read state: do not act blind
             return outcome("failed", f"could not re-read fresh state: {exc}")
         return outcome(effect, f"interrupted at {started.at:%H:%M} before its outcome was recorded: {detail}", detail,
-                       gpus=done_gpus, removed_nodes=removed)
+                       gpus=done_gpus, removed_nodes=removed, extra=record)
     try:
         facts = fresh_facts(deps, run_id, p.target, run_findings)
         if history is None:
@@ -233,14 +252,22 @@ def execute_action(
         return outcome("skipped", f"not done: {elsewhere.data.get('writer')} has been carrying out "
                        f"{elsewhere.action} on {p.target} since {elsewhere.at:%H:%M} and has recorded no outcome yet; "
                        "acting beside it would act twice", "not done: another steward is carrying it out")
+    earlier = _unsettled_resize(deps, p.target, ga.id, now) if p.action == "resize_pool" else None
+    if earlier is not None:
+        return outcome("skipped", f"not done: the resize of pool {p.target} to {earlier.data.get('target_nodes')} "
+                       f"nodes at {earlier.at:%H:%M} has no outcome yet (it may have taken effect, whole or in part); "
+                       "it is settled from the pool's fresh size first", "not done: an earlier resize is not settled")
+    plan = planned_scale_up(facts.findings) if p.action == "resize_pool" else {}
     with acting(ga.id):
-        return _act(deps, ga, run_id, facts, uid, warning_deadline, now, outcome, recorded, approved_by)
+        return _act(deps, ga, run_id, facts, uid, warning_deadline, now, outcome, recorded, approved_by, plan)
 
 
 def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: str | None,
          warning_deadline: datetime | None, now: datetime, outcome: Callable[..., ActionOutcome],
-         recorded: list[ActionOutcome], approved_by: str | None) -> ActionOutcome:
-    """Write the intent, then make the call, unless the sweep no longer holds the sweeper lease."""
+         recorded: list[ActionOutcome], approved_by: str | None, plan: dict[str, Any]) -> ActionOutcome:
+    """Write the intent, then make the call, unless the sweep no longer holds the sweeper lease. `plan`: a
+    resize's planned scale-up back (planned_scale_up), in its intent, so that an interrupted resize keeps it too,
+    and in its outcome."""
     p = ga.proposal
     job = facts.job
     gpus = job.gpus if job else 0
@@ -252,7 +279,7 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
                       status="acting", reason=f"about to {p.action} {p.target}",
                       data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "target_uid": uid,
                             "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "approved_by": approved_by,
-                            "nodes_before": facts.pool.nodes if facts.pool else None, **this_process(),
+                            "nodes_before": facts.pool.nodes if facts.pool else None, **plan, **this_process(),
                             "lease_holder": fence.holder if fence is not None else None})
     # Fencing, just before the call: a sweep that no longer holds the sweeper lease makes none (another steward
     # sweeps now, and would act beside it).
@@ -317,7 +344,7 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
             status = {"resized": "executed", "unchanged": "skipped", "refused": "refused"}.get(resized.status, "failed")  # type: ignore[assignment]
             return outcome(status, p.reason, f"{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
                            gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after),
-                           extra={"nodes_before": resized.nodes_before, **planned_scale_up(facts.findings),
+                           extra={"nodes_before": resized.nodes_before, "nodes_after": resized.nodes_after, **plan,
                                   "added_gpus": max(0, resized.nodes_after - resized.nodes_before)
                                   * (facts.pool.gpus_per_node if facts.pool else 0)})
         if p.action == "cordon":
@@ -422,7 +449,7 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
                for e in deps.audit.entries(kind="execution", target=intent.target, since=intent.at, limit=1000)):
             continue
         try:
-            status, detail, gpus, removed = _interrupted_effect(deps, intent)
+            status, detail, gpus, removed, record = _interrupted_effect(deps, intent)
         except Exception:  # the backend is down too: settled by a later sweep, when it can be read
             continue
         reason = f"interrupted at {intent.at:%H:%M} before its outcome was recorded: {detail}"
@@ -430,7 +457,7 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
                 "gpus": gpus, "detail": detail, "deadline": None, "approved_by": intent.data.get("approved_by"),
                 "target_uid": intent.data.get("target_uid"), "proposed_by": intent.data.get("proposed_by"),
                 "target_nodes": intent.data.get("target_nodes"), "removed_nodes": removed,
-                "interrupted_run": intent.run_id}
+                "interrupted_run": intent.run_id, **record}
         deps.audit.record("execution", at=now, run_id=run_id, target=intent.target, action=intent.action,
                           level=intent.level, status=status, reason=reason, data=data)
         settled.add(action_id)
@@ -442,25 +469,54 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
     return out
 
 
-def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, str, int, int]:
-    """(status, detail, gpus reclaimed, nodes removed) of an interrupted action, read from the cluster now."""
+def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, str, int, int, dict[str, Any]]:
+    """(status, detail, gpus reclaimed, nodes removed, what a resize records besides) of an interrupted action, read
+    from the cluster now."""
     action, target, uid = intent.action, intent.target or "", intent.data.get("target_uid")
     if action == "notify":
         return ("skipped", "whether the warning was delivered is unknown, so it does not count as one; "
-                "the owner is warned again if the job is still wasting", 0, 0)
+                "the owner is warned again if the job is still wasting", 0, 0, {})
     if action == "resize_pool":
-        pool = next((p for p in deps.pools.list_pools() if p.name == target), None)
-        wanted, before = intent.data.get("target_nodes"), intent.data.get("nodes_before")
-        if pool is not None and wanted is not None and pool.nodes == wanted:
-            removed = max(0, int(before or pool.nodes) - pool.nodes)
-            return "executed", f"pool {target} has {pool.nodes} nodes now: the resize took effect", \
-                removed * pool.gpus_per_node, removed
-        if deps.clock.now() - intent.at < LIVE_RESIZE:
-            # Young enough to be another process's shrink between its marks and its scale call (an approval carried
-            # out on a second replica): taking its marks back now would let Cluster API pick any machine. Left for a
-            # later sweep.
-            raise RuntimeError("a resize intent this young may still be running elsewhere")
-        now_nodes = pool.nodes if pool else "no"
+        return _interrupted_resize(deps, intent)
+    if action == "cordon":  # idempotent: redone if still proposed and approved
+        return "skipped", f"whether node {target} was cordoned is unknown; a cordon is safe to ask again", 0, 0, {}
+    job = deps.scheduler.get_job(target)
+    if job is None or (uid and job.uid != uid):  # a stop (every other action is settled above)
+        # The job the stop was for is gone since its intent: most likely the stop did it. Taken as done, so that it
+        # counts toward the rate limit, the circuit breaker and the savings, as a stop that may have happened must.
+        gone = "the job is gone" if job is None else f"the job (uid {uid}) is gone; {target} is another job now " \
+            f"(uid {job.uid}), which nothing was done to"
+        return "executed", (f"{gone} since the {action} was sent (or about to be): it is taken to have taken effect "
+                            "and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0, {}
+    if action == "terminate" and job.state == "stopping":  # a forced stop is for jobs that were stopping already
+        return "executed", f"the job is stopping: the {action} took effect", int(intent.data.get("gpus") or 0), 0, {}
+    if job.state == "cancelled":  # what a stop leaves (Slurm's scancel): taken as done, like a job that is gone
+        return "executed", (f"the job is cancelled since the {action} was sent (or about to be): it is taken to "
+                            "have taken effect and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0, {}
+    if action in STOP_ACTIONS and job.state in ("completed", "failed"):
+        return "skipped", f"the job is {job.state}; nothing more to do", 0, 0, {}
+    if action == "terminate" and job.scheduler == "slurm" and job.state == "running":
+        # squeue shows no sign of a SIGTERM: a job checkpointing on it, or ignoring it, reads as running.
+        return "skipped", (f"{UNSURE_STOP}: Slurm lists a signalled job as running, so the SIGTERM may have been "
+                           "sent; it is not sent again before the grace period has passed"), 0, 0, {}
+    return "skipped", f"the job is still {job.state}: the {action} did not take effect; redone if still warranted", 0, 0, {}
+
+
+def _interrupted_resize(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, str, int, int, dict[str, Any]]:
+    """An interrupted resize, recorded from what changed: the pool's size now against its size before (a shrink
+    killed between two terminate calls removed some nodes, not all), never from "the pool has the size asked for"
+    alone (someone else may have brought it there). Whatever it did carries its plan (the scale-up back)."""
+    target = intent.target or ""
+    pool = next((p for p in deps.pools.list_pools() if p.name == target), None)
+    wanted, before = intent.data.get("target_nodes"), intent.data.get("nodes_before")
+    reached = pool is not None and wanted is not None and pool.nodes == wanted
+    if not reached and deps.clock.now() - intent.at < LIVE_RESIZE:
+        # Young enough to be another process's shrink between its marks and its scale call (an approval carried
+        # out on a second replica), or between two of its terminate calls: taking its marks back now would let
+        # Cluster API pick any machine. Left for a later sweep.
+        raise RuntimeError("a resize intent this young may still be running elsewhere")
+    marks = ""
+    if not reached:
         # A shrink that stopped after marking nodes for removal (Cluster API's delete-machine) leaves the marks to
         # the next scale-down, whoever makes it, and to whatever job has landed there since: take them back. A
         # failure raises, and the intent is settled by a later sweep, when the marks can be taken back.
@@ -469,27 +525,24 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
             raise RuntimeError(f"marks not taken back: this steward no longer holds the sweeper lease ({lost})")
         released = release(target) if callable(release) else []
         marks = f"; its marks for removal taken off {', '.join(released)}" if released else ""
-        return "skipped", (f"pool {target} has {now_nodes} nodes, not {wanted}: the resize did not take "
-                           f"effect{marks}"), 0, 0
-    if action == "cordon":  # idempotent: redone if still proposed and approved
-        return "skipped", f"whether node {target} was cordoned is unknown; a cordon is safe to ask again", 0, 0
-    job = deps.scheduler.get_job(target)
-    if job is None or (uid and job.uid != uid):  # a stop (every other action is settled above)
-        # The job the stop was for is gone since its intent: most likely the stop did it. Taken as done, so that it
-        # counts toward the rate limit, the circuit breaker and the savings, as a stop that may have happened must.
-        gone = "the job is gone" if job is None else f"the job (uid {uid}) is gone; {target} is another job now " \
-            f"(uid {job.uid}), which nothing was done to"
-        return "executed", (f"{gone} since the {action} was sent (or about to be): it is taken to have taken effect "
-                            "and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0
-    if action == "terminate" and job.state == "stopping":  # a forced stop is for jobs that were stopping already
-        return "executed", f"the job is stopping: the {action} took effect", int(intent.data.get("gpus") or 0), 0
-    if job.state == "cancelled":  # what a stop leaves (Slurm's scancel): taken as done, like a job that is gone
-        return "executed", (f"the job is cancelled since the {action} was sent (or about to be): it is taken to "
-                            "have taken effect and counts as a stop; not sent again"), int(intent.data.get("gpus") or 0), 0
-    if action in STOP_ACTIONS and job.state in ("completed", "failed"):
-        return "skipped", f"the job is {job.state}; nothing more to do", 0, 0
-    if action == "terminate" and job.scheduler == "slurm" and job.state == "running":
-        # squeue shows no sign of a SIGTERM: a job checkpointing on it, or ignoring it, reads as running.
-        return "skipped", (f"{UNSURE_STOP}: Slurm lists a signalled job as running, so the SIGTERM may have been "
-                           "sent; it is not sent again before the grace period has passed"), 0, 0
-    return "skipped", f"the job is still {job.state}: the {action} did not take effect; redone if still warranted", 0, 0
+    if pool is None:
+        return "skipped", f"pool {target} has no nodes, not {wanted}: the resize did not take effect{marks}", 0, 0, {}
+    was = int(before) if before is not None else (pool.nodes if reached else None)  # an intent without its size
+    # What moved toward the size asked for, and no further: a pool someone else moved on since is theirs (its
+    # planned scale-up then no longer applies).
+    toward = wanted if wanted is not None else pool.nodes
+    if was is None or toward == was:
+        after = pool.nodes
+    else:
+        after = min(was, max(pool.nodes, toward)) if toward < was else max(was, min(pool.nodes, toward))
+    base = was if was is not None else after
+    removed, added = max(0, base - after), max(0, after - base)
+    if not (reached or removed or added):
+        return "skipped", (f"pool {target} has {pool.nodes} nodes, not {wanted}: the resize did not take "
+                           f"effect{marks}"), 0, 0, {"nodes_before": was, "nodes_after": pool.nodes}
+    plan = {k: intent.data[k] for k in ("scale_up_at", "scale_up_nodes") if intent.data.get(k) is not None}
+    how = ("the resize took effect" if after == toward else
+           f"the resize took effect in part ({was}->{after} of {was}->{wanted})")
+    return "executed", f"pool {target} has {pool.nodes} nodes now, {was} before: {how}{marks}", \
+        removed * pool.gpus_per_node, removed, {"nodes_before": was, "nodes_after": after,
+                                                "added_gpus": added * pool.gpus_per_node, **plan}

@@ -85,6 +85,7 @@ RULE_ZH = {
     "already_done": "已发送停止信号，正在等待宽限期", "already_stopping": "作业正在停止中",
     "rate_limit": "超出每小时操作次数上限", "circuit_breaker": "熔断器已触发，暂停自动操作",
     "reserve": "需为资源池保留空闲 GPU 余量", "runbook_limit": "超出运行手册允许的自动执行级别",
+    "finding_size": "缩容幅度超出最新发现允许的节点数（需容纳在用 GPU、排队作业、余量和最少节点数）",
     "internal_error": "护栏无法判定，为安全起见拒绝", "allow": "所有护栏规则均通过",
 }
 
@@ -117,6 +118,10 @@ def decision_reason(rule: str, reason: str, language: str) -> str:
         return "已获人工批准"
     if rule == "allow" and reason.startswith("dry run"):
         return "演练模式：所有护栏规则均通过，未实际执行"
+    if rule == "finding_size" and (match := re.match(r"(\d+) nodes is below the (\d+) nodes the current oversized "
+                                                     r"finding for pool (\S+) keeps", reason)):
+        return (f"缩至 {match[1]} 个节点低于节点池 {match[3]} 最新发现建议保留的 {match[2]} 个节点（需容纳在用 GPU、"
+                "排队作业、余量和最少节点数）：缩容不超过最新发现允许的幅度，无论提议或批准的节点数是多少")
     if rule == "already_done" and " was force-stopped at " in reason:
         return "已强制停止，但作业仍在停止中：调度器未能结束它（请检查其节点是否失联，或进程卡在内核中），不再重复强制停止"
     return RULE_ZH.get(rule, "护栏规则未通过")
@@ -142,6 +147,7 @@ RULE_OF_REASON = (
     (re.compile(r" is already stopping"), "already_stopping"),
     (re.compile(r"failed in the last hour \(the breaker|GPUs reclaimed in the last hour"), "circuit_breaker"),
     (re.compile(r"stops_per_hour|stops in the last hour reach the limit"), "rate_limit"),
+    (re.compile(r" nodes the current oversized finding for "), "finding_size"),
     (re.compile(r"names no target node count|does not shrink it|is below the minimum|is above the maximum|"
                 r"would remove a busy node|; the reserve is "), "reserve"),
     (re.compile(r"runbook"), "runbook_limit"),
@@ -157,6 +163,7 @@ RESULT_ZH = {
 BACKEND_ZH = {
     "not done: this steward lost the sweeper lease": "未执行：本实例已失去巡检租约，由持有租约的实例执行",
     "not done: another steward is carrying it out": "未执行：另一实例正在执行，不重复执行",
+    "not done: an earlier resize is not settled": "未执行：该节点池之前的一次调整尚无结果（可能已全部或部分生效），先按节点池的最新规模结算",
     "killed": "已强制结束", "exited on SIGTERM": "收到 SIGTERM 后退出", "SIGTERM sent; the job has not exited": "",
     "pending job removed from the queue": "排队中的作业已移出队列", "no such job": "没有该作业",
     "job already ended": "作业已结束", "delivery failed": "投递失败",

@@ -16,6 +16,7 @@ from agent.guardrail.limit_rules import (
     circuit_breaker_rule,
     denial_hold_rule,
     duplicate_rule,
+    finding_size_rule,
     graceful_first_rule,
     rate_limit_rule,
     reserve_gpus,
@@ -53,6 +54,7 @@ _CHECKS: tuple[Callable[[Case], Denial], ...] = (
     rate_limit_rule,
     circuit_breaker_rule,
     reserve_rule,
+    finding_size_rule,
 )
 
 

@@ -1,4 +1,5 @@
-"""Guardrail rules about time and limits: warning first, graceful first, duplicates, rate, breaker, reserve."""
+"""Guardrail rules about time and limits: warning first, graceful first, duplicates, rate, breaker, reserve, and how
+far a shrink may go."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from agent.guardrail.protection import as_utc, denial_in_force, keep_answered_at
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, UNSURE_STOP, HistoryEntry
 from core.cluster import PoolInfo
 from core.durations import format_duration
-from core.pool_plans import open_scale_down, scale_up_uid
+from core.pool_plans import left_at, open_scale_down, scale_up_uid
 
 
 def stretch_began(case: Case) -> datetime | None:
@@ -239,8 +240,8 @@ def planned_growth(case: Case, pool: PoolInfo, target: int) -> Denial:
                            "(growing a pool is the steward's job only to undo its own planned scale-down)")
     if case.action.target_uid != scale_up_uid(down):
         return "reserve", f"the resize of {name} names another scale-down than its open one ({down.at:%H:%M} UTC)"
-    if pool.nodes != down.target_nodes:
-        return "reserve", (f"{name} has {pool.nodes} nodes, not the {down.target_nodes} its scale-down at "
+    if pool.nodes != left_at(down):
+        return "reserve", (f"{name} has {pool.nodes} nodes, not the {left_at(down)} its scale-down at "
                            f"{down.at:%H:%M} UTC left: it changed since, so the planned scale-up no longer applies")
     if down.scale_up_nodes is None or target > down.scale_up_nodes:
         return "reserve", f"{target} nodes is above the {down.scale_up_nodes} nodes {name} had before its scale-down"
@@ -276,3 +277,27 @@ def reserve_rule(case: Case) -> Denial:
             f"({case.policy.reserve.fraction:.0%} of {pool.nodes * pool.gpus_per_node} GPUs)"
         )
     return None
+
+
+def finding_size_rule(case: Case) -> Denial:
+    """A shrink goes no further than the pool's fresh oversized finding allows: its suggested size keeps the GPUs in
+    use, the queued work, the reserve and min_nodes. A size approved earlier, or a model's own, was judged on facts
+    that may have changed since (work queued meanwhile), and no one judged a deeper cut against these."""
+    pool, target = case.facts.pool, case.action.target_nodes
+    if case.action.action != "resize_pool" or pool is None or target is None or target >= pool.nodes:
+        return None
+    sized = [f for f in case.facts.findings if f.target == case.action.target and f.target_type == "pool"
+             and f.kind == "oversized" and "suggested_nodes" in f.metrics]
+    if not sized:
+        return None
+    finding = max(sized, key=lambda f: f.metrics["suggested_nodes"])
+    m = finding.metrics
+    keep = math.ceil(round(m["suggested_nodes"], 9))
+    if target >= keep:
+        return None
+    queued = f", {m['queued_gpus']:g} queued" if m.get("queued_gpus") else ""
+    return "finding_size", (
+        f"{target} nodes is below the {keep} nodes the current oversized finding for pool {pool.name} keeps "
+        f"({m.get('used_gpus', 0):g} GPUs in use{queued}, the reserve and min_nodes {pool.min_nodes}); a shrink goes "
+        "no further than the fresh finding allows, whatever size was proposed or approved"
+    )

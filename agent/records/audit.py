@@ -626,7 +626,8 @@ def _resize_fields(e: AuditEntry) -> dict[str, Any]:
 
     at = e.data.get("scale_up_at")
     return {"action_id": e.data.get("action_id"), "nodes_before": number("nodes_before"),
-            "target_nodes": number("target_nodes"), "scale_up_nodes": number("scale_up_nodes"),
+            "target_nodes": number("target_nodes"), "nodes_after": number("nodes_after"),
+            "scale_up_nodes": number("scale_up_nodes"),
             "scale_up_at": datetime.fromisoformat(at) if isinstance(at, str) else None}
 
 

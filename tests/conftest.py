@@ -47,6 +47,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pytest_collection_finish(session):
+    """The wheel test's clean venv (minutes of pip) starts building as soon as the test is collected, on a thread
+    beside the tests that run before it (tests/test_wheel.py, `prepare_in_background`)."""
+    if not any(item.nodeid.startswith("tests/test_wheel.py::") for item in session.items):
+        return
+    from tests import test_wheel
+
+    root = Path(tempfile.mkdtemp(prefix="steward-wheel-"))
+    session.config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+    test_wheel.prepare_in_background(root)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _empty_home(tmp_path_factory):
     """Every test sees an empty HOME and XDG dirs, so nothing cached on this machine (a runbook index,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import venv
 import zipfile
 from pathlib import Path
@@ -26,12 +27,49 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -
     return done
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(bin dir, work dir, env) of a clean venv holding only the lock's packages and the built wheel."""
-    root = tmp_path_factory.mktemp("wheel")
-    pip_env = {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "VIRTUAL_ENV", "PYTHONPATH"))}
-    env = {**pip_env, "STEWARD_DATA_DIR": str(root / "data"), "HOME": str(root / "home")}
+class _Preparation:
+    """The clean venv, built on a thread of its own from collection time on (see `prepare_in_background`): building
+    the wheel and installing the lock into a fresh venv is minutes of pip, mostly unpacking and disk, and it runs
+    beside the tests collected before this module instead of after them. Nothing is shared: the venv is this
+    module's alone, and a failure is raised in the test that needs it."""
+
+    def __init__(self, root: Path, pip_env: dict[str, str]) -> None:
+        self.root, self.pip_env = root, pip_env
+        self.result: tuple[Path, Path] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="wheel-venv", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = _build_and_install(self.root, self.pip_env)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test that needs the venv
+            self.error = exc
+
+    def wait(self) -> tuple[Path, Path]:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+_PREPARED: _Preparation | None = None
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("STEWARD_", "VIRTUAL_ENV", "PYTHONPATH"))}
+
+
+def prepare_in_background(root: Path) -> None:
+    """Start building the clean venv under `root` (called by tests/conftest.py once this module is collected)."""
+    global _PREPARED
+    if _PREPARED is None:
+        _PREPARED = _Preparation(root, _clean_env())
+
+
+def _build_and_install(root: Path, pip_env: dict[str, str]) -> tuple[Path, Path]:
+    """(the wheel, the venv's bin dir): the wheel built from the checkout, the lock and the wheel installed."""
     dist = root / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)], root, pip_env)
     wheel = next(dist.glob("gpu_steward-*.whl"))
@@ -42,6 +80,20 @@ def installed(tmp_path_factory):
     _run([*pip, "--no-deps", "-r", str(REPO / "requirements.lock")], root, pip_env)
     _run([*pip, "--no-deps", str(wheel)], root, pip_env)
     _run([str(bin_dir / "python"), "-m", "pip", "check"], root, pip_env)
+    return wheel, bin_dir
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(wheel, bin dir, work dir, env) of a clean venv holding only the lock's packages and the built wheel."""
+    root = tmp_path_factory.mktemp("wheel")
+    env = {**_clean_env(), "STEWARD_DATA_DIR": str(root / "data"), "HOME": str(root / "home")}
+    if _PREPARED is not None:
+        wheel, bin_dir = _PREPARED.wait()
+    else:  # run without the conftest hook (a single file from another rootdir): build it now
+        build = root / "build"
+        build.mkdir()
+        wheel, bin_dir = _build_and_install(build, _clean_env())
     work = root / "elsewhere"
     work.mkdir()
     return wheel, bin_dir, work, env

@@ -182,9 +182,12 @@ def test_a_disruption_budget_refuses_the_eviction(api, settings):
 
 def test_forced_stop_deletes_with_no_grace_and_is_idempotent(api, settings):
     k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    # The graceful stop first (the guardrail's order): its Notebook, else its StatefulSet starts the pod again at
+    # once; the pod ignores SIGTERM and is still terminating when the forced stop deletes it with no grace.
+    assert k8s.stop_job("kf/nb-0", force=False, grace_s=300, reason="idle").status == "stopping"
+    api.store.delete("pods", "kf", "nb-0", grace_s=3600)  # its controller deleted it: terminating
     stopped = k8s.stop_job("kf/nb-0", force=True, grace_s=300, reason="zombie")
     assert stopped.status == "stopped" and stopped.detail.endswith("pod deleted with no grace period")
-    # Its Notebook first (else its StatefulSet starts the pod again at once), then the pod with no grace.
     assert "kubeflow-resource-stopped" in api.store.get("notebooks", "kf", "nb")["metadata"]["annotations"]
     (_, _, query), = api.calls("DELETE", "/pods/nb-0")
     assert query["gracePeriodSeconds"] == ["0"]

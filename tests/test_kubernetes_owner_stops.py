@@ -5,6 +5,7 @@ stopped notebook to zero) is run by the test (tests/k8s_fake_cluster.py), as the
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime
 
@@ -167,15 +168,45 @@ def test_a_job_is_suspended_not_its_pod_evicted(api, tmp_path):
     assert len(_patches(api, "/jobs/")) == 1
 
 
-def test_a_forced_stop_suspends_the_job_then_deletes_the_pod_with_no_grace(api, tmp_path):
+def test_a_forced_stop_deletes_only_a_pod_its_stopped_job_left_terminating(api, tmp_path):
+    """A forced stop never patches the owner: after the graceful stop suspended the Job, a pod still terminating
+    (it ignored SIGTERM) is deleted with no grace; a Job its owner resumed, or a pod the stop never reached, is
+    refused (review, eleventh round: a resumed Job was suspended again and a new pod nobody was warned about went)."""
     k8s = _k8s(api, tmp_path)
     uid = api.store.get("pods", "ml", "train-0")["metadata"]["uid"]
+    # Never stopped gracefully (or resumed since): nothing forced, nothing patched.
+    refused = k8s.stop_job("ml/train-0", force=True, grace_s=300, reason="zombie", uid=uid)
+    assert refused.status == "refused" and "running again" in refused.detail
+    assert not _patches(api, "/jobs/") and not api.calls("DELETE")
+    assert k8s.stop_job("ml/train-0", force=False, grace_s=300, reason="idle", uid=uid).status == "stopping"
+    # Suspended, but its controller has not reached the pod: it never got SIGTERM.
+    unreached = k8s.stop_job("ml/train-0", force=True, grace_s=300, reason="zombie", uid=uid)
+    assert unreached.status == "refused" and "never reached it" in unreached.detail and not api.calls("DELETE")
+    api.store.delete("pods", "ml", "train-0", grace_s=3600)  # its controller deleted it: terminating
+    patches = len(_patches(api, "/jobs/"))
     result = k8s.stop_job("ml/train-0", force=True, grace_s=300, reason="zombie", uid=uid)
     assert result.status == "stopped" and result.detail.endswith("pod deleted with no grace period")
-    assert api.store.get("jobs", "ml", "train")["spec"]["suspend"] is True
     (_, _, query), = api.calls("DELETE", "/pods/train-0")
-    assert query["gracePeriodSeconds"] == ["0"] and k8s.get_job("ml/train-0") is None
-    assert not api.calls("POST", "/eviction")  # forced: no budget asked, as a forced delete asks none
+    assert query["gracePeriodSeconds"] == ["0"] and len(_patches(api, "/jobs/")) == patches
+
+
+def test_one_pod_of_a_job_running_others_is_evicted_alone_never_its_job_suspended(api, tmp_path):
+    """A parallel Job's workers are judged one by one: suspending the Job for an idle one would stop its busy
+    siblings, never judged nor warned about (review, eleventh round). The pod alone is evicted, and the warning
+    says so."""
+    job = api.store.get("jobs", "ml", "train")
+    sibling = copy.deepcopy(api.store.get("pods", "ml", "train-0"))
+    sibling["metadata"].update(name="train-1", uid="uid-train-1")
+    api.store.put("pods", sibling)
+    k8s = _k8s(api, tmp_path)
+    result = k8s.stop_job("ml/train-0", force=False, grace_s=300, reason="idle")
+    assert result.status == "stopping" and "runs 2 pods" in result.detail, result
+    assert not _patches(api, "/jobs/") and api.store.get("jobs", "ml", "train")["spec"]["suspend"] is False
+    assert _evictions(api, "train-0") and not _evictions(api, "train-1")
+    info = k8s.get_job("ml/train-0")
+    assert info is not None and "evicts this pod only" in k8s.stop_note(info, "en")
+    assert "只驱逐该 Pod" in k8s.stop_note(info, "zh")
+    assert job["metadata"]["uid"]
 
 
 def test_a_replaced_pod_is_not_suspended_through_its_job(api, tmp_path):
@@ -195,8 +226,8 @@ def test_a_forbidden_patch_names_the_rule_to_add_and_evicts_nothing(api, tmp_pat
     assert "HTTP 403" in result.detail and "cannot patch" in result.detail
     assert not _evictions(api, "train-0") and not api.calls("DELETE")
     assert api.store.get("jobs", "ml", "train")["spec"]["suspend"] is False
-    # Forced too: a delete its Job would undo is not made either.
-    assert k8s.stop_job("ml/train-0", force=True, grace_s=300, reason="zombie").status == "error"
+    # Forced too: the Job was never stopped, so nothing is deleted.
+    assert k8s.stop_job("ml/train-0", force=True, grace_s=300, reason="zombie").status == "refused"
     assert not api.calls("DELETE")
 
     api.inject(Fault("GET", "/notebooks/nb", status=403, reason="Forbidden", message="forbidden", times=-1))

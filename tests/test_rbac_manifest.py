@@ -120,6 +120,10 @@ def test_the_roles_cover_every_call_the_adapters_make(api, tmp_path):
     assert {("batch", "jobs", "patch"), ("kubeflow.org", "notebooks", "patch"), ("apps", "statefulsets", "get")} <= needed
     assert needed <= roles["gpu-steward"]
 
+    for job in ("ml/d-0", "kf/nb-d-0"):  # a forced stop follows the graceful one, its pod still terminating
+        assert k8s.stop_job(job, force=False, grace_s=30, reason="idle").status == "stopping"
+        ns, name = job.split("/")
+        api.store.delete("pods", ns, name, grace_s=3600)  # its controller deleted it: terminating
     api.requests.clear()
     for job in ("ml/b", "ml/d-0", "kf/nb-d-0"):
         assert k8s.stop_job(job, force=True, grace_s=30, reason="zombie").status == "stopped"

@@ -126,6 +126,28 @@ def managed_job(job: dict) -> str | None:
     return None
 
 
+def shared_job(job: dict, pods: int | None) -> str | None:
+    """Why suspending a Job would stop more than the pod judged: it runs other pods too (a parallel Job's workers
+    are judged one by one), else None. Then only the pod is evicted. `pods`: its active pods as listed now (None:
+    the listing failed, and what is not known to be alone is not suspended); its status may lag behind."""
+    meta = job.get("metadata") or {}
+    if pods is None:
+        return (f"the pods of its Job {meta.get('namespace', 'default')}/{meta.get('name')} could not be listed: "
+                "this pod alone is evicted")
+    active = max(int((job.get("status") or {}).get("active") or 0), pods)
+    if active <= 1:
+        return None
+    return (f"its Job {meta.get('namespace', 'default')}/{meta.get('name')} runs {active} pods: suspending it would "
+            "stop them all, so this pod alone is evicted and the Job may start a replacement")
+
+
+def evicted_job_note(why: str, language: str) -> str:
+    """The owner's warning for a Job's pod that is evicted rather than stopped through its Job, and why."""
+    if language == "zh":
+        return f"注意：steward 只驱逐该 Pod，其 Job 可能会重新创建它（{why}）。"
+    return f"Note: the steward evicts this pod only, and its Job may start it again ({why})."
+
+
 def stopped_since(kind: str, obj: dict) -> str | None:
     """When the owner was already stopped (its annotation's time, "" when unknown), else None."""
     if kind == "Job":

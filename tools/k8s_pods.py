@@ -95,6 +95,9 @@ def owner_kind(meta: dict) -> str:
         return "Deployment"  # the RS is named <deployment>-<pod-template-hash>; no extra call needed
     if kind == "StatefulSet" and "notebook-name" in labels:
         return "Notebook"  # Kubeflow's notebook controller labels the pods it runs
+    group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+    if kind == "Job" and group not in ("", "batch"):
+        return f"Job.{group}"  # a Volcano Job (batch.volcano.sh) is not a batch/v1 Job: never suspended as one
     return kind
 
 

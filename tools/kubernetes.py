@@ -13,14 +13,17 @@ from typing import TYPE_CHECKING, Any
 from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult, gang_key
 from tools.k8s_owners import (
     JOBS,
+    JOBSET_NAME,
     NOTEBOOKS,
     STATEFULSETS,
     OwnerRef,
     OwnerResource,
+    evicted_job_note,
     managed_job,
     notebook_of,
     replaced_note,
     route,
+    shared_job,
     stop_note,
     stop_patch,
     stopped_since,
@@ -246,7 +249,19 @@ class KubernetesScheduler:
                           detail=f"evicted; terminating with a {int(grace_s)}s grace period{tail}")
 
     def stop_note(self, job: JobInfo, language: str) -> str:
-        """For the owner's warning: how this backend stops the job and how to undo it (tools/k8s_owners.py)."""
+        """For the owner's warning: how this backend stops the job and how to undo it (tools/k8s_owners.py). A Job's
+        pod is stopped through its Job only when the Job is the steward's to suspend and runs this pod alone: the
+        Job is read, as the stop will read it (a Job that cannot be read is described as the listing shows it)."""
+        if job.owner_kind == "Job" and not job.labels.get(JOBSET_NAME):
+            name = job.labels.get("batch.kubernetes.io/job-name") or job.labels.get("job-name")
+            if name:
+                try:
+                    owner = self._object("get_namespaced_custom_object", JOBS.group, "v1", job.namespace,
+                                         JOBS.plural, name)
+                except Exception:  # noqa: BLE001 - the warning still goes out, described from the listing
+                    owner = None
+                if owner is not None and (why := managed_job(owner) or shared_job(owner, self._job_pods(owner))):
+                    return evicted_job_note(why, language)
         return stop_note(job, language)
 
     @cached_property
@@ -267,7 +282,6 @@ class KubernetesScheduler:
                     pre: Any) -> StopResult | str:
         """Stop the pod's Job or Notebook (the one its ownerReference's uid names); a StopResult, or a note when the
         pod is to be evicted after all (its owner is gone, or another controller manages its owner)."""
-        from kubernetes import client
 
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace", "default")
@@ -280,18 +294,20 @@ class KubernetesScheduler:
             if notebook is None:
                 return replaced_note(meta)
             ref = notebook
+        if force:
+            return self._force_after_owner(job_id, pod, res, ref, pre)
         stamp: str | None = None
         checked = False
         for attempt in (1, 2):
             owner = self._read_owner(job_id, res, ref, ns)
             if not isinstance(owner, dict):
                 return owner
-            if res is JOBS and (managed := managed_job(owner)):
+            if res is JOBS and (managed := managed_job(owner) or shared_job(owner, self._job_pods(owner))):
                 return managed
             if stopped_since(res.kind, owner) is not None:
                 stamp = None  # already stopped: said so, nothing patched
                 break
-            if not force and not checked:  # the controller deletes the pod, not the Eviction API: ask it first
+            if not checked:  # the controller deletes the pod, not the Eviction API: ask it first
                 if (blocked := self._disruption_check(job_id, pod, pre, res.kind)) is not None:
                     return blocked
                 checked = True
@@ -305,19 +321,56 @@ class KubernetesScheduler:
                     continue  # changed since it was read (its controller writes its status): read it again, once
                 return self._owner_failed(job_id, exc, res, ref, ns, "patch")
         text = stopped_text(res.kind, ref.name, ns, ref.uid, stamp)
-        if force:
-            try:
-                self._json("delete_namespaced_pod", meta["name"], ns, grace_period_seconds=0,
-                           body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=pre))
-            except Exception as exc:
-                if getattr(exc, "status", None) == 404:
-                    return StopResult(job=job_id, status="stopped", detail=f"{text}; the pod is already gone")
-                if (failed := stop_error(job_id, exc, pre.uid if pre else None)) is None:
-                    raise
-                return failed.model_copy(update={"detail": f"{text}; but the pod's delete failed: {failed.detail}"})
-            return StopResult(job=job_id, status="stopped", detail=f"{text}; pod deleted with no grace period")
         pending = (pod.get("status") or {}).get("phase") == "Pending"
         return StopResult(job=job_id, status="stopped" if pending else "stopping", detail=text)
+
+    def _job_pods(self, job: dict) -> int | None:
+        """The Job's active pods (running or pending, owned by its uid) as listed now; None when the listing failed."""
+        meta = job.get("metadata") or {}
+        try:
+            items = self._json("list_namespaced_pod", meta.get("namespace", "default"),
+                               field_selector=ACTIVE_PODS).get("items") or []
+        except Exception:  # noqa: BLE001 - not known to be alone: the caller evicts the pod alone
+            return None
+        uid = meta.get("uid")
+        return sum(1 for pod in items
+                   if any(ref.get("uid") == uid for ref in (pod.get("metadata") or {}).get("ownerReferences") or []))
+
+    def _force_after_owner(self, job_id: str, pod: dict, res: OwnerResource, ref: OwnerRef,
+                           pre: Any) -> StopResult | str:
+        """A forced stop never patches the owner: it deletes, with no grace, only a pod that is terminating because
+        its owner is still stopped. An owner resumed since the graceful stop (its owner's command in the warning) is
+        the owner's decision; a pod the owner's stop never reached (its controller down) never got SIGTERM, so it
+        cannot have ignored it. A Job's pod that was evicted alone (another controller's Job, or one running other
+        pods) is forced like any evicted pod."""
+        from kubernetes import client
+
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace", "default")
+        owner = self._read_owner(job_id, res, ref, ns)
+        if not isinstance(owner, dict):
+            return owner
+        if res is JOBS and (alone := managed_job(owner) or shared_job(owner, self._job_pods(owner))):
+            return alone
+        name = f"{res.kind} {ns}/{ref.name}"
+        if stopped_since(res.kind, owner) is None:
+            return StopResult(job=job_id, status="refused", detail=f"{name} is running again (resumed since the "
+                              "graceful stop): a forced stop does not stop it again; nothing was forced")
+        if not meta.get("deletionTimestamp"):
+            return StopResult(job=job_id, status="refused", detail=f"{name} is stopped but the pod is not "
+                              "terminating: the stop never reached it (is the controller running?), so it did not "
+                              "ignore SIGTERM; nothing was forced")
+        text = stopped_text(res.kind, ref.name, ns, ref.uid, None)
+        try:
+            self._json("delete_namespaced_pod", meta["name"], ns, grace_period_seconds=0,
+                       body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=pre))
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return StopResult(job=job_id, status="stopped", detail=f"{text}; the pod is already gone")
+            if (failed := stop_error(job_id, exc, pre.uid if pre else None)) is None:
+                raise
+            return failed.model_copy(update={"detail": f"{text}; but the pod's delete failed: {failed.detail}"})
+        return StopResult(job=job_id, status="stopped", detail=f"{text}; pod deleted with no grace period")
 
     def _read_owner(self, job_id: str, res: OwnerResource, ref: OwnerRef, ns: str) -> dict | StopResult | str:
         """The owner the ownerReference names, refused when its uid differs (a namesake created since)."""

@@ -319,3 +319,22 @@ def test_nodes_for_a_removal_come_from_a_new_squeue_with_every_job_holding_them(
     listing["jobs"].append(job(1, "n5", "RUNNING"))  # a job id in two records: which is Slurm's is unknown
     with pytest.raises(NodesUnknown, match="more than one squeue record"):
         slurm.list_nodes(for_removal=True)
+
+
+# Slurm >= 23.02 JSON gives the state as flags with the base state first: a job cancelled or finished whose processes
+# and epilog still run is ["CANCELLED", "COMPLETING"]; squeue's text output calls it COMPLETING. Read by its first
+# word it was gone, and its node empty for a removal (review, eleventh round).
+def _completing_job(job_id, node, state):
+    return {"job_id": job_id, "name": f"j{job_id}", "partition": "gpu", "user_name": "alice", "account": "ml",
+            "job_state": state, "nodes": node, "node_count": {"set": True, "number": 1},
+            "start_time": {"set": True, "number": T0}, "tres_per_node": "gres:gpu:8"}
+
+
+def test_a_completing_job_in_json_counts_on_its_node_for_removal():
+    listing = {"jobs": [_completing_job(1, "n1", ["CANCELLED", "COMPLETING"]), _completing_job(2, "n2", ["COMPLETED", "STAGE_OUT"]),
+                        _completing_job(3, "n3", ["COMPLETED", "COMPLETING"])]}
+    cli = FakeCli({("squeue", "--json"): lambda: json.dumps(listing),
+                   ("scontrol", "show", "nodes"): "".join(f"NodeName=n{i} Gres=gpu:a100:8 Partitions=gpu\n"
+                                                          for i in range(1, 4))})
+    nodes = {n.name: n.jobs for n in SlurmScheduler(cli, stop_settle_s=0).list_nodes(for_removal=True)}
+    assert nodes == {"n1": ["gpu/j1"], "n2": ["gpu/j2"], "n3": ["gpu/j3"]}, nodes

@@ -184,8 +184,14 @@ def _job_gpus(raw: dict[str, Any], node_count: int) -> int:
 
 
 def _state(raw: Any) -> str:
-    if isinstance(raw, list):  # Slurm >= 23.02: ["RUNNING", "COMPLETING"]; the base state comes first
-        return str(raw[0]) if raw else "UNKNOWN"
+    """The state as squeue's text output names it. Slurm >= 23.02 JSON gives the base state first, then flags: a job
+    cancelled or finished whose processes, epilog or stage-out still run on its nodes is ["CANCELLED", "COMPLETING"]
+    or ["COMPLETED", "STAGE_OUT"], which the text output calls COMPLETING: it is still on its nodes."""
+    if isinstance(raw, list):
+        words = [str(w).upper() for w in raw]
+        if any(w in ("COMPLETING", "STAGE_OUT") for w in words[1:]):
+            return "COMPLETING"
+        return words[0] if words else "UNKNOWN"
     return str(raw or "UNKNOWN")
 
 

@@ -342,7 +342,16 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
             resized = deps.pools.resize_pool(p.target, p.target_nodes, reason=p.reason)
             freed = (resized.nodes_before - resized.nodes_after) * (facts.pool.gpus_per_node if facts.pool else 0)
             status = {"resized": "executed", "unchanged": "skipped", "refused": "refused"}.get(resized.status, "failed")  # type: ignore[assignment]
-            return outcome(status, p.reason, f"{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
+            # A resize that failed part way moved the pool: executed in part, so its plan back stays open
+            # (open_scale_down), as when the process is killed at the same point (_interrupted_resize).
+            moved = (resized.nodes_after - resized.nodes_before) * (p.target_nodes - resized.nodes_before) > 0
+            part = ""
+            if status == "failed" and moved:
+                status = "executed"
+                part = (f"took effect in part ({resized.nodes_before}->{resized.nodes_after} of "
+                        f"{resized.nodes_before}->{p.target_nodes}): ")
+            return outcome(status, p.reason,
+                           f"{part}{resized.nodes_before}->{resized.nodes_after} {resized.detail}".strip(),
                            gpus=max(0, freed), removed_nodes=max(0, resized.nodes_before - resized.nodes_after),
                            extra={"nodes_before": resized.nodes_before, "nodes_after": resized.nodes_after, **plan,
                                   "added_gpus": max(0, resized.nodes_after - resized.nodes_before)

@@ -124,6 +124,18 @@ def owner_gang_key(namespace: str, owner_kind: str | None, owner_name: str | Non
     return namespace, owner_kind, owner_name, owner_uid
 
 
+def job_gang(job: JobInfo) -> tuple[tuple[str, str, str], str] | None:
+    """The distributed job a pod belongs to: ((namespace, label, value), owner uid) from a gang label (gang_key;
+    uid ""), else from its controller (owner_gang_key: an operator the label list does not know, such as DLRover's
+    ElasticJob; its uid, since a controller recreated under its name is another job); None for a job of its own.
+    The one grouping every detector uses (the gang's waits, the queue's "blocks")."""
+    key = gang_key(job.namespace, job.labels)
+    if key is not None:
+        return key, ""
+    owner = owner_gang_key(job.namespace, job.owner_kind, job.owner_name, job.owner_uid)
+    return (owner[:3], job.owner_uid or "") if owner is not None else None
+
+
 def gang_key(namespace: str, labels: dict[str, str]) -> tuple[str, str, str] | None:
     """(namespace, label, value) naming the distributed job a pod or job belongs to (GANG_LABELS); None for a job of
     its own. A Slurm heterogeneous job's components may sit in different partitions: its id is the cluster's."""

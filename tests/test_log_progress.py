@@ -283,23 +283,28 @@ def test_a_notebook_servers_autosaves_and_a_config_dumps_bare_numbers_are_no_pro
 
 
 def test_a_failure_after_the_newest_progress_ends_it():
-    """A crashed job's last steps are no sign it works: the failure line after them (a Python exception, a signal
-    death, a non-zero exit, a scheduler's verdict) ends the progress, and is never progress itself. The time of the
-    last progress stays a fact; only the reading as work now goes."""
+    """A crashed job's last steps are no sign it works: a line saying the process died after them (a signal death, a
+    non-zero exit, a fatal error, a scheduler's verdict) ends the progress, and is never progress itself. A logged
+    exception alone does not: it may have been caught (a background upload's 504 beside work that goes on: a
+    working job was stopped on one, review of the eleventh round). The time of the last progress stays a fact."""
     steps = ["[default0]:step 1210 | loss 1.0211", "[default0]:step 1220 | loss 1.0198"]
-    for failure in (["[default3]:Traceback (most recent call last):", '[default3]:  File "/app/train.py", line 412',
-                     "[default3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
-                    ["Killed"], ["/var/spool/slurmd/job48211/slurm_script: line 12: 4412 Killed   python train.py"],
+    for failure in (["Killed"], ["/var/spool/slurmd/job48211/slurm_script: line 12: 4412 Killed   python train.py"],
                     ["已杀死"], ["总线错误 (核心已转储)"], ["Fatal Python error: Segmentation fault"],
                     ["E1102 10:40:42.662 api.py:869] failed (exitcode: 1) local_rank: 3 (pid: 4412)"],
                     ["slurmstepd: error: *** JOB 48211 ON gpu-node-07 CANCELLED AT 2026-11-02T10:42:12 ***"],
-                    ["Exception: Current loss scale already at minimum - cannot decrease scale anymore."],
                     ["程序退出（退出码 2）"], ["检测到损失为 NaN，训练中止"]):
         p = analyse_log("j", lines(steps + failure), NOW)
         assert p.progress_lines == 2 and p.last_progress_at == T0 + timedelta(seconds=30), failure
         assert p.ended is not None and not p.advanced_since(T0), failure
-    p = analyse_log("j", lines(steps + ["Traceback (most recent call last):", "RuntimeError: NCCL error"]), NOW)
-    assert p.ended == "RuntimeError: NCCL error"  # the exception names it better than the traceback's header
+    for logged in (["[default3]:Traceback (most recent call last):", '[default3]:  File "/app/train.py", line 412',
+                    "[default3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
+                   ["Exception: Current loss scale already at minimum - cannot decrease scale anymore."],
+                   ["requests.exceptions.HTTPError: 504 Server Error: Gateway Time-out for url: https://x/upload"]):
+        p = analyse_log("j", lines(steps + logged), NOW)
+        assert p.progress_lines == 2 and p.ended is None and p.advanced_since(T0), logged
+    p = analyse_log("j", lines(steps + ["Traceback (most recent call last):", "RuntimeError: NCCL error",
+                                        "failed (exitcode: 1) local_rank: 0 (pid: 4400)"]), NOW)
+    assert p.ended == "RuntimeError: NCCL error"  # the exception names the death better than the exit line
     # Progress after a failure (a handled exception, a restarted worker) stands; so does a job without a failure.
     resumed = analyse_log("j", lines([*steps, "ValueError: bad sample 812, skipped", "[default0]:step 1230 | loss 1.01"]),
                           NOW)
@@ -414,3 +419,16 @@ def lines_progress(texts: list[str]) -> int:
     at = datetime(2026, 11, 10, 14, 0, tzinfo=UTC)
     log = [LogLine(at=at - timedelta(minutes=len(texts) - k), text=t) for k, t in enumerate(texts)]
     return analyse_log("nlp/ft", log, at).progress_lines
+
+
+def test_a_request_the_job_made_is_not_one_it_answered():
+    """A trainer logging at DEBUG prints its HTTP client's calls (urllib3: `https://api.wandb.ai:443 "POST /graphql
+    HTTP/1.1" 200`): read as requests it answered, it became a service for its life (`served`) and its idle GPUs were
+    never stopped (review, eleventh round). The host called, before the method, marks the client's line."""
+    at = datetime(2026, 11, 10, 14, 0, tzinfo=UTC)
+    client = [LogLine(at=at - timedelta(minutes=m), text='DEBUG:urllib3.connectionpool:https://api.wandb.ai:443 '
+                      f'"POST /graphql HTTP/1.1" 200 {m}') for m in (30, 20, 10)]
+    assert analyse_log("ml/train", client, at).requests == 0
+    server = [LogLine(at=at - timedelta(minutes=m), text=f'INFO: 10.0.7.21:{m} - "POST /v1/embed HTTP/1.1" 200 OK')
+              for m in (30, 20, 10)]
+    assert analyse_log("ml/embed", server, at).requests == 3

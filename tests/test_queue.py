@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 from agent.config.policy import Policy, parse_policy
 from agent.detectors.engine import run_detectors
 from agent.detectors.evidence import describe
-from agent.detectors.queue import CAUSE_QUOTA, StuckPendingDetector, queue_view
+from agent.detectors.gang import gang_of
+from agent.detectors.queue import CAUSE_QUOTA, StuckPendingDetector, mark_blockers, queue_view
 from agent.planning.policy_model import PolicyModel
+from core.actions import Finding
 from core.cluster import JobInfo, NodeInfo, PoolInfo, gpu_model_matches
 from core.observation import Observation
 from evals.runner import run_scenario
@@ -348,3 +350,21 @@ def test_an_idle_gang_pod_does_not_block_its_own_pending_sibling() -> None:
     (f,) = mark_blockers([idle], _obs([worker0, worker1, other], nodes))
     assert f.metrics["blocked_jobs"] == 1 and "blocks the queue: vision's vision/train" in f.evidence
     assert f.evidence.index("of its own distributed job") < f.evidence.index("blocks the queue")
+
+
+_ELASTIC_OWNER = {"owner_kind": "ElasticJob", "owner_name": "qwen72b-sft", "owner_uid": "u-1"}
+
+
+def test_an_idle_owner_grouped_worker_does_not_block_its_own_pending_sibling() -> None:
+    """Pods grouped by their controller (DLRover's ElasticJob, no gang label) are one job for the queue too (review,
+    eleventh round: the idle worker was said to block its own pending sibling)."""
+    worker0 = _job("llm/qwen72b-sft-edljob-worker-0", 8, node="n0", **_ELASTIC_OWNER)
+    worker1 = _job("llm/qwen72b-sft-edljob-worker-1", 8, state="pending", node=None, pending_reason="Unschedulable",
+                   submitted_at=AT - timedelta(hours=1), **_ELASTIC_OWNER)
+    assert gang_of(worker0) == gang_of(worker1) is not None  # the gang detector's one job
+    idle = Finding(kind="idle", target=worker0.id, since=AT - timedelta(hours=1), detected_at=AT, evidence="idle 1h",
+                   gpus=8)
+    nodes = [NodeInfo(name="n0", pool="a100", gpus=8, gpu_model="A100-80GB")]
+    (f,) = mark_blockers([idle], _obs([worker0, worker1], nodes))
+    assert "blocks the queue" not in f.evidence, f.evidence
+    assert f.metrics.get("gang_pending") == 1

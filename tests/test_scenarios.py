@@ -125,6 +125,7 @@ DIFFICULTY: dict[str, str] = {
     "slurm-embedding-server-request-log-ages-out": "hard",
     "slurm-stage-dataset-to-local-nvme": "hard",
     "hf-hub-429-streaming-stall": "medium",
+    "judge-eval-background-upload-error": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

@@ -114,16 +114,20 @@ _SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state)(?![a-z
 _SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
 _STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
 
-# -- A failure: the process ended ---------------------------------------------------------------------------------
-# A line saying the job's process failed. After the newest progress line it ends that progress: a crashed job's last
-# steps are no sign it still works. Never progress itself, whatever its numbers ("exitcode: -9 (pid: 4412)").
-_FAILURE = re.compile(
+# -- A failure: an exception, or the process ended -----------------------------------------------------------------
+# A line saying the job failed: never progress itself, whatever its numbers ("exitcode: -9 (pid: 4412)"). An
+# exception may have been caught and logged (a background upload's 504 traceback beside work that goes on), so only a
+# line saying the process died (_DIED) ends the progress before it: a crashed job's last steps are no sign it still
+# works, a logged exception is.
+_EXCEPTION = re.compile(
     # The exception that ends a Python traceback, at the line's start after any source tags
     # ("[default3]:torch.OutOfMemoryError: CUDA out of memory", "Exception: Current loss scale already at minimum");
     # not a metric named like one ("ReconstructionError: 0.012, step 1200")
     rf"^{_TAG}*\s*(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)"
     r"(?::(?!\s*[-+]?\d[\d.eE+-]*\s*(?:[,|;]|$))|$)"
-    r"|Traceback \(most recent call last\)|Fatal Python error|terminate called after throwing"
+    r"|Traceback \(most recent call last\)")
+_DIED = re.compile(
+    r"Fatal Python error|terminate called after throwing"
     # A signal death as the shell reports it, alone or after bash's "line 12: 4412" (zh_CN: "行 12: 4412 已杀死")
     r"|(?:^\s*|\bline \d+:\s+\d+\s+|行\s*\d+[:：]\s*\d+\s+)"
     r"(?:Killed|Aborted|Segmentation fault|Bus error|Terminated|已杀死|段错误|总线错误|已终止|已放弃)\b"
@@ -138,8 +142,13 @@ _TALLY = re.compile(r"(?<![\w.-])\d+\s+(?:CANCELLED|FAILED)\b")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 
 
+def _died(text: str) -> bool:
+    """The job's process died: a fatal error, a signal, a non-zero exit, the scheduler's or launcher's verdict."""
+    return bool(_DIED.search(text) or (_VERDICT.search(text) and not _TALLY.search(text)))
+
+
 def _failed(text: str) -> bool:
-    return bool(_FAILURE.search(text) or (_VERDICT.search(text) and not _TALLY.search(text)))
+    return bool(_EXCEPTION.search(text)) or _died(text)
 
 
 # An access-log line of a request a service answered: POST (or PUT) to a path, with a status code.
@@ -168,12 +177,17 @@ def request_path(text: str) -> str | None:
     return answered[0] if answered is not None else None
 
 
+# A request the job made, as its HTTP client logs it (urllib3's `https://api.wandb.ai:443 "POST /graphql HTTP/1.1"
+# 200`): the host it called before the method. A server's access log names no host there.
+_CLIENT_CALL = re.compile(r"https?://\S+\s+\"?$|\burllib3\b|\bconnectionpool\b|\bhttpx\b", re.I)
+
+
 def _answered(text: str) -> tuple[str, bool] | None:
     """(request_path's answer, whether the server failed it: an access log's HTTP 5xx), else None. A 4xx is the
     server answering (a wrong key, a bad body, too many requests): it works."""
     m = _REQUEST.search(text)
     if m is not None:
-        if _NOT_A_REQUEST.match(m.group(2)) or m.group(2) == "/":
+        if _NOT_A_REQUEST.match(m.group(2)) or m.group(2) == "/" or _CLIENT_CALL.search(text[:m.start()]):
             return None
         return f"{m.group(1)} {m.group(2)}", m.group(3)[0] == "5"
     served = _SERVED.search(text)
@@ -284,14 +298,17 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
     last_line_at: datetime | None = None
     requests, failed, path = 0, 0, None
     last_progress_i = -1
-    ended: str | None = None  # the failure line after the newest progress line
+    ended: str | None = None  # the line saying the process died after the newest progress line
+    raised: str | None = None  # the exception logged since the newest progress line, which names a death best
     for i, line in enumerate(lines):
         at = min(line.at, now) if _comparable(line.at, now) else line.at  # clock skew: never in the future
         last_line_at = at if last_line_at is None else max(last_line_at, at)
         text = line.text[:_MAX_CHARS]
         if _failed(text):
-            if ended is None or _TRACEBACK.search(ended):  # the exception names the failure better than its header
-                ended = text
+            if _died(text):
+                ended = ended or raised or text
+            elif raised is None or _TRACEBACK.search(raised):  # the exception names it better than its header
+                raised = text
             continue
         if (answered := _answered(text)) is not None:
             # A request answered is work, whatever its numbers (its latency is a time span, not a counter); one the
@@ -301,7 +318,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
                 failed += 1
             else:
                 progress_at.append(at)
-                last_progress_i, ended = i, None
+                last_progress_i, ended, raised = i, None, None
             continue
         shape = _shape(text, at)
         # An indented line of numbers alone is an item of a printed structure (a model config dump's JSON array:
@@ -319,7 +336,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
             continue
         if _PROGRESS_HINT.search(text) if previous is None else _moved(previous, shape, at):
             progress_at.append(at)
-            last_progress_i, ended = i, None
+            last_progress_i, ended, raised = i, None, None
     gaps = [(b - a).total_seconds() for a, b in zip(progress_at, progress_at[1:], strict=False)]
     return LogProgress(
         job=job_id,

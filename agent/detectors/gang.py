@@ -22,7 +22,7 @@ from agent.detectors.activity import GpuActivity
 from agent.detectors.evidence import with_doubt
 from agent.detectors.signals import ClusterSignals
 from core.actions import Finding
-from core.cluster import RAY_CLUSTER_LABEL, JobInfo, gang_key, owner_gang_key
+from core.cluster import RAY_CLUSTER_LABEL, JobInfo, job_gang
 from core.observation import Observation
 
 # A pod with no GPU of its own spins at most this much CPU when hung (% of one core: a main loop and a poller); more is
@@ -32,23 +32,14 @@ WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
 
 
 def gang_of(job: JobInfo) -> tuple[str, str, str] | None:
-    """(namespace, label, value) naming the distributed job this pod belongs to: a gang label (core.cluster.gang_key),
-    else its controller (namespace, owner kind, owner name: an operator the label list does not know, such as
-    DLRover's ElasticJob, core.cluster.owner_gang_key); None for a job of its own."""
-    key = gang_key(job.namespace, job.labels)
-    if key is not None:
-        return key
-    owner = owner_gang_key(job.namespace, job.owner_kind, job.owner_name, job.owner_uid)
-    return owner[:3] if owner is not None else None
+    """(namespace, label, value) naming the distributed job this pod belongs to (core.cluster.job_gang, without the
+    controller's uid); None for a job of its own."""
+    group = job_gang(job)
+    return group[0] if group is not None else None
 
 
 def _group_of(job: JobInfo) -> tuple[tuple[str, str, str], str] | None:
-    """gang_of with the controller's uid where the job is grouped by its owner (a controller recreated under its
-    name is another job); "" for a gang label."""
-    key = gang_of(job)
-    if key is None:
-        return None
-    return key, "" if gang_key(job.namespace, job.labels) is not None else job.owner_uid
+    return job_gang(job)
 
 
 def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: Policy) -> str | None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from agent.config.policy import Policy
 from agent.detectors.signals import ClusterSignals
 from core.actions import Finding
-from core.cluster import JobInfo, PoolInfo, gang_key, gpu_model_matches
+from core.cluster import JobInfo, PoolInfo, gpu_model_matches, job_gang
 from core.durations import format_duration
 from core.observation import Observation
 
@@ -322,7 +322,7 @@ def mark_blockers(findings: list[Finding], obs: Observation) -> list[Finding]:
 
     Each such finding gets the waiting jobs in its evidence and metrics (blocked_jobs, blocked_gpus,
     blocked_wait_s) and moves to the front: it is the waste to handle first. Nothing else changes (the
-    notice before a stop stays the same). A pod of the blocker's own distributed job (`gang_key`) is not blocked
+    notice before a stop stays the same). A pod of the blocker's own distributed job (`job_gang`) is not blocked
     by it: the gang needs both to run. The finding says instead that its job cannot run while that pod is pending
     (metrics gang_pending).
     """
@@ -330,17 +330,17 @@ def mark_blockers(findings: list[Finding], obs: Observation) -> list[Finding]:
     free = _free_gpus(obs)
     model = {n.name: n.gpu_model for n in obs.nodes}
     on_node: dict[str, list[int]] = {}
-    gang_of: dict[int, tuple[str, str, str] | None] = {}
+    gang_of: dict[int, tuple[tuple[str, str, str], str] | None] = {}
     for i, f in enumerate(findings):
         job = jobs.get(f.target) if f.target_type == "job" else None
         if f.kind in BLOCKER_KINDS and job is not None and job.node is not None and job.state in HOLDING:
             on_node.setdefault(job.node, []).append(i)
-            gang_of[i] = gang_key(job.namespace, job.labels)
+            gang_of[i] = job_gang(job)
     waiters: dict[int, list[JobInfo]] = {}
     for w in waiting_jobs(obs, findings, BLOCKED_AFTER_S):
         if not waits_for_capacity(w, free, model):
             continue  # held by a quota, a dependency or a hold, or room is already free: freeing GPUs is not it
-        gang = gang_key(w.namespace, w.labels)
+        gang = job_gang(w)
         for node, idxs in sorted(on_node.items()):
             if (w.node is not None and w.node != node) or not gpu_model_matches(w.gpu_model, model.get(node, "")):
                 continue
@@ -359,7 +359,7 @@ def mark_blockers(findings: list[Finding], obs: Observation) -> list[Finding]:
     siblings: dict[int, list[JobInfo]] = {}
     for i, gang in gang_of.items():
         if gang is not None:
-            pending = [j for j in obs.jobs if j.state == "pending" and gang_key(j.namespace, j.labels) == gang
+            pending = [j for j in obs.jobs if j.state == "pending" and job_gang(j) == gang
                        and ((waited := pending_for(j, obs.at)) is None or waited >= BLOCKED_AFTER_S)]
             if pending:
                 siblings[i] = sorted(pending, key=lambda j: j.id)

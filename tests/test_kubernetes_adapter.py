@@ -253,3 +253,21 @@ def test_in_cluster_the_service_account_is_used(monkeypatch, tmp_path):
     cfg = k8s.core.api_client.configuration
     assert cfg.host == "https://10.96.0.1:443" and cfg.ssl_ca_cert == str(cert)
     assert cfg.api_key["BearerToken"] == "bearer sa-token" and cfg.refresh_api_key_hook is not None  # rotated tokens
+
+
+def _elastic_owned(pod: dict, uid: str = "uid-sft") -> dict:
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "elastic.iml.github.io/v1alpha1", "kind": "ElasticJob",
+                                           "name": "sft", "uid": uid, "blockOwnerDeletion": True}]
+    return pod
+
+
+def test_an_owner_grouped_jobs_pod_without_gpus_is_listed_with_it(api, settings):
+    """A gang grouped by its controller (a DLRover ElasticJob) has its pods without GPUs listed too, as one grouped
+    by a label does: whether its launcher works decides whether the GPU workers wait (review, eleventh round)."""
+    labels = {"elasticjob.dlrover/name": "sft"}
+    api.store.put("pods", _elastic_owned(gpu_pod("llm", "sft-edljob-worker-0", 8, labels=labels)))
+    api.store.put("pods", _elastic_owned(gpu_pod("llm", "sft-edljob-launcher", 0, labels=labels)))
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    jobs = {j.id: j for j in k8s.list_jobs()}
+    assert "llm/sft-edljob-worker-0" in jobs
+    assert "llm/sft-edljob-launcher" in jobs, sorted(jobs)

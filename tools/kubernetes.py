@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult, gang_key
+from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, StopResult, gang_key, owner_gang_key
 from tools.k8s_owners import (
     JOBS,
     JOBSET_NAME,
@@ -35,6 +35,9 @@ from tools.k8s_pods import (
     PodReading,
     node_gpus,
     node_to_info,
+    owner_kind,
+    owner_name,
+    owner_uid,
     pod_gpus,
     pod_to_finished,
     pod_to_job,
@@ -521,7 +524,11 @@ def _the_nodes_own(meta: dict) -> bool:
         ref.get("kind") in ("DaemonSet", "Node") and ref.get("controller") for ref in meta.get("ownerReferences") or [])
 
 
-def _gang_key(pod: dict) -> tuple[str, str, str] | None:
-    """(namespace, label, value) of the distributed job a pod belongs to (core.cluster.gang_key), else None."""
+def _gang_key(pod: dict) -> tuple[str, ...] | None:
+    """The distributed job a pod belongs to, as the detectors group it (core.cluster.job_gang): its gang label
+    (gang_key), else its controller (owner_gang_key: a DLRover ElasticJob's CPU-only master is listed beside its GPU
+    workers, as the simulator lists it), else None."""
     meta = pod.get("metadata") or {}
-    return gang_key(meta.get("namespace", "default"), meta.get("labels") or {})
+    ns = meta.get("namespace", "default")
+    return gang_key(ns, meta.get("labels") or {}) or owner_gang_key(ns, owner_kind(meta), owner_name(meta),
+                                                                    owner_uid(meta))

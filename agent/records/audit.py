@@ -594,7 +594,7 @@ def answered_requests(audit: AuditLog, jobs: Iterable[JobInfo]) -> dict[str, Ans
     """The jobs of `jobs` (by id) an earlier sweep saw answering requests: the first `served` entry about each one's
     uid (never its name: a namesake starts clean), written at or after the job started (a scheduler that reuses an
     id, as Slurm after a database reset, reuses no record). A job without a uid has none. Entries are checked."""
-    by_uid = {j.uid: j for j in jobs if j.uid}
+    by_uid = {j.uid: j for j in jobs if j.uid and j.state != "pending"}  # a pending job has served nothing yet
     if not by_uid:
         return {}
     starts = [j.started_at for j in by_uid.values()]

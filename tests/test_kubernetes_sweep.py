@@ -36,21 +36,26 @@ SCENARIO = {
 }
 
 
+def _deps(api: FakeKubernetesApi, cluster: SimCluster, tmp_path) -> StewardDeps:
+    """A steward on the loopback API server mirroring `cluster`, with the default policy and in-memory stores."""
+    settings = Settings(kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path)
+    policy = Policy()
+    k8s = kubernetes_scheduler_from_settings(settings, clock=cluster)
+    audit = AuditLog(":memory:")
+    return StewardDeps(
+        metrics=cluster, scheduler=k8s, logs=k8s, pools=cluster,
+        notifier=kubernetes_notifier_from_settings(settings, policy.warning.min_notice, clock=cluster),
+        clock=cluster, policy=policy, audit=audit, approvals=ApprovalStore(":memory:", audit), planner=PolicyModel(),
+    )
+
+
 @pytest.fixture
 def world(tmp_path):
     cluster = SimCluster(parse_scenario(SCENARIO))
     api = FakeKubernetesApi().start()
     mirror_sim(api, cluster)
     api.store.put("poddisruptionbudgets", pdb("ml", "serve-pdb", {"app": "guarded-serve"}, allowed=0))
-    settings = Settings(kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path)
-    policy = Policy()
-    k8s = kubernetes_scheduler_from_settings(settings, clock=cluster)
-    audit = AuditLog(":memory:")
-    deps = StewardDeps(
-        metrics=cluster, scheduler=k8s, logs=k8s, pools=cluster,
-        notifier=kubernetes_notifier_from_settings(settings, policy.warning.min_notice, clock=cluster),
-        clock=cluster, policy=policy, audit=audit, approvals=ApprovalStore(":memory:", audit), planner=PolicyModel(),
-    )
+    deps = _deps(api, cluster, tmp_path)
     yield cluster, api, deps, SweepService(deps)
     api.stop()
 
@@ -153,15 +158,8 @@ def test_sweeps_stop_a_notebook_and_a_job_through_their_owners_and_audit_each_ou
         mirror_sim(api, cluster)
         api.inject(Fault("PATCH", "/jobs/nightly", status=403, reason="Forbidden", times=-1,
                          message='jobs.batch "nightly" is forbidden: cannot patch resource "jobs"'))
-        settings = Settings(kubeconfig=kubeconfig(api, tmp_path), data_dir=tmp_path)
-        policy = Policy()
-        k8s = kubernetes_scheduler_from_settings(settings, clock=cluster)
-        audit = AuditLog(":memory:")
-        deps = StewardDeps(
-            metrics=cluster, scheduler=k8s, logs=k8s, pools=cluster,
-            notifier=kubernetes_notifier_from_settings(settings, policy.warning.min_notice, clock=cluster),
-            clock=cluster, policy=policy, audit=audit, approvals=ApprovalStore(":memory:", audit),
-            planner=PolicyModel())
+        deps = _deps(api, cluster, tmp_path)
+        audit = deps.audit
         service = SweepService(deps)
         for minute in range(10, 141, 10):
             cluster.advance_to(minute * 60)

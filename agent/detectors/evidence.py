@@ -131,10 +131,11 @@ def _io(m: Metrics) -> str:
         parts.append(f"CPU {m['cpu_pct']:.1f}%")
     if "net_max_mbps" in m:
         parts.append(f"网络接收最高 {m['net_max_mbps']:.1f} MB/s")
-    if "disk_max_mbps" in m:
+    write = m.get("disk_write_max_mbps")
+    if write is not None and ("disk_max_mbps" not in m or write > m["disk_max_mbps"]):
+        parts.append(f"磁盘写入最高 {write:.1f} MB/s")
+    elif "disk_max_mbps" in m:
         parts.append(f"磁盘读取最高 {m['disk_max_mbps']:.1f} MB/s")
-    if "disk_write_max_mbps" in m:
-        parts.append(f"磁盘写入最高 {m['disk_write_max_mbps']:.1f} MB/s")
     return "，".join(parts) if parts else "无 CPU/IO 指标"
 
 

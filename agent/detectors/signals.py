@@ -304,10 +304,11 @@ class JobWindow:
             parts.append(f"CPU {self.cpu_avg:.1f}%")
         if self.net_max is not None:
             parts.append(f"net max {self.net_max:.1f} MB/s")
-        if self.disk_max is not None:
-            parts.append(f"disk read max {self.disk_max:.1f} MB/s")
-        if self.disk_write_max is not None:
+        # The disk's busier direction, named when it is the writes: one figure says whether the job used its disk.
+        if self.disk_write_max is not None and (self.disk_max is None or self.disk_write_max > self.disk_max):
             parts.append(f"disk write max {self.disk_write_max:.1f} MB/s")
+        elif self.disk_max is not None:
+            parts.append(f"disk max {self.disk_max:.1f} MB/s")
         return ", ".join(parts) if parts else "no CPU/IO metrics"
 
 

@@ -38,10 +38,6 @@ def gang_of(job: JobInfo) -> tuple[str, str, str] | None:
     return group[0] if group is not None else None
 
 
-def _group_of(job: JobInfo) -> tuple[tuple[str, str, str], str] | None:
-    return job_gang(job)
-
-
 def shows_work(job: JobInfo, obs: Observation, signals: ClusterSignals, policy: Policy) -> str | None:
     """What shows this pod working over the idle window, in the operator's words; None when nothing does.
 
@@ -118,7 +114,7 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
         return findings
     gangs: dict[tuple[tuple[str, str, str], str], list[JobInfo]] = {}
     for job in obs.jobs:
-        group = _group_of(job)
+        group = job_gang(job)
         if group is not None:
             gangs.setdefault(group, []).append(job)
     # Each gang judged once: a flagged pod waits when an unflagged pod of its gang shows work.

@@ -401,6 +401,29 @@ def test_node_xid_79_and_overheating_one_finding_per_node():
     assert "95°C" in findings["n3"].evidence
 
 
+def test_an_idle_job_whose_gpu_reported_a_hardware_xid_names_it_and_an_older_xid_is_not_its():
+    from agent.detectors.evidence import describe
+
+    quiet = [0.0] * 24
+    fault = AT - timedelta(minutes=90)
+    gpus = [gpu("ml/lost", quiet, index=0, xid_last=79, xid_at=fault), gpu("ml/lost", quiet, index=1),
+            gpu("ml/old", quiet, node="n2", index=0, xid_last=79, xid_at=AT - timedelta(hours=3)),
+            gpu("ml/app", quiet, node="n3", index=0, xid_last=13, xid_at=fault)]
+    jobs = [job("ml/lost", gpus=2), job("ml/old", gpus=1, node="n2"), job("ml/app", gpus=1, node="n3")]
+    found = {f.target: f for f in run_detectors(observe(jobs, gpus), POLICY) if f.target_type == "job"}
+    assert {"ml/lost", "ml/old", "ml/app"} <= set(found) and {f.kind for f in found.values()} == {"idle"}
+    lost = found["ml/lost"]
+    assert "GPU 0 of n1 reported XID 79 (GPU has fallen off the bus) at 10:30 UTC" in lost.evidence
+    assert lost.metrics["fault_xid"] == 79 and lost.metrics["fault_gpu"] == 0
+    zh = describe(lost, "zh")
+    assert "节点 n1 的 GPU 0 于10:30" in zh and "XID 79（GPU 已从总线掉线）" in zh and "gpu-xid-errors" in zh
+    # The stop is decided as for any idle job: a lost GPU makes no progress, and the stop frees the node to drain.
+    assert not lost.stop_needs_approval
+    # Before the job started (a previous occupant's), and an application XID (ignored by policy): not named.
+    assert "XID" not in found["ml/old"].evidence and "fault_xid" not in found["ml/old"].metrics
+    assert "XID" not in found["ml/app"].evidence
+
+
 # --- pools -------------------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from agent.detectors.doomed import DoomedJobDetector
 from agent.detectors.gang import spare_waiting_ranks
 from agent.detectors.idle import IdleGpuDetector
 from agent.detectors.keepalive import KeepAliveDetector
-from agent.detectors.node_health import NodeHealthDetector
+from agent.detectors.node_health import NodeHealthDetector, name_gpu_faults
 from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector, PlannedScaleUpDetector, QuietFillDetector
 from agent.detectors.queue import StuckPendingDetector, mark_blockers
@@ -52,6 +52,7 @@ def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | No
         found += PlannedScaleUpDetector(policy).detect(obs, history)
     found = spare_waiting_ranks(found, obs, signals, policy)
     findings = mark_blockers(as_serving_advice(found, obs, policy.detectors.serving), obs)
+    findings = name_gpu_faults(findings, obs, signals, policy)
     jobs = obs.jobs_by_id()
     pool_of = {n.name: n.pool for n in obs.nodes}
     prices = {p.name: p.price_per_gpu_hour for p in obs.pools}

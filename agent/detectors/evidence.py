@@ -284,6 +284,21 @@ def _doomed(f: Finding, m: Metrics) -> str:
     return doomed_zh(f)
 
 
+_FAULT_NODE = re.compile(r"GPU \d+ of (\S+) reported XID")
+
+
+def _fault_zh(f: Finding) -> str:
+    """The GPU fault named_gpu_faults found under an idle or hung job, in Chinese ("" when none)."""
+    m = f.metrics
+    if "fault_xid" not in m:
+        return ""
+    xid = int(m["fault_xid"])
+    node = _FAULT_NODE.search(f.evidence)
+    meaning = XID_MEANINGS_ZH.get(xid, "硬件/驱动错误（参见 NVIDIA XID 目录）")
+    return (f"；作业运行期间{'节点 ' + node.group(1) + ' 的' if node else ''} GPU {m['fault_gpu']:g} 于{zh_time(m['fault_at'])}出现 XID {xid}（{meaning}）：可能是 GPU 故障"
+            "而非作业代码导致其停止工作，节点需要检查（运行手册 gpu-xid-errors）")
+
+
 def _blocked(f: Finding) -> str:
     from agent.detectors.queue import blocked_zh
 
@@ -328,7 +343,7 @@ def describe(finding: Finding, language: str, zone: tzinfo = UTC) -> str:
     doubt = "" if render is _keepalive else _doubt_zh(finding)
     try:
         with _rendering_in(zone):
-            return render(finding, finding.metrics) + doubt + _blocked(finding)
+            return render(finding, finding.metrics) + _fault_zh(finding) + doubt + _blocked(finding)
     except (KeyError, ValueError, TypeError, OverflowError):
         return finding.evidence
 

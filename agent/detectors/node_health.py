@@ -7,6 +7,9 @@ from agent.detectors.signals import ClusterSignals, group_signals
 from core.actions import Finding
 from core.observation import Observation
 
+# Job findings whose waste a faulty GPU can cause: the job stopped working because its GPU did.
+FAULT_KINDS = ("idle", "zombie")
+
 # What an XID usually means, in the words an on-call engineer searches for.
 XID_MEANINGS: dict[int, str] = {
     48: "double-bit ECC error",
@@ -74,3 +77,33 @@ class NodeHealthDetector:
                 )
             )
         return findings
+
+
+def name_gpu_faults(findings: list[Finding], obs: Observation, signals: ClusterSignals, policy: Policy) -> list[Finding]:
+    """An idle or hung job whose GPU reported a hardware XID while the job ran says so in its evidence (metrics
+    fault_xid, fault_gpu, fault_at): the owner reads that the hang is the GPU's, not their code's, and the on-call
+    engineer which node to drain (runbook gpu-xid-errors). The stop is decided as before: a job on a lost GPU makes
+    no progress, and stopping it frees the node for draining. An XID from before the job started is a previous
+    occupant's and is not named."""
+    ignore = set(policy.detectors.node_health.ignore_xids)
+    jobs = obs.jobs_by_id()
+    out = []
+    for f in findings:
+        job = jobs.get(f.target) if f.target_type == "job" and f.kind in FAULT_KINDS else None
+        series = signals.jobs.get(f.target) if job is not None else None
+        faults = [g for g in (series.gpus if series is not None else [])
+                  if g.xid_last and g.xid_last not in ignore and g.xid_at is not None
+                  and (job is None or job.started_at is None or g.xid_at >= job.started_at)]
+        if not faults:
+            out.append(f)
+            continue
+        g = min(faults, key=lambda s: (s.xid_at, s.gpu))
+        assert g.xid_at is not None
+        out.append(f.model_copy(update={
+            "evidence": (f"{f.evidence}; GPU {g.gpu} of {g.node} reported XID {g.xid_last} ({xid_meaning(g.xid_last)}) "
+                         f"at {g.xid_at:%H:%M} UTC while the job ran: the GPU, not the job's code, may have stopped "
+                         "it; the node needs checking (runbook gpu-xid-errors)"),
+            "metrics": {**f.metrics, "fault_xid": float(g.xid_last), "fault_gpu": float(g.gpu),
+                        "fault_at": g.xid_at.timestamp()},
+        }))
+    return out

@@ -126,6 +126,13 @@ DIFFICULTY: dict[str, str] = {
     "slurm-stage-dataset-to-local-nvme": "hard",
     "hf-hub-429-streaming-stall": "medium",
     "judge-eval-background-upload-error": "medium",
+    "deepspeed-zero-offload-cpu-adam": "hard",
+    "metashape-floating-license-retry": "medium",
+    "ncu-kernel-replay-profiling": "hard",
+    "torch-compile-max-autotune-recompile": "medium",
+    "trt-engine-build-ocr-server-startup": "medium",
+    "wandb-sweep-agents-wait-after-grid": "medium",
+    "xid63-row-remap-pending-under-training": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

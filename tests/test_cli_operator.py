@@ -248,3 +248,24 @@ def test_after_the_quick_start_audit_and_approvals_name_the_demo_sweeps_folder(t
     assert main(["approvals", "list"]) == 2
     err = capsys.readouterr().err
     assert "run `steward serve` or a sweep there first" not in err and f"add --data-dir {run}" in err
+
+
+def test_audit_log_since_a_period_with_nothing_says_when_the_newest_entry_is(tmp_path, capsys):
+    """`--since 1d` on a demo run's log (its entries on the simulated day) printed only "(no entries)", as if the
+    steward had done nothing: it says when the newest entry is, in the reader's language."""
+    from datetime import UTC, datetime
+
+    from agent.records.audit import AuditLog
+
+    log = AuditLog(tmp_path / "audit.sqlite")
+    log.record("execution", at=datetime(2026, 11, 2, 15, 5, tzinfo=UTC), run_id="r", target="gpu/idle1",
+               action="terminate", level=2, status="executed", reason="1 GPU idle for 2h")
+    log._conn.close()
+    assert main(["audit", "log", "--data-dir", str(tmp_path), "--since", "1d"]) == 0
+    out = capsys.readouterr().out
+    assert "(no entries)" in out and "the newest entry is from 2026-11-02" in out
+    assert main(["audit", "log", "--data-dir", str(tmp_path), "--since", "1d", "--lang", "zh"]) == 0
+    assert "最新一条记录在 2026-11-02" in capsys.readouterr().out
+    assert main(["audit", "log", "--data-dir", str(tmp_path)]) == 0  # no --since: the entry, no hint
+    out = capsys.readouterr().out
+    assert "terminate gpu/idle1 executed" in out and "newest" not in out

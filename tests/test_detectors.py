@@ -369,6 +369,20 @@ def test_overprovisioned_four_requested_one_working():
     assert "4 GPUs requested, 1 working" in f.evidence
 
 
+def test_overprovisioned_gpus_never_touched_are_named_in_both_languages():
+    """The Chinese evidence ended at "3 块 GPU 未使用" where the English named the likely cause (a device list that
+    leaves GPUs out)."""
+    from agent.detectors.evidence import describe
+
+    gpus = [gpu("ml/train", [70.0] * 24, index=0)] + [gpu("ml/train", [0.0] * 24, index=i, mem_mb=300.0)
+                                                      for i in (1, 2, 3)]
+    [f] = OverprovisionedDetector(POLICY).detect(observe([job()], gpus, [io("ml/train", 24, cpu=200.0)]))
+    assert "never touched" not in f.evidence and "从未使用" not in describe(f, "zh")  # no lookback history: unknown
+    f = f.model_copy(update={"metrics": {**f.metrics, "gpus_untouched": 3.0}})  # as with a day's history behind it
+    zh = describe(f, "zh")
+    assert "其中 3 块从未使用" in zh and "CUDA_VISIBLE_DEVICES" in zh
+
+
 def test_overprovisioned_only_over_a_window_the_job_lived_through():
     # 55 minutes old, its slices full: one GPU preprocesses before all four train. Not "unused over 1h" yet.
     gpus = [gpu("ml/train", [70.0] * 24, index=0)] + [gpu("ml/train", [0.0] * 24, index=i) for i in (1, 2, 3)]

@@ -10,7 +10,7 @@ TECHNICAL = {
     "DCGM", "SM", "IO", "I/O", "GPU Steward", "Steward", "steward", "API", "SSO", "ID", "USD", "CNY", "EUR", "Slurm",
     "Kubernetes", "Prometheus", "Grafana", "SSE", "LLM", "CSV", "JSON", "EN", "L", "h", "m", "s", "d", "keep", "A100",
     "H100", "jupyter", "audit", "verify", "approvals", "approve", "deny", "policy", "model", "kubeconfig", "OK",
-    "HTTP", "GET", "POST", "PUT",
+    "HTTP", "GET", "POST", "PUT", "CUDA",
 }
 # Identifiers: namespaced names, ids, paths, flags, code spans, times, URLs.
 _IDENT = re.compile(r"`[^`]*`|https?://\S+|\S*[/_.@:\\=][^\s，。；：（）、]*|--?[a-z][\w-]*|apr_\w+|\b[\w-]*\d[\w-]*\b"

@@ -31,12 +31,15 @@ WORDS = {
            "no_store": "error: no approval store in {dir} (`steward serve` keeps one there; or pass --data-dir DIR)",
            "taken": "{id}: {status} by {by}. Recorded and audited; the steward carries it out before its next sweep "
                     "(a running `steward serve`, or the next `steward sweep`), after re-checking the target.",
+           "denied": "{id}: denied by {by}. Recorded and audited; nothing is done to the target, and the request "
+                     "stays closed.",
            "refused": "error: not taken: {why}", "answer_with": "Answer: steward approvals approve|deny ID --reason TEXT"},
     "zh": {"none": "{dir} 中没有审批请求。", "pending": "等待人工审批（{n} 项）：", "recent": "最近的处理：",
            "expires": "过期时间", "level": "级别", "nodes": "{n} 个节点",
            "no_store": "错误：{dir} 中没有审批库（`steward serve` 会在此保存；或用 --data-dir 指定目录）",
            "taken": "{id}：已由 {by} {status_zh}。已记录并写入审计；巡检服务会在下一次巡检前（运行中的 `steward serve`，"
                     "或下一次 `steward sweep`）重新检查目标后执行。",
+           "denied": "{id}：已由 {by} 拒绝。已记录并写入审计；不会对目标执行任何操作，该请求已关闭。",
            "refused": "错误：未受理：{why}", "answer_with": "处理：steward approvals approve|deny ID --reason 原因"},
 }
 
@@ -155,7 +158,7 @@ def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
     by = args.by or f"cli:{getpass.getuser()}"
     decision = "approve" if args.approvals_command == "approve" else "deny"
     try:
-        taken = store.answer(args.id, decision=decision, by=by, reason=args.reason or "via steward approvals",
+        taken = store.answer(args.id, decision=decision, by=by, reason=args.reason or ("通过 steward approvals 命令" if w is WORDS["zh"] else "via steward approvals"),
                              now=data_dir_now(data_dir, settings), run_id=args.id)
     except ApprovalError as exc:
         print(w["refused"].format(why=exc.zh if w is WORDS["zh"] else exc), file=sys.stderr)
@@ -164,8 +167,8 @@ def cmd_answer(args: argparse.Namespace, settings: Settings) -> int:
         store.audit_answer(taken)  # the server skips it when it completes the answer
     finally:
         store.release(taken.id)  # whichever steward sweeps next completes it
-    print(w["taken"].format(id=taken.id, status=taken.status, by=by,
-                            status_zh="批准" if taken.status == "approved" else "拒绝"))
+    print(w["taken" if taken.status == "approved" else "denied"].format(id=taken.id, status=taken.status, by=by,
+                                                                        status_zh="批准"))
     return 0
 
 

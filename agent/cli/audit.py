@@ -157,6 +157,10 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
             offset += PAGE
             if len(page) < PAGE:
                 break
+        # Nothing in the period: say when the newest entry is, so a log kept on another clock (a demo run's
+        # simulated day) or an idle steward reads as such, not as an empty log.
+        older = log.entries(kind=args.kind, target=args.target, status=args.status, limit=1) \
+            if since is not None and not entries else []
     finally:
         log.close()
     entries = entries[: args.limit]
@@ -185,6 +189,12 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{when:%Y-%m-%d %H:%M}{zone_suffix(zone, lang)} {what}" + (f"  {why[0]}" if why else ""))
     if not entries:
         print("（无记录）" if lang == "zh" else "(no entries)")
+    if not entries and older:
+        at = older[0].at if older[0].at.tzinfo else older[0].at.replace(tzinfo=UTC)
+        newest = f"{at.astimezone(zone):%Y-%m-%d %H:%M}{zone_suffix(zone, lang)}"
+        print(f"（--since 从现在往回计；最新一条记录在 {newest}：演示运行的记录使用模拟时间）" if lang == "zh" else
+              f"(--since counts back from now; the newest entry is from {newest}: a demo run's entries carry its "
+              "simulated times)")
     return 0
 
 

@@ -206,6 +206,8 @@ def _overprovisioned(f: Finding, m: Metrics) -> str:
         f"申请 {m['gpus_requested']:g} 块 GPU，仅 {m['gpus_working']:g} 块在工作（平均或任一时间片利用率 ≥ {m['working_util_pct']:g}%），"
         f"统计时长 {duration_zh(m['window_s'])}（样本覆盖率 {m['coverage']:.0%}）；"
         f"各卡平均利用率 {'、'.join(f'{v:.0f}%' for v in utils)}；{f.gpus} 块 GPU 未使用"
+        + (f"，其中 {m['gpus_untouched']:g} 块从未使用（作业回溯期内没有任何工作，显存仅够 CUDA 上下文：CUDA_VISIBLE_DEVICES "
+           f"或 --nproc_per_node 漏掉了这些卡时就是这样）" if m.get("gpus_untouched") else "")
     )
 
 

@@ -233,7 +233,7 @@ def render_markdown(r: CostReport, lang: str = "en", limit: int = 5, zone: tzinf
     if r.waste:
         lines.append(f"**{w['waste_kind']}**")
         lines += [f"- {kind_label(x.kind, lang)}{sep}{money(x.cost, cur)}"
-                  + (f"（{x.findings} 项发现）" if lang == "zh" else f" ({x.findings} findings)")
+                  + (f"（{x.findings} 项发现）" if lang == "zh" else f" ({x.findings} finding{'' if x.findings == 1 else 's'})")
                   for x in r.waste[:limit]]
         lines.append("")
     if r.queue:

@@ -286,7 +286,7 @@ def _finding_lines(f: dict[str, Any], at: str, words: dict[str, str], lang: str,
                 f"（{duration_zh(seconds)}）  {waste}".rstrip(),
                 f"  {'':<15} {describe_record(f, lang, zone)}{rb}"]
     waste = f"{words['waste']} {f['waste_gpu_hours']:.1f} GPU-h {money_str}".rstrip() if f["gpus"] else ""
-    return [f"  {f['kind'].upper():<15} {f['target']}  {f['gpus']} GPUs  {words['since']} "
+    return [f"  {f['kind'].upper():<15} {f['target']}  {f['gpus']} GPU{'' if f['gpus'] == 1 else 's'}  {words['since']} "
             f"{_when(f['since'], at, zone)} ({format_duration(seconds)})  {waste}".rstrip(),
             f"  {'':<15} {describe_record(f, lang, zone)}{rb}"]
 

@@ -407,3 +407,13 @@ def test_a_protected_jobs_reason_reads_in_chinese():
     assert protection_reason_zh("namespace 'prod' is in protection.namespaces") == "命名空间 'prod' 在保护列表 protection.namespaces 中"
     assert protection_reason_zh("job ml/x is listed in protection.jobs") == "作业 ml/x 在保护列表 protection.jobs 中"
     assert protection_reason_zh("exempted by carol until 18:00 UTC (demo)") == "由 carol 保留至 18:00 UTC（demo）"
+
+
+def test_before_any_sweep_the_chat_says_none_has_run_not_that_nobody_wastes(client):
+    """A server restarted after the demo ended (no sweep in this process) answered "Nobody is wasting GPUs right
+    now: the latest sweep found no waste": no finding is no evidence when nothing was swept."""
+    for message, said in (("who is wasting GPUs?", "No sweep has run yet"), ("谁在浪费 GPU？", "尚未运行过巡检")):
+        answer = ask(client, message, CAROL)[1][-1]["answer"]
+        assert answer.startswith(said) and "Nobody" not in answer and "没有人" not in answer
+    sweep_to(client, 95)
+    assert JOB in ask(client, "who is wasting GPUs?", CAROL)[1][-1]["answer"]

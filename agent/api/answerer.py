@@ -122,6 +122,7 @@ class ChatContext:
     job: str | None = None  # the job the chat is about (the UI's finding or approval), when the question names none
     keep: KeepFn | None = None  # grants `keep` through the ChatOps path; None: this chat cannot keep jobs
     zone: tzinfo = UTC  # the time zone people read times in (STEWARD_DISPLAY_TZ)
+    swept: bool = True  # whether a sweep has run in this process: with none, no finding is no evidence of no waste
 
 
 def _t(lang: Lang, en: str, zh: str) -> str:
@@ -175,6 +176,10 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
     scope = f" {want}" if want else ""
     who, whose = (_t(lang, f"Nobody in team {team}", f"团队 {team} 目前没有人"),
                    _t(lang, f" in team {team}", f"团队 {team} 的")) if team else (_t(lang, "Nobody", "目前没有人"), "")
+    if not rows and not ctx.swept:
+        return _t(lang, "No sweep has run yet, so there are no findings to answer from: waste is not known either "
+                        "way. A sweep runs on the schedule (or an approver presses Sweep now at the top of the page).",
+                  "尚未运行过巡检，没有可以依据的发现：是否有浪费目前无从判断。巡检会按计划运行（审批人也可点击页面顶部的“立即巡检”）。")
     if not rows:
         return _t(lang, f"{who} is wasting{scope} GPUs right now: the latest sweep found no waste{scope}{whose}.",
                   f"{who}在浪费{scope} GPU：最近一次巡检没有发现{whose}{scope}浪费。")

@@ -108,6 +108,10 @@ def simulated_runtime(settings: Settings, *, speed: float | None = None, start_s
     service = SweepService(deps, checkpointer=checkpointer(settings), run_prefix=scenario.name)
     state_file = data_dir / "sim-clock.json"
     start = SimClock.resume_offset(state_file, scenario.name, start_s or 0.0)
+    if start > (start_s or 0.0):
+        log.warning("%s continues at %.0f min, as saved in %s (a saved clock later than --start wins)%s; to play "
+                    "it from the start, remove that file or use a fresh --data-dir", scenario.name, start / 60,
+                    state_file, ": it has ended, so the clock stands still" if start >= scenario.duration else "")
     restore_actions(cluster, deps.audit, scenario.name, min(start, scenario.duration))
     cluster.advance_to(min(start, scenario.duration))
     clock = SimClock(cluster, settings.sim_speed if speed is None else speed, start, state_file)

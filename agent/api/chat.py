@@ -51,7 +51,8 @@ def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None
     tools = {t.name: t for t in make_tools(tool_ctx) if not is_mutating(t)}
     ctx = ChatContext(findings=rt.findings(), observation=obs, tools=tools, audit=deps.audit,
                       pending=deps.approvals.pending(), now=now, currency=deps.currency, policy=deps.policy,
-                      job=job, keep=_keeper(rt, who) if who is not None else None, zone=zone)
+                      job=job, keep=_keeper(rt, who) if who is not None else None, zone=zone,
+                      swept=rt.latest is not None)
     ctx.tools.update({t.name: t for t in chat_tools(ctx, lang)})
     return ctx, notice
 

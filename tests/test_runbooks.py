@@ -440,7 +440,12 @@ def test_chat_answers_how_to_questions_from_the_runbooks(shipped, tmp_path):
         return events[0], events[-1]["answer"]
 
     start, zh = ask("NCCL hang 怎么排查")
-    assert start["intent"] == "runbook" and zh.startswith("相关运行手册：") and "[rb:nccl-timeout]" in zh.splitlines()[1]
+    assert start["intent"] == "runbook" and zh.startswith("相关运行手册：") and "[rb:nccl-timeout]" in zh
+    # The runbooks the search ranks, one line each, whichever language it found them in (keeping only Chinese
+    # hits dropped the hung-collective runbook whose English section ranked first); excerpts end at a word.
+    cited = [line.split("[rb:")[1].split("]")[0] for line in zh.splitlines()[1:]]
+    assert "zombie-hung-collective" in cited and len(cited) == len(set(cited))
+    assert all(line.endswith(("…", "。", ".")) or len(line) < 300 for line in zh.splitlines()[1:])
     start, en = ask("how do I debug an NCCL timeout?")
     assert start["intent"] == "runbook" and "[rb:nccl-timeout]" in en.splitlines()[1]
     start, xid = ask("XID 79 是什么意思")

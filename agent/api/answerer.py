@@ -750,6 +750,27 @@ def _queue(ctx: ChatContext, lang: Lang) -> str:
     return "\n".join(lines)
 
 
+def _by_runbook(hits: list[dict], lang: Lang) -> list[dict]:
+    """One hit per runbook, in the order the search ranked the runbooks, each in the question's language where the
+    search found that version too. Keeping only the question's language dropped the best runbook whenever its
+    other-language version ranked first ("NCCL hang 怎么排查" lost zombie-hung-collective)."""
+    best: dict[str, dict] = {}
+    for h in hits:
+        key = str(h.get("id"))
+        if key not in best or ((best[key].get("language") or lang) != lang and (h.get("language") or lang) == lang):
+            best[key] = h
+    return list(best.values())
+
+
+def _clipped(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters at a word's end (Chinese has none to wait for), an ellipsis marking the cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:，；：") + "…"
+
+
 def _runbook(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
     """The runbooks that answer a "how do I handle ..." question, best first, by meaning (Chinese or English)."""
     if "retrieve_runbook" not in ctx.tools:
@@ -760,7 +781,7 @@ def _runbook(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, No
                         "search the runbooks; they are the Markdown files under `runbooks/`.",
                   "此服务未启用运行手册索引（STEWARD_RUNBOOKS_ENABLED），无法检索运行手册；"
                   "运行手册为 `runbooks/` 目录下的 Markdown 文件。")
-    hits = [h for h in (found.get("data") or []) if (h.get("language") or lang) == lang] or (found.get("data") or [])
+    hits = _by_runbook(found.get("data") or [], lang)
     if not hits:
         return _t(lang, "No runbook matches that. The runbooks cover idle GPUs, hung jobs, NCCL timeouts, GPU XID "
                         "errors, stuck Pending jobs, pool sizing and more: ask about one of them.",
@@ -768,7 +789,7 @@ def _runbook(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, No
                   "可以就其中之一提问。")
     lines = [_t(lang, "The runbooks for that:", "相关运行手册：")]
     for h in hits[:3]:
-        excerpt = " ".join(str(h.get("excerpt") or "").split())[:280]
+        excerpt = _clipped(" ".join(str(h.get("excerpt") or "").split()), 280)
         section = f" — {h['section']}" if h.get("section") else ""
         lines.append(f"- **{h.get('title') or h.get('id')}**{section} [rb:{h.get('id')}]: {excerpt}")
     return "\n".join(lines)

@@ -1,8 +1,10 @@
 """A loopback Kubernetes API server for tests: the real REST paths, JSON shapes, discovery and Status errors.
 
 Only the API server's part: controllers (the Job controller acting on spec.suspend, Kubeflow's notebook controller
-acting on kubeflow-resource-stopped) are not here; a test that needs one runs it (tests/k8s_fake_cluster.py).
-A resource named in `unserved` ("notebooks.kubeflow.org") is absent, as on a cluster without that CRD: not in
+acting on kubeflow-resource-stopped, the training operator, JobSet and KubeRay acting on their suspend fields) are
+not here; a test that needs one runs it (tests/k8s_fake_cluster.py). Custom resources (Notebook, the training jobs,
+JobSet, RayJob, RayCluster) are served as a CRD serves them. A resource named in `unserved`
+("notebooks.kubeflow.org", "pytorchjobs.kubeflow.org") is absent, as on a cluster without that CRD: not in
 discovery, 404 for its paths. PATCH takes the media types the API server does (415 otherwise; no strategic merge
 patch for a CRD's resources); metadata.uid and resourceVersion in a merge patch are preconditions (409).
 """

@@ -102,6 +102,127 @@ def run_notebook_controller(store: FakeStore) -> list[str]:
     return deleted
 
 
+def _ref(obj: dict, controller: bool = True) -> dict:
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": controller, "blockOwnerDeletion": True}
+
+
+def _owned_pod(store: FakeStore, owner: dict, ns: str, name: str, gpus: int, labels: dict, node: str | None) -> dict:
+    pod = gpu_pod(ns, name, gpus, node=node, labels=labels)
+    pod["metadata"]["ownerReferences"] = [_ref(owner)]
+    return store.put("pods", pod)
+
+
+def training_job(store: FakeStore, ns: str, name: str, *, kind: str = "PyTorchJob", replicas: int = 1, gpus: int = 8,
+                 labels: dict | None = None, node: str | None = "gpu-0") -> list[dict]:
+    """A Kubeflow training job (kubeflow.org/v1) running `replicas` worker pods `<name>-worker-<i>`, each controlled by
+    the job and labelled as the training operator labels them. Returns the pods as stored."""
+    job = store.put(f"{kind.lower()}s", {
+        "metadata": {"name": name, "namespace": ns, "labels": dict(labels or {})},
+        "spec": {"runPolicy": {"cleanPodPolicy": "None", "suspend": False},
+                 f"{kind.removesuffix('Job').lower()}ReplicaSpecs": {"Worker": {"replicas": replicas}}},
+        "status": {"conditions": [{"type": "Running", "status": "True"}]}})
+    return [_owned_pod(store, job, ns, f"{name}-worker-{i}", gpus, {
+        "training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": str(i), "training.kubeflow.org/operator-name": "pytorchjob-controller"},
+        node) for i in range(replicas)]
+
+
+def jobset(store: FakeStore, ns: str, name: str, *, jobs: int = 1, gpus: int = 8, labels: dict | None = None,
+           node: str | None = "gpu-0") -> list[dict]:
+    """A JobSet (jobset.x-k8s.io/v1alpha2) with `jobs` child Jobs `<name>-workers-<i>` (controlled by it, one pod each,
+    labelled as the JobSet controller labels them). Returns the pods as stored."""
+    js = store.put("jobsets", {"metadata": {"name": name, "namespace": ns, "labels": dict(labels or {})},
+                               "spec": {"suspend": False, "replicatedJobs": [{"name": "workers", "replicas": jobs}]}})
+    pods = []
+    for i in range(jobs):
+        child = f"{name}-workers-{i}"
+        job = store.put("jobs", {"metadata": {"name": child, "namespace": ns, "ownerReferences": [_ref(js)],
+                                              "labels": {"jobset.sigs.k8s.io/jobset-name": name}},
+                                 "spec": {"suspend": False, "template": {"spec": {}}}, "status": {"active": 1}})
+        pods.append(_owned_pod(store, job, ns, f"{child}-0", gpus, {
+            "jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+            "batch.kubernetes.io/job-name": child, "job-name": child}, node))
+    return pods
+
+
+def ray_cluster(store: FakeStore, ns: str, name: str, *, gpu_workers: int = 1, gpus: int = 8,
+                owner: dict | None = None, node: str | None = "gpu-0") -> list[dict]:
+    """A RayCluster (ray.io/v1), controlled by `owner` (a RayJob) if given: a head pod without GPUs and `gpu_workers`
+    GPU worker pods, controlled by the cluster and labelled ray.io/cluster. Returns the pods as stored (head first)."""
+    meta: dict = {"name": name, "namespace": ns}
+    if owner is not None:
+        meta["ownerReferences"] = [_ref(owner)]
+    cluster = store.put("rayclusters", {"metadata": meta, "spec": {"headGroupSpec": {}, "workerGroupSpecs": [
+        {"groupName": "gpu", "replicas": gpu_workers}]}})
+    pods = [_owned_pod(store, cluster, ns, f"{name}-head", 0, {"ray.io/cluster": name, "ray.io/node-type": "head"},
+                       node)]
+    pods += [_owned_pod(store, cluster, ns, f"{name}-gpu-worker-{i}", gpus, {
+        "ray.io/cluster": name, "ray.io/node-type": "worker", "ray.io/group": "gpu"}, node)
+        for i in range(gpu_workers)]
+    return pods
+
+
+def ray_job(store: FakeStore, ns: str, name: str, *, gpu_workers: int = 1, gpus: int = 8, shutdown: bool = True,
+            labels: dict | None = None, node: str | None = "gpu-0") -> list[dict]:
+    """A RayJob (ray.io/v1) with the RayCluster it created, `<name>-raycluster`; returns the cluster's pods."""
+    rj = store.put("rayjobs", {"metadata": {"name": name, "namespace": ns, "labels": dict(labels or {})},
+                               "spec": {"entrypoint": "python train.py", "shutdownAfterJobFinishes": shutdown,
+                                        "suspend": False, "rayClusterSpec": {}},
+                               "status": {"jobDeploymentStatus": "Running"}})
+    return ray_cluster(store, ns, f"{name}-raycluster", gpu_workers=gpu_workers, gpus=gpus, owner=rj, node=node)
+
+
+def _delete_owned(store: FakeStore, uid: str) -> list[str]:
+    deleted = []
+    for pod in store.list("pods"):
+        if _owned_by(pod, uid) and "deletionTimestamp" not in pod["metadata"]:
+            store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+            deleted.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+    return deleted
+
+
+def run_training_operator(store: FakeStore) -> list[str]:
+    """The training operator's part on a job with spec.runPolicy.suspend (v1.7+): its pods (and services) are deleted
+    with their grace period, the job is kept with a Suspended condition. Returns the pods deleted."""
+    deleted = []
+    for kind in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"):
+        for job in store.list(f"{kind.lower()}s"):
+            if ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+                deleted += _delete_owned(store, job["metadata"]["uid"])
+    return deleted
+
+
+def run_jobset_controller(store: FakeStore) -> list[str]:
+    """The JobSet controller's part on a suspended JobSet: its child Jobs are suspended (the Job controller then deletes
+    their pods: run_job_controller). Returns the Jobs it suspended."""
+    suspended = []
+    for js in store.list("jobsets"):
+        if not (js.get("spec") or {}).get("suspend"):
+            continue
+        for job in store.list("jobs", js["metadata"]["namespace"]):
+            if _owned_by(job, js["metadata"]["uid"]) and not job["spec"].get("suspend"):
+                store.patch("jobs", job["metadata"]["namespace"], job["metadata"]["name"], {"spec": {"suspend": True}},
+                            "application/merge-patch+json")
+                suspended.append(f"{job['metadata']['namespace']}/{job['metadata']['name']}")
+    return suspended
+
+
+def run_kuberay(store: FakeStore) -> list[str]:
+    """KubeRay's part on a suspended RayJob: its RayCluster is deleted (and with it, by the garbage collector, the
+    cluster's pods, with their grace period). Returns the pods deleted."""
+    deleted = []
+    for rj in store.list("rayjobs"):
+        if not (rj.get("spec") or {}).get("suspend"):
+            continue
+        for cluster in store.list("rayclusters", rj["metadata"]["namespace"]):
+            if _owned_by(cluster, rj["metadata"]["uid"]):
+                deleted += _delete_owned(store, cluster["metadata"]["uid"])
+                store.delete("rayclusters", cluster["metadata"]["namespace"], cluster["metadata"]["name"])
+    return deleted
+
+
 def pod_asking(ns: str, name: str, requests: dict[str, str], *, node: str | None = "gpu-0", kind: str = "limits",
                **kw) -> dict:
     """A running pod whose one container asks for `requests` (as limits, or requests): e.g. a CPU pod

@@ -42,6 +42,12 @@ RESOURCES = (
     Resource("batch", "v1", "jobs", "Job"),
     Resource("apps", "v1", "statefulsets", "StatefulSet"),
     Resource("kubeflow.org", "v1", "notebooks", "Notebook", crd=True),  # Kubeflow's notebook controller's CRD
+    # The Kubeflow training operator's CRDs (spec.runPolicy.suspend), JobSet's and KubeRay's (spec.suspend).
+    *(Resource("kubeflow.org", "v1", f"{kind.lower()}s", kind, crd=True)
+      for kind in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")),
+    Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", crd=True),
+    Resource("ray.io", "v1", "rayclusters", "RayCluster", crd=True),
+    Resource("ray.io", "v1", "rayjobs", "RayJob", crd=True),
 )
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 

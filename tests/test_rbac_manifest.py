@@ -11,7 +11,16 @@ import yaml
 
 from agent.config.settings import Settings
 from tests.k8s_fake_api import _PATH, FakeKubernetesApi
-from tests.k8s_fake_cluster import batch_job, capi_pool, gpu_pod, kubeconfig, kubeflow_notebook
+from tests.k8s_fake_cluster import (
+    batch_job,
+    capi_pool,
+    gpu_pod,
+    jobset,
+    kubeconfig,
+    kubeflow_notebook,
+    ray_job,
+    training_job,
+)
 from tools.capi import capi_pools_from_settings
 from tools.k8s_notify import kubernetes_notifier_from_settings
 from tools.kubernetes import kubernetes_scheduler_from_settings
@@ -56,9 +65,12 @@ def test_the_default_file_grants_no_pod_delete_and_no_pool_write():
     assert _bound(RBAC) == set(_roles(RBAC)) == {"gpu-steward"}
     # A stop through the pod's owner (tools/k8s_owners.py) reads and patches exactly that owner: no delete, no
     # update (a patch of one field), nothing on other kinds of those groups.
-    owners = {g for g in grants if g[0] in ("batch", "apps", "kubeflow.org")}
+    owners = {g for g in grants if g[0] in ("batch", "apps", "kubeflow.org", "jobset.x-k8s.io", "ray.io")}
+    suspended = ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs", "notebooks")
     assert owners == {("batch", "jobs", "get"), ("batch", "jobs", "patch"), ("apps", "statefulsets", "get"),
-                      ("kubeflow.org", "notebooks", "get"), ("kubeflow.org", "notebooks", "patch")}
+                      *(("kubeflow.org", r, v) for r in suspended for v in ("get", "patch")),
+                      ("jobset.x-k8s.io", "jobsets", "get"), ("jobset.x-k8s.io", "jobsets", "patch"),
+                      ("ray.io", "rayclusters", "get"), ("ray.io", "rayjobs", "get"), ("ray.io", "rayjobs", "patch")}
 
 
 def test_level_3_and_level_4_are_opt_in_files_that_grant_them():
@@ -99,6 +111,9 @@ def api():
         server.store.put("jobs", batch_job("ml", job))
         server.store.put("pods", gpu_pod("ml", f"{job}-0", 1, node=nodes[2], owner=("Job", job)))
         kubeflow_notebook(server.store, "kf", f"nb-{job}", 1, node=nodes[2])
+        training_job(server.store, "ml", f"ft-{job}", gpus=1, node=nodes[2])  # ... a training job, JobSet, RayJob
+        jobset(server.store, "ml", f"js-{job}", gpus=1, node=nodes[2])
+        ray_job(server.store, "ml", f"rj-{job}", gpus=1, node=nodes[2])
     yield server
     server.stop()
 
@@ -116,16 +131,24 @@ def test_the_roles_cover_every_call_the_adapters_make(api, tmp_path):
     assert k8s.stop_job("ml/a", force=False, grace_s=30, reason="idle").status == "stopping"
     assert k8s.stop_job("ml/c-0", force=False, grace_s=30, reason="idle").status == "stopping"
     assert k8s.stop_job("kf/nb-c-0", force=False, grace_s=30, reason="idle").status == "stopping"
+    owned = ("ml/ft-c-worker-0", "ml/js-c-workers-0-0", "ml/rj-c-raycluster-gpu-worker-0")
+    for job in owned:
+        assert k8s.stop_job(job, force=False, grace_s=30, reason="idle").status == "stopping"
+        notes = [k8s.stop_note(j, "en") for j in k8s.list_jobs() if j.id == job]
+        assert notes and notes[0].startswith("How: the steward suspends")
     needed = _needed(api.requests)
-    assert {("batch", "jobs", "patch"), ("kubeflow.org", "notebooks", "patch"), ("apps", "statefulsets", "get")} <= needed
+    assert {("batch", "jobs", "patch"), ("kubeflow.org", "notebooks", "patch"), ("apps", "statefulsets", "get"),
+            ("kubeflow.org", "pytorchjobs", "patch"), ("jobset.x-k8s.io", "jobsets", "patch"),
+            ("ray.io", "rayclusters", "get"), ("ray.io", "rayjobs", "patch")} <= needed
     assert needed <= roles["gpu-steward"]
 
-    for job in ("ml/d-0", "kf/nb-d-0"):  # a forced stop follows the graceful one, its pod still terminating
+    for job in ("ml/d-0", "kf/nb-d-0", "ml/ft-d-worker-0", "ml/js-d-workers-0-0", "ml/rj-d-raycluster-gpu-worker-0"):  # a forced stop follows the graceful one, its pod still terminating
         assert k8s.stop_job(job, force=False, grace_s=30, reason="idle").status == "stopping"
         ns, name = job.split("/")
         api.store.delete("pods", ns, name, grace_s=3600)  # its controller deleted it: terminating
     api.requests.clear()
-    for job in ("ml/b", "ml/d-0", "kf/nb-d-0"):
+    for job in ("ml/b", "ml/d-0", "kf/nb-d-0", "ml/ft-d-worker-0", "ml/js-d-workers-0-0",
+                "ml/rj-d-raycluster-gpu-worker-0"):
         assert k8s.stop_job(job, force=True, grace_s=30, reason="zombie").status == "stopped"
     assert _needed(api.requests) <= roles["gpu-steward"] | roles["gpu-steward-force-reclaim"]
 

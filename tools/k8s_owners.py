@@ -17,10 +17,32 @@ Where the ecosystem has an agreed stop verb, KubernetesScheduler.stop_job uses i
 - A batch/v1 Job: `spec.suspend: true` (GA in Kubernetes 1.24; kubernetes.io/docs/concepts/workloads/controllers/job
   "Suspending a Job"): the Job controller deletes its active pods with their grace period and keeps the Job; the
   owner resumes it with `kubectl patch job NAME -n NS --type=merge -p '{"spec":{"suspend":false}}'`. Not when
-  another controller manages the Job's suspend field: a JobSet (it resumes its child Jobs) or Kueue (it resumes an
-  admitted Workload's Job): those stop through the JobSet or the Kueue Workload, which the steward does not patch.
+  another controller manages the Job's suspend field: a JobSet's child Job is stopped through its JobSet (below),
+  one that Kueue admits or another controller runs is evicted, with the advice (its Kueue Workload, its controller).
 
-Any other controller that replaces pods (a StatefulSet not from a Notebook, PyTorchJob, MPIJob, RayCluster, ...)
+- A Kubeflow training job (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob; kubeflow.org, the version
+  the pod's ownerReference names): `spec.runPolicy.suspend: true` (training-operator v1.7+, kubeflow/training-operator
+  pkg/controller.v1/common/job.go ReconcileJobs: a suspended job's pods, services and PodGroup are deleted whatever
+  its cleanPodPolicy, the job is kept with a Suspended condition, and resuming resets its startTime and creates the
+  replicas again). An MPIJob of the mpi-operator (kubeflow.org/v2beta1) has the same field. An MXJob is only
+  advised, as before.
+- A JobSet (the controller of the pod's Job; jobset.x-k8s.io): `spec.suspend: true`; the JobSet controller suspends
+  its child Jobs, whose controller deletes their pods, and resumes them when it is resumed.
+- A RayJob (the controller of the pod's RayCluster; ray.io/v1, KubeRay v1.0+): `spec.suspend: true`; KubeRay deletes
+  the RayCluster and the submitter Job and keeps the RayJob; resuming creates a cluster and submits the Ray job again
+  from its start. KubeRay refuses to suspend a RayJob whose shutdownAfterJobFinishes is false (ValidateRayJobSpec):
+  such a RayJob, and a RayCluster no RayJob controls, are evicted and advised.
+
+Not when another controller owns the suspend field, which it would set back: Kueue (the `kueue.x-k8s.io/queue-name`
+label resumes an admitted workload), a RayJob (over the RayCluster it created: the RayJob is stopped, never its
+cluster). Nor when the owner runs other pods than the one judged: pods of one controller are judged as one job
+(core.cluster.owner_gang_key), but a stop is asked pod by pod, so suspending the owner for one pod would stop
+siblings this stop was not asked for; the pod alone is evicted, and the result says how to stop the workload
+(shared_owner; for a RayJob the head and CPU-only pods of its cluster are not counted: the gang rule never lets an
+idle GPU worker's stop through while one of them works, agent/detectors/gang.py). A cluster that does not serve the
+owner's resource (404: the CRD is not installed) gets the eviction and the advice, and the result says so.
+
+Any other controller that replaces pods (a StatefulSet not from a Notebook, MXJob, a RayCluster of its own, ...)
 has no agreed stop verb the steward uses: its pod is evicted as before, and the stop result and the owner's
 warning say plainly that the controller starts it again and how the owner stops the workload. This module does
 no I/O: the calls are KubernetesScheduler's.
@@ -28,6 +50,7 @@ no I/O: the calls are KubernetesScheduler's.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -39,6 +62,9 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 MERGE_PATCH = "application/merge-patch+json"  # what a CRD accepts (no strategic merge patch), and a Job too
 # The Kubeflow training operator's jobs (kubeflow.org) and the MPI operator's: suspended through spec.runPolicy.
 TRAINING_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "MXJob")
+# Those the steward suspends: the training operator (v1.7+) honours runPolicy.suspend for them (an MXJob is advised).
+SUSPENDED_TRAINING = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+TRAINING_GROUP = "kubeflow.org"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a DNS-1123 name: safe to quote in a shell command
 
 
@@ -76,6 +102,28 @@ class OwnerResource:
 JOBS = OwnerResource("batch", "jobs", "Job")
 STATEFULSETS = OwnerResource("apps", "statefulsets", "StatefulSet")
 NOTEBOOKS = OwnerResource("kubeflow.org", "notebooks", "Notebook")
+JOBSETS = OwnerResource("jobset.x-k8s.io", "jobsets", "JobSet")
+RAYCLUSTERS = OwnerResource("ray.io", "rayclusters", "RayCluster")  # read only: its RayJob is what is suspended
+RAYJOBS = OwnerResource("ray.io", "rayjobs", "RayJob")
+TRAINING = {kind: OwnerResource(TRAINING_GROUP, f"{kind.lower()}s", kind) for kind in SUSPENDED_TRAINING}
+# Resources a cluster may not serve (a CRD not installed): then the pod is evicted, with the advice, as before.
+OPTIONAL = (JOBSETS, RAYCLUSTERS, RAYJOBS, *TRAINING.values())
+
+
+def suspend_path(kind: str) -> tuple[str, ...]:
+    """Where the owner's suspend field is: spec.runPolicy.suspend for a training job, else spec.suspend."""
+    return ("spec", "runPolicy", "suspend") if kind in SUSPENDED_TRAINING else ("spec", "suspend")
+
+
+def _field(kind: str) -> str:
+    return ".".join(suspend_path(kind))
+
+
+def _nested(path: tuple[str, ...], value: object) -> dict:
+    out: dict = {path[-1]: value}
+    for key in reversed(path[:-1]):
+        out = {key: out}
+    return out
 
 
 def controller_ref(meta: dict) -> OwnerRef | None:
@@ -88,14 +136,19 @@ def controller_ref(meta: dict) -> OwnerRef | None:
 
 
 def route(pod_meta: dict) -> tuple[str, OwnerRef | None]:
-    """How a pod is stopped: ("job", its Job), ("statefulset", the StatefulSet a Kubeflow notebook runs in: its
-    Notebook is read from it), ("notebook", a Notebook owning the pod directly), else ("evict", its controller or
-    None)."""
+    """How a pod is stopped: ("job", its Job, or the JobSet above it), ("statefulset", the StatefulSet a Kubeflow
+    notebook runs in: its Notebook is read from it), ("notebook", a Notebook owning the pod directly), ("training",
+    a training job owning it), ("raycluster", the RayCluster it runs in: its RayJob is read from it), else ("evict",
+    its controller or None)."""
     ref = controller_ref(pod_meta)
     if ref is None:
         return "evict", None
     if ref.kind == "Job" and ref.group == "batch":
         return "job", ref
+    if ref.kind in SUSPENDED_TRAINING and ref.group == TRAINING_GROUP:
+        return "training", ref
+    if ref.kind == "RayCluster" and ref.group == RAYCLUSTERS.group:
+        return "raycluster", ref
     if ref.kind == "StatefulSet" and ref.group == "apps" and "notebook-name" in (pod_meta.get("labels") or {}):
         return "statefulset", ref
     if ref.kind == "Notebook" and ref.group == NOTEBOOKS.group:
@@ -108,6 +161,50 @@ def notebook_of(statefulset: dict) -> OwnerRef | None:
     serves: the controller wrote it), else None."""
     ref = controller_ref(statefulset.get("metadata") or {})
     return ref if ref is not None and ref.kind == "Notebook" and ref.group == NOTEBOOKS.group else None
+
+
+def jobset_of(job: dict) -> OwnerRef | None:
+    """The JobSet controlling a Job (at the version its ownerReference names), else None."""
+    ref = controller_ref(job.get("metadata") or {})
+    return ref if ref is not None and ref.kind == "JobSet" and ref.group == JOBSETS.group else None
+
+
+def rayjob_of(cluster: dict) -> OwnerRef | None:
+    """The RayJob controlling a RayCluster (it created the cluster and owns its lifecycle), else None."""
+    ref = controller_ref(cluster.get("metadata") or {})
+    return ref if ref is not None and ref.kind == "RayJob" and ref.group == RAYJOBS.group else None
+
+
+def managed_owner(kind: str, obj: dict) -> str | None:
+    """Why a JobSet's, training job's or RayJob's suspend field is another controller's, or is refused by its own
+    (KubeRay), so that the steward does not patch it; else None."""
+    meta = obj.get("metadata") or {}
+    ns, name = meta.get("namespace", "default"), str(meta.get("name") or "NAME")
+    if KUEUE_QUEUE in (meta.get("labels") or {}) or KUEUE_QUEUE in (meta.get("annotations") or {}):
+        return (f"its {kind} {ns}/{name} is queued by Kueue, which resumes an admitted workload: to stop the "
+                f"workload, deactivate its Workload (kubectl get workloads -n {ns}; spec.active=false)")
+    spec = obj.get("spec") or {}
+    if kind == "RayJob" and (not spec.get("shutdownAfterJobFinishes") or spec.get("clusterSelector")):
+        return (f"KubeRay does not suspend RayJob {ns}/{name} (only one with shutdownAfterJobFinishes: true and its "
+                f"own cluster): to free the GPUs, delete it (kubectl delete rayjob {_q(name)} -n {_q(ns)})")
+    return None
+
+
+def shared_owner(kind: str, obj: dict, pods: int | None) -> str | None:
+    """Why suspending a JobSet, training job or RayJob would stop more than the pod judged: it runs other pods (for
+    a RayJob, other GPU pods), else None; `pods` as listed now (None: the listing failed). Then the pod alone is
+    evicted, and its controller starts it again: said, with how the owner stops the workload."""
+    meta = obj.get("metadata") or {}
+    ns, name = meta.get("namespace", "default"), str(meta.get("name") or "NAME")
+    how = _how_to_stop(kind, name, ns, "en")
+    if pods is None:
+        return (f"the pods of its {kind} {ns}/{name} could not be listed: this pod alone is evicted and its "
+                f"{kind} starts it again; {how}")
+    if pods <= 1:
+        return None
+    what = "GPU pods" if kind == "RayJob" else "pods"
+    return (f"its {kind} {ns}/{name} runs {pods} {what}, judged one by one: suspending it would stop them all, so "
+            f"this pod alone is evicted and the {kind} starts it again; {how}")
 
 
 def managed_job(job: dict) -> str | None:
@@ -150,9 +247,12 @@ def evicted_job_note(why: str, language: str) -> str:
 
 def stopped_since(kind: str, obj: dict) -> str | None:
     """When the owner was already stopped (its annotation's time, "" when unknown), else None."""
-    if kind == "Job":
-        return "" if (obj.get("spec") or {}).get("suspend") else None
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(NOTEBOOK_STOPPED)
+    if kind == "Notebook":
+        return ((obj.get("metadata") or {}).get("annotations") or {}).get(NOTEBOOK_STOPPED)
+    value: object = obj
+    for key in suspend_path(kind):
+        value = value.get(key) if isinstance(value, dict) else None
+    return "" if value is True else None
 
 
 def stop_patch(kind: str, obj: dict, stamp: str) -> dict:
@@ -160,9 +260,9 @@ def stop_patch(kind: str, obj: dict, stamp: str) -> dict:
     for a namesake created since or an object changed since it was read."""
     meta = obj.get("metadata") or {}
     guard: dict = {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
-    if kind == "Job":
-        return {"metadata": guard, "spec": {"suspend": True}}
-    return {"metadata": {**guard, "annotations": {NOTEBOOK_STOPPED: stamp}}}
+    if kind == "Notebook":
+        return {"metadata": {**guard, "annotations": {NOTEBOOK_STOPPED: stamp}}}
+    return {"metadata": guard, **_nested(suspend_path(kind), True)}
 
 
 def _q(name: str) -> str:
@@ -170,28 +270,81 @@ def _q(name: str) -> str:
 
 
 def _cmd_jobset(name: str, ns: str) -> str:
-    return f"""kubectl patch jobset {_q(name)} -n {_q(ns)} --type=merge -p '{{"spec":{{"suspend":true}}}}'"""
+    return _cmd_suspend("JobSet", name, ns, True)
 
 
 def resume_command(kind: str, name: str, ns: str) -> str:
     """What the owner runs to undo the steward's stop."""
-    if kind == "Job":
-        return f"""kubectl patch job {_q(name)} -n {_q(ns)} --type=merge -p '{{"spec":{{"suspend":false}}}}'"""
-    return f"kubectl annotate notebook {_q(name)} -n {_q(ns)} {NOTEBOOK_STOPPED}-"
+    if kind == "Notebook":
+        return f"kubectl annotate notebook {_q(name)} -n {_q(ns)} {NOTEBOOK_STOPPED}-"
+    return _cmd_suspend(kind, name, ns, False)
+
+
+def _cmd_suspend(kind: str, name: str, ns: str, suspend: bool) -> str:
+    body = json.dumps(_nested(suspend_path(kind), suspend), separators=(",", ":"))
+    return f"kubectl patch {kind.lower()} {_q(name)} -n {_q(ns)} --type=merge -p '{body}'"
+
+
+# What each suspend-stopped owner's controller does with its pods, and what resuming does (stopped_text, suspend_note).
+_ON_SUSPEND = {
+    "Job": ("the Job controller deletes its pods with their grace period and keeps the Job", ""),
+    "JobSet": ("the JobSet controller suspends its child Jobs, whose pods are deleted with their grace period, and keeps "
+               "the JobSet", ""),
+    "RayJob": ("KubeRay deletes its RayCluster and submitter Job and keeps the RayJob",
+               "; resuming creates a new cluster and submits the Ray job again from its start"),
+}
+_TRAINING_ON_SUSPEND = ("the training operator deletes its pods and services and keeps the {kind}",
+                        "; resuming creates its replicas again (training continues from the job's own checkpoints)")
+_ON_SUSPEND_ZH = {
+    "Job": ("`Job` 控制器按 Pod 自身的宽限期停止其 Pod，`Job` 本身保留", ""),
+    "JobSet": ("`JobSet` 控制器暂停其子 `Job`，其 Pod 按宽限期停止，`JobSet` 本身保留", ""),
+    "RayJob": ("`KubeRay` 删除其 `RayCluster` 和提交用的 `Job`，`RayJob` 本身保留",
+               "；恢复后会新建集群并从头重新提交该作业"),
+}
+_TRAINING_ON_SUSPEND_ZH = ("训练作业控制器删除其 Pod 和服务，`{kind}` 本身保留",
+                           "；恢复后重新创建各副本（训练从作业自己的检查点继续）")
+
+
+def _on_suspend(kind: str, language: str = "en") -> tuple[str, str]:
+    if language == "zh":
+        done, resumed = _ON_SUSPEND_ZH.get(kind, _TRAINING_ON_SUSPEND_ZH)
+    else:
+        done, resumed = _ON_SUSPEND.get(kind, _TRAINING_ON_SUSPEND)
+    return done.format(kind=kind), resumed
 
 
 def stopped_text(kind: str, name: str, ns: str, uid: str, stamp: str | None) -> str:
     """A stop result's detail for a stop through the owner (stamp None: it was already stopped, nothing patched)."""
-    if kind == "Job":
-        head = (f"Job {ns}/{name} (uid {uid}) was already suspended; nothing patched" if stamp is None else
-                f"Job {ns}/{name} (uid {uid}) suspended (spec.suspend=true)")
-        return (f"{head}: the Job controller deletes its pods with their grace period and keeps the Job; "
-                f"resume with `{resume_command(kind, name, ns)}`")
+    if kind != "Notebook":
+        done, resumed = _on_suspend(kind)
+        head = (f"{kind} {ns}/{name} (uid {uid}) was already suspended; nothing patched" if stamp is None else
+                f"{kind} {ns}/{name} (uid {uid}) suspended ({_field(kind)}=true)")
+        return f"{head}: {done}{resumed}; resume with `{resume_command(kind, name, ns)}`"
     head = (f"Notebook {ns}/{name} (uid {uid}) was already stopped ({NOTEBOOK_STOPPED}); nothing patched"
             if stamp is None else
             f"Notebook {ns}/{name} (uid {uid}) stopped as Kubeflow's idle culler does ({NOTEBOOK_STOPPED}={stamp})")
     return (f"{head}: the notebook controller scales its StatefulSet to 0 and its volumes keep the work; the owner "
             f"starts it again from the Kubeflow notebooks page, or `{resume_command(kind, name, ns)}`")
+
+
+def suspend_note(kind: str, name: str, ns: str, language: str) -> str:
+    """The owner's warning for a pod stopped by suspending its JobSet, training job or RayJob: how, and how to
+    resume."""
+    cmd = resume_command(kind, name, ns)
+    if language == "zh":
+        done, resumed = _on_suspend(kind, "zh")
+        return f"停止方式：暂停其 `{kind}` `{ns}/{name}`（`{_field(kind)}=true`），{done}{resumed}。恢复：`{cmd}`。"
+    done, resumed = _on_suspend(kind)
+    return (f"How: the steward suspends its {kind} {ns}/{name} ({_field(kind)}=true): {done}{resumed}. "
+            f"To resume: `{cmd}`.")
+
+
+def evicted_owner_note(kind: str, why: str, language: str) -> str:
+    """The owner's warning for a pod of a JobSet, training job or RayJob that is evicted rather than stopped through
+    its owner, and why (with how the owner stops the workload)."""
+    if language == "zh":
+        return f"注意：steward 只驱逐该 Pod，其 `{kind}` 会重新创建它，只能暂时释放 GPU（{why}）。"
+    return f"Note: the steward evicts this pod only, and its {kind} starts it again, freeing the GPUs only for a while ({why})."
 
 
 def replaced_note(pod_meta: dict) -> str:
@@ -208,15 +361,19 @@ def replaced_note(pod_meta: dict) -> str:
     return f"its {ref.kind} {ns}/{name} starts a replacement pod: {_how_to_stop(ref.kind, name, ns, 'en')}"
 
 
+def how_to_stop(kind: str, name: str, ns: str) -> str:
+    """How the owner stops a workload whose controller the steward did not stop (English, for a stop result)."""
+    return _how_to_stop(kind, name, ns, "en")
+
+
 def _how_to_stop(kind: str, name: str, ns: str, language: str) -> str:
     """How the owner stops a workload whose controller the steward does not stop."""
     zh = language == "zh"
     if kind == "StatefulSet":
         cmd = f"kubectl scale statefulset {_q(name)} -n {_q(ns)} --replicas=0"
         return f"要释放 GPU，请将其缩容到零：`{cmd}`" if zh else f"to free the GPUs, scale it to zero: `{cmd}`"
-    if kind in TRAINING_KINDS:
-        cmd = (f"kubectl patch {kind.lower()} {_q(name)} -n {_q(ns)} --type=merge "
-               """-p '{"spec":{"runPolicy":{"suspend":true}}}'""")
+    if kind in TRAINING_KINDS or kind == "RayJob":
+        cmd = _cmd_suspend(kind, name, ns, True)
         return f"要停止它，请暂停该作业：`{cmd}`" if zh else f"to stop it, suspend it: `{cmd}`"
     if kind == "RayCluster":
         return ("要停止它，请暂停创建它的 `RayJob`（`spec.suspend: true`）或删除该 `RayCluster`" if zh

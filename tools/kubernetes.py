@@ -14,20 +14,33 @@ from core.cluster import CordonResult, FinishedJob, JobInfo, LogLine, NodeInfo, 
 from tools.k8s_owners import (
     JOBS,
     JOBSET_NAME,
+    JOBSETS,
     NOTEBOOKS,
+    OPTIONAL,
+    RAYCLUSTERS,
+    RAYJOBS,
     STATEFULSETS,
+    TRAINING,
     OwnerRef,
     OwnerResource,
+    controller_ref,
     evicted_job_note,
+    evicted_owner_note,
+    how_to_stop,
+    jobset_of,
     managed_job,
+    managed_owner,
     notebook_of,
+    rayjob_of,
     replaced_note,
     route,
     shared_job,
+    shared_owner,
     stop_note,
     stop_patch,
     stopped_since,
     stopped_text,
+    suspend_note,
 )
 from tools.k8s_pods import (
     ACTIVE_PODS,
@@ -252,9 +265,10 @@ class KubernetesScheduler:
                           detail=f"evicted; terminating with a {int(grace_s)}s grace period{tail}")
 
     def stop_note(self, job: JobInfo, language: str) -> str:
-        """For the owner's warning: how this backend stops the job and how to undo it (tools/k8s_owners.py). A Job's
-        pod is stopped through its Job only when the Job is the steward's to suspend and runs this pod alone: the
-        Job is read, as the stop will read it (a Job that cannot be read is described as the listing shows it)."""
+        """For the owner's warning: how this backend stops the job and how to undo it (tools/k8s_owners.py). A pod is
+        stopped through its Job, JobSet, training job or RayJob only when that owner is the steward's to suspend and
+        runs this pod alone: the owner is read, as the stop will read it (one that cannot be read is described as the
+        listing shows it)."""
         if job.owner_kind == "Job" and not job.labels.get(JOBSET_NAME):
             name = job.labels.get("batch.kubernetes.io/job-name") or job.labels.get("job-name")
             if name:
@@ -265,7 +279,34 @@ class KubernetesScheduler:
                     owner = None
                 if owner is not None and (why := managed_job(owner) or shared_job(owner, self._job_pods(owner))):
                     return evicted_job_note(why, language)
+            return stop_note(job, language)
+        if job.owner_kind in ("Job", "RayCluster", *TRAINING):
+            try:
+                note = self._suspend_note(job, language)
+            except Exception:  # noqa: BLE001 - the warning still goes out, described from the listing
+                note = None
+            if note is not None:
+                return note
         return stop_note(job, language)
+
+    def _suspend_note(self, job: JobInfo, language: str) -> str | None:
+        """The warning for a pod of a JobSet, training job or RayJob, from the owner the stop would suspend (None:
+        not found out; the listing describes it)."""
+        pod = self._json("read_namespaced_pod", job.name, job.namespace)
+        way, ref = route(pod.get("metadata") or {})
+        if ref is None or way not in ("job", "training", "raycluster"):
+            return None
+        target = self._target("", pod, way, ref)
+        if not isinstance(target, tuple):
+            return None
+        res, owner_ref = target
+        owner = self._read_owner("", res, owner_ref, job.namespace)
+        if not isinstance(owner, dict):
+            return None
+        if (why := self._not_suspended(res, owner, pod)) is not None:
+            return evicted_job_note(why, language) if res is JOBS else evicted_owner_note(res.kind, why, language)
+        return stop_note(job, language) if res is JOBS else suspend_note(res.kind, owner_ref.name, job.namespace,
+                                                                           language)
 
     @cached_property
     def _objects(self) -> Any:
@@ -281,22 +322,57 @@ class KubernetesScheduler:
                                               _request_timeout=self.request_timeout_s, **kwargs)
         return json.loads(resp.data)
 
-    def _stop_owner(self, job_id: str, pod: dict, way: str, ref: OwnerRef, *, force: bool,
-                    pre: Any) -> StopResult | str:
-        """Stop the pod's Job or Notebook (the one its ownerReference's uid names); a StopResult, or a note when the
-        pod is to be evicted after all (its owner is gone, or another controller manages its owner)."""
-
+    def _target(self, job_id: str, pod: dict, way: str,
+                ref: OwnerRef) -> tuple[OwnerResource, OwnerRef] | StopResult | str:
+        """The object a stop patches, and the resource it is served as: the Notebook a notebook's StatefulSet names,
+        the JobSet above a Job, the RayJob that created a RayCluster (each named by its controller's ownerReference,
+        uid and version), else the pod's own controller; a StopResult, or a note when the pod is to be evicted."""
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace", "default")
-        res = JOBS if way == "job" else NOTEBOOKS
         if way == "statefulset":  # a Kubeflow notebook's pod: its StatefulSet names the Notebook (and its version)
             sts = self._read_owner(job_id, STATEFULSETS, ref, ns)
             if not isinstance(sts, dict):
                 return sts
             notebook = notebook_of(sts)
-            if notebook is None:
-                return replaced_note(meta)
-            ref = notebook
+            return (NOTEBOOKS, notebook) if notebook is not None else replaced_note(meta)
+        if way == "raycluster":  # a RayJob's cluster: the RayJob is stopped, never the cluster it manages
+            cluster = self._read_owner(job_id, RAYCLUSTERS, ref, ns)
+            if not isinstance(cluster, dict):
+                return cluster
+            rayjob = rayjob_of(cluster)
+            return (RAYJOBS, rayjob) if rayjob is not None else replaced_note(meta)
+        if way == "training":
+            return TRAINING[ref.kind], ref
+        if way == "job" and (meta.get("labels") or {}).get(JOBSET_NAME):  # a JobSet's pod: its Job names the JobSet
+            job = self._read_owner(job_id, JOBS, ref, ns)
+            if not isinstance(job, dict):
+                return job
+            jobset = jobset_of(job)
+            if jobset is not None:
+                return JOBSETS, jobset
+        return (JOBS if way == "job" else NOTEBOOKS), ref
+
+    def _not_suspended(self, res: OwnerResource, owner: dict, pod: dict) -> str | None:
+        """Why the owner is not the steward's to suspend for this pod (another controller owns its suspend field, or
+        it runs other pods than the one judged): the pod alone is evicted, and this says why. None: suspend it."""
+        if res is JOBS:
+            return managed_job(owner) or shared_job(owner, self._job_pods(owner))
+        if res is NOTEBOOKS:
+            return None
+        return managed_owner(res.kind, owner) or shared_owner(res.kind, owner, self._owner_pods(res, owner, pod))
+
+    def _stop_owner(self, job_id: str, pod: dict, way: str, ref: OwnerRef, *, force: bool,
+                    pre: Any) -> StopResult | str:
+        """Stop the pod's owner (tools/k8s_owners.py: the one its ownerReferences name by uid); a StopResult, or a
+        note when the pod is to be evicted after all (its owner is gone, or not the steward's to suspend, or its
+        resource not served)."""
+
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace", "default")
+        target = self._target(job_id, pod, way, ref)
+        if not isinstance(target, tuple):
+            return target
+        res, ref = target
         if force:
             return self._force_after_owner(job_id, pod, res, ref, pre)
         stamp: str | None = None
@@ -305,8 +381,8 @@ class KubernetesScheduler:
             owner = self._read_owner(job_id, res, ref, ns)
             if not isinstance(owner, dict):
                 return owner
-            if res is JOBS and (managed := managed_job(owner) or shared_job(owner, self._job_pods(owner))):
-                return managed
+            if (alone := self._not_suspended(res, owner, pod)) is not None:
+                return alone
             if stopped_since(res.kind, owner) is not None:
                 stamp = None  # already stopped: said so, nothing patched
                 break
@@ -327,6 +403,26 @@ class KubernetesScheduler:
         pending = (pod.get("status") or {}).get("phase") == "Pending"
         return StopResult(job=job_id, status="stopped" if pending else "stopping", detail=text)
 
+    def _owner_pods(self, res: OwnerResource, owner: dict, pod: dict) -> int | None:
+        """The active pods a suspend of `owner` would stop, as listed now (None: the listing failed): a training
+        job's pods (owned by its uid), a JobSet's (labelled with its name, across its child Jobs), a RayJob's GPU
+        pods (its cluster's head and CPU-only workers are its plumbing, agent/detectors/gang.py)."""
+        meta = owner.get("metadata") or {}
+        ns = meta.get("namespace", "default")
+        selector = f"{JOBSET_NAME}={meta.get('name')}" if res is JOBSETS else None
+        try:
+            items = self._json("list_namespaced_pod", ns, field_selector=ACTIVE_PODS,
+                               **({"label_selector": selector} if selector else {})).get("items") or []
+        except Exception:  # noqa: BLE001 - not known to be alone: the caller evicts the pod alone
+            return None
+        if res is JOBSETS:
+            return len(items)
+        cluster = controller_ref(pod.get("metadata") or {})
+        uid = cluster.uid if res is RAYJOBS and cluster is not None else meta.get("uid")
+        return sum(1 for p in items
+                   if any(r.get("uid") == uid for r in (p.get("metadata") or {}).get("ownerReferences") or [])
+                   and (res is not RAYJOBS or pod_gpus(p, self.reading.gpu_resource) > 0))
+
     def _job_pods(self, job: dict) -> int | None:
         """The Job's active pods (running or pending, owned by its uid) as listed now; None when the listing failed."""
         meta = job.get("metadata") or {}
@@ -344,8 +440,8 @@ class KubernetesScheduler:
         """A forced stop never patches the owner: it deletes, with no grace, only a pod that is terminating because
         its owner is still stopped. An owner resumed since the graceful stop (its owner's command in the warning) is
         the owner's decision; a pod the owner's stop never reached (its controller down) never got SIGTERM, so it
-        cannot have ignored it. A Job's pod that was evicted alone (another controller's Job, or one running other
-        pods) is forced like any evicted pod."""
+        cannot have ignored it. A pod that was evicted alone (its owner another controller's to suspend, or running
+        other pods) is forced like any evicted pod."""
         from kubernetes import client
 
         meta = pod.get("metadata") or {}
@@ -353,7 +449,7 @@ class KubernetesScheduler:
         owner = self._read_owner(job_id, res, ref, ns)
         if not isinstance(owner, dict):
             return owner
-        if res is JOBS and (alone := managed_job(owner) or shared_job(owner, self._job_pods(owner))):
+        if (alone := self._not_suspended(res, owner, pod)) is not None:
             return alone
         name = f"{res.kind} {ns}/{ref.name}"
         if stopped_since(res.kind, owner) is None:
@@ -397,12 +493,16 @@ class KubernetesScheduler:
         undone = f"evicting the pod instead would only have its {ref.kind} start it again"
         if code == 404 and not_found_name(exc) == ref.name:
             return f"its {what} no longer exists, so nothing starts the pod again"
+        if code == 404 and res in OPTIONAL:  # the CRD is not installed (or not at this version): evicted, as before
+            return (f"the cluster does not serve {res.plural}.{res.group}/{ref.version} (HTTP 404: "
+                    f"{api_message(exc)}), so its {what} could not be stopped through it: this pod alone is evicted "
+                    f"and its {ref.kind} may start it again; {how_to_stop(ref.kind, ref.name, ns)}")
         if code == 404:
             return StopResult(job=job_id, status="error", detail=f"the cluster does not serve {res.plural}."
                               f"{res.group}/{ref.version} (HTTP 404: {api_message(exc)}), so the {what} that owns "
                               f"the pod cannot be stopped; {undone}: nothing was stopped")
         if code == 403:
-            verbs = "get" if res is STATEFULSETS else "get, patch"
+            verbs = "get" if res in (STATEFULSETS, RAYCLUSTERS) else "get, patch"
             return StopResult(job=job_id, status="error", detail=f"not allowed to {verb} {res.plural}.{res.group} "
                               f"(HTTP 403: {api_message(exc)}): add the rule {res.rule(verbs)} to the steward's "
                               f"ClusterRole (deploy/kubernetes/base/rbac.yaml); {undone}: nothing was stopped")

@@ -247,14 +247,18 @@ def test_dingtalk_never_answers_an_approval_and_a_captured_callback_is_never_tak
 
 def test_dingtalk_checks_the_signature_before_reading_the_body():
     """Finding 4: a bad signature is 401 whatever the body (it is not parsed: no 422 for junk); a bad body with
-    a good signature is 422; fields are bounded."""
+    a good signature is 422; fields are bounded (a text over the limit is answered with a reply naming it)."""
     world = World()
     junk = b"\xff{not json"
     assert world.client.post("/webhooks/dingtalk", content=junk, headers={"timestamp": "1", "sign": "x"}).status_code == 401
     headers, _ = world.signed("staff-alice", "hi")
     assert world.client.post("/webhooks/dingtalk", content=junk, headers=headers).status_code == 422
     headers, body = world.signed("staff-alice", "x" * 5000)
-    assert world.client.post("/webhooks/dingtalk", json=body, headers=headers).status_code == 422
+    too_long = world.client.post("/webhooks/dingtalk", json=body, headers=headers)
+    assert too_long.status_code == 200 and "at most 4000 characters" in too_long.json()["text"]["content"]
+    headers, nick = world.signed("staff-alice", "hi")
+    nick["senderNick"] = "n" * 300
+    assert world.client.post("/webhooks/dingtalk", json=nick, headers=headers).status_code == 422
     ts = str(int(world.now * 1000))
     for bad in ({"timestamp": ts, "sign": b"\xff" * 44}, {"timestamp": "nan", "sign": "x"}, {"timestamp": f" {ts}",
                                                                                          "sign": "x"}):
@@ -386,3 +390,77 @@ def test_a_store_that_cannot_be_written_takes_no_callback_and_no_link(tmp_path):
     assert world.say("staff-alice", "hello").status_code == 200
     assert world.client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 200
     assert world.deps.approvals.get(approval.id).status == "denied"
+
+
+def test_a_link_whose_answer_was_not_taken_still_answers_once_the_store_is_back(tmp_path):
+    """The approval store locked (another writer, a backup): the link's answer is not taken (503, naming the cause,
+    "the request stays open"), its nonce is given back, and the same button answers once the store is back (it was
+    410 "link already used": spent before the answer was recorded)."""
+    import sqlite3
+
+    from pydantic import SecretStr
+
+    from server import chatops_wiring, create_app
+    from tests.test_server_api import START, advance, settings_for
+
+    settings = settings_for(tmp_path, wecom_token=SecretStr("wecom-token"), wecom_aes_key=SecretStr("a" * 43),
+                            wecom_corp_id="ww-corp", chatops_link_secret=SecretStr(secrets.token_urlsafe(24)),
+                            chatops_public_url="http://localhost", chatops_approvers=["lead"])
+    routers, _ = chatops_wiring(settings)
+    app = create_app(settings, speed=0, start_s=START, run_scheduler=False, extra_routers=routers)
+    with TestClient(app, base_url="http://localhost") as client:
+        advance(client, 300)
+        approval_id = client.post("/api/sweeps").json()["approvals_opened"][0]
+        token = routers[0].links.token(approval_id, "approve", time.time())  # the card's Approve button
+        store = app.state.runtime.deps.approvals
+
+        holder = sqlite3.connect(tmp_path / "approvals.sqlite", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the approval store (a backup, a CLI answer)
+        try:
+            first = client.post("/chatops/approve", data={"token": token, "by": "lead"})
+        finally:
+            holder.rollback()
+            holder.close()
+        assert store.get(approval_id).status == "pending"
+        # 503 (the store cannot be written), as the API and the callbacks answer; not a 409 conflict
+        assert first.status_code == 503, first.status_code
+        assert "stays open" in first.text and "仍待处理" in first.text and "locked" in first.text
+
+        again = client.post("/chatops/approve", data={"token": token, "by": "lead"})
+        assert again.status_code == 200, again.text[-200:]
+        assert store.get(approval_id).status == "approved"
+        assert client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 410  # once only
+
+
+def test_a_link_used_by_someone_who_is_not_an_approver_is_audited_like_every_other_refused_answer():
+    """A genuine link (a card forwarded outside the approvers' group) tried under a name that is not an approver:
+    refused (403) and audited as approval / refused_answer, as a viewer's API answer and a WeCom or DingTalk
+    non-approver are; the link stays usable by an approver."""
+    world = World(approvers=("lead",))
+    approval = world.pending_force_kill()  # a level-3 forced stop waits for a human
+    token = world.links.token(approval.id, "approve", NOW)
+    refused = world.client.post("/chatops/approve", data={"token": token, "by": "mallory",
+                                                          "reason": "forwarded to me"})
+    assert refused.status_code == 403 and world.deps.approvals.get(approval.id).status == "pending"
+    nameless = world.client.post("/chatops/approve", data={"token": token})
+    assert nameless.status_code == 403
+
+    attempts = [e for e in world.deps.audit.entries(kind="approval", limit=100)
+                if e.status == "refused_answer" and e.data.get("approval_id") == approval.id]
+    assert len(attempts) == 2, attempts
+    mallory = [e for e in attempts if e.data.get("claimed_sender") == "mallory"]
+    assert mallory and "mallory" in (mallory[0].reason or "") and mallory[0].data["decision"] == "approve"
+    assert world.client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 200
+
+
+def test_an_over_long_dingtalk_message_gets_a_reply_naming_the_limit_like_wecom():
+    """A message over 4000 characters (a `keep` with a pasted log) is answered with a reply naming the limit, in
+    both languages, as WeCom answers it; a 422 to DingTalk's server showed the person nothing."""
+    world = World()
+    reply = world.say("staff-alice", "keep 4h ml-team/notebook demo tonight, context: " + "x" * 4100)
+    assert reply.status_code == 200, f"{reply.status_code} {reply.text[:200]} (DingTalk shows nothing for a non-200)"
+    text = reply.json()["text"]["content"]
+    assert "at most 4000 characters" in text and "最多 4000 个字符" in text, text
+    assert world.deps.audit.entries(kind="exemption") == []  # and nothing was done
+    exactly = world.say("staff-alice", "keep 4h ml-team/notebook " + "y" * (4000 - len("keep 4h ml-team/notebook ")))
+    assert exactly.status_code == 200 and "4000" not in exactly.json()["text"]["content"]

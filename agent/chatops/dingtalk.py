@@ -81,7 +81,9 @@ class DingTalkRobot:
 class OutgoingText(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    content: str = Field("", max_length=MAX_TEXT_CHARS)
+    # No max_length here: the body is bounded by the server's body limit, and a message over MAX_TEXT_CHARS is
+    # answered with a reply naming the limit (the router), not refused with a 422 DingTalk shows to nobody.
+    content: str = ""
 
 
 class OutgoingMessage(BaseModel):

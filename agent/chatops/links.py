@@ -8,6 +8,7 @@ capability (see docs/chatops.md for the threat model); a nonce is spent on first
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -118,3 +119,9 @@ class UsedNonces:
                 raise StoreUnavailable(classify(exc, self.path)) from exc
             if cur.rowcount != 1:
                 raise LinkRefused("link already used")
+
+    def forget(self, nonce: str) -> None:
+        """Give back a nonce whose answer was not taken (the approval store could not be written): the same link
+        then works once the store is back. Best effort: a store that cannot be written keeps it spent."""
+        with self._lock, contextlib.suppress(*DB_ERRORS):
+            self._conn.execute("DELETE FROM used_links WHERE nonce = ?", (nonce,))

@@ -18,11 +18,11 @@ from starlette.concurrency import run_in_threadpool
 from agent.chatops import dingtalk, wecom
 from agent.chatops.commands import Answer, ChatCommands, StewardService
 from agent.chatops.directory import UserDirectory
-from agent.chatops.links import MAX_TOKEN_CHARS, ApprovalLinks, LinkRefused, UsedNonces
+from agent.chatops.links import MAX_TOKEN_CHARS, ApprovalLinks, LinkClaim, LinkRefused, UsedNonces
 from agent.chatops.replay import SeenCallbacks, StoreUnavailable
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
 from agent.config.settings import Settings
-from agent.records.approvals import ApprovalError
+from agent.records.approvals import ApprovalError, ApprovalUnavailable, audit_refused_answer
 
 WECOM_MAX_SKEW_S = 300.0
 WECOM_REPLAY_KEEP_S = 2 * WECOM_MAX_SKEW_S  # a timestamp seen now is accepted for at most this long
@@ -122,6 +122,8 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         except ValidationError as exc:
             raise HTTPException(422, f"not a DingTalk outgoing message: {exc.errors()[0]['msg']}") from None
         chat_id = body.senderStaffId or body.senderId
+        if len(body.content) > dingtalk.MAX_TEXT_CHARS:  # answered, not refused: DingTalk shows a non-200 to nobody
+            return JSONResponse(dingtalk.text_reply(too_long_reply()))
         reply = await taken_once(key, commands(request).handle, "dingtalk", chat_id, body.content)
         return JSONResponse(dingtalk.text_reply(reply))
 
@@ -174,15 +176,26 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
             raise HTTPException(400, f"not a WeCom message: {exc}") from None
         if message.msg_type != "text" or not message.content:
             return PlainTextResponse("")  # events and media: acknowledged, no reply
-        limit = dingtalk.MAX_TEXT_CHARS
-        if len(message.content) > limit:
-            reply = f"Not taken: a message has at most {limit} characters. / 未受理：消息最多 {limit} 个字符。"
+        if len(message.content) > dingtalk.MAX_TEXT_CHARS:
+            reply = too_long_reply()
         else:
             reply = await taken_once(wecom_key(timestamp, nonce), commands(request).handle, "wecom",
                                      message.from_user, message.content)
         assert crypto is not None
         inner = wecom.text_reply_xml(message.from_user, crypto.corp_id, reply, int(now_s()))
         return Response(wecom.encrypted_reply(crypto, inner, int(now_s())), media_type="application/xml")
+
+    def service_of(request: Request) -> StewardService:
+        return (service_provider or (lambda: request.app.state.runtime))()
+
+    def audit_link_refused(service: StewardService, claim: LinkClaim, by: str) -> None:
+        """A genuine, unspent link tried under a name that is not an approver (a card forwarded outside the
+        approvers' group) is audited as the API and the callbacks audit a refused answer: an attempt is a fact."""
+        deps = service.deps
+        if (approval := deps.approvals.get(claim.a)) is not None:
+            audit_refused_answer(deps.audit, approval, at=deps.clock.now(), run_id="chatops-link", decision=claim.d,
+                                 reason=f"answer through an approve link by {by or '(no name)'!r} refused: "
+                                        "not an approver", claimed_sender=by)
 
     def _claim(token: str):  # noqa: ANN202
         if links is None:
@@ -227,6 +240,7 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
             by = form.get("by", "").strip()
             # The docs' promise: an unbound link names a configured approver; with none configured, nobody.
             if not by or by not in directory.approvers:
+                await run_in_threadpool(audit_link_refused, service_of(request), claim, by)
                 return _page("Not an approver / 非审批人", "<p>name one of the configured approvers "
                                                         "(STEWARD_CHATOPS_APPROVERS) / 请填写已配置的审批人"
                                                         "（STEWARD_CHATOPS_APPROVERS）</p>", 403)
@@ -237,12 +251,21 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         except StoreUnavailable as exc:
             return _page("Not taken / 未受理", "<p>the link store cannot be written; nothing was done / "
                                               f"链接存储无法写入，未执行任何操作</p><p>{html.escape(exc.problem.detail)}</p>", 503)
-        service = (service_provider or (lambda: request.app.state.runtime))()
+        service = service_of(request)
         try:
             await run_in_threadpool(service.answer, claim.a, claim.d, by=f"link:{by}",
                                     reason=form.get("reason", "") or "via chat link")
+        except ApprovalUnavailable as exc:
+            # Nothing was answered: the nonce is given back, so the same button works once the store is back.
+            spent.forget(claim.n)
+            return _page("Not taken / 未受理", f"<p>{html.escape(str(exc))}</p><p>{html.escape(exc.zh)}</p>"
+                         "<p>the approval store cannot be written; try the link again later / "
+                         "审批存储无法写入，请稍后再次使用此链接</p>", 503)
         except (ApprovalError, LookupError) as exc:
             return _page("Not taken / 未受理", f"<p>{html.escape(str(exc))}</p>", 409)
+        except BaseException:
+            spent.forget(claim.n)  # an answer that failed unexpectedly (500) was not taken either
+            raise
         zh = "批准" if claim.d == "approve" else "拒绝"
         done = "approved" if claim.d == "approve" else "denied"
         return _page("Done / 已完成", f"<p>{html.escape(claim.a)}: {done} by {html.escape(by)} / "
@@ -250,6 +273,11 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
 
     router.links = links  # type: ignore[attr-defined]  # the card listener signs with the same secret
     return router
+
+
+def too_long_reply(limit: int = dingtalk.MAX_TEXT_CHARS) -> str:
+    """The reply to a chat message over the limit (a pasted log): nothing is done, and the sender is told why."""
+    return f"Not taken: a message has at most {limit} characters. / 未受理：消息最多 {limit} 个字符。"
 
 
 FORM_LIMITS = {"token": MAX_TOKEN_CHARS, "by": 200, "reason": 2000}
@@ -279,7 +307,8 @@ def _body_schema(media_type: str, schema: dict) -> dict:
 
 DINGTALK_BODY = {"type": "object", "properties": {
     "msgtype": {"type": "string", "maxLength": 64},
-    "text": {"type": "object", "properties": {"content": {"type": "string", "maxLength": dingtalk.MAX_TEXT_CHARS}}},
+    "text": {"type": "object", "properties": {"content": {"type": "string", "description": (
+        f"a message over {dingtalk.MAX_TEXT_CHARS} characters is not taken: the reply names the limit")}}},
     "senderStaffId": {"type": "string", "maxLength": 256}, "senderId": {"type": "string", "maxLength": 256},
     "senderNick": {"type": "string", "maxLength": 256}, "conversationId": {"type": "string", "maxLength": 256}}}
 Signature = Annotated[str, Query(max_length=64)]

@@ -2,7 +2,7 @@
 import { followSSE, getHealth, postJSON } from "./api.js";
 import { ask, renderSuggestions } from "./chat.js";
 import { adoptServerLang, applyLabels, t, toggleLang } from "./i18n.js";
-import { hhmm, state, when, zone } from "./render.js";
+import { hhmm, shown, state, when, zone } from "./render.js";
 import { bindAudit, bindExemptForm, bindFindings, loadApprovals, loadAudit, loadFindings, loadSavings } from "./views.js";
 
 const loaders = { chat: null, approvals: loadApprovals, findings: loadFindings, savings: loadSavings, audit: loadAudit };
@@ -53,8 +53,8 @@ function showDegraded(reasons) {
     const line = document.createElement("div");
     line.className = `reason ${reason}`;
     const key = `degraded.${reason}`;
-    line.textContent = t(key) === key ? texts.join("; ") : t(key);
-    line.title = texts.join("\n");
+    line.textContent = t(key) === key ? shown(texts.join("; ")) : t(key);
+    line.title = shown(texts.join("\n"));
     banner.append(line);
   }
 }
@@ -116,7 +116,7 @@ async function sweepNow() {
     note.textContent = `${t("status.done")} ${r.findings} (${when(r.at)} ${zone()})`;
   } catch (err) {
     note.className = "form-note error";
-    note.textContent = err.message;
+    note.textContent = shown(err.message);
   }
   refresh();
 }

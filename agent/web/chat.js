@@ -1,7 +1,7 @@
 // The chat pane: streams an answer from POST /api/chat, showing tool calls as they happen.
 import { streamSSE } from "./api.js";
 import { lang, t, tv } from "./i18n.js";
-import { esc, markdown } from "./render.js";
+import { esc, markdown, shown } from "./render.js";
 
 const messages = () => document.getElementById("messages");
 
@@ -38,7 +38,7 @@ export async function ask(question) {
         if (row) {
           row.classList.remove("running");
           row.classList.add(ev.status === "ok" ? "ok" : "warn");
-          row.querySelector(".tool-status").textContent = `→ ${tv("tool", ev.status)}${ev.summary && lang === "en" ? `: ${ev.summary}` : ""}`;
+          row.querySelector(".tool-status").textContent = `→ ${tv("tool", ev.status)}${ev.summary && lang === "en" ? `: ${shown(ev.summary)}` : ""}`;
         }
       } else if (type === "token") {
         text += ev.text;

@@ -3,8 +3,29 @@ import { lang } from "./i18n.js";
 
 export const state = { runbooksRoute: false, tz: "UTC" };
 
-export function esc(text) {
+// Text from the cluster or a model (a Slurm job's name holds anything) may carry characters that show nothing
+// themselves but change how the text around them reads: bidirectional overrides and isolates (U+202A-202E,
+// U+2066-2069), direction marks, zero-width and other format characters (Unicode Cf), controls, line and paragraph
+// separators. shown() writes each as its escape (\u202e), as the terminal and the chat do (core.text.one_line), so
+// "gpu/\u202egnivres-dorp" cannot read as "gpu/prod-serving". Line breaks and tabs are kept.
+const HIDDEN = /[\0-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\p{Cf}]/gu;
+
+export function shown(text) {
+  return String(text ?? "").replace(HIDDEN, (c) => {
+    const code = c.codePointAt(0);
+    if (code < 0x100) return `\\x${code.toString(16).padStart(2, "0")}`;
+    return code > 0xffff ? `\\u{${code.toString(16)}}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  });
+}
+
+// HTML-escaped as is: for an attribute the page reads back and sends (a data-target, an option's value).
+export function attr(text) {
   return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+
+// Text as the page shows it: hidden characters written as escapes (shown), then HTML-escaped.
+export function esc(text) {
+  return attr(shown(text));
 }
 
 export function inline(text) {

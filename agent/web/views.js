@@ -2,7 +2,7 @@
 import { download, getJSON, postJSON } from "./api.js";
 import { barChart, sparkline, timeChart } from "./chart.js";
 import { colon, lang, t, tv, untranslate } from "./i18n.js";
-import { esc, inline, markdown, money, state, when, zone } from "./render.js";
+import { attr, esc, inline, markdown, money, shown, state, when, zone } from "./render.js";
 
 const tbody = (id) => document.querySelector(`#${id} tbody`);
 
@@ -71,7 +71,7 @@ function approvalCard(a) {
       ${a.evidence ? `<p class="evidence">${inline(a.evidence)}</p>` : `<p>${inline(proposalWhy)}</p>`}
       <p class="muted">${esc(t("approvals.why"))}${colon()}${inline(why)}</p>
       <p class="muted">${esc(t("approvals.requested"))} ${when(a.requested_at)} ${zone()} · ${esc(t("approvals.expires"))} ${when(a.expires_at)} ${zone()} ·
-        <a href="#findings" class="to-finding" data-target="${esc(a.target)}">${esc(t("approvals.see_finding"))}</a>
+        <a href="#findings" class="to-finding" data-target="${attr(a.target)}">${esc(t("approvals.see_finding"))}</a>
         ${a.metrics_url ? ` · <a class="metrics" href="${esc(a.metrics_url)}" target="_blank" rel="noopener">${esc(t("approvals.metrics"))}</a>` : ""}
         · <code>${esc(a.id)}</code></p></div>
     <div class="card-actions"><input class="reason" placeholder="${esc(t("approvals.reason"))}">
@@ -94,7 +94,7 @@ function approvalCard(a) {
       el.classList.add("answered");
     } catch (err) {
       result.className = "card-result error";
-      result.textContent = err.message;
+      result.textContent = shown(err.message);
       el.querySelectorAll(".card-actions button").forEach((b) => { b.disabled = false; });
     }
     const close = document.createElement("button");
@@ -113,7 +113,7 @@ function approvalCard(a) {
 async function loadExemptions() {
   const data = await getJSON("/api/exemptions");
   const body = tbody("exempt-table");
-  body.innerHTML = data.exemptions.map((e) => `<tr data-target="${esc(e.target)}">
+  body.innerHTML = data.exemptions.map((e) => `<tr data-target="${attr(e.target)}">
     <td class="mono">${esc(e.target)}</td><td class="nowrap">${when(e.data.until)} ${zone()}</td><td>${esc(e.data.by || "—")}</td>
     <td>${esc(e.reason || "")}</td><td class="nowrap">${when(e.at)}</td>
     <td><button type="button" class="revoke">${esc(t("exempt.revoke"))}</button></td></tr>`).join("")
@@ -125,10 +125,10 @@ async function loadExemptions() {
     try {
       await postJSON("/api/exemptions/revoke", { job, reason: "" });
       note.className = "form-note ok";
-      note.textContent = `${t("exempt.revoked")} ${job}`;
+      note.textContent = `${t("exempt.revoked")} ${shown(job)}`;
     } catch (err) {
       note.className = "form-note error";
-      note.textContent = err.message;
+      note.textContent = shown(err.message);
     }
     loadExemptions();
   }));
@@ -144,11 +144,11 @@ export function bindExemptForm() {
     try {
       const r = await postJSON(`/api/exemptions?lang=${lang}`, body);
       note.className = "form-note ok";
-      note.textContent = `${r.job}${colon()}${t("exempt.done")} ${when(r.until)} ${zone()}`;
+      note.textContent = `${shown(r.job)}${colon()}${t("exempt.done")} ${when(r.until)} ${zone()}`;
       loadExemptions();
     } catch (err) {
       note.className = "form-note error";
-      note.textContent = err.message;
+      note.textContent = shown(err.message);
     }
   });
   document.addEventListener("click", (e) => {
@@ -194,7 +194,7 @@ function fillFilterValues() {
   const chosen = select.value;
   const values = [...new Set(findingsView.rows.map((f) => f[by]).filter(Boolean))].sort();
   select.innerHTML = `<option value="">${esc(t("filter.all"))}</option>`
-    + values.map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+    + values.map((v) => `<option value="${attr(v)}">${esc(v)}</option>`).join("");
   select.value = values.includes(chosen) ? chosen : "";
 }
 
@@ -214,7 +214,7 @@ function renderFindings() {
     th.dataset.dir = th.dataset.sort === sort ? (dir > 0 ? "asc" : "desc") : "";
   });
   document.getElementById("findings-count").textContent = value ? `${rows.length}/${findingsView.rows.length} ${t("findings.shown")}` : "";
-  tbody("findings-table").innerHTML = rows.length ? rows.map((f) => `<tr data-target="${esc(f.target)}">
+  tbody("findings-table").innerHTML = rows.length ? rows.map((f) => `<tr data-target="${attr(f.target)}">
     <td><span class="kind ${esc(f.kind)}">${esc(tv("kind", f.kind))}</span></td>
     <td class="mono">${esc(f.target)}${placement(f)}</td>
     <td>${esc(f.owner || "—")}</td><td class="num">${f.gpus}</td><td class="nowrap">${when(f.since)}</td>

@@ -7,6 +7,7 @@ import ipaddress
 import json
 import logging
 import math
+import sys
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,6 +33,11 @@ def invalid_summary(errors: list[dict]) -> str:
         return "the body is not valid JSON / 请求体不是合法的 JSON"
     parts = [f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', '')}" for e in errors[:3]]
     return "; ".join(parts) + " / 请求参数有误：" + "；".join(p.split(": ", 1)[0] for p in parts)
+
+
+def json_depth_limit() -> int:
+    """About how deeply nested JSON Python's reader takes before a RecursionError (the interpreter's limit)."""
+    return sys.getrecursionlimit()
 
 
 def _finite(value: object) -> object:
@@ -84,6 +90,9 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
             runtime = simulated_runtime(settings, speed=speed, start_s=start_s, notifier=notifier,
                                         chat_model=chat_model)
         runtime.listeners.extend(listeners)
+        if runtime.data_dir is None:
+            runtime.data_dir = settings.data_dir
+        runtime.stores.update(health_stores)  # what /healthz reports besides the audit and approval stores
         app.state.runtime = runtime
         if auth_mode(settings) == "local-dev":
             log.warning("no STEWARD_API_TOKENS and no trusted proxy: local development mode, every caller is an "
@@ -96,7 +105,7 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
             runtime.stop()
 
     from agent.api import chat, routes, runbook_pages
-    from agent.api.guard import RequestGuard
+    from agent.api.guard import NoFraming, RequestGuard
 
     # No /docs or /redoc: FastAPI's pages load their scripts from a public CDN, which a cluster's browsers may not
     # reach and an operator's browser should not be sent to; the schema is served at /openapi.json.
@@ -105,6 +114,7 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
                               "and an audit trail.")
     app.state.settings = settings
     app.add_middleware(RequestGuard, settings=settings, bind_host=bind_host)  # before any route reads a body
+    app.add_middleware(NoFraming)  # outermost: the guard's own refusals carry the headers too
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
@@ -120,17 +130,30 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         detail = exc.detail
-        if exc.status_code == 400 and detail == "There was an error parsing the body":
-            detail = ("the body could not be read: send UTF-8 JSON (Content-Type: application/json) / "
-                      "请求体无法读取：请发送 UTF-8 编码的 JSON")
+        status = exc.status_code
+        if status == 400 and detail == "There was an error parsing the body":
+            if isinstance(exc.__cause__, RecursionError):  # valid JSON, arrays or objects nested too deep to read
+                status, detail = 422, (f"the body's JSON is nested too deeply to read: arrays or objects about "
+                                       f"{json_depth_limit()} levels inside one another or more (no request here "
+                                       f"needs more than 10) / 请求体 JSON 嵌套层数过深（约 {json_depth_limit()} "
+                                       "层及以上），无法读取")
+            else:
+                detail = ("the body could not be read: send UTF-8 JSON (Content-Type: application/json) / "
+                          "请求体无法读取：请发送 UTF-8 编码的 JSON")
         elif exc.status_code == 413:  # a streamed body over the limit (one that declares its length is refused
             # before a byte is read, by Starlette's own plain "Content Too Large")
             detail = (f"the body is larger than {settings.max_body_bytes:,} bytes (STEWARD_MAX_BODY_BYTES): not "
                       f"read, nothing done / 请求体超过 {settings.max_body_bytes:,} 字节上限，未读取，未执行")
-        return Response(json.dumps({"detail": detail}, ensure_ascii=False), status_code=exc.status_code,
+        return Response(json.dumps({"detail": detail}, ensure_ascii=False), status_code=status,
                         media_type="application/json", headers=getattr(exc, "headers", None))
 
-    from agent.records.store import StoreUnavailable
+    from agent.records.store import StoreUnavailable, ValueRefused
+
+    @app.exception_handler(ValueRefused)
+    async def value_refused(request: Request, exc: ValueRefused) -> Response:
+        # The caller's value, not the store's health (a NUL character Postgres cannot hold): nothing was recorded.
+        body = {"detail": f"not done: a value in the request cannot be stored: {exc} / 未执行：请求中的值无法存储"}
+        return Response(json.dumps(body, ensure_ascii=True), status_code=422, media_type="application/json")
 
     @app.exception_handler(StoreUnavailable)
     async def store_unavailable(request: Request, exc: StoreUnavailable) -> Response:
@@ -142,13 +165,18 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
     app.include_router(runbook_pages.router)
     from agent.alerts.route import alerts_router
 
-    app.include_router(alerts_router(settings))
+    health_stores: dict[str, Callable[[], Any]] = {}  # a router's own stores, by name, for /healthz
+    alerts = alerts_router(settings)
+    app.include_router(alerts)
     from agent.api.changes import router as changes_router
 
     app.include_router(changes_router)
     app.state.runbooks_route = True  # the UI turns [rb:<id>] into links only when this is served
-    for router in extra_routers:
+    extra = list(extra_routers)
+    for router in extra:
         app.include_router(router)
+    for router in (alerts, *extra):
+        health_stores.update(getattr(router, "health_stores", {}))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -168,11 +196,18 @@ def chatops_wiring(settings: Settings) -> tuple[list[APIRouter], list[Callable[[
                       settings.wecom_token])
     if not configured:
         return [], []
+    from agent.chatops import dingtalk
     from agent.chatops.cards import approval_card_listener
+    from agent.chatops.links import UsedNonces
     from agent.chatops.notifier import routes_from_settings
-    from agent.chatops.router import chatops_router
+    from agent.chatops.replay import SeenCallbacks
+    from agent.chatops.router import WECOM_REPLAY_KEEP_S, chatops_router
 
-    router = chatops_router(settings)
+    # Opened here, so that /healthz can name them when they refuse every link or callback (agent/api/health.py).
+    spent = UsedNonces(settings.store("chatops-links"))
+    seen = SeenCallbacks(settings.store("chatops-callbacks"), keep_s=max(dingtalk.REPLAY_KEEP_S, WECOM_REPLAY_KEEP_S))
+    router = chatops_router(settings, used_nonces=spent, seen_callbacks=seen)
+    router.health_stores = {"chatops-links": lambda: spent, "chatops-callbacks": lambda: seen}  # type: ignore[attr-defined]
     listeners: list[Callable[[StewardEvent], None]] = []
     if settings.chatops_link_secret is not None:
         default_route, _ = routes_from_settings(settings)
@@ -243,7 +278,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     where = (f"simulated clock x{settings.sim_speed:g}; sweeps every {every} of cluster time"
              if settings.backend == "sim" else f"{settings.backend} cluster; sweeps every {every}")
     print(f"GPU Steward on http://{args.host}:{args.port}/  ({where})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    # proxy_headers=False: uvicorn's default takes X-Forwarded-For from any loopback peer as the client address,
+    # so a `kubectl port-forward` or a sidecar could pose as STEWARD_TRUSTED_PROXIES; the peer is the TCP peer.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", proxy_headers=False)
     return 0
 
 

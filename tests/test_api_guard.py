@@ -219,6 +219,74 @@ def test_bad_inputs_are_4xx_not_500(tmp_path):
         assert c.app.state.runtime.deps.audit.entries(kind="exemption") == []
 
 
+
+def test_a_too_deeply_nested_json_body_is_not_blamed_on_its_encoding(tmp_path):
+    """A 10 KB body of nested arrays (valid UTF-8, under the size limit) was refused as "could not be read: send
+    UTF-8 JSON", which sent the caller looking for an encoding problem that is not there: it names the nesting."""
+    body = b'{"message": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with client_for(settings_for(tmp_path)) as client:
+        resp = client.post("/api/chat", content=body, headers={"content-type": "application/json"})
+        assert resp.status_code == 422
+        detail = str(resp.json().get("detail"))
+        assert "UTF-8" not in detail, f"{resp.status_code}: {detail}"
+        assert "nested too deeply" in detail and "levels" in detail, detail
+        shallow = client.post("/api/chat", content=b'{"message": ' + b"[" * 50 + b"]" * 50 + b"}",
+                              headers={"content-type": "application/json"})
+        assert shallow.status_code == 422 and "message" in shallow.json()["message"]  # read; the field is wrong
+
+
+def test_a_nul_character_in_a_text_field_or_filter_is_refused_naming_it(tmp_path):
+    """Postgres text cannot hold NUL (SQLite can): refused at the edge on either store, naming the field, with
+    nothing recorded, so a client's value never reaches the store as a write failure (tests/test_postgres_api.py)."""
+    with client_for(settings_for(tmp_path)) as c:
+        advance(c, 300)
+        for params in ({"target": "a\x00b"}, {"kind": "exemption\x00"}, {"status": "\x00"}):
+            for path in ("/api/audit", "/api/audit/export"):
+                resp = c.get(path, params=params)
+                [field] = params
+                assert resp.status_code == 422 and field in resp.json()["message"] and "NUL" in resp.text, resp.text
+        bodies = [("/api/exemptions", {"job": "ml-team/jupyter-carol", "duration": "4h", "reason": "a\x00b"}, "reason"),
+                  ("/api/exemptions", {"job": "ml-team/jupyter-carol\x00", "duration": "4h"}, "job"),
+                  ("/api/exemptions", {"job": "ml-team/jupyter-carol", "duration": "4\x00h"}, "duration"),
+                  ("/api/exemptions/revoke", {"job": "ml-team/jupyter-carol", "reason": "\x00"}, "reason"),
+                  ("/api/approvals/apr_x", {"decision": "deny", "reason": "no\x00"}, "reason"),
+                  ("/api/chat", {"message": "keep 4h ml-team/jupyter-carol demo\x00tonight"}, "message"),
+                  ("/api/chat", {"message": "why?", "job": "ml-team/a\x00"}, "job")]
+        for path, body, field in bodies:
+            resp = c.post(path, json=body)
+            assert resp.status_code == 422, (path, body, resp.status_code, resp.text[:200])
+            assert field in resp.json()["message"] and "NUL" in resp.text, resp.text
+        assert c.app.state.runtime.deps.audit.entries(kind="exemption") == []
+        assert c.get("/healthz").status_code == 200
+
+
+# --- clickjacking: no page of the steward may be framed --------------------------------------------------
+
+def _refuses_framing(headers) -> bool:
+    xfo = headers.get("x-frame-options", "").strip().lower()
+    csp = headers.get("content-security-policy", "").lower()
+    ancestors = next((d.strip() for d in csp.split(";") if d.strip().startswith("frame-ancestors")), "")
+    return xfo == "deny" and ancestors == "frame-ancestors 'none'"
+
+
+def test_the_ui_with_its_approve_buttons_cannot_be_framed_by_another_site(tmp_path):
+    """In local development mode every caller is the approver `local-dev`, and a click on a framed UI's Approve
+    button is a same-origin fetch, which the guard lets through: no response may be framed (X-Frame-Options: DENY,
+    CSP frame-ancestors 'none'), the UI, its scripts, the API, errors and the guard's own refusals alike."""
+    with client_for(settings_for(tmp_path)) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        assert _refuses_framing(page.headers), f"GET / may be framed by any site: headers {dict(page.headers)}"
+        for resp in (client.get("/static/app.js"), client.get("/healthz"), client.get("/api/status"),
+                     client.get("/api/no-such-route"), client.get("/ui", follow_redirects=False),
+                     client.get("/", headers={"Host": "evil.example"}),  # refused by the guard
+                     client.post("/api/sweeps", headers={"Sec-Fetch-Site": "cross-site"})):
+            assert _refuses_framing(resp.headers), (resp.request.url, resp.status_code, dict(resp.headers))
+        # the headers do not get in the UI's own way: a same-origin POST from the page still reaches the route
+        approved = client.post("/api/approvals/apr_missing", json={"decision": "approve"},
+                               headers={"Sec-Fetch-Site": "same-origin", "Origin": "http://localhost"})
+        assert approved.status_code == 404
+
 def test_an_exemption_names_something_that_exists(tmp_path):
     with client_for(settings_for(tmp_path)) as c:
         missing = c.post("/api/exemptions", json={"job": "ml-team/no-such-job", "duration": "4h"})

@@ -5,6 +5,7 @@ nothing is swept or done that could not be audited."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -12,12 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from agent.records.audit import AuditLog
 from agent.records.store import READONLY, open_store, probe_dir
 from tests.conftest import free_port
 from tests.records_world import as_unprivileged
-from tests.test_server_api import client_for, settings_for, sweep_with_approval
+from tests.test_server_api import START, advance, client_for, settings_for, sweep_with_approval
 from tools.prometheus import PrometheusMetrics
 
 
@@ -118,3 +121,70 @@ def test_a_backend_that_does_not_answer_is_reported(tmp_path):
         assert reason["reason"] == "backend_unavailable" and "metrics unavailable" in reason["detail"]
         assert 'steward_degraded{reason="backend_unavailable"} 1.0' in client.get("/metrics").text
         assert os.getpid()  # and this process is still here to say so
+
+
+@pytest.mark.parametrize("store", ["chatops-callbacks.sqlite", "chatops-links.sqlite"])
+def test_healthz_names_a_chatops_store_that_refuses_every_callback_or_link(tmp_path, store):
+    """A ChatOps replay or link store that refuses every write (503 on every DingTalk/WeCom callback or approve
+    link) left /healthz and steward_degraded reporting "ok": nobody was paged while every `keep` reply and card
+    button failed. Each store the routes write is now reported, by name."""
+    import time
+
+    from agent.chatops import dingtalk
+    from server import chatops_wiring, create_app
+
+    (tmp_path / store).write_bytes(b"not a database, a disk error wrote this page\n" * 200)
+    app_secret = secrets.token_urlsafe(24)
+    settings = settings_for(tmp_path, dingtalk_app_secret=SecretStr(app_secret),
+                            chatops_link_secret=SecretStr(secrets.token_urlsafe(24)),
+                            chatops_public_url="http://localhost", chatops_approvers=["lead"])
+    routers, _ = chatops_wiring(settings)
+    app = create_app(settings, speed=0, start_s=START, run_scheduler=False, extra_routers=routers)
+    with TestClient(app, base_url="http://localhost") as client:
+        if store == "chatops-callbacks.sqlite":
+            ts = str(int(time.time() * 1000))
+            refused = client.post("/webhooks/dingtalk", json={"msgtype": "text", "text": {"content": "hello"},
+                                                              "senderStaffId": "staff-1"},
+                                  headers={"timestamp": ts, "sign": dingtalk.sign(ts, app_secret)})
+        else:
+            advance(client, 300)
+            approval_id = client.post("/api/sweeps").json()["approvals_opened"][0]
+            token = routers[0].links.token(approval_id, "deny", time.time())
+            refused = client.post("/chatops/approve", data={"token": token, "by": "lead"})
+        assert refused.status_code == 503, refused.text  # every callback / link is refused ...
+
+        health = client.get("/healthz")
+        body = health.json()
+        # ... so the probe that pages someone must say so, naming the store
+        assert health.status_code == 503 and body["status"] == "degraded", (
+            f"{store} refuses every write (503 above) but /healthz says {health.status_code} {body['status']}, "
+            f"reasons {body['reasons']}")
+        assert any(store.split(".")[0] in r["detail"] for r in body["reasons"]), body["reasons"]
+        assert 'steward_degraded{reason="db_error"} 1.0' in client.get("/metrics").text
+        assert any(store.split(".")[0] in d["detail"] for d in client.get("/api/status").json()["degraded"])
+
+
+def test_healthz_names_the_alerts_and_changes_stores_when_they_cannot_be_written(tmp_path):
+    """The alert receiver's incident store and the change store are reported the same way, once open."""
+    from agent.records.store import Problem
+
+    with client_for(settings_for(tmp_path, alert_webhook_token=SecretStr("alert-token-0123456789"))) as client:
+        assert client.get("/healthz").status_code == 200
+        alert = {"status": "resolved", "labels": {"alertname": "GpuXid", "node": "gpu-a100-01"},
+                 "startsAt": "2026-01-05T10:00:00Z", "endsAt": "2026-01-05T10:01:00Z", "fingerprint": "f1"}
+        sent = client.post("/api/alerts", json={"version": "4", "groupKey": "g", "status": "resolved",
+                                                "receiver": "steward", "alerts": [alert]},
+                           headers={"Authorization": "Bearer alert-token-0123456789"})
+        assert sent.status_code == 200, sent.text  # opens the incident store
+        rt = client.app.state.runtime
+        incidents = rt.stores["alerts"]()
+        assert incidents is not None and client.get("/healthz").status_code == 200
+        incidents.problem = Problem("db_locked", "held by another writer")
+        reasons = client.get("/healthz").json()["reasons"]
+        assert [(r["reason"], r["detail"]) for r in reasons] == [("db_locked", "alerts store: held by another writer")]
+        incidents.problem = None
+        changes = getattr(rt.deps, "changes", None)
+        if changes is not None:
+            changes.write_problem = Problem("data_dir_full", f"{changes.path}: no space left")
+            reasons = client.get("/healthz").json()["reasons"]
+            assert [r["reason"] for r in reasons] == ["data_dir_full"] and "changes" in reasons[0]["detail"]

@@ -67,4 +67,6 @@ def alerts_router(settings: Settings) -> APIRouter:
         incidents = await run_in_threadpool(intake(request).receive, payload, rt.deps.clock.now())
         return {"received": len(payload.alerts), "incidents": incidents}
 
+    # The incident store, once the first webhook opened it: /healthz reports its problem (agent/api/health.py).
+    router.health_stores = {"alerts": lambda: held["intake"].store if "intake" in held else None}  # type: ignore[attr-defined]
     return router

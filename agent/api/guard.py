@@ -4,13 +4,14 @@ In order: the Host header (local development mode only: loopback names and the b
 rebinding), credentials (every route but health, metrics, the UI's static files and the self-authenticating
 webhooks and approve links), and cross-site writes (a state-changing API call must not come from a form or
 another site). The body size limit is FastAPI's own `max_body_size` (Content-Length and streamed bytes).
+NoFraming (also installed by server.py) keeps every response out of other sites' frames.
 """
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.api.auth import UNAUTHENTICATED, CredentialsRefused, auth_mode, identify
 from agent.config.settings import Settings
@@ -95,3 +96,30 @@ class RequestGuard:
                 await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+# No page of this server may be shown inside another site's frame: a framed UI's Approve click is a same-origin
+# request, which the checks above let through (clickjacking). Sent on every response, HTML or not.
+NO_FRAMING = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+
+
+class NoFraming:
+    """The ASGI middleware that adds X-Frame-Options: DENY and CSP frame-ancestors 'none' to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers.extend((name, value) for name, value in NO_FRAMING if name not in present)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

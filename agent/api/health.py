@@ -3,9 +3,11 @@ UI banner report. Degraded, not dead: the process keeps serving what it can whil
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from agent.records import pg
 from agent.records.store import DB_ERROR, FULL, LOCKED, READONLY, Problem, probe_dir
 
 if TYPE_CHECKING:
@@ -16,15 +18,52 @@ REASONS = (READONLY, FULL, LOCKED, DB_ERROR, "audit_chain_broken", "answers_inco
            "backend_unavailable")
 
 
+def store_problems(name: str, store: Any) -> list[Problem]:
+    """What a store reports (`problems()`, else its `problem` / `readonly`), each detail naming the store."""
+    if store is None:
+        return []
+    if callable(getattr(store, "problems", None)):
+        found = list(store.problems())
+    else:
+        found = [p for p in (getattr(store, "problem", None), getattr(store, "readonly", None))
+                 if isinstance(p, Problem)]
+    return [p if name in p.detail else Problem(p.reason, f"{name} store: {p.detail}") for p in found]
+
+
+def _file_dirs(rt: StewardRuntime, stores: Iterable[Any]) -> list[Path]:
+    """The directories whose writability is probed: the data dir, and each SQLite store's own directory (never a
+    path derived from a Postgres URL, nor an in-memory store)."""
+    dirs: list[Path] = []
+    data_dir = getattr(rt, "data_dir", None)
+    if data_dir is not None and Path(data_dir).is_dir():
+        dirs.append(Path(data_dir))
+    for store in stores:
+        location = str(getattr(store, "path", "") or "")
+        if location and location != ":memory:" and not pg.is_url(location):
+            parent = Path(location).parent
+            if parent not in dirs:
+                dirs.append(parent)
+    return dirs
+
+
 def health(rt: StewardRuntime) -> list[Problem]:
     """Each problem once per reason and detail; empty when all is well."""
     deps = rt.deps
     found: list[Problem] = [*deps.audit.problems(), *deps.approvals.problems()]
-    if deps.audit.path != ":memory:" and not any(p.reason in (READONLY, FULL) for p in found):
+    # The other stores a request writes to: a ChatOps callback or approve link, an alert, a change record. Each
+    # refuses every write while its problem holds, so /healthz and steward_degraded must say so, by name.
+    others: dict[str, Any] = {"changes": getattr(deps, "changes", None)}
+    for name, get in getattr(rt, "stores", {}).items():
+        others[name] = get()
+    for name, store in others.items():
+        found.extend(store_problems(name, store))
+    if not any(p.reason in (READONLY, FULL) for p in found):
         # A store that wrote fine last time may not now (a disk filled, a mount went read-only): look.
-        probed = probe_dir(Path(deps.audit.path).parent)
-        if probed is not None:
-            found.append(probed)
+        for directory in _file_dirs(rt, [deps.audit, deps.approvals, *others.values()]):
+            probed = probe_dir(directory)
+            if probed is not None:
+                found.append(probed)
+                break
     incomplete = deps.approvals.incomplete()
     if incomplete:
         ids = ", ".join(a.id for a in incomplete[:5]) + (" ..." if len(incomplete) > 5 else "")

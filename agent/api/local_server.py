@@ -15,7 +15,9 @@ def serve_in_thread(app: FastAPI, port: int, host: str = "127.0.0.1") -> Iterato
     """Yields the base URL once the server accepts requests; stops it (and its lifespan) on exit."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    # proxy_headers=False as in `steward serve`: the peer is the TCP peer, never a caller's X-Forwarded-For.
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                                           proxy_headers=False))
     thread = threading.Thread(target=server.run, name="steward-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import AfterValidator
 
 from agent.api.auth import Approver, Viewer, auth_mode
 from agent.api.health import health
@@ -40,6 +41,7 @@ from agent.api.schemas import (
     Savings,
     SweepRun,
     SweepStatus,
+    no_nul,
 )
 from agent.api.sparkline import finding_sparks
 from agent.detectors.evidence import describe
@@ -54,7 +56,7 @@ from core.observation import Observation
 router = APIRouter()
 MAX_OFFSET = 10**12  # far past any audit log, well inside SQLite's 64-bit integers
 ApprovalId = Annotated[str, Path(min_length=1, max_length=100)]
-Filter = Annotated[str | None, Query(max_length=MAX_TARGET_CHARS)]
+Filter = Annotated[str | None, Query(max_length=MAX_TARGET_CHARS), AfterValidator(no_nul)]
 
 
 def runtime_of(request: Request) -> StewardRuntime:

@@ -113,6 +113,11 @@ class StewardRuntime:
         self.sweep_started_at: datetime | None = None
         self.last_finished_at: datetime | None = None
         self.digest: DigestSchedule | None = None  # the scheduled cost digest (STEWARD_DIGEST_CRON), leader only
+        # What /healthz reports besides the audit and approval stores (agent/api/health.py): the data dir, probed
+        # for writability, and other stores by name (ChatOps replay and link stores, alerts), each a getter that
+        # returns the store, or None while it is not open.
+        self.data_dir: Path | None = None
+        self.stores: dict[str, Callable[[], Any]] = {}
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:

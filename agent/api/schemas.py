@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from agent.records.approvals import Approval
 from agent.records.audit import AuditEntry
@@ -13,6 +13,18 @@ from agent.records.savings import Savings, SavingsPoint, TeamWaste  # noqa: F401
 from core.actions import Finding
 
 MAX_TARGET_CHARS = 320  # the longest Kubernetes namespace/name: 63 + 1 + 253
+NUL_REFUSED = "must not contain a NUL character (\\x00); the data store cannot hold it"
+
+
+def no_nul(value: str | None) -> str | None:
+    """A text field or query filter without NUL: Postgres text cannot hold one (SQLite can), so it is refused
+    here, naming the field (422), on either store alike."""
+    if value is not None and "\x00" in value:
+        raise ValueError(NUL_REFUSED)
+    return value
+
+
+Text = Annotated[str, AfterValidator(no_nul)]  # every text field a client sends
 
 
 class HealthReason(BaseModel):
@@ -100,7 +112,7 @@ class ApprovalsPage(BaseModel):
 
 class ApprovalAnswer(BaseModel):
     decision: Literal["approve", "deny"]
-    reason: str = Field("", max_length=2000)
+    reason: Text = Field("", max_length=2000)
 
 
 class ApprovalResult(BaseModel):
@@ -110,10 +122,10 @@ class ApprovalResult(BaseModel):
 
 
 class ExemptionRequest(BaseModel):
-    job: str = Field(min_length=1, max_length=MAX_TARGET_CHARS,
-                     description="Job id, node or pool to leave alone; one the steward sees now.")
-    duration: str = Field(min_length=1, max_length=32, description="How long, e.g. '4h', '30m', '1d'.")
-    reason: str = Field("", max_length=2000)
+    job: Text = Field(min_length=1, max_length=MAX_TARGET_CHARS,
+                      description="Job id, node or pool to leave alone; one the steward sees now.")
+    duration: Text = Field(min_length=1, max_length=32, description="How long, e.g. '4h', '30m', '1d'.")
+    reason: Text = Field("", max_length=2000)
 
 
 class ExemptionResult(BaseModel):
@@ -143,10 +155,10 @@ class SweepRun(BaseModel):
 
 
 class ChatRequest(BaseModel):
-    message: str = Field(min_length=1, max_length=4000)
+    message: Text = Field(min_length=1, max_length=4000)
     lang: Literal["en", "zh"] | None = Field(None, description="The UI's language: the reply follows the message's "
                                                                  "own language, this only when the message has none.")
-    job: str | None = Field(None, min_length=1, max_length=300,
+    job: Text | None = Field(None, min_length=1, max_length=300,
                             description="The job the chat is about (the finding or approval open in the UI): "
                                         "`keep 4h` and questions that name no job are about it.")
 
@@ -179,8 +191,8 @@ class ExemptionsPage(BaseModel):
 
 
 class RevokeRequest(BaseModel):
-    job: str = Field(min_length=1, max_length=MAX_TARGET_CHARS)
-    reason: str = Field("", max_length=2000)
+    job: Text = Field(min_length=1, max_length=MAX_TARGET_CHARS)
+    reason: Text = Field("", max_length=2000)
 
 
 class RevokeResult(BaseModel):

@@ -46,6 +46,21 @@ def _translate(sql: str) -> str:
     return _PLACEHOLDER.sub("%s", sql)
 
 
+class ValueRefused(ValueError):
+    """Postgres refused a value as data (SQLSTATE class 22, e.g. a NUL character in text, which SQLite takes):
+    the caller's value is at fault, not the store, which stays healthy. Nothing was written."""
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """Whether a database error is about the value sent: psycopg's DataError (raised before sending for a NUL in
+    text, which has no SQLSTATE) or any SQLSTATE class 22 'data exception' from the server."""
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, psycopg.DataError) or str(getattr(exc, "sqlstate", "") or "").startswith("22")
+
+
 class PgCursor:
     """A psycopg cursor that takes the stores' SQLite-style SQL."""
 
@@ -53,7 +68,12 @@ class PgCursor:
         self._cur = cur
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> PgCursor:
-        self._cur.execute(_translate(sql), tuple(args) if args else None)
+        try:
+            self._cur.execute(_translate(sql), tuple(args) if args else None)
+        except Exception as exc:
+            if is_data_error(exc):  # not a DB_ERROR: a store reports no problem for it
+                raise ValueRefused(str(exc).strip()) from exc
+            raise
         return self
 
     def fetchone(self) -> Any:

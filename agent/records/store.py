@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from agent.records import pg
+from agent.records.pg import ValueRefused  # noqa: F401 - a value Postgres refuses: the caller's error (422)
 
 # The reason codes (metric label values). Each names what an operator has to fix.
 READONLY = "data_dir_readonly"  # the data dir or a store file cannot be written

@@ -15,6 +15,7 @@ import pytest
 from agent.chatops.commands import grant_keep, parse_keep
 from agent.config.policy import Policy
 from agent.detectors.engine import run_detectors
+from agent.graph.deps import JobMetrics
 from agent.graph.service import SweepService
 from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
@@ -127,3 +128,28 @@ def test_keeping_one_pod_of_a_distributed_job_keeps_its_siblings_from_being_stop
     assert "llm-sft/qwen-sft-master-0, a pod of the same distributed job" in result.report or any(
         "llm-sft/qwen-sft-master-0, a pod of the same distributed job" in str(v) for v in result.state.values()), \
         result.report
+
+
+def test_a_gang_pods_re_read_lists_its_siblings_and_reads_them_scoped():
+    # A source that scopes its queries to a job (PromQL label matchers) is asked per pod of the job: the read stays
+    # bounded by the job's size, and every pod the detectors judge together has its series.
+    deps, cluster = simulated_deps(parse_scenario(SCENARIO), Policy(), PolicyModel())
+    cluster.advance_to(120 * 60)
+    inner, scoped = deps.metrics, []
+
+    class Scoping:
+        def __getattr__(self, name):
+            return getattr(inner, name)
+
+        def for_job(self, job):
+            scoped.append(job.id)
+            return JobMetrics(inner, frozenset({job.id}))
+
+    deps.metrics = Scoping()
+    lists = []
+    real = deps.scheduler.list_jobs
+    deps.scheduler.list_jobs = lambda: lists.append(1) or real()  # type: ignore[method-assign]
+    rank1 = deps.scheduler.get_job("ml/ddp-1")
+    obs = deps.observe_job(rank1)
+    assert sorted(j.id for j in obs.jobs) == ["ml/ddp-0", "ml/ddp-1"] and sorted(scoped) == ["ml/ddp-0", "ml/ddp-1"]
+    assert {s.job for s in obs.gpus} == {"ml/ddp-0", "ml/ddp-1"} and len(lists) == 1

@@ -78,6 +78,10 @@ class Observation(BaseModel):
     # What an idle GPU of each model drew, read across the cluster by the sweep (agent/detectors/keepalive.py,
     # idle_draws): handed to a re-check that reads one job alone, which sees no idle GPU to measure it on.
     fleet_idle_w: dict[str, float] = {}
+    # The CPU/IO fields the metrics source reads, as the sweep's reading of the whole cluster showed them: handed to a
+    # re-check that reads a few jobs, whose series cannot show that a field missing for them is read for others (a
+    # job whose every CPU/IO series vanished is unknown, not idle). Added to what the observation's own series show.
+    io_fields: list[str] = []
     logs: dict[str, LogProgress] = {}
     # Jobs (by id) that an earlier sweep saw answering requests, remembered under their uid (AnsweredRequests).
     answered: dict[str, AnsweredRequests] = {}

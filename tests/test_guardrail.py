@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent.config.policy import Policy, parse_policy
+from agent.graph.report import decision_reason
 from agent.guardrail import target_rules as guardrail_scope
 from agent.guardrail.decide import Facts, decide, protection_reason
 from core.actions import Exemption, Finding, History, HistoryEntry, ProposedAction
@@ -192,6 +193,48 @@ def test_live_exemption_protects_and_expired_does_not():
     check(d, "deny", "protected", "exempted by alice until 2025-03-01 14:00 UTC", "demo tomorrow")
     expired = live.model_copy(update={"until": NOW})
     assert decide(act(), facts(), Policy(), warned(exemptions=[expired])).verdict == "allow"
+
+
+def test_a_keep_on_one_pod_of_a_distributed_job_protects_its_other_pods():
+    # A stop of one pod ends the whole job (agent/detectors/gang.py): a keep or a protection on any pod holds for all.
+    gang = {"training.kubeflow.org/job-name": "sft"}
+    worker = job(labels=gang)
+    master = job(id="ml/sft-master-0", name="sft-master-0", labels=gang)
+    keep = Exemption(target=master.id, until=NOW + timedelta(hours=4), by="wecom:he", reason="debugging")
+    for action in ("terminate", "force_terminate", "notify"):
+        d = decide(act(action), facts(worker, gang=[master]), Policy(), warned(exemptions=[keep]), approved=True)
+        check(d, "deny", "protected", "ml/sft-master-0, a pod of the same distributed job "
+              "(training.kubeflow.org/job-name=sft), is protected (exempted by wecom:he until", "ends the whole job")
+        assert decision_reason(d.rule, d.reason, "zh") == (
+            "同一分布式作业（training.kubeflow.org/job-name=sft）中的 ml/sft-master-0 受保护（由 wecom:he 保留至 "
+            "2025-03-01 16:00 UTC（debugging））：停止任何一个 pod 都会终止整个作业，故不处理")
+    protected_master = master.model_copy(update={"labels": {**gang, "steward.io/protected": "true"}})
+    d = decide(act(), facts(worker, gang=[protected_master]), Policy(), warned(), approved=True)
+    check(d, "deny", "protected", "label steward.io/protected=true is in protection.labels")
+    # A pod of another job (another gang value), or a pod that has ended, protects nothing.
+    other = master.model_copy(update={"labels": {"training.kubeflow.org/job-name": "other"}})
+    assert decide(act(), facts(worker, gang=[other]), Policy(), warned(exemptions=[keep])).verdict == "allow"
+    ended = master.model_copy(update={"state": "completed"})
+    assert decide(act(), facts(worker, gang=[ended]), Policy(), warned(exemptions=[keep])).verdict == "allow"
+
+
+def test_an_exempted_pool_is_not_resized_and_an_exempted_node_not_cordoned():
+    # POST /api/exemptions accepts a job, node or pool: an exemption on a pool or a node holds as one on a job does.
+    keep = Exemption(target="a100-od", until=NOW + timedelta(hours=4), by="ops", reason="capacity test")
+    d = decide(resize(), pool_facts(), Policy(), History(exemptions=[keep]), approved=True)
+    check(d, "deny", "protected", "pool a100-od is protected: exempted by ops until 2025-03-01 16:00 UTC",
+          "capacity test", "no resize_pool")
+    assert decision_reason(d.rule, d.reason, "zh") == ("节点池 a100-od 已由 ops 豁免至 2025-03-01 16:00 UTC（capacity test）"
+                                                      "：豁免期内不调整、不封锁")
+    assert decide(resize(), pool_facts(), Policy(), History(), approved=True).verdict == "allow"
+    expired = keep.model_copy(update={"until": NOW})
+    assert decide(resize(), pool_facts(), Policy(), History(exemptions=[expired]), approved=True).verdict == "allow"
+    node = finding("node_health", "gpu-node-3", "node")
+    cordon = act("cordon", "gpu-node-3", finding_kind="node_health")
+    node_keep = keep.model_copy(update={"target": "gpu-node-3"})
+    d = decide(cordon, Facts(now=NOW, findings=[node]), Policy(), History(exemptions=[node_keep]), approved=True)
+    check(d, "deny", "protected", "node gpu-node-3 is protected: exempted by ops", "no cordon")
+    assert decide(cordon, Facts(now=NOW, findings=[node]), Policy(), History(), approved=True).verdict == "allow"
 
 
 # 5. no_finding

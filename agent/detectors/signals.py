@@ -347,7 +347,7 @@ def group_signals(obs: Observation) -> ClusterSignals:
     sweep group its metrics once.
     """
     key = (id(obs.gpus), len(obs.gpus), id(obs.io), len(obs.io), id(obs.history), len(obs.history), obs.at, obs.slice_s,
-           id(obs.jobs), len(obs.jobs), tuple(obs.degraded))
+           id(obs.jobs), len(obs.jobs), tuple(obs.degraded), tuple(obs.io_fields))
     cached = obs._signals
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -385,7 +385,8 @@ def _group(obs: Observation) -> ClusterSignals:
     # Read now, as the newest slices show it: a field the source reads has values there for some job (a bounded look
     # per series, so a field absent everywhere costs no walk through every value).
     read = frozenset(name for name in _IO_FIELDS
-                     if any(any(v is not None for v in getattr(s, name)[-_IO_NEWEST:]) for s in obs.io))
+                     if name in obs.io_fields
+                     or any(any(v is not None for v in getattr(s, name)[-_IO_NEWEST:]) for s in obs.io))
     signals = ClusterSignals(jobs=jobs, by_node=by_node, io_fields=read)
     if obs.history and obs.history_slice_s > 0:
         _attach_history(signals, obs.history, round(obs.history_slice_s / obs.slice_s))

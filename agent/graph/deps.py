@@ -14,7 +14,7 @@ from agent.detectors.engine import log_candidates
 from agent.detectors.signals import window_slices
 from agent.records.approvals import ApprovalStore
 from agent.records.audit import AuditLog, answered_requests
-from core.cluster import FinishedJob, GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo
+from core.cluster import FinishedJob, GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo, job_gang
 from core.observation import Observation
 from tools.history import gpu_history
 from tools.log_progress import analyse_log
@@ -107,23 +107,48 @@ def sweep_grid(policy: Policy) -> SweepGrid:
 
 @dataclass
 class JobMetrics:
-    """A metrics source narrowed to one job's series, for sources that cannot scope their own queries."""
+    """A metrics source narrowed to some jobs' series (one job, or the pods of its distributed job), for sources
+    that cannot scope their own queries."""
 
     inner: Any
-    job_id: str
+    job_ids: frozenset[str]
 
     @property
     def warnings(self) -> list[str]:
         return list(getattr(self.inner, "warnings", None) or [])
 
     def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
-        return [s for s in self.inner.gpu_series(end, lookback_s, slice_s) if s.job == self.job_id]
+        return [s for s in self.inner.gpu_series(end, lookback_s, slice_s) if s.job in self.job_ids]
 
     def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
-        return [s for s in self.inner.job_io_series(end, lookback_s, slice_s) if s.job == self.job_id]
+        return [s for s in self.inner.job_io_series(end, lookback_s, slice_s) if s.job in self.job_ids]
 
     def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
-        return [h for h in gpu_history(self.inner, end, lookback_s, slice_s) if h.job == self.job_id]
+        return [h for h in gpu_history(self.inner, end, lookback_s, slice_s) if h.job in self.job_ids]
+
+
+@dataclass
+class ScopedMetrics:
+    """The scoped reads (`for_job`) of a few jobs merged: a distributed job's pods, read as a sweep reads them, for
+    a handful of queries per pod (bounded by the job's size, never the cluster's)."""
+
+    parts: list[Any]
+
+    @property
+    def warnings(self) -> list[str]:
+        seen: list[str] = []
+        for part in self.parts:
+            seen.extend(w for w in (getattr(part, "warnings", None) or []) if w not in seen)
+        return seen
+
+    def gpu_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuSeries]:
+        return [s for part in self.parts for s in part.gpu_series(end, lookback_s, slice_s)]
+
+    def job_io_series(self, end: datetime, lookback_s: float, slice_s: float) -> list[JobIoSeries]:
+        return [s for part in self.parts for s in part.job_io_series(end, lookback_s, slice_s)]
+
+    def gpu_history(self, end: datetime, lookback_s: float, slice_s: float) -> list[GpuHistory]:
+        return [h for part in self.parts for h in gpu_history(part, end, lookback_s, slice_s)]
 
 
 @dataclass
@@ -169,18 +194,31 @@ class StewardDeps:
                            currency=self.currency, degraded=[reason])
 
     def observe_job(self, job: JobInfo, at: datetime | None = None) -> Observation:
-        """Re-read one job right before acting on it: its own series over the detectors' windows, its log.
+        """Re-read one job right before acting on it, with the context a sweep judges it in: its own series over the
+        detectors' windows and its log, and, for a pod of a distributed job (core.cluster.job_gang), every pod of
+        that job (one scheduler list call, then theirs): a stop of one pod kills them all, and a rank that waits
+        for a working one is part of a working job (agent/detectors/gang.py). The list failing fails the re-read
+        (BackendUnavailable): the action is then not taken.
 
         Bounded whatever the cluster's size: a metrics source that can scope its queries to one job
-        (`for_job`, e.g. a PromQL label matcher) does; any other is filtered to the job after reading.
+        (`for_job`, e.g. a PromQL label matcher) does, per pod; any other is filtered to the pods after reading.
         """
         at = at or self.clock.now()
+        jobs, calls = [job], 0
+        gang = job_gang(job)
+        if gang is not None:
+            listed = _read("scheduler (the other pods of its distributed job)", self.scheduler.list_jobs)
+            jobs += [j for j in listed if j.id != job.id and job_gang(j) == gang]
+            calls = 1
         for_job = getattr(self.metrics, "for_job", None)
-        metrics = for_job(job) if callable(for_job) else JobMetrics(self.metrics, job.id)
-        return self._observe(at, metrics, [job], [], [], listing_calls=0)
+        if callable(for_job):
+            metrics: Any = for_job(job) if len(jobs) == 1 else ScopedMetrics([for_job(j) for j in jobs])
+        else:
+            metrics = JobMetrics(self.metrics, frozenset(j.id for j in jobs))
+        return self._observe(at, metrics, jobs, [], [], listing_calls=calls, whole=False)
 
     def _observe(self, at: datetime, metrics: Any, jobs: list[JobInfo], nodes: list[NodeInfo],
-                 pools: list[PoolInfo], *, listing_calls: int) -> Observation:
+                 pools: list[PoolInfo], *, listing_calls: int, whole: bool = True) -> Observation:
         grid = sweep_grid(self.policy)
         slice_s, lookback, coarse_s = grid.slice_s, grid.lookback_s, grid.history_slice_s
         history = (_read("metrics", lambda: gpu_history(metrics, at, grid.history_lookback_s, coarse_s))
@@ -203,7 +241,7 @@ class StewardDeps:
         )
         # Partial answers (Prometheus warnings, a Thanos store that did not answer) of this sweep's reads.
         obs.degraded = list(getattr(metrics, "warnings", None) or [])
-        stale = stale_metrics(gpus, at, slice_s) if listing_calls else None
+        stale = stale_metrics(gpus, at, slice_s) if whole else None
         if stale is not None:
             obs.degraded.append(stale)
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.
@@ -222,7 +260,7 @@ class StewardDeps:
         # its request lines leave the span read above (agent/detectors/serving.py). Unreadable: nothing is judged.
         obs.answered = _read("audit log", lambda: answered_requests(self.audit, jobs))
         obs.notes = list(getattr(self.scheduler, "warnings", None) or [])
-        obs.finished = self._finished(at, jobs, reuse=listing_calls == 0)
+        obs.finished = self._finished(at, jobs, reuse=not whole)
         return obs
 
     def _finished(self, at: datetime, jobs: list[JobInfo], *, reuse: bool = False) -> list[FinishedJob]:

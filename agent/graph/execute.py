@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.detectors.engine import run_detectors
 from agent.detectors.keepalive import fleet_idle_of
+from agent.detectors.signals import group_signals
 from agent.guardrail.decide import Facts, decide
 from agent.planning.policy_model import stop_deadline, warning_message
 from core.actions import (
@@ -23,7 +24,7 @@ from core.actions import (
     HistoryEntry,
     ProposedAction,
 )
-from core.cluster import JobInfo
+from core.cluster import JobInfo, job_gang
 from core.durations import format_duration
 from core.fencing import acting, acting_here, current_fence, fence_problem, is_this_process, process_gone, this_process
 from core.text import markdown_text
@@ -129,16 +130,19 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
 
     Deciding (reread_job=False) uses the sweep's own observation and findings, read moments ago. Acting
     re-reads only the target, on any clock: a job is one scheduler get plus its own window of metrics,
-    re-detected (a bounded number of calls, never the whole cluster); a pool or a node, whose findings
-    need the cluster as context, gets a fresh observation of the cluster.
+    re-detected (a bounded number of calls, never the whole cluster), in the context a sweep judges it in: a pod
+    of a distributed job with the other pods of that job (deps.observe_job; their list failing, nothing is done),
+    and the CPU/IO fields and idle power the sweep's reading of the cluster showed; a pool or a node, whose
+    findings need the cluster as context, gets a fresh observation of the cluster.
     """
     obs = deps.observation(run_id)
     if not reread_job:
         findings = run_findings if run_findings is not None else run_detectors(obs, deps.policy,
                                                                               history=_pool_history(deps, obs.at))
-        return Facts(now=obs.at, job=obs.jobs_by_id().get(target),
-                     pool=next((p for p in obs.pools if p.name == target), None),
-                     findings=[f for f in findings if f.target == target], cluster_gpus=obs.cluster_gpus())
+        job = obs.jobs_by_id().get(target)
+        return Facts(now=obs.at, job=job, pool=next((p for p in obs.pools if p.name == target), None),
+                     findings=[f for f in findings if f.target == target], cluster_gpus=obs.cluster_gpus(),
+                     gang=_gang(job, obs.jobs))
     if any(p.name == target for p in obs.pools) or any(n.name == target for n in obs.nodes):
         fresh = deps.fresh_observation(run_id)
         findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(
@@ -153,6 +157,7 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
         return Facts(now=now, job=None, findings=[], cluster_gpus=obs.cluster_gpus())
     if run_findings is not None and obs.at == now:
         findings = run_findings  # no time has passed since the sweep's own reading
+        gang = _gang(job, obs.jobs)
     else:
         alone = deps.observe_job(job, now)
         # One job alone shows no idle GPU: what idle GPUs draw comes from the sweep's reading of the cluster,
@@ -160,9 +165,21 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
         if not obs.fleet_idle_w:
             obs.fleet_idle_w = fleet_idle_of(obs, deps.policy)
         alone.fleet_idle_w = obs.fleet_idle_w
+        # Likewise which CPU/IO fields the source reads: a job whose own series all vanished is unknown in the sweep,
+        # and must not be judged on its GPUs alone here.
+        alone.io_fields = sorted(group_signals(obs).io_fields)
         findings = run_detectors(alone, deps.policy)
+        gang = _gang(job, alone.jobs)
     return Facts(now=now, job=job, findings=[f for f in findings if f.target == target],
-                 cluster_gpus=obs.cluster_gpus())
+                 cluster_gpus=obs.cluster_gpus(), gang=gang)
+
+
+def _gang(job: JobInfo | None, jobs: list[JobInfo]) -> list[JobInfo]:
+    """The other pods of `job`'s distributed job among `jobs` (what the guardrail's protection reads)."""
+    group = job_gang(job) if job is not None else None
+    if job is None or group is None:
+        return []
+    return [j for j in jobs if j.id != job.id and job_gang(j) == group]
 
 
 def execute_action(

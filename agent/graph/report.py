@@ -122,6 +122,18 @@ def decision_reason(rule: str, reason: str, language: str) -> str:
                                                      r"finding for pool (\S+) keeps", reason)):
         return (f"缩至 {match[1]} 个节点低于节点池 {match[3]} 最新发现建议保留的 {match[2]} 个节点（需容纳在用 GPU、"
                 "排队作业、余量和最少节点数）：缩容不超过最新发现允许的幅度，无论提议或批准的节点数是多少")
+    if rule == "protected" and (match := re.match(r"(pool|node) (\S+) is protected: exempted by (.+?) until (.+? UTC)"
+                                                  r"(?: \((.*)\))?; no ", reason)):
+        what = "节点池" if match[1] == "pool" else "节点"
+        said = f"（{match[5]}）" if match[5] else ""
+        return f"{what} {match[2]} 已由 {match[3]} 豁免至 {match[4]}{said}：豁免期内不调整、不封锁"
+    if rule == "protected" and (match := re.search(r" is protected: (\S+), a pod of the same distributed job"
+                                                   r"(?: \((\S+)\))?, is protected \((.*)\), and a stop of any "
+                                                   r"pod ends the whole job", reason)):
+        group = f"（{match[2]}）" if match[2] else ""
+        kept = re.fullmatch(r"exempted by (.+?) until (.+? UTC)(?: \((.*)\))?", match[3])
+        why = (f"由 {kept[1]} 保留至 {kept[2]}" + (f"（{kept[3]}）" if kept[3] else "")) if kept else match[3]
+        return f"同一分布式作业{group}中的 {match[1]} 受保护（{why}）：停止任何一个 pod 都会终止整个作业，故不处理"
     if rule == "already_done" and " was force-stopped at " in reason:
         return "已强制停止，但作业仍在停止中：调度器未能结束它（请检查其节点是否失联，或进程卡在内核中），不再重复强制停止"
     return RULE_ZH.get(rule, "护栏规则未通过")

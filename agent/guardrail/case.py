@@ -25,6 +25,9 @@ class Facts(BaseModel):
     job: JobInfo | None = None  # job actions; None = the scheduler does not know it
     pool: PoolInfo | None = None  # resize_pool
     findings: list[Finding] = []  # current findings for this target
+    # The other pods of the target's distributed job (core.cluster.job_gang), read with it: a keep or protection on
+    # any of them holds for the target (a stop of one pod ends the job). Empty for a job of its own.
+    gang: list[JobInfo] = []
     cluster_gpus: int = Field(0, ge=0)  # total GPUs in the cluster (context for the breaker)
 
 

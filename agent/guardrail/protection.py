@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from agent.config.policy import Policy
 from core.actions import DeniedAnswer, History, last_keep
-from core.cluster import JobInfo
+from core.cluster import JobInfo, job_gang
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -73,6 +73,47 @@ def protection_reason(job: JobInfo, policy: Policy, history: History, now: datet
         why = f" ({exemption.reason})" if exemption.reason else ""
         return f"exempted by {exemption.by} until {when(exemption.until)}{why}"
     return None
+
+
+def gang_protection(job: JobInfo, jobs: list[JobInfo], policy: Policy, history: History,
+                    now: datetime) -> tuple[JobInfo, str] | None:
+    """(a pod of `job`'s distributed job, why it is protected) when one is: a stop of any pod of the job ends the
+    whole job (agent/detectors/gang.py), so a keep or a protection rule on one pod holds for every pod of it. `jobs`
+    is what was read of the cluster (the job itself may be among them); the first protected live pod, by id."""
+    gang = job_gang(job)
+    if gang is None:
+        return None
+    for other in sorted(jobs, key=lambda j: j.id):
+        if other.id == job.id or other.state not in ("pending", "running", "stopping") or job_gang(other) != gang:
+            continue
+        why = protection_reason(other, policy, history, now)
+        if why:
+            return other, why
+    return None
+
+
+def gang_protection_reason(job: JobInfo, jobs: list[JobInfo], policy: Policy, history: History,
+                           now: datetime) -> str | None:
+    """gang_protection in words (naming the protected pod and its distributed job), or None."""
+    found = gang_protection(job, jobs, policy, history, now)
+    if found is None:
+        return None
+    other, why = found
+    group = job_gang(job)
+    label = f" ({group[0][1]}={group[0][2]})" if group is not None else ""
+    return (f"{other.id}, a pod of the same distributed job{label}, is protected ({why}), and a stop of any pod "
+            f"ends the whole job")
+
+
+def exemption_reason(target: str, history: History, now: datetime) -> str | None:
+    """Why a pool or a node (by name) is exempted now: an exemption the API or chat granted on it, in force."""
+    now = as_utc(now)
+    live = [e for e in history.exemptions if e.target == target and as_utc(e.until) > now]
+    if not live:
+        return None
+    exemption = max(live, key=lambda e: as_utc(e.until))
+    why = f" ({exemption.reason})" if exemption.reason else ""
+    return f"exempted by {exemption.by} until {when(exemption.until)}{why}"
 
 
 KEEP_UNTIL = "steward.io/keep-until"

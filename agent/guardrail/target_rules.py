@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.guardrail.case import STOPPABLE_STATES, Case, Denial
-from agent.guardrail.protection import as_utc, protection_reason, when
+from agent.guardrail.protection import as_utc, exemption_reason, gang_protection_reason, protection_reason, when
 from core.actions import NODE_ACTIONS, STOPPABLE_KINDS, Finding
 
 
@@ -57,8 +57,18 @@ def not_running_rule(case: Case) -> Denial:
 def protected_rule(case: Case) -> Denial:
     job = case.job
     if job is None:
+        # A pool or node the API or chat exempted (POST /api/exemptions names a job, node or pool): not resized or
+        # cordoned while the exemption holds.
+        if case.action.action in ("resize_pool", *NODE_ACTIONS):
+            why = exemption_reason(case.action.target, case.history, case.now)
+            if why:
+                return "protected", f"{case.target} is protected: {why}; no {case.action.action}"
         return None
     why = protection_reason(job, case.policy, case.history, case.now)
+    if why:
+        return "protected", f"job {job.id} is protected: {why}; no {case.action.action}"
+    # A pod of a distributed job whose other pod is kept or protected: stopping it ends the job that was kept.
+    why = gang_protection_reason(job, case.facts.gang, case.policy, case.history, case.now)
     if why:
         return "protected", f"job {job.id} is protected: {why}; no {case.action.action}"
     return None

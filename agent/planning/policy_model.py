@@ -15,7 +15,12 @@ from pydantic import BaseModel
 from agent.config.policy import Policy
 from agent.detectors.evidence import describe, duration_zh, zone_suffix
 from agent.guardrail.decide import protection_reason
-from agent.guardrail.protection import denial_in_force, keep_answered_at
+from agent.guardrail.protection import (
+    denial_in_force,
+    exemption_reason,
+    gang_protection_reason,
+    keep_answered_at,
+)
 from agent.planning.prompts import render, template_name
 from agent.records.cost import money
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
@@ -231,10 +236,14 @@ class PolicyModel:
         for f in findings:
             job = jobs.get(f.target) if f.target_type == "job" else None
             if job is not None:
-                why_protected = protection_reason(job, policy, history, now)
+                why_protected = (protection_reason(job, policy, history, now)
+                                 or gang_protection_reason(job, obs.jobs, policy, history, now))
                 if why_protected:
                     notes.append(f"{f.target}: {f.kind}, but protected ({why_protected}); observing only")
                     continue
+            elif f.target_type == "pool" and (why_exempt := exemption_reason(f.target, history, now)):
+                notes.append(f"{f.target}: {f.kind}, but the pool is exempted ({why_exempt}); not resized")
+                continue
             uid = (job.uid or None) if job else None
             proposal = self._next_step(f, signalled_state(job, history) if job else None, history, policy, now, uid,
                                        keep_answered_at(history, job, f.target, uid, now))

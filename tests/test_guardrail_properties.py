@@ -204,8 +204,9 @@ def scenarios(draw):
         when = at(draw(st.integers(max(stretch, -300), 0)))
         past.append(HistoryEntry(action="notify", target=target, status="executed", at=when,
                                  finding_kind=finding_kind[target_type], deadline=when))
-        # Forced stops need an earlier graceful one: give that path enough cases to be explored.
-        if draw(st.integers(0, 3)) > (0 if kind == "force_terminate" else 1):
+        # Forced stops need an earlier graceful one: give that path enough cases to be explored. A graceful stop on
+        # record makes the job stopping (signalled_state), so a second one is refused: a terminate gets none here.
+        if kind != "terminate" and draw(st.integers(0, 3)) > (0 if kind == "force_terminate" else 1):
             past.append(HistoryEntry(action="terminate", target=target, status="executed", at=when))
     history = History(
         entries=past,

@@ -91,9 +91,9 @@ def _acting_elsewhere(deps: StewardDeps, target: str, now: datetime) -> Any:
 def _unsettled_intent(deps: StewardDeps, action_id: str, target: str, now: datetime) -> Any:
     """The intent this action left without an outcome, if any, however old (an answer completed days later, after
     the audit store was down, must not act again); the target's newest intents are looked at."""
+    # An intent dated ahead of the clock (written by a replica whose clock runs ahead, or before a step back) may
+    # have been carried out all the same: looked at whatever its date.
     for e in deps.audit.entries(kind="intent", target=target, limit=1000):
-        if e.at > now:
-            continue
         if e.data.get("action_id") == action_id:
             done = deps.audit.entries(kind="execution", target=target, since=e.at, limit=1000)
             return None if any(x.data.get("action_id") == action_id for x in done) else e
@@ -109,7 +109,7 @@ def _unsettled_resize(deps: StewardDeps, pool: str, action_id: str, now: datetim
         return None
     since = min(now, newest[0].at) - INTERRUPTED_LOOKBACK
     for e in deps.audit.entries(kind="intent", target=pool, since=since, limit=50):
-        if e.action != "resize_pool" or e.at > now or e.data.get("action_id") == action_id:
+        if e.action != "resize_pool" or e.data.get("action_id") == action_id:  # whatever its date
             continue
         if e.run_id and deps.audit.entries(kind="report", run_id=e.run_id, limit=1):
             continue  # its run reached its report: every intent of it has an outcome
@@ -199,14 +199,17 @@ def execute_action(
 
     def outcome(status: ActionStatus, reason: str, detail: str = "", gpus: int = 0,
                 deadline: datetime | None = None, removed_nodes: int = 0,
-                extra: dict[str, Any] | None = None) -> ActionOutcome:
-        out = ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status=status, at=now,
+                extra: dict[str, Any] | None = None, at: datetime | None = None) -> ActionOutcome:
+        # `at`: when it happened, where that is later than this action's first clock reading (a warning: when the
+        # channel accepted it, after the re-read and the send).
+        at = at if at is not None else now
+        out = ActionOutcome(id=ga.id, action=p.action, target=p.target, level=p.level, status=status, at=at,
                             reason=reason, detail=detail, gpus=gpus,
                             reclaimed_gpu_hours_per_hour=float(gpus) if status == "executed" and p.action != "notify"
                             else 0.0, approved_by=approved_by, target_uid=uid, deadline=deadline)
         try:
             deps.audit.record(
-                "execution", at=now, run_id=run_id, target=p.target, action=p.action, level=p.level, status=status,
+                "execution", at=at, run_id=run_id, target=p.target, action=p.action, level=p.level, status=status,
                 reason=reason,
                 data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "detail": detail,
                       "deadline": deadline.isoformat() if deadline else None, "approved_by": approved_by,
@@ -308,6 +311,12 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
     try:
         if p.action == "notify":
             finding = next((f for f in facts.findings if f.kind == p.finding_kind), facts.findings[0])
+            # A warning starts a promise to a person: its time and deadline are taken when it leaves, after the
+            # re-read of the job (a slow metrics store) and whatever came before, never from when the work began.
+            now = deps.clock.now()
+            if warning_deadline is not None:
+                warning_deadline = stop_deadline(next((f for f in facts.findings if f.kind == p.finding_kind), None),
+                                                 deps.policy, now)
             # The text is the product's template (deadline, evidence, how to keep the job); a model adds a note.
             # How this backend's stop is done and undone (a Job suspended, a notebook stopped as Kubeflow's culler
             # does), or why a stop would not free the GPUs: said with the stop it announces.
@@ -333,12 +342,17 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
                 subject = f"GPU Steward: {p.target}" + (f" (Slurm job {number})" if number else "")
             sent = deps.notifier.notify(recipient, subject, body, job_id=p.target, deadline=warning_deadline,
                                         target_uid=(job.uid or None) if job else None)
+            # Recorded as given when the channel accepted it (a slow SMTP server, a webhook's retries): its notice runs
+            # from then, and the deadline on record is never earlier than a full notice after it.
+            accepted = max(now, deps.clock.now())
+            if warning_deadline is not None:
+                warning_deadline = max(warning_deadline, accepted + timedelta(seconds=deps.policy.warning.min_notice))
             # Suppressed (duplicate) or deferred (after hours) is not a warning given, nor a backend failure.
             sent_as: dict[str, ActionStatus] = {"sent": "executed", "suppressed": "skipped", "deferred": "skipped"}
             status: ActionStatus = sent_as.get(sent.status, "failed")
             detail = f"{sent.channel} to {recipient}: {sent.status}" + (f" ({sent.detail})" if sent.detail else "")
             return outcome(status, p.reason or "warned owner", detail,
-                           deadline=warning_deadline if status == "executed" else None)
+                           deadline=warning_deadline if status == "executed" else None, at=accepted)
         if p.action in ("terminate", "force_terminate"):
             force = p.action == "force_terminate"
             result = deps.scheduler.stop_job(p.target, force=force, grace_s=deps.policy.stop.grace_period,
@@ -469,7 +483,9 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
     out = []
     for intent in intents:
         action_id = str(intent.data.get("action_id"))
-        if intent.run_id in finished or intent.at > now or action_id in settled or writer_may_be_acting(intent, now):
+        # An intent dated ahead of this clock is settled too (its writer's clock ran ahead, or this one stepped
+        # back): it may have taken effect all the same. For the age checks it is young (writer_may_be_acting).
+        if intent.run_id in finished or action_id in settled or writer_may_be_acting(intent, now):
             continue
         if any(e.data.get("action_id") == action_id
                for e in deps.audit.entries(kind="execution", target=intent.target, since=intent.at, limit=1000)):
@@ -507,9 +523,17 @@ def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, s
     if action == "cordon":  # idempotent: redone if still proposed and approved
         return "skipped", f"whether node {target} was cordoned is unknown; a cordon is safe to ask again", 0, 0, {}
     job = deps.scheduler.get_job(target)
+    if uid and (job is None or job.uid != uid):
+        # Settled by identity, never by name: a Slurm job's id changes when a namesake is submitted (gpu/lone becomes
+        # gpu/lone-7), so the job the stop was for may be listed under another name, unsignalled.
+        named = job
+        job = next((j for j in deps.scheduler.list_jobs() if j.uid == uid), None)
+        if job is None and named is not None:
+            job = named  # still gone: `named` is another job under that name (said below)
     if job is None or (uid and job.uid != uid):  # a stop (every other action is settled above)
-        # The job the stop was for is gone since its intent: most likely the stop did it. Taken as done, so that it
-        # counts toward the rate limit, the circuit breaker and the savings, as a stop that may have happened must.
+        # The job the stop was for is gone since its intent (no listed job has its uid): most likely the stop did
+        # it. Taken as done, so that it counts toward the rate limit, the circuit breaker and the savings, as a stop
+        # that may have happened must.
         gone = "the job is gone" if job is None else f"the job (uid {uid}) is gone; {target} is another job now " \
             f"(uid {job.uid}), which nothing was done to"
         return "executed", (f"{gone} since the {action} was sent (or about to be): it is taken to have taken effect "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,6 +15,22 @@ from core.cluster import JobInfo, PoolInfo
 
 HOUR = timedelta(hours=1)
 STOPPABLE_STATES = ("running", "stopping")
+
+
+def signalled_state(job: JobInfo, history: History) -> str:
+    """The job's state as the steward knows it: "stopping" for one still running after a graceful stop of this very
+    run (its uid, started before the stop) was carried out. A scheduler without a stopping state (Slurm) lists a
+    signalled job as running, and only the process that signalled it remembers otherwise: after a restart (a cron
+    `steward sweep` always is one) the audit is what tells that it was signalled, for every rule and planner.
+    A stop dated ahead of the clock counts too: what holds back is read in the safe direction."""
+    if job.state != "running":
+        return job.state
+    uid = job.uid or None
+    stops = [as_utc(e.at) for e in history.entries if e.action == "terminate" and e.status == "executed"
+             and (e.target_uid == uid if uid else e.target == job.id and not e.target_uid)]
+    if stops and (job.started_at is None or as_utc(job.started_at) <= max(stops)):
+        return "stopping"
+    return job.state
 
 
 class Facts(BaseModel):
@@ -39,10 +56,15 @@ class Case:
     history: History
     now: datetime  # facts.now in UTC
 
-    @property
+    @cached_property
     def job(self) -> JobInfo | None:
-        """The job the action is about; a pool resize or a node cordon is about no job, whatever facts came along."""
-        return None if self.action.action in ("resize_pool", *NODE_ACTIONS) else self.facts.job
+        """The job the action is about; a pool resize or a node cordon is about no job, whatever facts came along.
+        Its state is the one the steward knows (signalled_state): a Slurm job it sent a graceful stop is stopping."""
+        job = None if self.action.action in ("resize_pool", *NODE_ACTIONS) else self.facts.job
+        if job is None:
+            return None
+        state = signalled_state(job, self.history)
+        return job if state == job.state else job.model_copy(update={"state": state})
 
     @property
     def grows_pool(self) -> bool:

@@ -58,8 +58,9 @@ def warning_first_rule(case: Case) -> Denial:
         oldest = max(oldest, as_utc(kept))
 
     def announces_this_stop(e: HistoryEntry) -> bool:
-        # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job.
-        return e.deadline is not None and (kind is None or e.finding_kind == kind) and oldest <= as_utc(e.at) <= case.now
+        # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job. One dated
+        # ahead of the clock (another replica's clock, a step back) counts too: its notice has not run.
+        return e.deadline is not None and (kind is None or e.finding_kind == kind) and oldest <= as_utc(e.at)
 
     warnings = [e for e in case.past("notify") if announces_this_stop(e)]
     if not warnings:
@@ -80,11 +81,14 @@ def warning_first_rule(case: Case) -> Denial:
         earliest = as_utc(entry.at) + notice
         return max(earliest, as_utc(entry.deadline)) if entry.deadline else earliest
 
-    first = min(warnings, key=due)
-    if due(first) > case.now:
+    # Every warning still in force is a promise: the stop lands no earlier than the latest deadline the owner was
+    # given (a repeat sent while the stop was held, or waited for a human, moves it later; an earlier warning's
+    # deadline does not license a stop before the newest one's).
+    latest = max(warnings, key=due)
+    if due(latest) > case.now:
         return "warning_first", (
-            f"the owner of job {case.action.target} was warned at {when(first.at)}; the earliest stop is "
-            f"{when(due(first))} (notice period {format_duration(notice.total_seconds())})"
+            f"the owner of job {case.action.target} was warned at {when(latest.at)}; the earliest stop is "
+            f"{when(due(latest))} (notice period {format_duration(notice.total_seconds())})"
         )
     return None
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from agent.config.policy import Policy
 from agent.detectors.evidence import describe, duration_zh, zone_suffix
+from agent.guardrail.case import signalled_state
 from agent.guardrail.decide import protection_reason
 from agent.guardrail.protection import (
     denial_in_force,
@@ -24,7 +25,6 @@ from agent.guardrail.protection import (
 from agent.planning.prompts import render, template_name
 from agent.records.cost import money
 from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
-from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import Observation
 from core.pool_plans import open_scale_down, scale_up_uid
@@ -98,18 +98,6 @@ def _last(history: History, action: str, target: str, kind: str | None = None,
         and ((e.target_uid or "") == uid if uid else e.target == target and (uid is None or not e.target_uid))
     ]
     return max(times) if times else None
-
-
-def signalled_state(job: JobInfo, history: History) -> str:
-    """The job's state, "stopping" for one still running after a graceful stop of this very run was carried out:
-    it ignored SIGTERM. A scheduler without a stopping state (Slurm) lists it as running once the steward that
-    signalled it has restarted (a cron `steward sweep` always has), and it was then never forced nor asked about."""
-    if job.state != "running":
-        return job.state
-    stopped = _last(history, "terminate", job.id, uid=job.uid or "")
-    if stopped is not None and (job.started_at is None or job.started_at <= stopped):
-        return "stopping"
-    return job.state
 
 
 def stop_deadline(finding: Finding | None, policy: Policy, now: datetime) -> datetime:

@@ -510,10 +510,14 @@ class AuditLog:
             return int(cur.fetchone()[0])
 
     def exemptions(self, now: datetime) -> list[AuditEntry]:
-        """Exemption grants in force at `now` (not over, not revoked by a later `revoked` entry), newest first."""
-        rows = [e for e in self.entries(kind="exemption", since=now - timedelta(days=31), limit=10_000, checked=True)
-                if e.at <= now]
-        revoked = {int(seq) for e in rows if e.status == "revoked" for seq in e.data.get("revokes") or []}
+        """Exemption grants in force at `now` (not over, not revoked by a `revoked` entry), newest first.
+
+        A keep protects from the moment it is written, whatever its timestamp: one dated ahead of `now` (recorded by
+        a replica whose clock runs ahead, or before this host's clock stepped back) is in force. A revocation, which
+        takes protection away, counts once `now` reaches it: both read in the safe direction."""
+        rows = self.entries(kind="exemption", since=now - timedelta(days=31), limit=10_000, checked=True)
+        revoked = {int(seq) for e in rows if e.status == "revoked" and e.at <= now
+                   for seq in e.data.get("revokes") or []}
         return [e for e in rows if e.status == "granted" and e.seq not in revoked
                 and datetime.fromisoformat(str(e.data["until"])) > now]
 
@@ -578,8 +582,9 @@ class AuditLog:
                 pending.pop(key, None)
                 if e.status in ("denied", "expired"):
                     denied.add(key)
+        # Keeps dated ahead of `now` too: a keep answers the warnings before it from the moment it is written.
         keeps = [_exemption(e) for e in self.entries(kind="exemption", status="granted", since=since, limit=100_000,
-                                                     newest_first=False, checked=True) if e.at <= now]
+                                                     newest_first=False, checked=True)]
         return History(
             entries=entries,
             keeps=keeps,

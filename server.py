@@ -40,15 +40,21 @@ def json_depth_limit() -> int:
     return sys.getrecursionlimit()
 
 
-def _finite(value: object) -> object:
+ECHO_DEPTH = 20  # how deeply an error echoes a nested input back; deeper parts are elided
+
+
+def _finite(value: object, depth: int = 0) -> object:
     """`value` with every NaN or Infinity written as text: JSON has no such numbers, and an error echoing one
-    back must still parse."""
+    back must still parse. Nesting past ECHO_DEPTH is elided ("..."): a body nested hundreds deep, which the reader
+    took, made the echo recurse past the interpreter's limit (a 500)."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
+    if isinstance(value, dict | list | tuple) and depth >= ECHO_DEPTH:
+        return "..."
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _finite(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [_finite(v, depth + 1) for v in value]
     return value
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from agent.config.policy import PROTECTED_ANNOTATIONS, Policy
@@ -469,14 +469,6 @@ def test_decide_is_deterministic_and_pure(scenario, approved):
 def test_the_scenarios_reach_every_verdict():
     """Guard against vacuous properties: random scenarios do produce allowed stops, approvals and resizes."""
     seen: set[tuple[str, str]] = set()
-
-    @settings(max_examples=1500, deadline=None, database=None, phases=[Phase.generate], derandomize=True)
-    @given(scenarios())
-    def record(scenario):
-        seen.add((scenario[0].action, decide(*scenario).verdict))
-        seen.add((scenario[0].action, "approved " + decide(*scenario, approved=True).verdict))
-
-    record()
     wanted = {
         ("notify", "allow"),
         ("terminate", "allow"),
@@ -484,4 +476,19 @@ def test_the_scenarios_reach_every_verdict():
         ("force_terminate", "approved allow"),
         ("resize_pool", "approved allow"),
     }
+
+    # A few fixed seeds, stopping once every verdict is seen: Hypothesis biases generation with constants it harvests
+    # from the loaded modules, so one derandomized run's coverage moved with any change to the code under test (and
+    # with which tests ran before it in the process).
+    for k in range(6):
+        @seed(k)
+        @settings(max_examples=1500, deadline=None, database=None, phases=[Phase.generate])
+        @given(scenarios())
+        def record(scenario):
+            seen.add((scenario[0].action, decide(*scenario).verdict))
+            seen.add((scenario[0].action, "approved " + decide(*scenario, approved=True).verdict))
+
+        record()
+        if wanted <= seen:
+            break
     assert wanted <= seen

@@ -18,7 +18,7 @@ from typing import Any
 
 from agent.alerts.incidents import Alert, subject_of
 from agent.records import pg
-from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, open_store
+from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable, classify
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
@@ -74,16 +74,16 @@ def _t(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
-class IncidentStore:
+class IncidentStore(Reopening):
     def __init__(self, path: str | Path = ":memory:") -> None:
         location = str(path)
         self.path = pg.redact(location)  # for messages: a Postgres URL without its password
-        self._conn, self.problem = open_store(location, _SCHEMA, "incidents", wal=True, pg_schema=_PG_SCHEMA)
+        self._open(location, _SCHEMA, "incidents", wal=True, pg_schema=_PG_SCHEMA)
         self._lock = threading.RLock()
 
     def _run(self, sql: str, args: tuple = ()) -> Any:
-        if self.problem is not None:
-            raise StoreUnavailable(self.problem)
+        if (problem := self.healthy()) is not None:
+            raise StoreUnavailable(problem)
         try:
             return self._conn.execute(sql, args)
         except DB_ERRORS as exc:

@@ -22,6 +22,8 @@ def store_problems(name: str, store: Any) -> list[Problem]:
     """What a store reports (`problems()`, else its `problem` / `readonly`), each detail naming the store."""
     if store is None:
         return []
+    if callable(getattr(store, "healthy", None)):
+        store.healthy()  # a store whose open failed is opened again (agent/records/store.py Reopening)
     if callable(getattr(store, "problems", None)):
         found = list(store.problems())
     else:

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from agent.records import pg
-from agent.records.store import DB_ERRORS, StoreUnavailable, classify, open_store
+from agent.records.store import DB_ERRORS, Reopening, StoreUnavailable, classify
 
 MAX_TOKEN_CHARS = 1024  # a real token is about 200 characters
 _SCHEMA = "CREATE TABLE IF NOT EXISTS used_links (nonce TEXT PRIMARY KEY, expires INTEGER, by TEXT);"
@@ -89,7 +89,7 @@ class ApprovalLinks:
         return claim
 
 
-class UsedNonces:
+class UsedNonces(Reopening):
     """Spent link nonces in SQLite (data dir, or memory) or Postgres (STEWARD_DATABASE_URL, shared by every
     replica), so single use survives a restart and holds across replicas.
 
@@ -99,7 +99,7 @@ class UsedNonces:
     def __init__(self, path: str | Path = ":memory:") -> None:
         location = str(path)
         self.path = pg.redact(location)  # for messages: a Postgres URL without its password
-        self._conn, self.problem = open_store(location, _SCHEMA, "used_links", wal=False, pg_schema=_PG_SCHEMA)
+        self._open(location, _SCHEMA, "used_links", wal=False, pg_schema=_PG_SCHEMA)
         self._lock = threading.Lock()
 
     def is_used(self, nonce: str) -> bool:
@@ -108,8 +108,8 @@ class UsedNonces:
 
     def spend(self, claim: LinkClaim, by: str, now_s: float) -> None:
         """Mark the nonce used, atomically; LinkRefused when someone already did."""
-        if self.problem is not None:
-            raise StoreUnavailable(self.problem)
+        if (problem := self.healthy()) is not None:
+            raise StoreUnavailable(problem)
         with self._lock:
             try:
                 self._conn.execute("DELETE FROM used_links WHERE expires < ?", (int(now_s) - 86400,))

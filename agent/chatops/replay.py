@@ -12,26 +12,26 @@ import threading
 from pathlib import Path
 
 from agent.records import pg
-from agent.records.store import DB_ERRORS, Problem, StoreUnavailable, classify, open_store
+from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable, classify
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS seen_callbacks (key TEXT PRIMARY KEY, seen_at REAL NOT NULL);"
 _PG_SCHEMA = _SCHEMA.replace("REAL", "DOUBLE PRECISION")
 
 
-class SeenCallbacks:
+class SeenCallbacks(Reopening):
     """Callback keys (platform, timestamp, signature or nonce) in SQLite (the data dir, or memory in tests) or in
     Postgres (STEWARD_DATABASE_URL), where every replica sees what the others took."""
 
     def __init__(self, path: str | Path = ":memory:", *, keep_s: float) -> None:
         location, self.keep_s = str(path), keep_s
         self.path = pg.redact(location)  # for messages: a Postgres URL without its password
-        self._conn, self.problem = open_store(location, _SCHEMA, "seen_callbacks", wal=False, pg_schema=_PG_SCHEMA)
+        self._open(location, _SCHEMA, "seen_callbacks", wal=False, pg_schema=_PG_SCHEMA)
         self._lock = threading.Lock()
 
     def first_use(self, key: str, now_s: float) -> bool:
         """True the first time `key` is seen (and remembers it); False for a replay."""
-        if self.problem is not None:
-            raise StoreUnavailable(self.problem)
+        if (problem := self.healthy()) is not None:
+            raise StoreUnavailable(problem)
         with self._lock:
             try:
                 self._conn.execute("DELETE FROM seen_callbacks WHERE seen_at < ?", (now_s - self.keep_s,))

@@ -188,6 +188,17 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
     def service_of(request: Request) -> StewardService:
         return (service_provider or (lambda: request.app.state.runtime))()
 
+    def _answered(service: StewardService, approval_id: str) -> bool | None:
+        """Whether the request was answered (True), is still pending (None: nothing recorded), or cannot be read
+        now (False: the nonce stays spent, as a link used once must)."""
+        try:
+            approval = service.deps.approvals.get(approval_id)
+        except Exception:
+            return False
+        if approval is None:
+            return False
+        return None if approval.status == "pending" else True
+
     def audit_link_refused(service: StewardService, claim: LinkClaim, by: str) -> None:
         """A genuine, unspent link tried under a name that is not an approver (a card forwarded outside the
         approvers' group) is audited as the API and the callbacks audit a refused answer: an attempt is a fact."""
@@ -263,9 +274,18 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                          "审批存储无法写入，请稍后再次使用此链接</p>", 503)
         except (ApprovalError, LookupError) as exc:
             return _page("Not taken / 未受理", f"<p>{html.escape(str(exc))}</p>", 409)
-        except BaseException:
-            spent.forget(claim.n)  # an answer that failed unexpectedly (500) was not taken either
-            raise
+        except Exception:
+            # An answer that failed unexpectedly: the nonce goes back only when nothing was recorded (the request
+            # is still pending). One recorded before a later step failed (a re-read after the write) stays spent,
+            # and the page says it was recorded: the steward carries it out.
+            recorded = await run_in_threadpool(_answered, service, claim.a)
+            if recorded is None:
+                spent.forget(claim.n)
+                raise
+            if not recorded:
+                raise
+            return _page("Recorded / 已记录", f"<p>{html.escape(claim.a)}: the answer was recorded; the page could not "
+                         f"be completed / 答复已记录，但页面未能完整生成</p>", 200)
         zh = "批准" if claim.d == "approve" else "拒绝"
         done = "approved" if claim.d == "approve" else "denied"
         return _page("Done / 已完成", f"<p>{html.escape(claim.a)}: {done} by {html.escape(by)} / "

@@ -159,8 +159,8 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
                 break
         # Nothing in the period: say when the newest entry is, so a log kept on another clock (a demo run's
         # simulated day) or an idle steward reads as such, not as an empty log.
-        older = log.entries(kind=args.kind, target=args.target, status=args.status, limit=1) \
-            if since is not None and not entries else []
+        older = [e for e in log.entries(kind=args.kind, target=args.target, status=args.status, limit=PAGE)
+                 if e.kind not in quiet and e.at < since][:1] if since is not None and not entries else []
     finally:
         log.close()
     entries = entries[: args.limit]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from agent.config.policy import Policy
 from agent.detectors.signals import ClusterSignals, group_signals
 from core.actions import Finding
@@ -84,7 +86,8 @@ def name_gpu_faults(findings: list[Finding], obs: Observation, signals: ClusterS
     fault_xid, fault_gpu, fault_at): the owner reads that the hang is the GPU's, not their code's, and the on-call
     engineer which node to drain (runbook gpu-xid-errors). The stop is decided as before: a job on a lost GPU makes
     no progress, and stopping it frees the node for draining. An XID from before the job started is a previous
-    occupant's and is not named."""
+    occupant's and is not named, and so is one the gauge already held when the series read begins (DCGM keeps the
+    last XID until the driver reloads: when it happened is not known), or any on a job whose start is unknown."""
     ignore = set(policy.detectors.node_health.ignore_xids)
     jobs = obs.jobs_by_id()
     out = []
@@ -93,7 +96,8 @@ def name_gpu_faults(findings: list[Finding], obs: Observation, signals: ClusterS
         series = signals.jobs.get(f.target) if job is not None else None
         faults = [g for g in (series.gpus if series is not None else [])
                   if g.xid_last and g.xid_last not in ignore and g.xid_at is not None
-                  and (job is None or job.started_at is None or g.xid_at >= job.started_at)]
+                  and job is not None and job.started_at is not None and g.xid_at >= job.started_at
+                  and g.xid_at > obs.at - timedelta(seconds=len(g.util_max) * g.slice_s)]
         if not faults:
             out.append(f)
             continue

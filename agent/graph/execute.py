@@ -500,11 +500,14 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
                 "target_uid": intent.data.get("target_uid"), "proposed_by": intent.data.get("proposed_by"),
                 "target_nodes": intent.data.get("target_nodes"), "removed_nodes": removed,
                 "interrupted_run": intent.run_id, **record}
-        deps.audit.record("execution", at=now, run_id=run_id, target=intent.target, action=intent.action,
+        # Dated no earlier than its intent: an outcome is looked for from its intent's time on, so one dated before
+        # it (this clock behind the intent's writer) was never found and the action settled again at every sweep.
+        at = max(now, intent.at)
+        deps.audit.record("execution", at=at, run_id=run_id, target=intent.target, action=intent.action,
                           level=intent.level, status=status, reason=reason, data=data)
         settled.add(action_id)
         out.append(ActionOutcome(id=action_id, action=intent.action,  # type: ignore[arg-type]
-                                 target=intent.target or "", level=intent.level or 0, status=status, at=now,
+                                 target=intent.target or "", level=intent.level or 0, status=status, at=at,
                                  reason=reason, detail=detail, gpus=gpus,
                                  reclaimed_gpu_hours_per_hour=float(gpus), approved_by=intent.data.get("approved_by"),
                                  target_uid=intent.data.get("target_uid")))

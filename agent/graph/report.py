@@ -134,6 +134,10 @@ def decision_reason(rule: str, reason: str, language: str) -> str:
         kept = re.fullmatch(r"exempted by (.+?) until (.+? UTC)(?: \((.*)\))?", match[3])
         why = (f"由 {kept[1]} 保留至 {kept[2]}" + (f"（{kept[3]}）" if kept[3] else "")) if kept else match[3]
         return f"同一分布式作业{group}中的 {match[1]} 受保护（{why}）：停止任何一个 pod 都会终止整个作业，故不处理"
+    if rule == "warning_first" and (match := re.match(r"(\S+), a pod of the same distributed job, was warned at "
+                                                      r"(.+?) that its stop is no earlier than (.+?); a stop", reason)):
+        return (f"同一分布式作业中的 {match[1]} 于 {match[2]} 收到警告，承诺最早 {match[3]} 才停止；"
+                "停止任何一个 pod 都会终止整个作业，须等到该时间")
     if rule == "already_done" and " was force-stopped at " in reason:
         return "已强制停止，但作业仍在停止中：调度器未能结束它（请检查其节点是否失联，或进程卡在内核中），不再重复强制停止"
     return RULE_ZH.get(rule, "护栏规则未通过")
@@ -152,7 +156,8 @@ RULE_OF_REASON = (
     (re.compile(r", above the ceiling \d+ for "), "level_ceiling"),
     (re.compile(r"; the denial holds for "), "denial_hold"),
     (re.compile(r"long-tail grace"), "long_tail_grace"),
-    (re.compile(r"a stop needs a delivered|^the owner of job \S+ was warned at "), "warning_first"),
+    (re.compile(r"a stop needs a delivered|^the owner of job \S+ was warned at |, a pod of the same distributed "
+                r"job, was warned at "), "warning_first"),
     (re.compile(r"has not been asked to stop gracefully|was sent a graceful stop at "), "graceful_first"),
     (re.compile(r"was already notified|is already awaiting approval"), "duplicate"),
     (re.compile(r" and is stopping; waiting for the | was force-stopped at .* and is still stopping"), "already_done"),

@@ -53,7 +53,7 @@ def warning_first_rule(case: Case) -> Denial:
         oldest = max(oldest, max(failed))
     # A keep answers the warnings before it: once it lapses, the stop needs a new warning and its full notice (a
     # probe's owner who kept a job for 3 minutes was stopped at the first sweep after, on the old warning).
-    kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now)
+    kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now, case.facts.gang)
     if kept is not None:
         oldest = max(oldest, as_utc(kept))
 
@@ -90,6 +90,20 @@ def warning_first_rule(case: Case) -> Denial:
             f"the owner of job {case.action.target} was warned at {when(latest.at)}; the earliest stop is "
             f"{when(due(latest))} (notice period {format_duration(notice.total_seconds())})"
         )
+    # A stop of one pod of a distributed job ends the whole job: none of its pods stops before the latest deadline
+    # any of them was given (pods warned at different sweeps were promised different times).
+    for other in case.facts.gang:
+        promised = [e for e in case.history.entries
+                    if e.action == "notify" and e.status in case.done and e.deadline is not None
+                    and oldest <= as_utc(e.at) and (kind is None or e.finding_kind == kind)
+                    and (e.target_uid == other.uid if other.uid else (e.target == other.id and not e.target_uid))
+                    and due(e) > case.now]
+        if promised:
+            last = max(promised, key=due)
+            return "warning_first", (
+                f"{other.id}, a pod of the same distributed job, was warned at {when(last.at)} that its stop is no "
+                f"earlier than {when(due(last))}; a stop of job {case.action.target} ends it too"
+            )
     return None
 
 
@@ -133,7 +147,7 @@ def duplicate_rule(case: Case) -> Denial:
         began = stretch_began(case)
         after = case.now - every if began is None else max(case.now - every, began)
         # A keep answered the warnings before it.
-        kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now)
+        kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now, case.facts.gang)
         if kept is not None:
             after = max(after, as_utc(kept))
         recent = [e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > after]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from agent.config.policy import Policy
@@ -80,12 +81,7 @@ def gang_protection(job: JobInfo, jobs: list[JobInfo], policy: Policy, history: 
     """(a pod of `job`'s distributed job, why it is protected) when one is: a stop of any pod of the job ends the
     whole job (agent/detectors/gang.py), so a keep or a protection rule on one pod holds for every pod of it. `jobs`
     is what was read of the cluster (the job itself may be among them); the first protected live pod, by id."""
-    gang = job_gang(job)
-    if gang is None:
-        return None
-    for other in sorted(jobs, key=lambda j: j.id):
-        if other.id == job.id or other.state not in ("pending", "running", "stopping") or job_gang(other) != gang:
-            continue
+    for other in gang_siblings(job, jobs):
         why = protection_reason(other, policy, history, now)
         if why:
             return other, why
@@ -151,17 +147,34 @@ def _keep_until(job: JobInfo, now: datetime) -> str | None:
 
 
 def keep_answered_at(history: History, job: JobInfo | None, target: str, uid: str | None,
-                     now: datetime) -> datetime | None:
+                     now: datetime, gang: Sequence[JobInfo] = ()) -> datetime | None:
     """When a keep last answered this job's warnings: an audited keep's grant (`last_keep`), or a keep-until
-    annotation's time once it has passed. A stop after it needs a warning sent since, with its full notice."""
-    times = [t for t in (last_keep(history, target, uid),) if t is not None]
-    try:
-        until = _annotated_until(job) if job is not None else None
-    except ValueError:
-        until = None  # unreadable: the job is kept (protection_reason), nothing lapsed
-    if until is not None and until <= as_utc(now):
-        times.append(until)
+    annotation's time once it has passed. A stop after it needs a warning sent since, with its full notice.
+
+    `gang`: the other pods of its distributed job as read now. A keep on any of them answered this pod's warnings
+    too (it protected the whole job: gang_protection), so once it lapses every pod needs a new warning and its notice."""
+    times = []
+    for one, name, key in [(job, target, uid)] + [(o, o.id, o.uid or None) for o in gang_siblings(job, gang)]:
+        kept = last_keep(history, name, key)
+        if kept is not None:
+            times.append(kept)
+        try:
+            until = _annotated_until(one) if one is not None else None
+        except ValueError:
+            until = None  # unreadable: the job is kept (protection_reason), nothing lapsed
+        if until is not None and until <= as_utc(now):
+            times.append(until)
     return max(times) if times else None
+
+
+def gang_siblings(job: JobInfo | None, jobs: Sequence[JobInfo]) -> list[JobInfo]:
+    """The other live pods of `job`'s distributed job (core.cluster.job_gang) among `jobs`, by id; [] for a job of
+    its own."""
+    gang = job_gang(job) if job is not None else None
+    if job is None or gang is None:
+        return []
+    return [o for o in sorted(jobs, key=lambda j: j.id)
+            if o.id != job.id and o.state in ("pending", "running", "stopping") and job_gang(o) == gang]
 
 
 def denial_in_force(history: History, action: str, target: str, uid: str | None, now: datetime,

@@ -57,9 +57,11 @@ def not_running_rule(case: Case) -> Denial:
 def protected_rule(case: Case) -> Denial:
     job = case.job
     if job is None:
-        # A pool or node the API or chat exempted (POST /api/exemptions names a job, node or pool): not resized or
-        # cordoned while the exemption holds.
-        if case.action.action in ("resize_pool", *NODE_ACTIONS):
+        # A pool or node the API or chat exempted (POST /api/exemptions names a job, node or pool): not shrunk or
+        # cordoned while the exemption holds. A grow is not held back (the steward's planned scale-up back after its
+        # own shrink gives the pool's nodes back, which is what keeping them asks for).
+        if case.action.action in ("resize_pool", *NODE_ACTIONS) and not (
+                case.action.action == "resize_pool" and case.grows_pool):
             why = exemption_reason(case.action.target, case.history, case.now)
             if why:
                 return "protected", f"{case.target} is protected: {why}; no {case.action.action}"

@@ -229,12 +229,13 @@ class PolicyModel:
                 if why_protected:
                     notes.append(f"{f.target}: {f.kind}, but protected ({why_protected}); observing only")
                     continue
-            elif f.target_type == "pool" and (why_exempt := exemption_reason(f.target, history, now)):
+            elif f.target_type == "pool" and f.kind != "pool_scale_up" and (
+                    why_exempt := exemption_reason(f.target, history, now)):  # a scale-up back gives nodes back
                 notes.append(f"{f.target}: {f.kind}, but the pool is exempted ({why_exempt}); not resized")
                 continue
             uid = (job.uid or None) if job else None
             proposal = self._next_step(f, signalled_state(job, history) if job else None, history, policy, now, uid,
-                                       keep_answered_at(history, job, f.target, uid, now))
+                                       keep_answered_at(history, job, f.target, uid, now, obs.jobs))
             if proposal is None:
                 continue
             if proposal.key() in history.pending_approvals:

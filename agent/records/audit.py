@@ -582,9 +582,19 @@ class AuditLog:
                 pending.pop(key, None)
                 if e.status in ("denied", "expired"):
                     denied.add(key)
-        # Keeps dated ahead of `now` too: a keep answers the warnings before it from the moment it is written.
-        keeps = [_exemption(e) for e in self.entries(kind="exemption", status="granted", since=since, limit=100_000,
-                                                     newest_first=False, checked=True)]
+        # Keeps dated ahead of `now` too: a keep answers the warnings before it from the moment it is written. One
+        # dated ahead that was revoked since answered them no later than its revocation: read at its date, every
+        # warning after the revocation looked older than the keep, and the owner was warned at every sweep.
+        granted = self.entries(kind="exemption", status="granted", since=since, limit=100_000, newest_first=False,
+                               checked=True)
+        revoked_at: dict[int, datetime] = {}
+        if any(e.at > now for e in granted):
+            for r in self.entries(kind="exemption", status="revoked", since=since, limit=100_000, checked=True):
+                for seq in r.data.get("revokes") or []:
+                    if r.at <= now:
+                        revoked_at[int(seq)] = min(r.at, revoked_at.get(int(seq), r.at))
+        keeps = [_exemption(e).model_copy(update={"at": min(e.at, revoked_at[e.seq])})
+                 if e.at > now and e.seq in revoked_at else _exemption(e) for e in granted]
         return History(
             entries=entries,
             keeps=keeps,

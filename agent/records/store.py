@@ -7,9 +7,11 @@ StoreUnavailable naming the file and the reason; `Problem.reason` is the short c
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,3 +219,34 @@ def columns(conn: Any, table: str) -> set[str]:
 
 
 DB_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, *pg.errors())  # what a store's failed write raises
+
+
+REOPEN_S = 10.0  # how often a store whose open failed is opened again, at most
+
+
+class Reopening:
+    """A store whose open failed (a lock held past the busy timeout, a database down at start) is opened again when
+    next used or looked at, at most every REOPEN_S seconds: a moment's failure is not one for the life of the process
+    (`/healthz` named it, and the replica stayed unready, until a restart). `problem` is None once it opened."""
+
+    _conn: Any
+    problem: Problem | None
+    _open_args: tuple[str, str, str, dict[str, Any]]
+    _next_open: float = 0.0
+
+    def _open(self, location: str, schema: str, table: str, **kw: Any) -> None:
+        self._open_args = (location, schema, table, kw)
+        self._conn, self.problem = open_store(location, schema, table, **kw)
+        self._next_open = time.monotonic() + REOPEN_S
+
+    def healthy(self) -> Problem | None:
+        """The store's problem now, after opening it again when its open failed and the last try is old enough."""
+        if self.problem is not None and time.monotonic() >= self._next_open:
+            location, schema, table, kw = self._open_args
+            self._next_open = time.monotonic() + REOPEN_S
+            conn, problem = open_store(location, schema, table, **kw)
+            old, keep = (self._conn, conn) if problem is None else (conn, self._conn)
+            self._conn, self.problem = keep, problem
+            with contextlib.suppress(Exception):  # closing the connection that is not kept: nothing rides on it
+                old.close()
+        return self.problem

@@ -107,6 +107,10 @@ class Phase(_Strict):
     gpu_util: Range | None = None
     active_gpus: int | None = Field(None, ge=0)
     gpu_mem_gb: Range | None = None
+    # Extension: GPU memory, GB, that each GPU beyond active_gpus holds at 0 %: a DDP rank waiting for its siblings
+    # keeps its model and optimiser state. Default a CUDA context's (sim/signals.py IDLE_FB_MB): a GPU the job
+    # leaves alone, or one whose task has ended.
+    idle_gpu_mem_gb: Range | None = None
     cpu_pct: Range | None = None
     net_rx_mbps: Range | None = None
     net_tx_mbps: Range | None = None  # extension: network transmit (an upload); default 0

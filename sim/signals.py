@@ -100,6 +100,7 @@ class PhaseSpan:
     requests_per_s: Range | None = None
     latency_s: Range | None = None
     disk_write_mbps: Range = 0.0  # extension: a phase writes only where it says so (a checkpoint save, a staging copy)
+    idle_gpu_mem_gb: Range | None = None  # extension: memory a GPU beyond active_gpus holds (None: a CUDA context)
 
 
 def resolve_phases(job: Job) -> list[PhaseSpan]:
@@ -108,6 +109,7 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
         "gpu_util": 0.0, "active_gpus": job.gpus, "gpu_mem_gb": 0.0, "cpu_pct": 0.0, "net_rx_mbps": 0.0, "net_tx_mbps": 0.0,
         "disk_read_mbps": 0.0, "disk_write_mbps": 0.0, "log": "silent", "log_every": None, "lines": (), "metrics": "ok",
         "gpu_work": None, **{key: None for key in ACTIVITY_KEYS}, "requests_per_s": None, "latency_s": None,
+        "idle_gpu_mem_gb": None,
     }
     spans: list[PhaseSpan] = []
     at = 0.0
@@ -127,7 +129,8 @@ def resolve_phases(job: Job) -> list[PhaseSpan]:
                                lines=cur["lines"], metrics=cur["metrics"], gpu_work=_work(cur),
                                activity=tuple(cur[key] for key in ACTIVITY_KEYS),
                                net_tx_mbps=cur["net_tx_mbps"], requests_per_s=cur["requests_per_s"],
-                               latency_s=cur["latency_s"], disk_write_mbps=cur["disk_write_mbps"]))
+                               latency_s=cur["latency_s"], disk_write_mbps=cur["disk_write_mbps"],
+                               idle_gpu_mem_gb=cur["idle_gpu_mem_gb"]))
         if last:
             break
         at = end
@@ -163,7 +166,8 @@ class JobSignals:
     def gpu(self, phase: PhaseSpan, gpu: int, k: int) -> tuple[float, float]:
         """(utilisation %, framebuffer used MB) of the job's gpu-th GPU at sample k."""
         if gpu >= phase.active_gpus:
-            return 0.0, IDLE_FB_MB
+            held = phase.idle_gpu_mem_gb
+            return 0.0, IDLE_FB_MB if held is None else pick(held, self._mem_seed, gpu, k) * 1024.0
         util = pick(phase.gpu_util, self._util_seed, gpu, k)
         return util, pick(phase.gpu_mem_gb, self._mem_seed, gpu, k) * 1024.0
 

@@ -14,7 +14,7 @@ from agent.detectors.overprovisioned import OverprovisionedDetector
 from agent.detectors.pools import OversizedPoolDetector, in_time_window
 from agent.detectors.signals import group_signals
 from agent.detectors.zombie import ZombieDetector
-from core.cluster import GpuSeries, JobInfo, JobIoSeries, LogLine, NodeInfo, PoolInfo
+from core.cluster import GpuHistory, GpuSeries, JobInfo, JobIoSeries, LogLine, NodeInfo, PoolInfo
 from core.observation import LogProgress, Observation
 from tools.log_progress import analyse_log
 
@@ -381,6 +381,30 @@ def test_overprovisioned_gpus_never_touched_are_named_in_both_languages():
     f = f.model_copy(update={"metrics": {**f.metrics, "gpus_untouched": 3.0}})  # as with a day's history behind it
     zh = describe(f, "zh")
     assert "其中 3 块从未使用" in zh and "CUDA_VISIBLE_DEVICES" in zh
+
+
+def test_overprovisioned_gpus_whose_task_ended_count_as_unused_and_waiting_ranks_do_not():
+    """Eight single-GPU trials packed in one job end unevenly: a GPU whose trial ended worked earlier in the day, so
+    the lookback once counted it as working all day (7 of 8 GPUs empty for hours, no advice). Its memory is gone
+    now; a DDP rank waiting for an uneven last shard still holds its model, and stays working."""
+    from agent.detectors.evidence import describe
+
+    coarse = [90.0, 90.0, 0.0, 0.0]  # worked 2 h ago, quiet since
+    history = [GpuHistory(job="ml/train", node="n1", gpu=i, slice_s=1800.0, util_max=[90.0] * 4 if i == 0 else coarse,
+                          samples=[60] * 4, expected=60) for i in range(8)]
+
+    def detect(mem_mb: float):
+        gpus = [gpu("ml/train", [70.0] * 24, index=0)] + [gpu("ml/train", [0.0] * 24, index=i, mem_mb=mem_mb)
+                                                          for i in range(1, 8)]
+        obs = observe([job(gpus=8)], gpus, [io("ml/train", 24, cpu=120.0)], history=history, history_slice_s=1800.0)
+        return OverprovisionedDetector(POLICY).detect(obs)
+
+    [f] = detect(mem_mb=0.0)  # finished trials: no process, no memory
+    assert f.gpus == 7 and f.metrics["gpus_working"] == 1 and f.metrics["gpus_released"] == 7
+    assert "gpus_untouched" not in f.metrics and "never touched" not in f.evidence
+    assert "let go of their memory" in f.evidence and "job array" in f.evidence
+    assert "其中 7 块先前工作过、现已释放显存" in describe(f, "zh") and "作业数组" in describe(f, "zh")
+    assert detect(mem_mb=60_000.0) == []  # ranks waiting with their model: the job is not over-provisioned
 
 
 def test_overprovisioned_only_over_a_window_the_job_lived_through():

@@ -232,3 +232,28 @@ def test_a_busy_ray_gpu_worker_leaves_an_idle_one_warned_and_a_launcher_without_
     # The launcher working beyond a spin (a CPU-side evaluation at 600 %): the workers wait for it.
     ios[-1] = io("llm/launcher", 24, cpu=600.0)
     assert kinds(observe([launcher, w0, w1], gpus, ios, {}, nodes=nodes)) == {}
+
+
+def test_a_sibling_without_gpus_quiet_on_every_counter_raises_no_doubt_and_one_unread_still_does():
+    """A heterogeneous job's CPU component whose step was OOM-killed: its CPU, network and disk are read and quiet
+    all window. It made the idle GPU component's stop need a person ("neither idle nor hung, nor seen working"), the
+    request expired, and 4 GPUs stayed held all day. Counters missing are still a doubt: unknown is not idle."""
+    from core.cluster import SLURM_HET_JOB_LABEL
+
+    het = {SLURM_HET_JOB_LABEL: "48390"}
+    cpu_part, gpu_part = job("cpu/etl", gpus=0, node="n2", labels=het), pod("etl", "n1", het, namespace="gpu")
+    gpus = job_gpus("gpu/etl", [0.0] * 24, node="n1")
+    nodes = [NodeInfo(name="n1", pool="a100", gpus=8, jobs=["gpu/etl"]), NodeInfo(name="n2", pool="cpu", gpus=0,
+                                                                                  jobs=["cpu/etl"])]
+
+    def idle(cpu_io):
+        obs = observe([cpu_part, gpu_part], gpus, [io("gpu/etl", 24), *cpu_io], {}, nodes=nodes)
+        return [f for f in run_detectors(obs, POLICY) if f.kind == "idle"]
+
+    [f] = idle([io("cpu/etl", 24, cpu=0.3)])
+    assert f.target == "gpu/etl" and not f.stop_needs_approval
+    [f] = idle([])  # the CPU component's counters are not read
+    assert "neither idle nor hung" in (f.stop_needs_approval or "")
+    [f] = idle([io("cpu/etl", 24, cpu=100.0)])  # a core busy: a spin, or work the counters cannot name
+    assert "neither idle nor hung" in (f.stop_needs_approval or "")
+    assert idle([io("cpu/etl", 24, cpu=0.3, disk=40.0)]) == []  # it reads its input: the GPU component waits

@@ -133,6 +133,8 @@ DIFFICULTY: dict[str, str] = {
     "trt-engine-build-ocr-server-startup": "medium",
     "wandb-sweep-agents-wait-after-grid": "medium",
     "xid63-row-remap-pending-under-training": "medium",
+    "slurm-packed-trials-finish-unevenly": "medium",
+    "slurm-hetjob-gpu-component-waits": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -220,6 +222,18 @@ def test_idle_notebook_is_warned_then_stopped_after_the_notice() -> None:
     assert len(warned) == 1 and len(stopped) == 1
     assert stopped[0]["at_s"] - warned[0]["at_s"] >= 30 * 60
     assert r.score.reclaimed_gpu_hours > 0
+
+
+@pytest.mark.hard
+def test_a_heterogeneous_jobs_gpu_component_whose_cpu_component_died_is_stopped_after_a_warning() -> None:
+    """The dead CPU component's counters are read and quiet: it raised a doubt ("neither idle nor hung, nor seen
+    working") that put every stop in a person's hands, the request expired, and 4 GPUs stayed held all day. The
+    component waiting for a live tokeniser is left alone."""
+    r = run("slurm-hetjob-gpu-component-waits")
+    warned = acts(r, "gpu/etl-embed", "notify", "executed")
+    [stopped] = stops(r, "gpu/etl-embed")
+    assert warned and stopped["at_s"] - warned[0]["at_s"] >= 30 * 60
+    assert not acts(r, "gpu/tok-train") and not acts(r, "cpu/tok-train")
 
 
 @pytest.mark.easy
@@ -311,7 +325,8 @@ def test_periodic_job_is_never_stopped_and_warned_only_when_a_pause_outgrows_its
 
 @pytest.mark.easy
 @pytest.mark.parametrize("scenario,job", [("overprovisioned", "research/lr-sweep"),
-                                          ("overprovisioned-and-idle", "research/hpo-search")])
+                                          ("overprovisioned-and-idle", "research/hpo-search"),
+                                          ("slurm-packed-trials-finish-unevenly", "gpu/hpo-pack-8")])
 def test_overprovisioned_gets_advice_never_a_stop(scenario: str, job: str) -> None:
     r = run(scenario)
     assert acts(r, job, "notify", "executed")

@@ -87,6 +87,20 @@ def test_phase_inheritance_and_active_gpus():
     assert series[0].engine_active_avg[0] == pytest.approx(0.8)
 
 
+def test_idle_gpu_memory_is_held_where_a_phase_says_so():
+    """A rank waiting for its siblings keeps its model on the GPU (idle_gpu_mem_gb, inherited like the other keys);
+    without it a GPU beyond active_gpus holds a CUDA context, as one whose task ended."""
+    sim = cluster([{"id": "a/w", "gpus": 2, "phases": [
+        {"duration": "30m", "gpu_util": 80, "gpu_mem_gb": 10, "active_gpus": 1, "idle_gpu_mem_gb": 9},
+        {"gpu_util": 70},
+    ]}])
+    sim.advance_to(H // 2)
+    series = sorted(series_of(sim, "a/w", H // 2), key=lambda s: s.gpu)
+    assert series[1].util_max[-1] == 0 and series[1].mem_used_mb == 9 * 1024
+    sim.advance_to(H)
+    assert sorted(series_of(sim, "a/w"), key=lambda s: s.gpu)[1].mem_used_mb == 9 * 1024  # inherited
+
+
 def test_noise_stays_within_range_and_is_deterministic():
     jobs = [{"id": "a/n", "gpus": 4, "phases": [{"gpu_util": [20, 40], "cpu_pct": [5, 10]}]}]
     sim = cluster(jobs)

@@ -208,6 +208,8 @@ def _overprovisioned(f: Finding, m: Metrics) -> str:
         f"各卡平均利用率 {'、'.join(f'{v:.0f}%' for v in utils)}；{f.gpus} 块 GPU 未使用"
         + (f"，其中 {m['gpus_untouched']:g} 块从未使用（作业回溯期内没有任何工作，显存仅够 CUDA 上下文：CUDA_VISIBLE_DEVICES "
            f"或 --nproc_per_node 漏掉了这些卡时就是这样）" if m.get("gpus_untouched") else "")
+        + (f"，其中 {m['gpus_released']:g} 块先前工作过、现已释放显存（卡上的任务已结束：打包在一个作业里的单卡任务先后结束时就是这样；"
+           f"改用作业数组运行，每个任务结束时即释放自己的 GPU）" if m.get("gpus_released") else "")
     )
 
 

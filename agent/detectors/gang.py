@@ -93,6 +93,33 @@ def _gpuless_work(job: JobInfo, obs: Observation, policy: Policy) -> str | None:
     return None
 
 
+def _gpuless_quiet(job: JobInfo, obs: Observation, policy: Policy) -> str | None:
+    """What shows a pod without GPUs doing nothing over the whole idle window, every counter read: process CPU under
+    `longtail.cpu_active_pct`, network and disk under `longtail.io_threshold_mbps` in every slice, on
+    `idle.min_coverage` of the slices (disk writes only where the source reports them), and its log, where read,
+    not advanced. None when any of them shows activity or is not read: a pod whose counters are missing stays a
+    doubt (unknown is not idle)."""
+    d = policy.detectors
+    io = next((s for s in obs.io if s.job == job.id), None)
+    if job.gpus > 0 or io is None or io.slice_s <= 0:
+        return None
+    logs = obs.logs.get(job.id)
+    if logs is not None and logs.advanced_since(obs.at - timedelta(seconds=d.idle.window)):
+        return None
+    n = max(1, int(d.idle.window / io.slice_s))
+    peaks = []
+    for values, line in ((io.cpu_pct, d.longtail.cpu_active_pct), (io.net_rx_mbps, d.longtail.io_threshold_mbps),
+                         (io.disk_read_mbps, d.longtail.io_threshold_mbps),
+                         (io.disk_write_mbps, d.longtail.io_threshold_mbps)):
+        seen = [v for v in values[-n:] if v is not None]
+        optional = values is io.disk_write_mbps and not values  # a source that reports no disk writes at all
+        if (len(seen) < d.idle.min_coverage * n and not optional) or max(seen, default=0.0) >= line:
+            return None
+        peaks.append(max(seen, default=0.0))
+    return (f"{job.id} (no GPUs) shows no work over the idle window: process CPU up to {peaks[0]:.1f}% of a core, "
+            f"network and disk under {d.longtail.io_threshold_mbps:g} MB/s")
+
+
 def busy_cpu(job: JobInfo, signals: ClusterSignals, policy: Policy) -> float | None:
     """The pod's highest process CPU over the idle window when it reaches `longtail.cpu_active_pct`, else None:
     not evidence of work on its own (a hung rank spins a core too), but what an approver must be shown."""
@@ -127,8 +154,11 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
         ray = label == RAY_CLUSTER_LABEL
         # A Ray cluster's head and CPU pods are never flagged (no GPUs), so one not seen working is no doubt: an idle
         # Ray cluster's GPU workers are idle. In other gangs a pod without GPUs (an MPI launcher) may be the one at work.
+        # Elsewhere, one whose every counter is read and quiet over the window (a heterogeneous job's CPU component
+        # whose step died) is no doubt either: the job shows no work anywhere, and its GPUs' findings stand.
         others = [p for p in pods if p.id not in flagged and p.state == "running"
-                  and (not ray or p.gpus > 0 or _gpuless_work(p, obs, policy) is not None)]
+                  and (p.gpus > 0 or (_gpuless_work(p, obs, policy) is not None if ray
+                                      else _gpuless_quiet(p, obs, policy) is None))]
         if not held:
             continue
         working = [p for p in others if shows_work(p, obs, signals, policy) is not None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from agent.config.policy import Policy
@@ -40,7 +41,8 @@ class OverprovisionedDetector:
                 continue  # a GPU we cannot see might be the working one
             working = worked(w, rule.working_util_pct)
             untouched = never_touched(w, rule.working_util_pct)
-            if working < 1 or (job.gpus / working < rule.ratio and not untouched):
+            ended = released(w, rule.working_util_pct)
+            if working < 1 or (job.gpus / working < rule.ratio and not untouched and not ended):
                 continue
             unused = job.gpus - working
             since = obs.at - timedelta(seconds=w.seconds)
@@ -55,6 +57,10 @@ class OverprovisionedDetector:
                 + (f", {untouched} of {'them' if unused != 1 else 'it'} never touched (no work in the job's lookback, "
                    f"no more memory than a CUDA context: a CUDA_VISIBLE_DEVICES or --nproc_per_node that leaves "
                    f"{'them' if untouched != 1 else 'it'} out reads this way)" if untouched else "")
+                + (f", {ended} worked earlier and {'have' if ended != 1 else 'has'} let go of {'their' if ended != 1 else 'its'}"
+                   f" memory (the task on {'them' if ended != 1 else 'it'} ended: single-GPU runs packed in one job that "
+                   f"finish unevenly read this way; run as a job array, each would free its GPU when it ends)"
+                   if ended else "")
             )
             metrics = {
                 "gpus_requested": float(job.gpus),
@@ -65,6 +71,7 @@ class OverprovisionedDetector:
                 "window_s": w.seconds,
                 "working_util_pct": rule.working_util_pct,
                 **({"gpus_untouched": float(untouched)} if untouched else {}),
+                **({"gpus_released": float(ended)} if ended else {}),
             }
             per_gpu = sorted((v or 0.0 for v in w.gpu_avg_util), reverse=True)
             metrics.update({f"gpu_util_pct_{k}": v for k, v in enumerate(per_gpu)})  # highest first
@@ -88,27 +95,46 @@ def never_touched(w: JobWindow, line: float) -> int:
     H100 of eight empty all day, 8/7 under any ratio). Only where every GPU has a lookback history to say so."""
     if len(w.series.history_gpus) < len(w.series.gpus):
         return 0
-    return sum(1 for used, g in _used(w, line)
-               if not used and g.mem_used_mb is not None and g.mem_used_mb <= CUDA_CONTEXT_MB)
+    return sum(1 for use in _used(w, line) if not use.used and not use.before and _empty(use.gpu))
+
+
+def released(w: JobWindow, line: float) -> int:
+    """GPUs that worked earlier in the lookback, were quiet over the whole window and now hold no more memory than
+    a CUDA context: their task has ended (packed single-GPU runs that finish unevenly), so they are unused whatever
+    the ratio. A rank that waits for its siblings holds its model and optimiser state, and stays working."""
+    return sum(1 for use in _used(w, line) if use.before and not use.used)
 
 
 def worked(w: JobWindow, line: float) -> int:
     """GPUs that worked: at the working line on average over the window, or in any of its slices, or over any
-    coarse slice of the job's lookback (a day). A GPU that reached it was used: the GPUs of a parallel job coming
-    out of a quiet hour average a few percent each, and the ranks of a job that trained on all 8 GPUs for hours
-    and now finishes an uneven last shard on 2 did not ask for 6 too many."""
-    return sum(1 for used, _ in _used(w, line) if used)
+    coarse slice of the job's lookback (a day) while it still holds more than a CUDA context's memory. A GPU that
+    reached it was used: the GPUs of a parallel job coming out of a quiet hour average a few percent each, and the
+    ranks of a job that trained on all 8 GPUs for hours and now finishes an uneven last shard on 2 did not ask for
+    6 too many; a GPU whose task ended and let its memory go is not waiting for anything (`released`)."""
+    return sum(1 for use in _used(w, line) if use.used)
 
 
-def _used(w: JobWindow, line: float) -> list[tuple[bool, GpuSeries]]:
-    """Each GPU of the window's job, and whether it reached the working line (window average, any slice, or any
-    coarse slice of its lookback)."""
+@dataclass(frozen=True, slots=True)
+class _Use:
+    gpu: GpuSeries
+    used: bool  # working now: in the window, or earlier in the lookback and still holding its memory
+    before: bool  # worked earlier in the lookback, and is quiet over the window with its memory released
+
+
+def _empty(g: GpuSeries) -> bool:
+    return g.mem_used_mb is not None and g.mem_used_mb <= CUDA_CONTEXT_MB
+
+
+def _used(w: JobWindow, line: float) -> list[_Use]:
+    """Each GPU of the window's job: whether it reached the working line (window average, any slice, or any coarse
+    slice of its lookback while it still holds its memory), and whether it worked before and has since let go."""
     past = {(h.node, h.gpu): h for h in w.series.history_gpus}
     out = []
     for avg, g in zip(w.gpu_avg_util, w.series.gpus, strict=False):
         peak = max((v for v in (valid_pct(x) for x in align_end(g.util_max, w.slices)) if v is not None), default=None)
-        out.append(((avg is not None and avg >= line) or (peak is not None and peak >= line)
-                    or _worked_before(past.get((g.node, g.gpu)), line), g))
+        now = (avg is not None and avg >= line) or (peak is not None and peak >= line)
+        before = not now and _worked_before(past.get((g.node, g.gpu)), line)
+        out.append(_Use(g, now or (before and not _empty(g)), before and _empty(g)))
     return out
 
 

@@ -175,6 +175,23 @@ class ScriptedApprovals:
         return not uid or uid == meant
 
 
+def left_running(scenario: Scenario, policy: Policy, cluster: SimCluster) -> list[str]:
+    """Keyed idle or hung jobs (not must_not_kill) still running at the run's end (never stopped, or a graceful stop
+    they ignored), where the run lasted the detector's window and the notice beyond the waste's start: time enough
+    to act."""
+    d, out = policy.detectors, []
+    for t in scenario.truth:
+        if t.job is None or t.waste not in ("idle", "zombie") or t.must_not_kill:
+            continue
+        window = d.idle.window if t.waste == "idle" else d.zombie.window
+        if (t.since or 0.0) + window + policy.warning.min_notice > scenario.duration:
+            continue
+        job = cluster.get_job(t.job)
+        if job is not None and job.state in ("running", "stopping"):  # still holding its GPUs
+            out.append(t.job)
+    return out
+
+
 def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_every: float = 300.0,
                  language: str = "en") -> ScenarioRun:
     started = time.perf_counter()
@@ -201,6 +218,7 @@ def run_scenario(scenario: Scenario, policy: Policy, planner: Planner, *, sweep_
     findings = collect_findings(scenario, deps.audit)
     actions = collect_actions(scenario, deps.audit)
     score = score_run(scenario, findings, actions, reclaimed_gpu_hours(scenario, cluster, actions))
+    score.left_running_targets = left_running(scenario, policy, cluster)
     refusals = sum(1 for a in actions if a["status"] == "blocked")
     notifications = sum(1 for a in actions if a["action"] == "notify" and a["status"] == "executed")
     return ScenarioRun(name=scenario.name, findings=findings, actions=actions, score=score, sweeps=sweeps,

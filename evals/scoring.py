@@ -26,6 +26,10 @@ class Score(BaseModel):
     # may have been warned (a needless message), but no stop was ever licensed. Reported, not a false positive.
     grace_warnings: int = 0
     grace_warning_targets: list[str] = []
+    # Keyed idle or hung jobs still holding their GPUs when the run ended (never stopped, or deaf to the stop), though the run went on for
+    # the detector's window and the notice after their waste began: waste nobody acted on (a stop waiting for a
+    # person who never answers lands here by design). Reported, not part of `passed`.
+    left_running_targets: list[str] = []
 
     @property
     def passed(self) -> bool:

@@ -376,6 +376,8 @@ def test_unanswered_force_kill_expires_and_is_not_done() -> None:
     assert acts(r, job, "force_terminate", "executed") == []
     expired = acts(r, job, "force_terminate", "expired")
     assert len(expired) == 1 and expired[0]["at_s"] + 4 * HOUR <= r.sweeps * 300
+    # The waste nobody acted on is reported, not hidden behind the pass: the job still holds its GPUs at the end.
+    assert r.score.passed and r.score.left_running_targets == [job]
 
 
 @pytest.mark.medium

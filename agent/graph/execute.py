@@ -292,7 +292,7 @@ def execute_action(
     # The other pods of its distributed job whose own stop is due now too: their shared owner may be suspended once.
     due = (_due_siblings(deps, p, facts, gang_findings, history, uid, now)
            if p.action == "terminate" and facts.gang and getattr(deps.scheduler, "stops_through_owners", False)
-           else {})
+           else None)
     with acting(ga.id):
         return _act(deps, ga, run_id, facts, uid, warning_deadline, now, outcome, recorded, approved_by, plan,
                     due=due, history=history, gang_findings=gang_findings)
@@ -375,7 +375,7 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
          gang_findings: list[Finding] | None = None) -> ActionOutcome:
     """Write the intent, then make the call, unless the sweep no longer holds the sweeper lease. `plan`: a
     resize's planned scale-up back (planned_scale_up), in its intent, so that an interrupted resize keeps it too,
-    and in its outcome. `due`: a stop's siblings whose own stop is due too (_due_siblings)."""
+    and in its outcome. `due`: a stop's siblings whose own stop is due too (_due_siblings; None: not asked)."""
     p = ga.proposal
     job = facts.job
     gpus = job.gpus if job else 0
@@ -443,7 +443,7 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
                            deadline=warning_deadline if status == "executed" else None, at=accepted)
         if p.action in ("terminate", "force_terminate"):
             force = p.action == "force_terminate"
-            extra: dict[str, Any] = {"siblings": due} if due and not force else {}
+            extra: dict[str, Any] = {"siblings": due} if due is not None and not force else {}
             result = deps.scheduler.stop_job(p.target, force=force, grace_s=deps.policy.stop.grace_period,
                                              reason=p.reason, uid=uid, **extra)
             mapping: dict[str, ActionStatus] = {"stopped": "executed", "stopping": "executed",

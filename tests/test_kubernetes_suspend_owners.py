@@ -374,3 +374,15 @@ def test_the_warning_of_a_multi_pod_job_says_it_is_suspended_once_every_pod_is_d
     assert zh.startswith("停止方式") and "全部 2 个 Pod" in zh and "只驱逐该 Pod" in zh
     assert leftovers(zh, {"Pod", "PyTorchJob"}) == [], leftovers(zh, {"Pod", "PyTorchJob"})
     assert not _patches(api) and not api.calls("POST", "/eviction")
+
+
+def test_a_forced_stop_after_the_whole_job_was_suspended_deletes_the_terminating_pod_and_patches_nothing(api, tmp_path):
+    training_job(api.store, "ml", "ddp", replicas=2)
+    k8s = _k8s(api, tmp_path)
+    uid = _uid(api, "ddp-worker-1")
+    k8s.stop_job("ml/ddp-worker-0", force=False, grace_s=300, reason="idle", siblings={"ml/ddp-worker-1": uid})
+    api.store.delete("pods", "ml", "ddp-worker-1", grace_s=3600)  # the operator deleted it; it ignores SIGTERM
+    result = k8s.stop_job("ml/ddp-worker-1", force=True, grace_s=300, reason="zombie", uid=uid)
+    assert result.status == "stopped" and "PyTorchJob ml/ddp" in result.detail and "already suspended" in \
+        result.detail and result.detail.endswith("pod deleted with no grace period"), result
+    assert len(_patches(api)) == 1 and not _evictions(api, "ddp-worker-1")

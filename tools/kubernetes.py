@@ -501,7 +501,11 @@ class KubernetesScheduler:
         owner = self._read_owner(job_id, res, ref, ns)
         if not isinstance(owner, dict):
             return owner
-        if (alone := self._not_suspended(res, owner, pod)) is not None:
+        # An owner suspended with all its pods (stop_job's `siblings`) left this one terminating: deleted below, as a
+        # pod its owner ran alone is; any other pod of an owner running others is forced alone, as it was evicted.
+        gang_stopped = (res not in (JOBS, NOTEBOOKS) and managed_owner(res.kind, owner) is None
+                        and stopped_since(res.kind, owner) is not None and bool(meta.get("deletionTimestamp")))
+        if not gang_stopped and (alone := self._not_suspended(res, owner, pod)) is not None:
             return alone
         name = f"{res.kind} {ns}/{ref.name}"
         if stopped_since(res.kind, owner) is None:

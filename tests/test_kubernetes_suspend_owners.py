@@ -1,8 +1,8 @@
 """A training job's, a JobSet's and a RayJob's pod is stopped by suspending that owner (tools/k8s_owners.py), as a
 Job's is: evicting the pod would only have the controller start it again. The owner is suspended only when it is the
-steward's to suspend (not Kueue's, and a RayJob KubeRay can suspend) and runs the judged pod alone; otherwise, and
-where the cluster does not serve the owner's resource, the pod is evicted and the result says how to stop the
-workload. The real client against the loopback API; the controllers' part is run by the test
+steward's to suspend (not Kueue's, and a RayJob KubeRay can suspend) and runs the judged pod alone, or runs others
+whose own stop the caller found due too (stop_job's `siblings`: then once, for all of them); otherwise, and where
+the cluster does not serve the owner's resource, the pod is evicted and the result says how to stop the workload. The real client against the loopback API; the controllers' part is run by the test
 (tests/k8s_fake_cluster.py)."""
 
 from __future__ import annotations
@@ -129,9 +129,9 @@ def test_the_patch_is_guarded_by_the_owners_uid_and_resource_version(api, tmp_pa
 
 
 def test_one_pod_of_a_multi_replica_training_job_is_evicted_alone_never_the_job_suspended(api, tmp_path):
-    """The replicas of one job are judged as one job, but the stop is asked for one pod: suspending the job for it
-    would stop replicas this stop was not asked for. The pod alone is evicted; the result and the warning say that
-    the operator starts it again, and how to stop the job."""
+    """The replicas of one job are judged as one job, but the stop is asked for one pod, its siblings' not named due:
+    suspending the job for it would stop replicas this stop was not asked for. The pod alone is evicted; the result
+    and the warning say that the operator starts it again, and how to stop the job."""
     training_job(api.store, "ml", "ddp", replicas=4)
     k8s = _k8s(api, tmp_path)
     result = k8s.stop_job("ml/ddp-worker-0", force=False, grace_s=300, reason="idle")

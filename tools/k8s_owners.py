@@ -35,12 +35,19 @@ Where the ecosystem has an agreed stop verb, KubernetesScheduler.stop_job uses i
 
 Not when another controller owns the suspend field, which it would set back: Kueue (the `kueue.x-k8s.io/queue-name`
 label resumes an admitted workload), a RayJob (over the RayCluster it created: the RayJob is stopped, never its
-cluster). Nor when the owner runs other pods than the one judged: pods of one controller are judged as one job
-(core.cluster.owner_gang_key), but a stop is asked pod by pod, so suspending the owner for one pod would stop
-siblings this stop was not asked for; the pod alone is evicted, and the result says how to stop the workload
+cluster). When the owner runs other pods than the one judged, it is suspended only with every one of them: pods of
+one controller are judged as one job (core.cluster.owner_gang_key) and a stop is asked pod by pod, so the caller
+names the siblings whose own stop is due now (stop_job's `siblings`, id -> uid: agent/graph/execute.py
+_due_siblings, where each one's stop for the same reason passes the guardrail, its owner warned and its deadline
+passed, re-read idle with the job). When every other pod the owner runs is among them, under that very uid, the
+owner is suspended once (each pod's budgets asked first by a dry run), the result names the pods it covered and the
+owner's uid, and their stops are recorded as done through it; a sibling's own stop then finds the owner suspended
+and patches nothing. Otherwise (a sibling protected, kept, not warned, before its deadline, working, or replaced)
+the pod alone is evicted, and the result names the siblings not due and says how to stop the workload
 (shared_owner; for a RayJob the head and CPU-only pods of its cluster are not counted: the gang rule never lets an
-idle GPU worker's stop through while one of them works, agent/detectors/gang.py). A cluster that does not serve the
-owner's resource (404: the CRD is not installed) gets the eviction and the advice, and the result says so.
+idle GPU worker's stop through while one of them works, agent/detectors/gang.py). An owner already suspended is
+never patched again nor its pod evicted, whatever pods it runs. A cluster that does not serve the owner's resource
+(404: the CRD is not installed) gets the eviction and the advice, and the result says so.
 
 Any other controller that replaces pods (a StatefulSet not from a Notebook, MXJob, a RayCluster of its own, ...)
 has no agreed stop verb the steward uses: its pod is evicted as before, and the stop result and the owner's

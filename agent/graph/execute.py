@@ -363,7 +363,7 @@ def _record_covered(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Fa
                                                 target_uid=other.uid, detail=detail))
         try:
             record_credit(deps, run_id, other, p.model_copy(update={"target": pod_id, "target_uid": other.uid}),
-                          [f.model_copy(update={"target": pod_id}) for f in findings if f.target == pod_id], now)
+                          [f for f in findings if f.target == pod_id], now)
         except Exception:  # the stop is done and audited; a lost credit is not a failed stop
             log.exception("could not record the owner's credit for stopping %s", pod_id)
 

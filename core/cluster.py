@@ -280,6 +280,10 @@ class StopResult(_Record):
     job: str
     status: Literal["stopped", "stopping", "already_gone", "refused", "error"]
     detail: str = ""
+    # The other pods this stop stopped with the job, through one suspension of the owner they share (ids), and that
+    # owner's uid: a backend that stops job by job leaves them empty.
+    covered: list[str] = []
+    owner_uid: str | None = None
 
 
 class CordonResult(_Record):

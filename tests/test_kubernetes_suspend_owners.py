@@ -1,8 +1,8 @@
 """A training job's, a JobSet's and a RayJob's pod is stopped by suspending that owner (tools/k8s_owners.py), as a
 Job's is: evicting the pod would only have the controller start it again. The owner is suspended only when it is the
-steward's to suspend (not Kueue's, and a RayJob KubeRay can suspend) and runs the judged pod alone; otherwise, and
-where the cluster does not serve the owner's resource, the pod is evicted and the result says how to stop the
-workload. The real client against the loopback API; the controllers' part is run by the test
+steward's to suspend (not Kueue's, and a RayJob KubeRay can suspend) and runs the judged pod alone, or runs others
+whose own stop the caller found due too (stop_job's `siblings`: then once, for all of them); otherwise, and where
+the cluster does not serve the owner's resource, the pod is evicted and the result says how to stop the workload. The real client against the loopback API; the controllers' part is run by the test
 (tests/k8s_fake_cluster.py)."""
 
 from __future__ import annotations
@@ -129,9 +129,9 @@ def test_the_patch_is_guarded_by_the_owners_uid_and_resource_version(api, tmp_pa
 
 
 def test_one_pod_of_a_multi_replica_training_job_is_evicted_alone_never_the_job_suspended(api, tmp_path):
-    """The replicas of one job are judged as one job, but the stop is asked for one pod: suspending the job for it
-    would stop replicas this stop was not asked for. The pod alone is evicted; the result and the warning say that
-    the operator starts it again, and how to stop the job."""
+    """The replicas of one job are judged as one job, but the stop is asked for one pod, its siblings' not named due:
+    suspending the job for it would stop replicas this stop was not asked for. The pod alone is evicted; the result
+    and the warning say that the operator starts it again, and how to stop the job."""
     training_job(api.store, "ml", "ddp", replicas=4)
     k8s = _k8s(api, tmp_path)
     result = k8s.stop_job("ml/ddp-worker-0", force=False, grace_s=300, reason="idle")
@@ -291,3 +291,98 @@ def test_a_forbidden_read_names_the_rule_to_add_and_evicts_nothing(api, tmp_path
     rj = k8s.stop_job("ml/rj-raycluster-gpu-worker-0", force=False, grace_s=300, reason="idle")
     assert rj.status == "error" and '{apiGroups: ["ray.io"], resources: ["rayclusters"], verbs: [get]}' in rj.detail
     assert not _patches(api) and not _evictions(api, "ft-worker-0") and not _evictions(api, "rj-raycluster-gpu-worker-0")
+
+
+# A stop whose caller vouches for the other pods of the job (agent/graph/execute.py _due_siblings: each one's own stop
+# passes the guardrail now, for the same reason, re-read idle with the job) suspends their shared owner once.
+GANGS = [
+    (lambda s: training_job(s, "ml", "ddp", replicas=2), "pytorchjobs", "ddp", "PyTorchJob",
+     ["ddp-worker-0", "ddp-worker-1"], "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/ddp"),
+    (lambda s: jobset(s, "ml", "js", jobs=2), "jobsets", "js", "JobSet", ["js-workers-0-0", "js-workers-1-0"],
+     "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/js"),
+    (lambda s: ray_job(s, "ml", "rj", gpu_workers=2), "rayjobs", "rj", "RayJob",
+     ["rj-raycluster-gpu-worker-0", "rj-raycluster-gpu-worker-1"], "/apis/ray.io/v1/namespaces/ml/rayjobs/rj"),
+]
+
+
+def _uid(api: FakeKubernetesApi, pod: str) -> str:
+    return api.store.get("pods", "ml", pod)["metadata"]["uid"]
+
+
+@pytest.mark.parametrize(("build", "plural", "name", "kind", "pods", "path"), GANGS)
+def test_a_job_whose_every_pod_is_due_is_suspended_once_for_all_of_them(api, tmp_path, build, plural, name, kind,
+                                                                        pods, path):
+    build(api.store)
+    first, second = pods
+    owner_uid = api.store.get(plural, "ml", name)["metadata"]["uid"]
+    k8s = _k8s(api, tmp_path)
+    result = k8s.stop_job(f"ml/{first}", force=False, grace_s=300, reason="idle", uid=_uid(api, first),
+                          siblings={f"ml/{second}": _uid(api, second)})
+    assert result.status == "stopping", result
+    assert f"{kind} ml/{name} (uid {owner_uid}) suspended" in result.detail
+    assert f"with it its other pod ml/{second}, each due for the same stop now" in result.detail
+    assert result.covered == [f"ml/{second}"] and result.owner_uid == owner_uid
+    assert _patches(api) == [path] and _suspended(api, plural, name)
+    # Neither pod is evicted (the controller deletes them); a dry run asked each pod's budgets.
+    assert not _evictions(api, first) and not _evictions(api, second)
+    assert [p for _, p, q in api.calls("POST", "/eviction") if q.get("dryRun") == ["All"]] == [
+        f"/api/v1/namespaces/ml/pods/{first}/eviction", f"/api/v1/namespaces/ml/pods/{second}/eviction"]
+    # The sibling's own stop, by this process or a restarted one (a new client), patches nothing and evicts nothing.
+    for again in (k8s, _k8s(api, tmp_path)):
+        other = again.stop_job(f"ml/{second}", force=False, grace_s=300, reason="idle", uid=_uid(api, second))
+        assert other.status == "stopping" and "was already suspended; nothing patched" in other.detail, other
+        assert other.covered == []
+    assert len(_patches(api)) == 1 and not _evictions(api, second) and not _evictions(api, first)
+
+
+@pytest.mark.parametrize(("build", "plural", "name", "kind", "pods", "path"), GANGS)
+@pytest.mark.parametrize("vouched", ["none", "other uid", "other pod"])
+def test_a_job_with_a_pod_not_due_is_not_suspended_and_the_pod_alone_is_evicted(api, tmp_path, build, plural, name,
+                                                                               kind, pods, path, vouched):
+    """A sibling the caller did not vouch for (not warned, kept, working: its own stop is not due), or vouched for
+    under another uid (a replacement since), keeps the stop to the one pod, as before."""
+    build(api.store)
+    first, second = pods
+    siblings = {"none": {}, "other uid": {f"ml/{second}": "uid-of-an-earlier-pod"},
+                "other pod": {"ml/unrelated-0": "u"}}[vouched]
+    result = _k8s(api, tmp_path).stop_job(f"ml/{first}", force=False, grace_s=300, reason="idle",
+                                          siblings=siblings)
+    assert result.status == "stopping" and result.detail.startswith("evicted"), result
+    assert f"ml/{second} is not due for the same stop now" in result.detail and result.covered == []
+    assert not _patches(api) and not _suspended(api, plural, name)
+    assert _evictions(api, first) and not _evictions(api, second)
+
+
+def test_a_budget_on_a_sibling_says_no_to_the_suspend_of_the_whole_job(api, tmp_path):
+    training_job(api.store, "ml", "ddp", replicas=2)
+    api.store.put("poddisruptionbudgets", pdb("ml", "w1-pdb", {"training.kubeflow.org/replica-index": "1"}, allowed=0))
+    result = _k8s(api, tmp_path).stop_job("ml/ddp-worker-0", force=False, grace_s=300, reason="idle",
+                                          siblings={"ml/ddp-worker-1": _uid(api, "ddp-worker-1")})
+    assert result.status == "refused" and "w1-pdb" in result.detail, result
+    assert not _patches(api) and not _suspended(api, "pytorchjobs", "ddp") and not _evictions(api, "ddp-worker-0")
+
+
+def test_the_warning_of_a_multi_pod_job_says_it_is_suspended_once_every_pod_is_due(api, tmp_path):
+    training_job(api.store, "ml", "ddp", replicas=2)
+    k8s = _k8s(api, tmp_path)
+    info = k8s.get_job("ml/ddp-worker-0")
+    assert info is not None
+    en, zh = k8s.stop_note(info, "en"), k8s.stop_note(info, "zh")
+    assert "once every one of the 2 pods of its PyTorchJob ml/ddp is due to be stopped" in en
+    assert """kubectl patch pytorchjob ddp -n ml --type=merge -p '{"spec":{"runPolicy":{"suspend":false}}}'""" in en
+    assert "evicts this pod only" in en
+    assert zh.startswith("停止方式") and "全部 2 个 Pod" in zh and "只驱逐该 Pod" in zh
+    assert leftovers(zh, {"Pod", "PyTorchJob"}) == [], leftovers(zh, {"Pod", "PyTorchJob"})
+    assert not _patches(api) and not api.calls("POST", "/eviction")
+
+
+def test_a_forced_stop_after_the_whole_job_was_suspended_deletes_the_terminating_pod_and_patches_nothing(api, tmp_path):
+    training_job(api.store, "ml", "ddp", replicas=2)
+    k8s = _k8s(api, tmp_path)
+    uid = _uid(api, "ddp-worker-1")
+    k8s.stop_job("ml/ddp-worker-0", force=False, grace_s=300, reason="idle", siblings={"ml/ddp-worker-1": uid})
+    api.store.delete("pods", "ml", "ddp-worker-1", grace_s=3600)  # the operator deleted it; it ignores SIGTERM
+    result = k8s.stop_job("ml/ddp-worker-1", force=True, grace_s=300, reason="zombie", uid=uid)
+    assert result.status == "stopped" and "PyTorchJob ml/ddp" in result.detail and "already suspended" in \
+        result.detail and result.detail.endswith("pod deleted with no grace period"), result
+    assert len(_patches(api)) == 1 and not _evictions(api, "ddp-worker-1")

@@ -35,12 +35,19 @@ Where the ecosystem has an agreed stop verb, KubernetesScheduler.stop_job uses i
 
 Not when another controller owns the suspend field, which it would set back: Kueue (the `kueue.x-k8s.io/queue-name`
 label resumes an admitted workload), a RayJob (over the RayCluster it created: the RayJob is stopped, never its
-cluster). Nor when the owner runs other pods than the one judged: pods of one controller are judged as one job
-(core.cluster.owner_gang_key), but a stop is asked pod by pod, so suspending the owner for one pod would stop
-siblings this stop was not asked for; the pod alone is evicted, and the result says how to stop the workload
+cluster). When the owner runs other pods than the one judged, it is suspended only with every one of them: pods of
+one controller are judged as one job (core.cluster.owner_gang_key) and a stop is asked pod by pod, so the caller
+names the siblings whose own stop is due now (stop_job's `siblings`, id -> uid: agent/graph/execute.py
+_due_siblings, where each one's stop for the same reason passes the guardrail, its owner warned and its deadline
+passed, re-read idle with the job). When every other pod the owner runs is among them, under that very uid, the
+owner is suspended once (each pod's budgets asked first by a dry run), the result names the pods it covered and the
+owner's uid, and their stops are recorded as done through it; a sibling's own stop then finds the owner suspended
+and patches nothing. Otherwise (a sibling protected, kept, not warned, before its deadline, working, or replaced)
+the pod alone is evicted, and the result names the siblings not due and says how to stop the workload
 (shared_owner; for a RayJob the head and CPU-only pods of its cluster are not counted: the gang rule never lets an
-idle GPU worker's stop through while one of them works, agent/detectors/gang.py). A cluster that does not serve the
-owner's resource (404: the CRD is not installed) gets the eviction and the advice, and the result says so.
+idle GPU worker's stop through while one of them works, agent/detectors/gang.py). An owner already suspended is
+never patched again nor its pod evicted, whatever pods it runs. A cluster that does not serve the owner's resource
+(404: the CRD is not installed) gets the eviction and the advice, and the result says so.
 
 Any other controller that replaces pods (a StatefulSet not from a Notebook, MXJob, a RayCluster of its own, ...)
 has no agreed stop verb the steward uses: its pod is evicted as before, and the stop result and the owner's
@@ -190,10 +197,11 @@ def managed_owner(kind: str, obj: dict) -> str | None:
     return None
 
 
-def shared_owner(kind: str, obj: dict, pods: int | None) -> str | None:
-    """Why suspending a JobSet, training job or RayJob would stop more than the pod judged: it runs other pods (for
-    a RayJob, other GPU pods), else None; `pods` as listed now (None: the listing failed). Then the pod alone is
-    evicted, and its controller starts it again: said, with how the owner stops the workload."""
+def shared_owner(kind: str, obj: dict, pods: int | None, left: list[str] | None = None) -> str | None:
+    """Why suspending a JobSet, training job or RayJob would stop more than the pods whose stop is due: it runs other
+    pods (for a RayJob, other GPU pods), else None; `pods` as listed now (None: the listing failed), `left` those of
+    them whose own stop is not due now (None: not asked). Then the pod alone is evicted, and its controller starts it
+    again: said, with how the owner stops the workload."""
     meta = obj.get("metadata") or {}
     ns, name = meta.get("namespace", "default"), str(meta.get("name") or "NAME")
     how = _how_to_stop(kind, name, ns, "en")
@@ -203,8 +211,37 @@ def shared_owner(kind: str, obj: dict, pods: int | None) -> str | None:
     if pods <= 1:
         return None
     what = "GPU pods" if kind == "RayJob" else "pods"
-    return (f"its {kind} {ns}/{name} runs {pods} {what}, judged one by one: suspending it would stop them all, so "
-            f"this pod alone is evicted and the {kind} starts it again; {how}")
+    which = (f"{_some(left)} {'is' if len(left) == 1 else 'are'} not due for the same stop now (each warned, past "
+             "its deadline, idle with the job)" if left else "not each of them due for the same stop now")
+    return (f"its {kind} {ns}/{name} runs {pods} {what}, {which}: suspending it would stop them all, so this pod "
+            f"alone is evicted and the {kind} starts it again; {how}")
+
+
+def _some(ids: list[str], most: int = 4) -> str:
+    return ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def with_pods_text(ids: list[str]) -> str:
+    """A stop result's words for the other pods one suspension of their owner stopped with the pod asked for."""
+    return (f"with it its other {'pod' if len(ids) == 1 else f'{len(ids)} pods'} {_some(ids, 8)}, each due for the "
+            "same stop now (warned, past its deadline, idle with the job), so the owner is suspended once for all")
+
+
+def gang_suspend_note(kind: str, name: str, ns: str, pods: int, language: str) -> str:
+    """The owner's warning for a pod of a JobSet, training job or RayJob that runs other pods: it is suspended once
+    every pod of it is due to be stopped (stop_job's `siblings`); before that, a stop evicts the pod alone."""
+    cmd = resume_command(kind, name, ns)
+    what = ("GPU pods" if kind == "RayJob" else "pods")
+    if language == "zh":
+        done, resumed = _on_suspend(kind, "zh")
+        return (f"停止方式：当 `{kind}` `{ns}/{name}` 的全部 {pods} 个 Pod 都到了停止时间（整个作业空闲、均已警告且已过期限），"
+                f"steward 只暂停该 `{kind}` 一次（`{_field(kind)}=true`），{done}{resumed}。恢复：`{cmd}`。"
+                f"在此之前若要停止，steward 只驱逐该 Pod，`{kind}` 会重新创建它，只能暂时释放 GPU。")
+    done, resumed = _on_suspend(kind)
+    return (f"How: once every one of the {pods} {what} of its {kind} {ns}/{name} is due to be stopped (the whole job "
+            f"idle, each pod warned and past its deadline), the steward suspends the {kind} once "
+            f"({_field(kind)}=true): {done}{resumed}. To resume: `{cmd}`. A stop before that evicts this pod only, "
+            f"and the {kind} starts it again, freeing the GPUs only for a while.")
 
 
 def managed_job(job: dict) -> str | None:

@@ -26,6 +26,7 @@ from tools.k8s_owners import (
     controller_ref,
     evicted_job_note,
     evicted_owner_note,
+    gang_suspend_note,
     how_to_stop,
     jobset_of,
     managed_job,
@@ -41,6 +42,7 @@ from tools.k8s_owners import (
     stopped_since,
     stopped_text,
     suspend_note,
+    with_pods_text,
 )
 from tools.k8s_pods import (
     ACTIVE_PODS,
@@ -58,6 +60,8 @@ from tools.k8s_pods import (
 from tools.protocols import Clock
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from agent.config.settings import Settings
 
 
@@ -216,12 +220,19 @@ class KubernetesScheduler:
                 for n in nodes if node_gpus(n, self.reading.gpu_resource) > 0]
 
     # -- stops -------------------------------------------------------------------------------------
+    # stop_job takes `siblings`: the caller vouches for other pods whose stop is due now (agent/graph/execute.py).
+    stops_through_owners = True
+
     def stop_job(self, job_id: str, *, force: bool, grace_s: float = 30.0, reason: str = "",
-                 uid: str | None = None) -> StopResult:
+                 uid: str | None = None, siblings: Mapping[str, str] | None = None) -> StopResult:
         """A stop acts on the object that would otherwise undo it (tools/k8s_owners.py): a Job's pod by suspending
         the Job, a Kubeflow notebook's by stopping its Notebook as Kubeflow's idle culler does, and forced, the pod is
         then deleted with no grace. Any other pod is evicted (PodDisruptionBudgets honoured, grace period kept) or,
-        forced, deleted with no grace; the result says when its controller starts it again."""
+        forced, deleted with no grace; the result says when its controller starts it again.
+
+        `siblings` (pod id -> uid): the other pods of the same distributed job whose own stop the caller found due
+        now, for the same reason. A training job, JobSet or RayJob running more pods than this one is suspended only
+        when every other pod it runs is among them (that very uid); the result's `covered` names them."""
         from kubernetes import client
 
         ns, name = split_job_id(job_id)
@@ -240,7 +251,7 @@ class KubernetesScheduler:
             if uid and meta.get("uid") != uid:
                 return StopResult(job=job_id, status="refused", detail=f"not the same pod: {job_id} is now uid "
                                   f"{meta.get('uid')}, the stop was for uid {uid}; nothing was stopped")
-            through_owner = self._stop_owner(job_id, pod, way, ref, force=force, pre=pre)
+            through_owner = self._stop_owner(job_id, pod, way, ref, force=force, pre=pre, siblings=siblings)
             if isinstance(through_owner, StopResult):
                 return through_owner
             note = through_owner  # the owner is gone, or another controller manages it: evicted, and why is said
@@ -303,10 +314,17 @@ class KubernetesScheduler:
         owner = self._read_owner("", res, owner_ref, job.namespace)
         if not isinstance(owner, dict):
             return None
-        if (why := self._not_suspended(res, owner, pod)) is not None:
-            return evicted_job_note(why, language) if res is JOBS else evicted_owner_note(res.kind, why, language)
-        return stop_note(job, language) if res is JOBS else suspend_note(res.kind, owner_ref.name, job.namespace,
-                                                                           language)
+        if res is JOBS:
+            why = self._not_suspended(res, owner, pod)
+            return evicted_job_note(why, language) if why is not None else stop_note(job, language)
+        if (managed := managed_owner(res.kind, owner)) is not None:
+            return evicted_owner_note(res.kind, managed, language)
+        why, others = self._shared(res, owner, pod, None)
+        if why is not None and others:  # suspended only once every pod of it is due (stop_job's `siblings`)
+            return gang_suspend_note(res.kind, owner_ref.name, job.namespace, len(others) + 1, language)
+        if why is not None:
+            return evicted_owner_note(res.kind, why, language)
+        return suspend_note(res.kind, owner_ref.name, job.namespace, language)
 
     @cached_property
     def _objects(self) -> Any:
@@ -359,13 +377,30 @@ class KubernetesScheduler:
             return managed_job(owner) or shared_job(owner, self._job_pods(owner))
         if res is NOTEBOOKS:
             return None
-        return managed_owner(res.kind, owner) or shared_owner(res.kind, owner, self._owner_pods(res, owner, pod))
+        return managed_owner(res.kind, owner) or self._shared(res, owner, pod, None)[0]
+
+    def _shared(self, res: OwnerResource, owner: dict, pod: dict,
+                siblings: Mapping[str, str] | None) -> tuple[str | None, list[dict]]:
+        """(why suspending a JobSet, training job or RayJob would stop pods this stop is not for, else None; the
+        other pods it stops, as listed now). Pods among `siblings` (id -> uid: the caller found their own stop due
+        now) are pods this stop is for too."""
+        pods = self._owner_pods(res, owner, pod)
+        if pods is None:
+            return shared_owner(res.kind, owner, None), []
+        me = (pod.get("metadata") or {}).get("uid")
+        others = [p for p in pods if (p.get("metadata") or {}).get("uid") != me]
+        due = siblings or {}
+        left = [_pod_id(p) for p in others if due.get(_pod_id(p)) != (p.get("metadata") or {}).get("uid")]
+        if not left:
+            return None, others
+        return shared_owner(res.kind, owner, len(others) + 1, left if siblings is not None else None), others
 
     def _stop_owner(self, job_id: str, pod: dict, way: str, ref: OwnerRef, *, force: bool,
-                    pre: Any) -> StopResult | str:
+                    pre: Any, siblings: Mapping[str, str] | None = None) -> StopResult | str:
         """Stop the pod's owner (tools/k8s_owners.py: the one its ownerReferences name by uid); a StopResult, or a
         note when the pod is to be evicted after all (its owner is gone, or not the steward's to suspend, or its
-        resource not served)."""
+        resource not served). An owner running other pods is suspended only when each is among `siblings`; an
+        owner already suspended is never patched again, whatever pods it runs."""
 
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace", "default")
@@ -377,18 +412,31 @@ class KubernetesScheduler:
             return self._force_after_owner(job_id, pod, res, ref, pre)
         stamp: str | None = None
         checked = False
+        covered: list[dict] = []
         for attempt in (1, 2):
             owner = self._read_owner(job_id, res, ref, ns)
             if not isinstance(owner, dict):
                 return owner
-            if (alone := self._not_suspended(res, owner, pod)) is not None:
+            shared = res not in (JOBS, NOTEBOOKS)
+            if shared and (managed := managed_owner(res.kind, owner)) is not None:
+                return managed
+            if shared and stopped_since(res.kind, owner) is not None:
+                stamp, covered = None, []  # already suspended (by a stop of a sibling, say): nothing patched again
+                break
+            if shared:
+                alone, covered = self._shared(res, owner, pod, siblings)
+            else:
+                alone = self._not_suspended(res, owner, pod)
+            if alone is not None:
                 return alone
             if stopped_since(res.kind, owner) is not None:
                 stamp = None  # already stopped: said so, nothing patched
                 break
-            if not checked:  # the controller deletes the pod, not the Eviction API: ask it first
-                if (blocked := self._disruption_check(job_id, pod, pre, res.kind)) is not None:
-                    return blocked
+            if not checked:  # the controller deletes the pods, not the Eviction API: ask it first, for each
+                for one in (pod, *covered):
+                    one_pre = pre if one is pod else _uid_pre((one.get("metadata") or {}).get("uid"))
+                    if (blocked := self._disruption_check(job_id, one, one_pre, res.kind)) is not None:
+                        return blocked
                 checked = True
             stamp = self.clock.now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             try:
@@ -400,10 +448,14 @@ class KubernetesScheduler:
                     continue  # changed since it was read (its controller writes its status): read it again, once
                 return self._owner_failed(job_id, exc, res, ref, ns, "patch")
         text = stopped_text(res.kind, ref.name, ns, ref.uid, stamp)
+        ids = [_pod_id(p) for p in covered]
+        if ids:
+            text += f"; {with_pods_text(ids)}"
         pending = (pod.get("status") or {}).get("phase") == "Pending"
-        return StopResult(job=job_id, status="stopped" if pending else "stopping", detail=text)
+        return StopResult(job=job_id, status="stopped" if pending else "stopping", detail=text, covered=ids,
+                          owner_uid=ref.uid)
 
-    def _owner_pods(self, res: OwnerResource, owner: dict, pod: dict) -> int | None:
+    def _owner_pods(self, res: OwnerResource, owner: dict, pod: dict) -> list[dict] | None:
         """The active pods a suspend of `owner` would stop, as listed now (None: the listing failed): a training
         job's pods (owned by its uid), a JobSet's (labelled with its name, across its child Jobs), a RayJob's GPU
         pods (its cluster's head and CPU-only workers are its plumbing, agent/detectors/gang.py)."""
@@ -416,12 +468,12 @@ class KubernetesScheduler:
         except Exception:  # noqa: BLE001 - not known to be alone: the caller evicts the pod alone
             return None
         if res is JOBSETS:
-            return len(items)
+            return list(items)
         cluster = controller_ref(pod.get("metadata") or {})
         uid = cluster.uid if res is RAYJOBS and cluster is not None else meta.get("uid")
-        return sum(1 for p in items
-                   if any(r.get("uid") == uid for r in (p.get("metadata") or {}).get("ownerReferences") or [])
-                   and (res is not RAYJOBS or pod_gpus(p, self.reading.gpu_resource) > 0))
+        return [p for p in items
+                if any(r.get("uid") == uid for r in (p.get("metadata") or {}).get("ownerReferences") or [])
+                and (res is not RAYJOBS or pod_gpus(p, self.reading.gpu_resource) > 0)]
 
     def _job_pods(self, job: dict) -> int | None:
         """The Job's active pods (running or pending, owned by its uid) as listed now; None when the listing failed."""
@@ -449,7 +501,11 @@ class KubernetesScheduler:
         owner = self._read_owner(job_id, res, ref, ns)
         if not isinstance(owner, dict):
             return owner
-        if (alone := self._not_suspended(res, owner, pod)) is not None:
+        # An owner suspended with all its pods (stop_job's `siblings`) left this one terminating: deleted below, as a
+        # pod its owner ran alone is; any other pod of an owner running others is forced alone, as it was evicted.
+        gang_stopped = (res not in (JOBS, NOTEBOOKS) and managed_owner(res.kind, owner) is None
+                        and stopped_since(res.kind, owner) is not None and bool(meta.get("deletionTimestamp")))
+        if not gang_stopped and (alone := self._not_suspended(res, owner, pod)) is not None:
             return alone
         name = f"{res.kind} {ns}/{ref.name}"
         if stopped_since(res.kind, owner) is None:
@@ -616,6 +672,17 @@ def kubernetes_scheduler_from_settings(settings: Settings, *, clock: Clock | Non
 
     return KubernetesScheduler(client.CoreV1Api(api_client or kubernetes_api_client(settings)), clock=clock)
 
+
+
+def _pod_id(pod: dict) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def _uid_pre(uid: str | None) -> Any:
+    from kubernetes import client
+
+    return client.V1Preconditions(uid=uid) if uid else None
 
 
 def _the_nodes_own(meta: dict) -> bool:

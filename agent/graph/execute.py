@@ -24,7 +24,7 @@ from core.actions import (
     HistoryEntry,
     ProposedAction,
 )
-from core.cluster import JobInfo, job_gang
+from core.cluster import JobInfo, StopResult, job_gang
 from core.durations import format_duration
 from core.fencing import acting, acting_here, current_fence, fence_problem, is_this_process, process_gone, this_process
 from core.text import markdown_text
@@ -126,6 +126,12 @@ def _pool_history(deps: StewardDeps, at: datetime) -> History:
 
 def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None, *,
                 reread_job: bool = True) -> Facts:
+    """The facts an action is decided or carried out on (_fresh_facts, without the findings of the target's gang)."""
+    return _fresh_facts(deps, run_id, target, run_findings, reread_job=reread_job)[0]
+
+
+def _fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[Finding] | None, *,
+                 reread_job: bool = True) -> tuple[Facts, list[Finding]]:
     """The facts an action is decided or carried out on.
 
     Deciding (reread_job=False) uses the sweep's own observation and findings, read moments ago. Acting
@@ -142,7 +148,7 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
         job = obs.jobs_by_id().get(target)
         return Facts(now=obs.at, job=job, pool=next((p for p in obs.pools if p.name == target), None),
                      findings=[f for f in findings if f.target == target], cluster_gpus=obs.cluster_gpus(),
-                     gang=_gang(job, obs.jobs))
+                     gang=_gang(job, obs.jobs)), findings
     if any(p.name == target for p in obs.pools) or any(n.name == target for n in obs.nodes):
         fresh = deps.fresh_observation(run_id)
         findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(
@@ -150,11 +156,11 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
         is_node = any(n.name == target for n in fresh.nodes) and not any(p.name == target for p in fresh.pools)
         return Facts(now=fresh.at, job=None if is_node else deps.scheduler.get_job(target),
                      pool=next((p for p in fresh.pools if p.name == target), None),
-                     findings=[f for f in findings if f.target == target], cluster_gpus=fresh.cluster_gpus())
+                     findings=[f for f in findings if f.target == target], cluster_gpus=fresh.cluster_gpus()), []
     now = deps.clock.now()
     job = deps.scheduler.get_job(target)
     if job is None:
-        return Facts(now=now, job=None, findings=[], cluster_gpus=obs.cluster_gpus())
+        return Facts(now=now, job=None, findings=[], cluster_gpus=obs.cluster_gpus()), []
     if run_findings is not None and obs.at == now:
         findings = run_findings  # no time has passed since the sweep's own reading
         gang = _gang(job, obs.jobs)
@@ -171,7 +177,7 @@ def fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list[
         findings = run_detectors(alone, deps.policy)
         gang = _gang(job, alone.jobs)
     return Facts(now=now, job=job, findings=[f for f in findings if f.target == target],
-                 cluster_gpus=obs.cluster_gpus(), gang=gang)
+                 cluster_gpus=obs.cluster_gpus(), gang=gang), findings
 
 
 def _gang(job: JobInfo | None, jobs: list[JobInfo]) -> list[JobInfo]:
@@ -244,8 +250,13 @@ def execute_action(
             return outcome("failed", f"could not re-read fresh state: {exc}")
         return outcome(effect, f"interrupted at {started.at:%H:%M} before its outcome was recorded: {detail}", detail,
                        gpus=done_gpus, removed_nodes=removed, extra=record)
+    covered = _covered_stop(deps, p, uid)
+    if covered is not None:
+        # Stopped already, with a sibling, by the one suspension of the owner they share: never asked again.
+        return outcome("skipped", f"already stopped with {covered.data.get('covered_by')} at {covered.at:%H:%M} by "
+                       f"one suspension of the owner they share (uid {covered.data.get('owner_uid')}); not asked again")
     try:
-        facts = fresh_facts(deps, run_id, p.target, run_findings)
+        facts, gang_findings = _fresh_facts(deps, run_id, p.target, run_findings)
         if history is None:
             history = deps.audit.history(now, denials_for=deps.policy.approvals.denials_lookback())
         else:
@@ -278,16 +289,93 @@ def execute_action(
                        f"nodes at {earlier.at:%H:%M} has no outcome yet (it may have taken effect, whole or in part); "
                        "it is settled from the pool's fresh size first", "not done: an earlier resize is not settled")
     plan = planned_scale_up(facts.findings) if p.action == "resize_pool" else {}
+    # The other pods of its distributed job whose own stop is due now too: their shared owner may be suspended once.
+    due = (_due_siblings(deps, p, facts, gang_findings, history, uid, now)
+           if p.action == "terminate" and facts.gang and getattr(deps.scheduler, "stops_through_owners", False)
+           else None)
     with acting(ga.id):
-        return _act(deps, ga, run_id, facts, uid, warning_deadline, now, outcome, recorded, approved_by, plan)
+        return _act(deps, ga, run_id, facts, uid, warning_deadline, now, outcome, recorded, approved_by, plan,
+                    due=due, history=history, gang_findings=gang_findings)
+
+
+def _covered_stop(deps: StewardDeps, p: ProposedAction, uid: str | None) -> Any:
+    """The executed stop of this very pod (its uid) that a sibling's stop recorded, having suspended the owner they
+    share (_record_covered), if any: the pod's own stop is then done."""
+    if p.action != "terminate" or not uid:
+        return None
+    return next((e for e in deps.audit.entries(kind="execution", target=p.target, status="executed", limit=200)
+                 if e.action == "terminate" and e.data.get("covered_by") and e.data.get("target_uid") == uid), None)
+
+
+def _due_siblings(deps: StewardDeps, p: ProposedAction, facts: Facts, findings: list[Finding], history: History,
+                  uid: str | None, now: datetime) -> dict[str, str]:
+    """The other pods of the target's distributed job (id -> uid) whose own graceful stop, for the same reason, the
+    guardrail lets through now without a person: each re-read with the job (its findings come from the same re-read
+    of the gang, deps.observe_job), warned and past its deadline, not kept nor protected, within the limits counted
+    as if the stops before it in this list were done. A stop through the pods' shared owner is asked only when every
+    pod the owner runs is here (KubernetesScheduler.stop_job's `siblings`); a sibling left out keeps the pod's stop
+    to itself."""
+    job = facts.job
+    if job is None:
+        return {}
+    trial = history.model_copy(update={"entries": [*history.entries, HistoryEntry(
+        action="terminate", target=p.target, status="executed", at=now, finding_kind=p.finding_kind, gpus=job.gpus,
+        target_uid=uid)]})
+    due: dict[str, str] = {}
+    for other in facts.gang:
+        if not other.uid or other.state != "running":
+            continue
+        mine = ProposedAction(action="terminate", target=other.id, reason=p.reason, finding_kind=p.finding_kind,
+                              proposed_by=p.proposed_by, target_uid=other.uid)
+        seen = Facts(now=facts.now, job=other, findings=[f for f in findings if f.target == other.id],
+                     cluster_gpus=facts.cluster_gpus, gang=[job, *(o for o in facts.gang if o.id != other.id)])
+        decision = decide(mine, seen, deps.policy, trial)
+        if decision.verdict != "allow" or decision.dry_run:
+            continue
+        due[other.id] = other.uid
+        trial.entries.append(HistoryEntry(action="terminate", target=other.id, status="executed", at=now,
+                                          finding_kind=p.finding_kind, gpus=other.gpus, target_uid=other.uid))
+    return due
+
+
+def _record_covered(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, result: StopResult,
+                    due: dict[str, str], history: History | None, findings: list[Finding], now: datetime) -> None:
+    """Each sibling pod a stop stopped with its own, through one suspension of the owner they share: its stop is
+    recorded as done (executed, its GPUs reclaimed, its owner's credit), once, keyed on the pod's uid and naming the
+    owner's, so that its own stop, in this sweep or after a restart, is not asked again (_covered_stop)."""
+    p = ga.proposal
+    siblings = {j.id: j for j in facts.gang}
+    for pod_id in result.covered:
+        other = siblings.get(pod_id)
+        if other is None or due.get(pod_id) != other.uid:
+            continue
+        detail = f"{result.status}: {result.detail}"
+        deps.audit.record(
+            "execution", at=now, run_id=run_id, target=pod_id, action="terminate", level=p.level, status="executed",
+            reason=f"stopped with {p.target} by one suspension of the owner they share: its own stop was due now",
+            data={"action_id": f"{ga.id}:with:{pod_id}", "finding_kind": p.finding_kind, "gpus": other.gpus,
+                  "detail": detail, "deadline": None, "approved_by": None, "target_uid": other.uid,
+                  "proposed_by": p.proposed_by, "target_nodes": None, "removed_nodes": 0, "covered_by": p.target,
+                  "owner_uid": result.owner_uid})
+        if history is not None:
+            history.entries.append(HistoryEntry(action="terminate", target=pod_id, status="executed", at=now,
+                                                finding_kind=p.finding_kind, gpus=other.gpus,
+                                                target_uid=other.uid, detail=detail))
+        try:
+            record_credit(deps, run_id, other, p.model_copy(update={"target": pod_id, "target_uid": other.uid}),
+                          [f for f in findings if f.target == pod_id], now)
+        except Exception:  # the stop is done and audited; a lost credit is not a failed stop
+            log.exception("could not record the owner's credit for stopping %s", pod_id)
 
 
 def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: str | None,
          warning_deadline: datetime | None, now: datetime, outcome: Callable[..., ActionOutcome],
-         recorded: list[ActionOutcome], approved_by: str | None, plan: dict[str, Any]) -> ActionOutcome:
+         recorded: list[ActionOutcome], approved_by: str | None, plan: dict[str, Any], *,
+         due: dict[str, str] | None = None, history: History | None = None,
+         gang_findings: list[Finding] | None = None) -> ActionOutcome:
     """Write the intent, then make the call, unless the sweep no longer holds the sweeper lease. `plan`: a
     resize's planned scale-up back (planned_scale_up), in its intent, so that an interrupted resize keeps it too,
-    and in its outcome."""
+    and in its outcome. `due`: a stop's siblings whose own stop is due too (_due_siblings; None: not asked)."""
     p = ga.proposal
     job = facts.job
     gpus = job.gpus if job else 0
@@ -355,13 +443,17 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
                            deadline=warning_deadline if status == "executed" else None, at=accepted)
         if p.action in ("terminate", "force_terminate"):
             force = p.action == "force_terminate"
+            extra: dict[str, Any] = {"siblings": due} if due is not None and not force else {}
             result = deps.scheduler.stop_job(p.target, force=force, grace_s=deps.policy.stop.grace_period,
-                                             reason=p.reason, uid=uid)
+                                             reason=p.reason, uid=uid, **extra)
             mapping: dict[str, ActionStatus] = {"stopped": "executed", "stopping": "executed",
                                                 "already_gone": "skipped", "refused": "refused", "error": "failed"}
             status = mapping[result.status]
+            covers = {"covers": result.covered, "owner_uid": result.owner_uid} if result.covered else {}
             out = outcome(status, p.reason, f"{result.status}: {result.detail}".strip(": "),
-                          gpus=gpus if status == "executed" else 0)
+                          gpus=gpus if status == "executed" else 0, extra=covers)
+            if status == "executed" and result.covered:
+                _record_covered(deps, ga, run_id, facts, result, due or {}, history, gang_findings or [], now)
             if status == "executed" and job is not None:
                 try:
                     record_credit(deps, run_id, job, p, facts.findings, now)

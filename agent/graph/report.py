@@ -243,6 +243,9 @@ def _reason_zh(action: str, reason: str) -> str:
         return "无法重新读取最新状态，未执行：" + reason.removeprefix("could not re-read fresh state: ")
     if reason == "already executed (idempotent)":
         return "已执行过，不重复执行"
+    if m := re.match(r"^already stopped with (\S+) at (\d{2}:\d{2}) by one suspension of the owner they share "
+                     r"\(uid (\S*)\); not asked again$", reason):
+        return f"已于 {m[2]} 随 {m[1]} 一并停止（所属作业只暂停一次，其 ID 为 `{m[3]}`），不重复执行"
     if m := re.match(r"^interrupted at (\d{2}:\d{2}) before its outcome was recorded: (.*)$", reason):
         return f"{m[1]} 中断，结果未及记录：{outcome_text(action, '', m[2], '', 'zh')}"
     if m := re.match(r"^\w+ failed: (.*)$", reason):

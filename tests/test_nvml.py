@@ -157,3 +157,24 @@ def test_sampler_is_a_metrics_source(proc):
     assert (history[0].job, history[0].util_max, history[0].util_min) == ("ml/train", [97.0], [97.0])
     assert (history[0].samples, history[0].expected) == ([12], 12)
     assert history[2].util_max == [None] and history[2].samples == [0]
+
+
+def test_a_sampler_that_stopped_makes_a_job_re_read_stale(proc):
+    # The in-process source has the shape of Prometheus' answers (per-slice sample counts): a sampler loop that
+    # stopped (NVML hung, the thread died) leaves the newest slices empty, and the re-read before an action on the job
+    # is judged stale by the same rule (agent/graph/deps.py stale_job_metrics), naming when it last had a sample.
+    from agent.graph.deps import stale_job_metrics
+    from core.cluster import JobInfo
+
+    now = [1000.0]
+    _, c = collector(proc, clock=lambda: now[0])
+    metrics = NvmlMetrics(c, interval_s=10.0)
+    train = JobInfo(id="ml/train", scheduler="kubernetes", namespace="ml", name="train", user="a", gpus=1)
+    for _ in range(12):
+        now[0] += 10.0
+        metrics.sample()
+    end = datetime.fromtimestamp(now[0], UTC)
+    assert stale_job_metrics(metrics.gpu_series(end, 180.0, 60.0), [train], end, 60.0) is None
+    end = datetime.fromtimestamp(now[0] + 120.0, UTC)  # two minutes later, no sample taken since
+    why = stale_job_metrics(metrics.gpu_series(end, 180.0, 60.0), [train], end, 60.0)
+    assert why is not None and "ml/train on node-1: no GPU sample since 00:18 UTC" in why, why  # 1120 s

@@ -15,6 +15,7 @@ from agent.detectors.signals import window_slices
 from agent.records.approvals import ApprovalStore
 from agent.records.audit import AuditLog, answered_requests
 from core.cluster import FinishedJob, GpuHistory, GpuSeries, JobInfo, JobIoSeries, NodeInfo, PoolInfo, job_gang
+from core.durations import format_duration
 from core.observation import Observation
 from tools.history import gpu_history
 from tools.log_progress import analyse_log
@@ -60,14 +61,20 @@ class SweepGrid:
     history_lookback_s: float  # 0 when the fine slices already cover the long-tail lookback
 
 
+def _newest_sample(gpus: list[GpuSeries]) -> int | None:
+    """How many of the newest slices hold no sample on any of `gpus` (0: the newest slice has one); None when no
+    slice read holds one."""
+    # Per GPU, how many of its newest slices hold no sample; the freshest GPU's count says how stale the read is.
+    empty = [next((k for k, c in enumerate(reversed(g.samples)) if c), None) for g in gpus]
+    known = [k for k in empty if k is not None]
+    return min(known) if known else None
+
+
 def stale_metrics(gpus: list[GpuSeries], at: datetime, slice_s: float) -> str | None:
     """Why the sweep's GPU metrics are stale: no GPU series has a sample in the newest slice (an exporter or its
     scrape is down; Prometheus still answers with the older samples). None when any GPU has one, or none is read
     at all (the report's `not measured` says that)."""
-    # Per GPU, how many of its newest slices hold no sample; the freshest GPU's count says how stale the read is.
-    empty = [next((k for k, c in enumerate(reversed(g.samples)) if c), None) for g in gpus]
-    known = [k for k in empty if k is not None]
-    newest = min(known) if known else None
+    newest = _newest_sample(gpus)
     if not gpus or newest == 0:
         return None
     if newest is None:
@@ -76,6 +83,33 @@ def stale_metrics(gpus: list[GpuSeries], at: datetime, slice_s: float) -> str | 
     seen = at - timedelta(seconds=newest * slice_s)
     return (f"GPU metrics stale: no GPU has a sample since {seen:%H:%M} UTC ({len(gpus)} GPU series): the exporter "
             f"or its scrape is down; nothing is judged idle or hung")
+
+
+def stale_job_metrics(gpus: list[GpuSeries], jobs: list[JobInfo], at: datetime, slice_s: float) -> str | None:
+    """The re-read of one job before an action, judged as stale_metrics judges a sweep, scoped to the GPUs it read:
+    the target's and, for a pod of a distributed job, its other pods' (observe_job). Stale when, for any of these
+    jobs, no GPU of it on some node has a sample in the newest slice (that node's exporter or its scrape is down;
+    Prometheus still answers with the older samples): then what the job does now is unknown, and unknown is not idle.
+    None when every such node has a sample there, or a job has no GPU series at all (`not measured`: nothing is
+    judged on it). Names each stale job and node and when its GPU metrics last had a sample (the end of the newest
+    slice holding one)."""
+    wanted = {j.id for j in jobs}
+    groups: dict[tuple[str, str], list[GpuSeries]] = {}
+    for g in gpus:
+        if g.job is not None and g.job in wanted:
+            groups.setdefault((g.job, g.node), []).append(g)
+    parts = []
+    for (job, node), series in sorted(groups.items()):
+        newest = _newest_sample(series)
+        if newest == 0:
+            continue
+        last = ("no GPU sample in the whole read" if newest is None
+                else f"no GPU sample since {at - timedelta(seconds=newest * slice_s):%H:%M} UTC")
+        parts.append(f"{job} on {node}: {last} ({len(series)} GPU series)")
+    if not parts:
+        return None
+    return (f"GPU metrics stale: {'; '.join(parts)}; none in the newest {format_duration(slice_s)} slice, to "
+            f"{at:%H:%M} UTC: the exporter or its scrape is down")
 
 
 def log_span(policy: Policy) -> float:
@@ -241,7 +275,10 @@ class StewardDeps:
         )
         # Partial answers (Prometheus warnings, a Thanos store that did not answer) of this sweep's reads.
         obs.degraded = list(getattr(metrics, "warnings", None) or [])
-        stale = stale_metrics(gpus, at, slice_s) if whole else None
+        # A sweep's metrics are stale when no GPU has a sample in the newest slice; a re-read of one job before an
+        # action, when no GPU of it (or of a pod of its distributed job) on some node has: nothing is judged idle or
+        # hung on it, and the guardrail refuses the action (execute.fresh_facts, Facts.stale_metrics).
+        stale = stale_metrics(gpus, at, slice_s) if whole else stale_job_metrics(gpus, jobs, at, slice_s)
         if stale is not None:
             obs.degraded.append(stale)
         # Logs are read per job, so only for jobs whose GPUs look quiet or pinned.

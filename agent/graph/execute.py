@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from agent.detectors.engine import run_detectors
 from agent.detectors.keepalive import fleet_idle_of
 from agent.detectors.signals import group_signals
+from agent.graph.deps import stale_job_metrics
 from agent.guardrail.decide import Facts, decide
 from agent.planning.policy_model import stop_deadline, warning_message
 from core.actions import (
@@ -48,6 +49,7 @@ class OutcomeNotRecorded(RuntimeError):
 
 if TYPE_CHECKING:
     from agent.graph.deps import StewardDeps
+    from core.observation import Observation
 
 
 def _already_executed(deps: StewardDeps, action_id: str, target: str) -> bool:
@@ -140,15 +142,20 @@ def _fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list
     of a distributed job with the other pods of that job (deps.observe_job; their list failing, nothing is done),
     and the CPU/IO fields and idle power the sweep's reading of the cluster showed; a pool or a node, whose
     findings need the cluster as context, gets a fresh observation of the cluster.
+
+    A job's facts say when the GPU metrics they were read from are stale (Facts.stale_metrics: no sample in the
+    newest slice for the job, or a pod of its distributed job, on some node): the guardrail then refuses the action
+    (stale_metrics_rule), as a sweep whose every GPU went quiet judges nothing.
     """
     obs = deps.observation(run_id)
     if not reread_job:
         findings = run_findings if run_findings is not None else run_detectors(obs, deps.policy,
                                                                               history=_pool_history(deps, obs.at))
         job = obs.jobs_by_id().get(target)
+        gang = _gang(job, obs.jobs)
         return Facts(now=obs.at, job=job, pool=next((p for p in obs.pools if p.name == target), None),
                      findings=[f for f in findings if f.target == target], cluster_gpus=obs.cluster_gpus(),
-                     gang=_gang(job, obs.jobs)), findings
+                     gang=gang, stale_metrics=_stale(obs, job, gang)), findings
     if any(p.name == target for p in obs.pools) or any(n.name == target for n in obs.nodes):
         fresh = deps.fresh_observation(run_id)
         findings = run_findings if (fresh is obs and run_findings is not None) else run_detectors(
@@ -164,6 +171,7 @@ def _fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list
     if run_findings is not None and obs.at == now:
         findings = run_findings  # no time has passed since the sweep's own reading
         gang = _gang(job, obs.jobs)
+        stale = _stale(obs, job, gang)
     else:
         alone = deps.observe_job(job, now)
         # One job alone shows no idle GPU: what idle GPUs draw comes from the sweep's reading of the cluster,
@@ -176,8 +184,19 @@ def _fresh_facts(deps: StewardDeps, run_id: str, target: str, run_findings: list
         alone.io_fields = sorted(group_signals(obs).io_fields)
         findings = run_detectors(alone, deps.policy)
         gang = _gang(job, alone.jobs)
+        stale = _stale(alone, job, gang)
     return Facts(now=now, job=job, findings=[f for f in findings if f.target == target],
-                 cluster_gpus=obs.cluster_gpus(), gang=gang), findings
+                 cluster_gpus=obs.cluster_gpus(), gang=gang, stale_metrics=stale), findings
+
+
+def _stale(obs: Observation, job: JobInfo | None, gang: list[JobInfo]) -> str | None:
+    """Why the GPU metrics `job` is judged on in `obs` are stale (its own or its gang's: no sample in the newest
+    slice; deps.stale_job_metrics), or None. The guardrail refuses an action on it then (stale_metrics_rule)."""
+    if job is None:
+        return None
+    signals = group_signals(obs)
+    gpus = [g for j in (job, *gang) if (series := signals.jobs.get(j.id)) is not None for g in series.gpus]
+    return stale_job_metrics(gpus, [job, *gang], obs.at, obs.slice_s)
 
 
 def _gang(job: JobInfo | None, jobs: list[JobInfo]) -> list[JobInfo]:
@@ -328,7 +347,8 @@ def _due_siblings(deps: StewardDeps, p: ProposedAction, facts: Facts, findings: 
         mine = ProposedAction(action="terminate", target=other.id, reason=p.reason, finding_kind=p.finding_kind,
                               proposed_by=p.proposed_by, target_uid=other.uid)
         seen = Facts(now=facts.now, job=other, findings=[f for f in findings if f.target == other.id],
-                     cluster_gpus=facts.cluster_gpus, gang=[job, *(o for o in facts.gang if o.id != other.id)])
+                     cluster_gpus=facts.cluster_gpus, gang=[job, *(o for o in facts.gang if o.id != other.id)],
+                     stale_metrics=facts.stale_metrics)  # the same re-read of the gang: as fresh as the target's
         decision = decide(mine, seen, deps.policy, trial)
         if decision.verdict != "allow" or decision.dry_run:
             continue

@@ -87,6 +87,7 @@ RULE_ZH = {
     "reserve": "需为资源池保留空闲 GPU 余量", "runbook_limit": "超出运行手册允许的自动执行级别",
     "finding_size": "缩容幅度超出最新发现允许的节点数（需容纳在用 GPU、排队作业、余量和最少节点数）",
     "internal_error": "护栏无法判定，为安全起见拒绝", "allow": "所有护栏规则均通过",
+    "metrics_stale": "GPU 指标已停止更新（导出器或其抓取中断）：作业当前状态未知，未知不等于空闲，待指标恢复后的巡检重新判定",
 }
 
 
@@ -138,6 +139,12 @@ def decision_reason(rule: str, reason: str, language: str) -> str:
                                                       r"(.+?) that its stop is no earlier than (.+?); a stop", reason)):
         return (f"同一分布式作业中的 {match[1]} 于 {match[2]} 收到警告，承诺最早 {match[3]} 才停止；"
                 "停止任何一个 pod 都会终止整个作业，须等到该时间")
+    if rule == "metrics_stale" and (parts := re.findall(r"(\S+) on (\S+): no GPU sample (?:since (\d{2}:\d{2}) "
+                                                       r"UTC|in the whole read)", reason)):
+        seen = "；".join(f"{job}（节点 {node}）自 {at} UTC 起没有 GPU 样本" if at
+                        else f"{job}（节点 {node}）在读取范围内没有 GPU 样本" for job, node, at in parts)
+        return (f"GPU 指标已停止更新：{seen}，最新时间片内没有样本（导出器或其抓取中断）；作业当前状态未知，未知不等于"
+                "空闲：指标恢复前不执行，下一次巡检重新判定")
     if rule == "already_done" and " was force-stopped at " in reason:
         return "已强制停止，但作业仍在停止中：调度器未能结束它（请检查其节点是否失联，或进程卡在内核中），不再重复强制停止"
     return RULE_ZH.get(rule, "护栏规则未通过")
@@ -151,6 +158,7 @@ RULE_OF_REASON = (
     (re.compile(r"is not known \(no fresh pool facts\)|^the fresh facts are for |^the scheduler does not know job |"
                 r"has no node \S+ with a health finding"), "unknown_target"),
     (re.compile(r"; only running or stopping jobs are stopped"), "not_running"),
+    (re.compile(r"^GPU metrics stale: .*unknown is not idle"), "metrics_stale"),
     (re.compile(r" is protected: "), "protected"),
     (re.compile(r"^no current "), "no_finding"),
     (re.compile(r", above the ceiling \d+ for "), "level_ceiling"),
@@ -235,7 +243,10 @@ def _reason_zh(action: str, reason: str) -> str:
     """An outcome's reason (it had no detail) in Chinese."""
     act = action_label(action, "zh")
     if reason.startswith("re-checked before acting: "):
-        rule = rule_of_reason(reason.removeprefix("re-checked before acting: "))
+        inner = reason.removeprefix("re-checked before acting: ")
+        rule = rule_of_reason(inner)
+        if rule == "metrics_stale":  # when the metrics stopped, in the reader's words
+            return "执行前复核未通过：" + decision_reason(rule, inner, "zh")
         return "执行前复核未通过：" + RULE_ZH.get(rule or "", "护栏规则未通过")
     if reason.startswith("dry run: would "):
         return f"演练：未实际{act}"

@@ -45,6 +45,10 @@ class Facts(BaseModel):
     # The other pods of the target's distributed job (core.cluster.job_gang), read with it: a keep or protection on
     # any of them holds for the target (a stop of one pod ends the job). Empty for a job of its own.
     gang: list[JobInfo] = []
+    # Why the GPU metrics the target's findings rest on are stale (its own, or a pod's of its distributed job): no
+    # sample in the newest slice of the read (agent/graph/deps.py stale_job_metrics), with when they last had one.
+    # None when they are fresh, or the target is no job.
+    stale_metrics: str | None = None
     cluster_gpus: int = Field(0, ge=0)  # total GPUs in the cluster (context for the breaker)
 
 

@@ -33,6 +33,7 @@ from agent.guardrail.target_rules import (
     no_finding_rule,
     not_running_rule,
     protected_rule,
+    stale_metrics_rule,
     unknown_target_rule,
 )
 from core.actions import ACTION_LEVELS, Decision, History, ProposedAction
@@ -44,6 +45,7 @@ _CHECKS: tuple[Callable[[Case], Denial], ...] = (
     unknown_target_rule,
     not_running_rule,
     protected_rule,
+    stale_metrics_rule,
     no_finding_rule,
     grace_rule,
     level_ceiling_rule,

@@ -6,6 +6,10 @@ from agent.guardrail.case import STOPPABLE_STATES, Case, Denial
 from agent.guardrail.protection import as_utc, exemption_reason, gang_protection_reason, protection_reason, when
 from core.actions import NODE_ACTIONS, STOPPABLE_KINDS, Finding
 
+# Findings judged from the scheduler alone (restarts, ended runs, the queue), not from GPU metrics: stale GPU
+# metrics say nothing against them.
+SCHEDULER_KINDS = frozenset({"crash_loop", "doomed", "stuck_pending"})
+
 
 def mode_rule(case: Case) -> Denial:
     if case.policy.mode == "observe":
@@ -74,6 +78,21 @@ def protected_rule(case: Case) -> Denial:
     if why:
         return "protected", f"job {job.id} is protected: {why}; no {case.action.action}"
     return None
+
+
+def stale_metrics_rule(case: Case) -> Denial:
+    """An action on a job whose GPU metrics (or a pod's of its distributed job) have no sample in the newest slice of
+    the fresh read: what the job does now is unknown, and unknown is not idle. Refused, whatever was decided or
+    approved before; the warning and its notice stand, and the next sweep judges the job again on fresh samples.
+    Findings judged from the scheduler alone (a crash loop) do not rest on GPU metrics and are not held back."""
+    stale = case.facts.stale_metrics
+    if not stale or case.job is None or case.action.action in ("resize_pool", *NODE_ACTIONS):
+        return None
+    if case.action.finding_kind in SCHEDULER_KINDS:
+        return None
+    return "metrics_stale", (f"{stale}; what the job does now is unknown, and unknown is not idle: no "
+                             f"{case.action.action} on job {case.action.target} until these GPU metrics are fresh "
+                             "again (the next sweep judges it anew)")
 
 
 def no_finding_rule(case: Case) -> Denial:

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.cluster import JobInfo, names_job
+
 FindingKind = Literal["idle", "zombie", "overprovisioned", "node_health", "oversized", "stuck_pending", "doomed",
                       "crash_loop", "idle_serving", "pool_scale_up", "quiet_fill"]
 ActionKind = Literal["notify", "terminate", "force_terminate", "resize_pool", "cordon"]
@@ -168,11 +170,15 @@ class History(_Record):
     keeps: list[Exemption] = Field(default_factory=list)  # every keep granted in the lookback, in force or over
 
 
-def last_keep(history: History, target: str, uid: str | None) -> datetime | None:
+def last_keep(history: History, target: str, uid: str | None, job: JobInfo | None = None) -> datetime | None:
     """When the owner (or an approver) last kept this job, in force or over: a keep answers the warnings before it,
     so a stop after it lapses needs a new warning with its full notice. A job with a uid is matched by it (a keep
-    recorded without one, by name); one without, by name among keeps recorded without one."""
+    recorded without one, by name); one without, by name among keeps recorded without one. `job`, where read: a
+    name matches as protection does (core.cluster.names_job: a Slurm job's bare partition/jobname too)."""
+    def named(name: str) -> bool:
+        return name == target or (job is not None and names_job(name, job))
+
     times = [k.at for k in history.keeps if k.at is not None
-             and ((k.target_uid == uid or (not k.target_uid and k.target == target)) if uid
-                  else (k.target == target and not k.target_uid))]
+             and ((k.target_uid == uid or (not k.target_uid and named(k.target))) if uid
+                  else (named(k.target) and not k.target_uid))]
     return max(times) if times else None

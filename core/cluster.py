@@ -90,6 +90,33 @@ class FinishedJob(_Record):
 # The label a Slurm job's JobInfo carries when it is a component of a heterogeneous job (its het_job_id): the
 # components live and die together (scancel of the leader cancels all), like the pods of a PyTorchJob.
 SLURM_HET_JOB_LABEL = "slurm.het_job_id"
+# A Slurm job's id as scancel takes it (an array task's `<array>_<task>` in SLURM_ARRAY_TASK_LABEL, its own numeric
+# id then in SLURM_JOB_ID_LABEL): the suffix tools/slurm.py adds to the steward id of jobs that share a name.
+SLURM_JOB_ID_LABEL = "slurm.job_id"
+SLURM_ARRAY_TASK_LABEL = "slurm.array_task"
+
+
+def names_job(name: str, job: JobInfo) -> bool:
+    """Whether `name`, a steward id written down by a person (`protection.jobs`, a keep recorded without a uid),
+    names `job`: its id, and on Slurm any id the adapter gives it whatever else is listed. A Slurm steward id is
+    `partition/jobname` until another job (any user's) takes the same name, then `partition/jobname-<job id>` until
+    that one ends (tools/slurm.py steward_ids): another job's name must never change what protects this one, so its
+    bare `partition/jobname` and that with `-<its job id>` (repeated) name it too. The bare name also names a
+    namesake: it is protected with it, erring toward protecting."""
+    if name == job.id:
+        return True
+    if job.scheduler != "slurm":
+        return False
+    base = f"{job.namespace}/{job.name}"
+    if name == base:
+        return True
+    slurm_id = job.labels.get(SLURM_ARRAY_TASK_LABEL) or job.labels.get(SLURM_JOB_ID_LABEL)
+    suffix, rest = f"-{slurm_id}", name
+    while slurm_id and rest.endswith(suffix):
+        rest = rest.removesuffix(suffix)
+        if rest == base:
+            return True
+    return False
 # The labels gang schedulers put on every pod of one job (agent/detectors/gang.py): Kubeflow's training operator,
 # Volcano, LeaderWorkerSet, JobSet, the scheduler-plugins Coscheduling PodGroup (its current label and the one
 # before v0.26), Kueue's plain Pod groups, KubeRay's cluster (a Ray Train job's GPU workers wait on its CPU workers

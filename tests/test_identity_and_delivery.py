@@ -240,3 +240,56 @@ def test_a_chatops_warning_to_a_namesake_is_not_dropped_as_a_duplicate():
     assert warn("uid-old", "alice") == "suppressed"
     assert warn("uid-new", "bob") == "sent"
     assert len(robot.sent) == 2
+
+
+def _listed_then_namesake():
+    """Slurm job 11 `train` of alice in partition gpu (steward id gpu/train), and the scheduler that lists it; then
+    mallory submits a job named `train` too: job 11 reads as gpu/train-11. (job before, job after, scheduler)"""
+    import json
+
+    from tests.test_slurm_adapter import JSON_OLD, T0, FakeCli
+    from tools.slurm import SlurmScheduler
+
+    listing = {"jobs": [dict(JSON_OLD["jobs"][0], submit_time=T0 - 600)]}
+    scheduler = SlurmScheduler(FakeCli({("squeue", "--json"): lambda: json.dumps(listing)}))
+    [job] = scheduler.list_jobs()
+    listing["jobs"].append(dict(JSON_OLD["jobs"][0], job_id=12, user_name="mallory", submit_time=T0 + 7000))
+    renamed = next(j for j in scheduler.list_jobs() if j.uid == job.uid)
+    assert (job.id, renamed.id) == ("gpu/train", "gpu/train-11")
+    return job, renamed, scheduler
+
+
+def _stop_of(job: JobInfo, now: datetime, action: str = "notify") -> tuple[ProposedAction, Facts]:
+    idle = [Finding(kind="idle", target=job.id, since=now - timedelta(hours=5), detected_at=now, evidence="0%")]
+    return (ProposedAction(action=action, target=job.id, finding_kind="idle", target_uid=job.uid),  # type: ignore[arg-type]
+            Facts(now=now, job=job, findings=idle))
+
+
+def test_another_users_namesake_never_unprotects_a_slurm_job():
+    """protection.jobs lists steward ids, and a Slurm steward id is partition/jobname until any user submits a job of
+    the same name: then gpu/train-11, and the protected job was warned and stopped. A keep recorded without a uid
+    (by name) was lost the same way. The job's own partition/jobname, and that with its own job id, name it
+    whatever else is listed; its namesake is protected with it (erring toward protecting)."""
+    job, renamed, _ = _listed_then_namesake()
+    now = NOW
+    policy = Policy.model_validate({"protection": {"jobs": ["gpu/train"]}})
+    for listed in (job, renamed):
+        assert decide(*_stop_of(listed, now), policy, History()).rule == "protected", listed.id
+    by_suffix = Policy.model_validate({"protection": {"jobs": ["gpu/train-11"]}})  # written while a namesake ran
+    assert decide(*_stop_of(job, now), by_suffix, History()).rule == "protected"
+    other = renamed.model_copy(update={"id": "gpu/train-12", "uid": "slurm:12@9", "labels": {"slurm.job_id": "12"}})
+    assert decide(*_stop_of(other, now), by_suffix, History()).rule != "protected"
+
+    from core.actions import Exemption
+
+    kept = Exemption(target="gpu/train", until=now + timedelta(hours=1), by="lead", reason="demo", target_uid=None,
+                     at=now - timedelta(hours=1))
+    history = History(exemptions=[kept], keeps=[kept])
+    assert decide(*_stop_of(renamed, now), Policy(), history).rule == "protected"
+    # Once it lapses, the warning sent before it no longer licenses a stop: the keep answered it, as by its own id.
+    later = now + timedelta(hours=2)
+    warned = HistoryEntry(action="notify", target="gpu/train", status="executed", at=now - timedelta(hours=2),
+                          finding_kind="idle", target_uid=renamed.uid, deadline=now - timedelta(hours=1))
+    lapsed = History(entries=[warned], keeps=[kept])
+    assert decide(*_stop_of(renamed, later, "terminate"), Policy(), lapsed).verdict == "deny"
+    assert decide(*_stop_of(renamed, later, "terminate"), Policy(), History(entries=[warned])).verdict == "allow"

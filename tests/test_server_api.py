@@ -357,3 +357,25 @@ def test_a_restarted_demo_keeps_what_a_human_approved(tmp_path):
     with client_for(settings) as second:
         pool = next(p for p in second.app.state.runtime.deps.pools.list_pools() if p.name == "a100-ondemand")
         assert pool.nodes == nodes
+
+
+def test_a_keep_on_a_job_that_cannot_be_read_is_refused_not_recorded_by_name(client, monkeypatch):
+    """The keep's uid makes it hold for that job whatever its name becomes; a keep recorded by name alone when the
+    job could not be read (squeue timed out) was lost once a namesake renamed a Slurm job. Refused, 503, in the
+    reader's language, nothing recorded: the approver asks again."""
+    from tests.zh_text import leftovers
+
+    rt = client.app.state.runtime
+    monkeypatch.setattr(rt, "knows_target", lambda name: True)  # the sweep's reading knew it
+
+    def unreadable(job_id):
+        raise RuntimeError("`squeue --json` timed out after 30s (is slurmctld reachable?)")
+
+    monkeypatch.setattr(rt.deps.scheduler, "get_job", unreadable)
+    resp = client.post("/api/exemptions", json={"job": "cv-team/augment-worker", "duration": "4h", "reason": "demo"})
+    assert resp.status_code == 503 and "try again" in resp.json()["detail"] and "timed out" in resp.json()["detail"]
+    zh = client.post("/api/exemptions", params={"lang": "zh"},
+                     json={"job": "cv-team/augment-worker", "duration": "4h"}).json()["detail"]
+    assert "请稍后重试" in zh and not leftovers(zh), zh
+    assert client.get("/api/audit", params={"kind": "exemption"}).json()["entries"] == []
+    assert rt.deps.audit.history(rt.deps.clock.now()).exemptions == []

@@ -338,3 +338,64 @@ def test_a_completing_job_in_json_counts_on_its_node_for_removal():
                                                           for i in range(1, 4))})
     nodes = {n.name: n.jobs for n in SlurmScheduler(cli, stop_settle_s=0).list_nodes(for_removal=True)}
     assert nodes == {"n1": ["gpu/j1"], "n2": ["gpu/j2"], "n3": ["gpu/j3"]}, nodes
+
+
+def test_an_array_task_signal_is_taken_as_delivered_only_on_slurms_can_not_be_altered_answer():
+    """Slurm 22.05 answers a signal to an array task of a throttled array with exit 229 ("Job can not be altered
+    now") and delivers it: a stop that goes on. A controller that cannot be reached, or a timeout, delivered
+    nothing, on an array task as on any job: a failed stop, never read later as a job that ignored SIGTERM."""
+    task = dict(JSON_OLD["jobs"][0], name="arr", array_job_id=1, job_id=2, array_task_id=0, array_task_string="")
+    listing = {"jobs": [task]}
+
+    def stop(answer):
+        cli = FakeCli({("squeue", "--steps"): "1_0.batch batch\n", ("squeue", "--json"): lambda: json.dumps(listing),
+                       ("scancel",): answer})
+        scheduler = SlurmScheduler(cli, stop_settle_s=0)
+        [job] = scheduler.list_jobs()
+        assert job.id == "gpu/arr" and job.labels["slurm.array_task"] == "1_0"
+        try:
+            return scheduler.stop_job(job.id, force=False, grace_s=60, reason="idle", uid=job.uid).status
+        finally:
+            assert ("scancel", "--signal=TERM", "--full", "1_0") in cli.calls
+
+    assert stop(SlurmError(["scancel"], "exited 229: ", 229, "")) == "stopping"
+    assert stop(SlurmError(["scancel"], "exited 229: Job can not be altered now", 229,
+                           "scancel: error: Kill job error on job id 1_0: Job can not be altered now")) == "stopping"
+    for failure in (SlurmError(["scancel"], "exited 1: Unable to contact slurm controller", 1,
+                               "scancel: error: Unable to contact slurm controller (connect failure)"),
+                    SlurmError(["scancel"], "timed out after 30s (is slurmctld reachable?)"),
+                    SlurmError(["scancel"], "exited 1: Socket timed out on send/recv operation", 1,
+                               "scancel: error: Socket timed out on send/recv operation")):
+        with pytest.raises(SlurmError):
+            stop(failure)
+
+
+def test_a_run_requeued_under_the_same_job_id_is_not_stopping():
+    """A job the steward sent SIGTERM requeues itself (`trap 'scontrol requeue $SLURM_JOB_ID' TERM`): the same job
+    id, a new run (submitted and started again, a new uid). The signal was to the old run: the new one reads running
+    (its stop starts with a graceful one), in a long-running server as after a restart."""
+    first = dict(JSON_OLD["jobs"][0], submit_time=T0 - 600)
+    listing = {"jobs": [first]}
+    cli = FakeCli({("squeue", "--steps"): "11.batch batch\n", ("squeue", "--json"): lambda: json.dumps(listing),
+                   ("scancel",): ""})
+    scheduler = SlurmScheduler(cli, stop_settle_s=0)
+    [job] = scheduler.list_jobs()
+    assert scheduler.stop_job(job.id, force=False, grace_s=60, reason="idle", uid=job.uid).status == "stopping"
+    [signalled] = scheduler.list_jobs()
+    assert signalled.state == "stopping" and signalled.stop_requested_at is not None
+    listing["jobs"] = [dict(first, submit_time=T0 + 3600, start_time=T0 + 3660)]
+    [again] = scheduler.list_jobs()
+    assert again.uid != job.uid
+    assert (again.state, again.stop_requested_at) == ("running", None)
+    # The same submit time (text output without %V: the uid is the id alone), started after the signal: a new run.
+    scheduler = SlurmScheduler(cli, stop_settle_s=0, clock=lambda: datetime.fromtimestamp(T0 + 60, UTC))
+    listing["jobs"] = [dict(first, submit_time=T0 - 600)]
+    [job] = scheduler.list_jobs()
+    scheduler.stop_job(job.id, force=False, grace_s=60, reason="idle", uid=job.uid)
+    assert scheduler.get_job(job.id).state == "stopping"
+    listing["jobs"] = [dict(first, submit_time=T0 - 600, start_time=T0 + 3660)]
+    assert scheduler.get_job(job.id).state == "running"
+    # The signalled run gone from a whole listing: its record goes too (a server runs for months).
+    listing["jobs"] = []
+    scheduler.list_jobs()
+    assert scheduler._stop_sent == {}

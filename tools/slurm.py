@@ -14,7 +14,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from core.cluster import SLURM_HET_JOB_LABEL, JobInfo, LogLine, NodeInfo, NodesUnknown, StopResult
+from core.cluster import (
+    SLURM_ARRAY_TASK_LABEL,
+    SLURM_HET_JOB_LABEL,
+    SLURM_JOB_ID_LABEL,
+    JobInfo,
+    LogLine,
+    NodeInfo,
+    NodesUnknown,
+    StopResult,
+)
 from tools.slurm_cli import SlurmCli, SlurmError
 from tools.slurm_logs import LogNotRead, expand_output_path, tail_log
 from tools.slurm_parse import (
@@ -33,9 +42,9 @@ from tools.slurm_parse import (
 
 log = logging.getLogger("steward.slurm")
 
-JOB_ID_LABEL = "slurm.job_id"
+JOB_ID_LABEL = SLURM_JOB_ID_LABEL
 HET_JOB_LABEL = SLURM_HET_JOB_LABEL
-ARRAY_TASK_LABEL = "slurm.array_task"  # an array task as squeue and scancel name it: 4242_7
+ARRAY_TASK_LABEL = SLURM_ARRAY_TASK_LABEL  # an array task as squeue and scancel name it: 4242_7
 _SUFFIX = re.compile(r"^(?P<base>.+)-(?P<id>\d+(?:_(?:\d+|\[[^\]]*\]))?)$")
 OutputMode = Literal["auto", "json", "text"]
 _GONE_STATES = frozenset({"completed", "failed", "cancelled"})
@@ -63,11 +72,21 @@ def _refused(exc: SlurmError) -> bool:
 
 def _delivered_anyway(exc: SlurmError, sid: str) -> bool:
     """Whether a failed `scancel --signal` delivered its signal all the same: Slurm 22.05 answers a signal to an
-    array task whose array still has pending tasks with exit 229 (at times no message, at times "Job can not be
-    altered now"), or retries it until the timeout (a real Slurm: tests/test_slurm_integration.py). On a job that
-    is not an array task, any failure (a controller that cannot be reached, a timeout) delivered nothing: the
-    stop failed, and the job is not "ignoring SIGTERM"."""
-    return "_" in sid or "can not be altered" in f"{exc.stderr} {exc}".lower()
+    array task whose array still has pending tasks with exit 229 (ESLURM_TRANSITION_STATE_NO_UPDATE, 2021, as an
+    exit status; at times no message, at times "Job can not be altered now") and delivers it (a real Slurm:
+    tests/test_slurm_integration.py). Only those answers: any other failure (a controller that cannot be reached,
+    a timeout, an error scancel printed with another status) delivered nothing, on an array task as on any job:
+    the stop failed, and the job is not "ignoring SIGTERM"."""
+    if "can not be altered" in f"{exc.stderr} {exc}".lower():
+        return True
+    return "_" in sid and exc.returncode == 229 and not _unreachable(exc)
+
+
+def _unreachable(exc: SlurmError) -> bool:
+    """Whether the failure says slurmctld was not reached (or answered nothing): nothing was delivered."""
+    said = f"{exc.stderr} {exc}".lower()
+    return any(word in said for word in ("unable to contact", "connection refused", "connect failure", "timed out",
+                                         "socket timed out", "zero bytes were transmitted"))
 
 
 def _base(job: SlurmJob) -> str:
@@ -127,7 +146,9 @@ class SlurmScheduler:
         self.stop_settle_s = stop_settle_s
         self._now = clock or (lambda: datetime.now(UTC))
         self._jobs: dict[str, SlurmJob] = {}  # steward id -> job, from the latest squeue
-        self._stop_sent: dict[str, datetime] = {}  # Slurm job id -> when we sent SIGTERM
+        # Job uid (one run of one job) -> when we sent it SIGTERM. Not the Slurm id: a job that requeues itself on
+        # SIGTERM, or an id slurmctld hands out again, is a new run that was never signalled.
+        self._stop_sent: dict[str, datetime] = {}
         self._stdout: dict[str, tuple[Path | None, str, int | None]] = {}  # job uid -> StdOut or why not, user uid
         self._by_slurm_id: dict[str, str] = {}
         self._listed = False  # whether any squeue has filled the two maps above
@@ -213,6 +234,9 @@ class SlurmScheduler:
         for why in dict.fromkeys(self._ambiguous.values()):
             self._note(why)
         self._jobs = steward_ids([j for j in listed if j.job_id not in self._ambiguous])
+        if not self._dropped:  # a whole listing: a signalled run it no longer shows has ended (or was requeued)
+            runs = {job_uid(j) for j in listed}
+            self._stop_sent = {uid: at for uid, at in self._stop_sent.items() if uid in runs}
         # dcgm-exporter's hpc_job is SLURM_JOB_ID: an array task's own numeric id, mapped beside its <array>_<task>.
         by_key: dict[str, set[str]] = {}
         for sid, job in self._jobs.items():
@@ -237,7 +261,9 @@ class SlurmScheduler:
 
     def _info(self, steward_id: str, job: SlurmJob) -> JobInfo:
         state = job.steward_state
-        asked = self._stop_sent.get(job.job_id)
+        asked = self._stop_sent.get(job_uid(job))
+        if asked is not None and job.started_at is not None and job.started_at > asked:
+            asked = None  # started after the signal (requeued under the same id and submit time): a new run
         if asked is not None and state == "running":
             state = "stopping"  # SIGTERM sent and the job has not exited (yet)
         return JobInfo(
@@ -477,7 +503,7 @@ class SlurmScheduler:
                 if _refused(exc) or not _delivered_anyway(exc, sid):
                     raise
                 verb = f"{verb} (scancel: {exc})"  # whether the job ends says what happened
-            self._stop_sent.setdefault(sid, self._now())
+            self._stop_sent.setdefault(job_uid(job), self._now())
         # Give a job that exits on SIGTERM a moment, so the result says whether the GPUs are free.
         deadline = time.monotonic() + max(0.0, self.stop_settle_s)
         while True:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from agent.config.policy import Policy
 from core.actions import DeniedAnswer, History, last_keep
-from core.cluster import JobInfo, job_gang
+from core.cluster import JobInfo, job_gang, names_job
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -39,8 +39,11 @@ def _matching(wanted: dict[str, str], actual: dict[str, str]) -> tuple[str, str]
 def protection_reason(job: JobInfo, policy: Policy, history: History, now: datetime) -> str | None:
     """Why `job` must not be touched (naming the rule), or None when nothing protects it."""
     rules = policy.protection
-    if job.id in rules.jobs:
-        return f"job {job.id} is listed in protection.jobs"
+    # On Slurm by its partition/jobname too (names_job): another job's name never unprotects it. The entry that
+    # matched is named (gpu/train for gpu/train-11).
+    listed = job.id if job.id in rules.jobs else next((name for name in rules.jobs if names_job(name, job)), None)
+    if listed is not None:
+        return f"job {listed} is listed in protection.jobs"
     if job.namespace in rules.namespaces:
         return f"namespace {job.namespace!r} is in protection.namespaces"
     if job.namespace in rules.partitions:
@@ -122,7 +125,8 @@ def _same_target(target: str, target_uid: str | None, job: JobInfo) -> bool:
     later job named like a kept one is another user's job)."""
     if target_uid and job.uid and target_uid != job.uid:
         return target == job.id and job.scheduler == "kubernetes"
-    return target == job.id or bool(target_uid and target_uid == job.uid)
+    # Recorded without a uid (it could not be read): by name, on Slurm whatever suffix a namesake adds (names_job).
+    return names_job(target, job) or bool(target_uid and target_uid == job.uid)
 
 
 def _annotated_until(job: JobInfo) -> datetime | None:
@@ -155,7 +159,7 @@ def keep_answered_at(history: History, job: JobInfo | None, target: str, uid: st
     too (it protected the whole job: gang_protection), so once it lapses every pod needs a new warning and its notice."""
     times = []
     for one, name, key in [(job, target, uid)] + [(o, o.id, o.uid or None) for o in gang_siblings(job, gang)]:
-        kept = last_keep(history, name, key)
+        kept = last_keep(history, name, key, one)
         if kept is not None:
             times.append(kept)
         try:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -137,6 +138,7 @@ class HistoryEntry(_Record):
     nodes_after: int | None = None
     scale_up_at: datetime | None = None
     scale_up_nodes: int | None = None
+    seq: int | None = None  # the audit entry's sequence number: its place in the log, whatever the writer's clock said
 
 
 class Exemption(_Record):
@@ -148,6 +150,7 @@ class Exemption(_Record):
     reason: str = ""
     target_uid: str | None = None  # the kept job's immutable identity, where known: it holds if the name changes
     at: datetime | None = None  # when it was granted
+    seq: int | None = None  # the grant's audit sequence number: a keep answers every warning recorded before it
 
 
 class DeniedAnswer(_Record):
@@ -170,7 +173,37 @@ class History(_Record):
     keeps: list[Exemption] = Field(default_factory=list)  # every keep granted in the lookback, in force or over
 
 
-def last_keep(history: History, target: str, uid: str | None, job: JobInfo | None = None) -> datetime | None:
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class KeptAt:
+    """The last keep that answered a job's warnings: its time (the latest of the keeps' grant times, and of lapsed
+    keep-until annotations) and its audit sequence number (the latest of the audited keeps'; None: none known)."""
+
+    at: datetime
+    seq: int | None = None
+
+    def answers(self, entry: HistoryEntry) -> bool:
+        """Whether this keep answered the warning `entry`: one recorded before the keep in the audit log (a lower
+        seq, whatever the clocks of the replicas that wrote them said: a keep dated behind the warning it answered,
+        or of the same time), or dated before it (a keep dated ahead of the warnings recorded after it; a warning
+        not read from the log, or a lapsed keep-until annotation, whose order only their times tell)."""
+        if _utc(entry.at) < _utc(self.at):
+            return True
+        return self.seq is not None and entry.seq is not None and entry.seq < self.seq
+
+    @staticmethod
+    def latest(marks: list[KeptAt]) -> KeptAt | None:
+        """One mark answering every warning any of `marks` answers (None for none)."""
+        if not marks:
+            return None
+        seqs = [m.seq for m in marks if m.seq is not None]
+        return KeptAt(at=max((m.at for m in marks), key=_utc), seq=max(seqs) if seqs else None)
+
+
+def last_keep(history: History, target: str, uid: str | None, job: JobInfo | None = None) -> KeptAt | None:
     """When the owner (or an approver) last kept this job, in force or over: a keep answers the warnings before it,
     so a stop after it lapses needs a new warning with its full notice. A job with a uid is matched by it (a keep
     recorded without one, by name); one without, by name among keeps recorded without one. `job`, where read: a
@@ -178,7 +211,6 @@ def last_keep(history: History, target: str, uid: str | None, job: JobInfo | Non
     def named(name: str) -> bool:
         return name == target or (job is not None and names_job(name, job))
 
-    times = [k.at for k in history.keeps if k.at is not None
-             and ((k.target_uid == uid or (not k.target_uid and named(k.target))) if uid
-                  else (named(k.target) and not k.target_uid))]
-    return max(times) if times else None
+    return KeptAt.latest([KeptAt(k.at, k.seq) for k in history.keeps if k.at is not None
+                          and ((k.target_uid == uid or (not k.target_uid and named(k.target))) if uid
+                               else (named(k.target) and not k.target_uid))])

@@ -53,19 +53,23 @@ def warning_first_rule(case: Case) -> Denial:
         oldest = max(oldest, max(failed))
     # A keep answers the warnings before it: once it lapses, the stop needs a new warning and its full notice (a
     # probe's owner who kept a job for 3 minutes was stopped at the first sweep after, on the old warning).
+    # Answered (KeptAt.answers): recorded before the keep in the audit log, whatever the clock of the replica that
+    # recorded the keep said (a keep dated behind the warning it answered licensed the stop on that warning once it
+    # lapsed), or dated before it.
     kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now, case.facts.gang)
-    if kept is not None:
-        oldest = max(oldest, as_utc(kept))
+
+    def current(e: HistoryEntry) -> bool:
+        return oldest <= as_utc(e.at) and (kept is None or not kept.answers(e))
 
     def announces_this_stop(e: HistoryEntry) -> bool:
         # Only a warning announces a stop: it states a deadline, about the same kind of waste, to this job. One dated
         # ahead of the clock (another replica's clock, a step back) counts too: its notice has not run.
-        return e.deadline is not None and (kind is None or e.finding_kind == kind) and oldest <= as_utc(e.at)
+        return e.deadline is not None and (kind is None or e.finding_kind == kind) and current(e)
 
     warnings = [e for e in case.past("notify") if announces_this_stop(e)]
     if not warnings:
         about = f" about {kind}" if kind else ""
-        undelivered = [e for e in case.past("notify", statuses=("failed",)) if oldest <= as_utc(e.at) <= case.now]
+        undelivered = [e for e in case.past("notify", statuses=("failed",)) if current(e) and as_utc(e.at) <= case.now]
         if undelivered:
             return "warning_first", (
                 f"the warning{about} to the owner of job {case.action.target} was not delivered "
@@ -95,7 +99,7 @@ def warning_first_rule(case: Case) -> Denial:
     for other in case.facts.gang:
         promised = [e for e in case.history.entries
                     if e.action == "notify" and e.status in case.done and e.deadline is not None
-                    and oldest <= as_utc(e.at) and (kind is None or e.finding_kind == kind)
+                    and current(e) and (kind is None or e.finding_kind == kind)
                     and (e.target_uid == other.uid if other.uid else (e.target == other.id and not e.target_uid))
                     and due(e) > case.now]
         if promised:
@@ -148,9 +152,8 @@ def duplicate_rule(case: Case) -> Denial:
         after = case.now - every if began is None else max(case.now - every, began)
         # A keep answered the warnings before it.
         kept = keep_answered_at(case.history, case.job, case.action.target, case.uid, case.now, case.facts.gang)
-        if kept is not None:
-            after = max(after, as_utc(kept))
-        recent = [e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > after]
+        recent = [e for e in case.past("notify") if e.finding_kind == action.finding_kind and as_utc(e.at) > after
+                  and (kept is None or not kept.answers(e))]
         if recent:
             last = recent[-1]
             about = f" about {action.finding_kind}" if action.finding_kind else ""

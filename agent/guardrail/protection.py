@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from agent.config.policy import Policy
-from core.actions import DeniedAnswer, History, last_keep
+from core.actions import DeniedAnswer, History, KeptAt, last_keep
 from core.cluster import JobInfo, job_gang, names_job
 
 
@@ -151,24 +151,25 @@ def _keep_until(job: JobInfo, now: datetime) -> str | None:
 
 
 def keep_answered_at(history: History, job: JobInfo | None, target: str, uid: str | None,
-                     now: datetime, gang: Sequence[JobInfo] = ()) -> datetime | None:
-    """When a keep last answered this job's warnings: an audited keep's grant (`last_keep`), or a keep-until
-    annotation's time once it has passed. A stop after it needs a warning sent since, with its full notice.
+                     now: datetime, gang: Sequence[JobInfo] = ()) -> KeptAt | None:
+    """When a keep last answered this job's warnings: an audited keep's grant (`last_keep`: its time and its place
+    in the audit log), or a keep-until annotation's time once it has passed. A stop after it needs a warning sent
+    since (`KeptAt.answers`: one recorded after the keep and not dated before it), with its full notice.
 
     `gang`: the other pods of its distributed job as read now. A keep on any of them answered this pod's warnings
     too (it protected the whole job: gang_protection), so once it lapses every pod needs a new warning and its notice."""
-    times = []
+    marks = []
     for one, name, key in [(job, target, uid)] + [(o, o.id, o.uid or None) for o in gang_siblings(job, gang)]:
         kept = last_keep(history, name, key, one)
         if kept is not None:
-            times.append(kept)
+            marks.append(kept)
         try:
             until = _annotated_until(one) if one is not None else None
         except ValueError:
             until = None  # unreadable: the job is kept (protection_reason), nothing lapsed
         if until is not None and until <= as_utc(now):
-            times.append(until)
-    return max(times) if times else None
+            marks.append(KeptAt(until))
+    return KeptAt.latest(marks)
 
 
 def gang_siblings(job: JobInfo | None, jobs: Sequence[JobInfo]) -> list[JobInfo]:

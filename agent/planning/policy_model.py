@@ -24,7 +24,7 @@ from agent.guardrail.protection import (
 )
 from agent.planning.prompts import render, template_name
 from agent.records.cost import money
-from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, ProposedAction
+from core.actions import STOP_ACTIONS, STOPPABLE_KINDS, Finding, History, HistoryEntry, KeptAt, ProposedAction
 from core.durations import format_duration
 from core.observation import Observation
 from core.pool_plans import open_scale_down, scale_up_uid
@@ -91,13 +91,17 @@ def _last(history: History, action: str, target: str, kind: str | None = None,
     """When `action` last happened to this job; with `uid`, to this very job and not an earlier namesake, under
     whatever name it had then ("": a job whose backend gave no uid, which only records made under its name
     without one are about, as the guardrail reads them)."""
-    times = [
-        e.at for e in history.entries
-        if e.action == action and e.status in statuses
-        and (kind is None or e.finding_kind is None or e.finding_kind == kind)
-        and ((e.target_uid or "") == uid if uid else e.target == target and (uid is None or not e.target_uid))
-    ]
+    times = [e.at for e in _done(history, action, target, kind, statuses, uid)]
     return max(times) if times else None
+
+
+def _done(history: History, action: str, target: str, kind: str | None, statuses: tuple[str, ...],
+          uid: str | None) -> list[HistoryEntry]:
+    """The entries `_last` reads (`action` done to this job)."""
+    return [e for e in history.entries
+            if e.action == action and e.status in statuses
+            and (kind is None or e.finding_kind is None or e.finding_kind == kind)
+            and ((e.target_uid or "") == uid if uid else e.target == target and (uid is None or not e.target_uid))]
 
 
 def stop_deadline(finding: Finding | None, policy: Policy, now: datetime) -> datetime:
@@ -260,7 +264,7 @@ class PolicyModel:
 
     @staticmethod
     def _next_step(f: Finding, state: str | None, history: History, policy: Policy, now: datetime,
-                   uid: str | None = None, kept: datetime | None = None) -> ProposedAction | None:
+                   uid: str | None = None, kept: KeptAt | None = None) -> ProposedAction | None:
         base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model", "target_uid": uid}
         repeat = timedelta(seconds=policy.warning.repeat_every)
         done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
@@ -306,7 +310,8 @@ class PolicyModel:
         stale = stale or (warned is not None and failed is not None and failed > warned)
         # A keep (audited, or a keep-until annotation that has passed) answered the warning before it: after the
         # keep, the owner is warned again (warning_first_rule).
-        stale = stale or (warned is not None and kept is not None and kept > warned)
+        stale = stale or (warned is not None and kept is not None
+                          and all(kept.answers(e) for e in _done(history, "notify", f.target, f.kind, done, match)))
         # In the job's long-tail grace (f.stop_after): one warning per stop, sent no earlier than a repeat period
         # before the stop can land, and no stop before the grace ends (the guardrail's grace_rule too).
         grace_left = (f.stop_after - now) if f.stop_after is not None else timedelta(0)

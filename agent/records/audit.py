@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS audit_kind_at ON audit(kind, at);
 CREATE INDEX IF NOT EXISTS audit_target ON audit(target);
+-- The exemptions by their end (AuditLog.exemptions reads those not over, however many came after them) and the
+-- revocations: built at the first open of an older file too. A malformed data (never written) sorts last: read.
+CREATE INDEX IF NOT EXISTS audit_exemption_until
+    ON audit((CASE WHEN json_valid(data) THEN json_extract(data, '$.until') ELSE '~' END)) WHERE kind = 'exemption';
+CREATE INDEX IF NOT EXISTS audit_exemption_revoked ON audit(seq) WHERE kind = 'exemption' AND status = 'revoked';
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
 BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
@@ -80,6 +85,11 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS audit_kind_at ON audit(kind, at);
 CREATE INDEX IF NOT EXISTS audit_target ON audit(target);
+CREATE OR REPLACE FUNCTION steward_audit_until(data TEXT) RETURNS TEXT LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN RETURN data::jsonb ->> 'until'; EXCEPTION WHEN others THEN RETURN '~'; END $$;
+CREATE INDEX IF NOT EXISTS audit_exemption_until ON audit((steward_audit_until(data) COLLATE "C"))
+    WHERE kind = 'exemption';
+CREATE INDEX IF NOT EXISTS audit_exemption_revoked ON audit(seq) WHERE kind = 'exemption' AND status = 'revoked';
 CREATE OR REPLACE FUNCTION steward_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'audit log is append-only'; END $$;
 CREATE OR REPLACE TRIGGER audit_no_update BEFORE UPDATE ON audit
@@ -95,6 +105,10 @@ PG_TRIGGERS = (*TRIGGERS, "audit_no_truncate")
 STOP_MEMORY = timedelta(days=31)
 # The entry that remembers a job answered requests (agent/detectors/serving.py): one per job uid, read for its life.
 SERVED = "served"
+# An exemption's end as the indexes above hold it (text: compared as ISO 8601 strings, with a day's margin).
+UNTIL_SQLITE = "(CASE WHEN json_valid(data) THEN json_extract(data, '$.until') ELSE '~' END)"
+UNTIL_PG = '(steward_audit_until(data) COLLATE "C")'
+UNTIL_PG_UNINDEXED = "((data::jsonb ->> 'until') COLLATE \"C\")"  # a database opened read-only, from before the index
 GENESIS = "0" * 64  # prev_hash of the very first entry of a log
 CONTENT = ("seq", "at", "recorded_at", "run_id", "kind", "target", "action", "level", "status", "reason", "data")
 CHAIN_BROKEN = "audit_chain_broken"
@@ -222,6 +236,16 @@ class AuditLog:
                                                migrate=_migrate, readonly=readonly, pg_schema=_PG_SCHEMA)
         self._postgres = dialect(self._conn) == "postgres"
         self._hashed = "hash" in columns(self._conn, "audit")  # False only for an old file opened read-only
+        # How exemptions are read by their end: SQLite's planner, without statistics, prefers audit_kind_at (every
+        # exemption ever written), so its indexes are named where they exist (not in an older file opened read-only).
+        self._until, self._by_until, self._by_revoked = UNTIL_SQLITE, "", ""
+        if self._postgres:
+            found = self._conn.execute("SELECT to_regprocedure('steward_audit_until(text)')").fetchone()
+            self._until = UNTIL_PG if found and found[0] is not None else UNTIL_PG_UNINDEXED
+        else:
+            have = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+            self._by_until = " INDEXED BY audit_exemption_until" if "audit_exemption_until" in have else ""
+            self._by_revoked = " INDEXED BY audit_exemption_revoked" if "audit_exemption_revoked" in have else ""
         self._lock = threading.Lock()
         self.write_problem: Problem | None = None  # the last write failed (locked, full, ...); cleared on success
         self.chain_problem: Problem | None = None  # an entry failed its hash check; stays until a restart
@@ -463,8 +487,11 @@ class AuditLog:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {self._select_list()} FROM audit {where} ORDER BY seq {order} LIMIT ? OFFSET ?"
+        return self._read(sql, (*args, limit, offset), checked=checked)
+
+    def _read(self, sql: str, args: tuple[Any, ...], *, checked: bool) -> list[AuditEntry]:
         with self._cursor() as cur:
-            cur.execute(sql, (*args, limit, offset))
+            cur.execute(sql, args)
             cols = [c[0] for c in cur.description]
             rows = cur.fetchall()
         out = []
@@ -514,12 +541,27 @@ class AuditLog:
 
         A keep protects from the moment it is written, whatever its timestamp: one dated ahead of `now` (recorded by
         a replica whose clock runs ahead, or before this host's clock stepped back) is in force. A revocation, which
-        takes protection away, counts once `now` reaches it: both read in the safe direction."""
-        rows = self.entries(kind="exemption", since=now - timedelta(days=31), limit=10_000, checked=True)
-        revoked = {int(seq) for e in rows if e.status == "revoked" and e.at <= now
-                   for seq in e.data.get("revokes") or []}
-        return [e for e in rows if e.status == "granted" and e.seq not in revoked
-                and datetime.fromisoformat(str(e.data["until"])) > now]
+        takes protection away, counts once `now` reaches it: both read in the safe direction.
+
+        Every grant whose end is still ahead is read, however many exemptions came after it (an approver's 30-day
+        keep outlives tens of thousands of owners' one-hour keeps on a big cluster), and every revocation written
+        after the oldest of them: two indexed reads (audit_exemption_until, audit_exemption_revoked), bounded by the
+        grants of about the last day and those in force, not by the log's size. Entries are checked."""
+        moment = now.replace(tzinfo=UTC) if now.tzinfo is None else now
+        # `until` compared as text: any ISO 8601 time dated before yesterday (UTC), whatever its offset (< 24 h), is
+        # over by today; the exact end is compared below.
+        earliest = (moment.astimezone(UTC) - timedelta(days=1)).date().isoformat()
+        select = self._select_list()
+        candidates = self._read(f"SELECT {select} FROM audit{self._by_until} WHERE kind = 'exemption' AND "
+                                f"{self._until} >= ? AND status = 'granted' ORDER BY seq DESC", (earliest,), checked=True)
+        granted = [e for e in candidates if _until(e) > moment]
+        if not granted:
+            return []
+        revocations = self._read(f"SELECT {select} FROM audit{self._by_revoked} WHERE kind = 'exemption' AND "
+                                 "status = 'revoked' AND seq > ? ORDER BY seq", (min(e.seq for e in granted),),
+                                 checked=True)
+        revoked = {int(seq) for e in revocations if e.at <= moment for seq in e.data.get("revokes") or []}
+        return [e for e in granted if e.seq not in revoked]
 
     def exemptions_in_force(self, now: datetime) -> list[Exemption]:
         """The keeps in force at `now`, as the guardrail reads them."""
@@ -553,6 +595,7 @@ class AuditLog:
                 deadline=e.data.get("deadline"),
                 target_uid=e.data.get("target_uid"),
                 detail=str(e.data.get("detail") or ""),
+                seq=e.seq,
                 **_resize_fields(e),
             )
             # Entries dated after `now` too (the host clock stepped back): the rate limit, the circuit breaker and
@@ -625,9 +668,14 @@ def answered_requests(audit: AuditLog, jobs: Iterable[JobInfo]) -> dict[str, Ans
     return out
 
 
+def _until(e: AuditEntry) -> datetime:
+    until = datetime.fromisoformat(str(e.data["until"]))
+    return until.replace(tzinfo=UTC) if until.tzinfo is None else until
+
+
 def _exemption(e: AuditEntry) -> Exemption:
-    return Exemption(target=e.target or "", until=e.data["until"], by=e.data.get("by", "?"), reason=e.reason or "",
-                     target_uid=e.data.get("target_uid") or None, at=e.at)
+    return Exemption(target=e.target or "", until=_until(e), by=e.data.get("by", "?"), reason=e.reason or "",
+                     target_uid=e.data.get("target_uid") or None, at=e.at, seq=e.seq)
 
 
 def _resize_fields(e: AuditEntry) -> dict[str, Any]:

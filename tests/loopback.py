@@ -15,3 +15,13 @@ def send_json(handler: BaseHTTPRequestHandler, answer: Any, status: int = 200) -
     handler.send_header("Content-Length", str(len(data)))
     handler.end_headers()
     handler.wfile.write(data)
+
+
+def send_page(handler: BaseHTTPRequestHandler, page: str, status: int = 200) -> None:
+    """Answer with an HTML page, as a corporate proxy's login page or a maintenance page does in a webhook's place."""
+    data = page.encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "text/html; charset=utf-8")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -39,22 +39,28 @@ from agent.wiring import simulated_deps
 from core.actions import ProposedAction
 from sim.scenario import parse_scenario
 from tests.conftest import free_port
-from tests.loopback import send_json
+from tests.loopback import send_json, send_page
 
 NOW = 1_750_000_000.0  # the wall clock the router sees
 
 
 class RobotServer:
-    """A loopback DingTalk custom robot: verifies the signed query like DingTalk and records messages."""
+    """A loopback DingTalk custom robot: verifies the signed query like DingTalk and records messages. With `page`
+    set, it answers that HTML page instead (a proxy's login page, a maintenance page), taking nothing."""
 
     def __init__(self, secret: str) -> None:
         self.secret, self.messages, self.refused = secret, [], []
+        self.page: str | None = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if server.page is not None:
+                    server.refused.append(body)
+                    send_page(self, server.page)
+                    return
                 ts, sign = query.get("timestamp", [""])[0], query.get("sign", [""])[0]
                 expected = base64.b64encode(hmac.new(server.secret.encode(), f"{ts}\n{server.secret}".encode(),
                                                      hashlib.sha256).digest()).decode()

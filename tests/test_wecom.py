@@ -36,7 +36,7 @@ from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
 from sim.scenario import parse_scenario
 from tests.conftest import free_port
-from tests.loopback import send_json
+from tests.loopback import send_json, send_page
 from tests.test_dingtalk import SCENARIO
 
 NOW = 1_750_000_000
@@ -194,15 +194,20 @@ def test_bad_timestamps_bodies_and_plaintexts_are_refused_not_500():
 
 
 class WeComRobotServer:
-    """A loopback group robot: POST /cgi-bin/webhook/send?key=…; errcode 93000 for an unknown key."""
+    """A loopback group robot: POST /cgi-bin/webhook/send?key=…; errcode 93000 for an unknown key. With `page` set,
+    it answers that HTML page instead (a proxy's login page, a maintenance page), taking nothing."""
 
     def __init__(self, key: str) -> None:
         self.key, self.messages = key, []
+        self.page: str | None = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if server.page is not None:
+                    send_page(self, server.page)
+                    return
                 good = self.path == f"/cgi-bin/webhook/send?key={server.key}"
                 if good:
                     server.messages.append(body)
@@ -214,7 +219,12 @@ class WeComRobotServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         self.base = f"http://127.0.0.1:{self.httpd.server_port}/cgi-bin/webhook/send?key="
+        self.url = self.base + key
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def test_group_robot_sends_markdown_and_cards_and_surfaces_errcode():

@@ -8,12 +8,11 @@ from collections.abc import Callable
 from datetime import UTC, tzinfo
 from typing import Any
 
-import httpx
-
 from agent.chatops import dingtalk, wecom
 from agent.chatops.directory import UserDirectory
 from agent.chatops.links import ApprovalLinks
 from agent.chatops.notifier import Route
+from agent.chatops.webhook import WebhookError
 from agent.detectors.evidence import describe
 from agent.graph.report import action_label, approval_why
 from agent.records.approvals import Approval
@@ -127,7 +126,7 @@ def approval_card_listener(route: Route, links: ApprovalLinks, language: str = "
                 continue
             try:
                 robot.send(message)
-            except (dingtalk.DingTalkError, wecom.WeComError, httpx.HTTPError) as exc:
+            except WebhookError as exc:  # refused, unreachable, or an answer that is not the platform's JSON
                 log.warning("approval card for %s to %s failed: %s", approval.id, name, exc)
 
     return listener

@@ -1,4 +1,5 @@
-"""The notification policy: working hours in the team's timezone, and one message per job and violation per period."""
+"""The notification policy: working hours in the team's timezone, and one message of advice per job and violation per
+period. A warning announcing a stop is the guardrail's to repeat or not (its duplicate rule): never dropped here."""
 
 from __future__ import annotations
 
@@ -26,11 +27,16 @@ class DeliveryPolicy:
         self._sent: dict[str, datetime] = {}
         self._lock = threading.Lock()
 
-    def verdict(self, key: str, now: datetime) -> Verdict:
+    def verdict(self, key: str, now: datetime, *, announces_stop: bool = False) -> Verdict:
+        """`announces_stop`: a warning stating a stop's deadline. The guardrail decided it is due (the first, one
+        about a new stretch of waste, one after a keep lapsed: its duplicate rule holds back mere repeats) and no
+        stop comes without it, so it is never suppressed: its first line (job + kind) is the same as the earlier
+        warning's, and its deadline may be too (the end of a job's long-tail grace), yet it is a new warning."""
         rules = self.policy.notifications
         with self._lock:
             last = self._sent.get(key)
-        if last is not None and now - last < timedelta(seconds=self.policy.warning.repeat_every):
+        if (not announces_stop and last is not None
+                and now - last < timedelta(seconds=self.policy.warning.repeat_every)):
             return "suppress"
         if rules.holds(now):
             return "defer"

@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.chatops.webhook import WebhookError, errcode, post, quoted
+
 CALLBACK_MAX_AGE_MS = 3600 * 1000  # DingTalk's rule: a callback older than an hour is refused
 CALLBACK_FUTURE_SKEW_MS = 60 * 1000  # a little clock skew, no more
 # A taken (timestamp, sign) is remembered while its timestamp could still be accepted: max age + skew.
@@ -20,11 +22,11 @@ REPLAY_KEEP_S = (CALLBACK_MAX_AGE_MS + CALLBACK_FUTURE_SKEW_MS) / 1000
 MAX_TEXT_CHARS = 4000  # the web chat's limit
 
 
-class DingTalkError(RuntimeError):
+class DingTalkError(WebhookError):
     """DingTalk refused a message: errcode and errmsg as it said them (310000: signature or keyword)."""
 
     def __init__(self, errcode: int, errmsg: str) -> None:
-        super().__init__(f"DingTalk errcode {errcode}: {errmsg}")
+        super().__init__(f"DingTalk errcode {errcode}: {quoted(errmsg)}")
         self.errcode, self.errmsg = errcode, errmsg
 
 
@@ -62,7 +64,8 @@ def action_card(title: str, text: str, buttons: list[tuple[str, str]]) -> dict:
 
 
 class DingTalkRobot:
-    """Sends to one custom robot webhook; raises DingTalkError when DingTalk answers errcode != 0."""
+    """Sends to one custom robot webhook; raises DingTalkError when DingTalk answers errcode != 0, WebhookError when
+    it cannot be reached or answers anything but its JSON (an HTML page from a proxy, an HTTP error)."""
 
     def __init__(self, webhook_url: str, secret: str | None = None, *, client: httpx.Client | None = None,
                  timeout_s: float = 10.0) -> None:
@@ -70,11 +73,9 @@ class DingTalkRobot:
         self._client = client or httpx.Client(timeout=timeout_s)
 
     def send(self, message: dict[str, Any]) -> dict[str, Any]:
-        response = self._client.post(signed_url(self.webhook_url, self.secret), json=message)
-        response.raise_for_status()
-        body = response.json()
-        if int(body.get("errcode", -1)) != 0:
-            raise DingTalkError(int(body.get("errcode", -1)), str(body.get("errmsg", "")))
+        body = post("DingTalk", self._client, signed_url(self.webhook_url, self.secret), message, self.secret)
+        if errcode(body) != 0:
+            raise DingTalkError(errcode(body), str(body.get("errmsg", "")))
         return body
 
 

@@ -13,6 +13,7 @@ import httpx
 from agent.chatops import dingtalk, wecom
 from agent.chatops.delivery import DeliveryPolicy, dedupe_key
 from agent.chatops.directory import UserDirectory
+from agent.chatops.webhook import WebhookError, quoted, redact
 from agent.config.policy import Policy
 from agent.config.settings import Settings
 from core.cluster import NotifyResult
@@ -86,10 +87,13 @@ class ChatOpsNotifier:
 
     def notify(self, recipient: str, subject: str, body: str, *, job_id: str | None = None,
                deadline: datetime | None = None, target_uid: str | None = None) -> NotifyResult:
+        """`deadline`: the message is a warning announcing a stop, one the guardrail decided to give (a first one,
+        one about a new stretch of waste or after a keep lapsed, a repeat): it is never dropped as a duplicate here
+        (DeliveryPolicy.verdict). Sent when any channel accepted it, whatever the others answered."""
         assert self.delivery is not None
         now = self.clock.now()
         key = dedupe_key(job_id, recipient, body, target_uid)
-        verdict = self.delivery.verdict(key, now)
+        verdict = self.delivery.verdict(key, now, announces_stop=deadline is not None)
         if verdict == "suppress":
             return NotifyResult(recipient=recipient, status="suppressed", channel="chatops",
                                 detail="already told about this job and violation in this period")
@@ -104,6 +108,8 @@ class ChatOpsNotifier:
                             detail="; ".join(errors) or "no DingTalk or WeCom webhook configured")
 
     def _send(self, route: Route, recipient: str, subject: str, body: str) -> tuple[list[str], list[str]]:
+        """(channels that accepted the message, an error per channel that did not). Each channel is tried whatever
+        the one before it answered: one that fails (an HTML page from a proxy, a timeout, a refusal) fails alone."""
         attempts: list[tuple[str, Callable[[], Any]]] = []
         if route.dingtalk is not None:
             staff, mobile = self.directory.chat_id("dingtalk", recipient), self.directory.mobile(recipient)
@@ -120,7 +126,17 @@ class ChatOpsNotifier:
             try:
                 send()
                 sent.append(name)
-            except (dingtalk.DingTalkError, wecom.WeComError, httpx.HTTPError) as exc:
+            except WebhookError as exc:  # says what the webhook answered, without its URL or token
                 log.warning("%s message to %s failed: %s", name, recipient, exc)
                 errors.append(f"{name}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a channel's own fault must not cost the others their message
+                said = quoted(redact(str(exc), *_webhook_secrets(route)))
+                log.warning("%s message to %s failed: %s: %s", name, recipient, type(exc).__name__, said)
+                errors.append(f"{name}: {type(exc).__name__}: {said}")
         return sent, errors
+
+
+def _webhook_secrets(route: Route) -> tuple[str, ...]:
+    """The route's webhook URLs and signing secret: kept out of any error text."""
+    found = [getattr(robot, name, None) for robot in (route.dingtalk, route.wecom) for name in ("webhook_url", "secret")]
+    return tuple(s for s in found if isinstance(s, str) and s)

@@ -12,14 +12,15 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from agent.chatops.webhook import WebhookError, errcode, post, quoted
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
 
 
-class WeComError(RuntimeError):
+class WeComError(WebhookError):
     """The robot webhook refused a message (errcode != 0), e.g. 93000 invalid webhook key."""
 
     def __init__(self, errcode: int, errmsg: str) -> None:
-        super().__init__(f"WeCom errcode {errcode}: {errmsg}")
+        super().__init__(f"WeCom errcode {errcode}: {quoted(errmsg)}")
         self.errcode, self.errmsg = errcode, errmsg
 
 
@@ -46,18 +47,17 @@ def approval_card(title: str, desc: str, body: str, buttons: list[tuple[str, str
 
 
 class WeComRobot:
-    """Sends to one group robot webhook (…/cgi-bin/webhook/send?key=…)."""
+    """Sends to one group robot webhook (…/cgi-bin/webhook/send?key=…); raises WeComError when WeCom answers
+    errcode != 0, WebhookError when it cannot be reached or answers anything but its JSON."""
 
     def __init__(self, webhook_url: str, *, client: httpx.Client | None = None, timeout_s: float = 10.0) -> None:
         self.webhook_url = webhook_url
         self._client = client or httpx.Client(timeout=timeout_s)
 
     def send(self, message: dict[str, Any]) -> dict[str, Any]:
-        response = self._client.post(self.webhook_url, json=message)
-        response.raise_for_status()
-        body = response.json()
-        if int(body.get("errcode", -1)) != 0:
-            raise WeComError(int(body.get("errcode", -1)), str(body.get("errmsg", "")))
+        body = post("WeCom", self._client, self.webhook_url, message)
+        if errcode(body) != 0:
+            raise WeComError(errcode(body), str(body.get("errmsg", "")))
         return body
 
 

@@ -181,6 +181,30 @@ def test_a_stretch_is_only_as_long_as_it_was_watched():
     assert g.since == AT - timedelta(minutes=100)
 
 
+def test_the_stores_lag_of_one_sample_is_no_dark_exporter():
+    """VictoriaMetrics leaves out its newest 30 s by default (-search.latencyOffset), remote-write stores lag a
+    scrape, a query lands while a scrape is in flight: every GPU's newest slice misses one sample. Counted as unseen
+    that was 30 s x GPUs, over the GPU-minute line for any job of 3 GPUs or more, which was then never found idle."""
+    utils = busy_then_quiet(4, 20)
+    for count in (1, 4, 8):
+        lagging = [g.model_copy(update={"samples": [EXPECTED] * 23 + [EXPECTED - 1]})
+                   for g in job_gpus("ml/train", utils, count=count)]
+        [f] = IdleGpuDetector(POLICY).detect(observe([job(gpus=count)], lagging, [io("ml/train", 24)]))
+        assert f.since == AT - timedelta(minutes=100)
+    # Only the newest slice and one sample per GPU: a GPU missing more there, or a sample missed on every GPU
+    # before it, is still unseen time that could hide work.
+    more = [g.model_copy(update={"samples": [EXPECTED] * 23 + [EXPECTED - 1]}) for g in job_gpus("ml/train", utils)]
+    more[0] = more[0].model_copy(update={"samples": [EXPECTED] * 23 + [EXPECTED - 4]})
+    assert IdleGpuDetector(POLICY).detect(observe([job()], more, [io("ml/train", 24)])) == []
+    before = [g.model_copy(update={"samples": [EXPECTED] * 22 + [EXPECTED - 1, EXPECTED]})
+              for g in job_gpus("ml/train", utils)]
+    assert IdleGpuDetector(POLICY).detect(observe([job()], before, [io("ml/train", 24)])) == []
+    # One GPU reporting nothing now while the others lag and are quiet: nothing known about it, so not idle.
+    dark = [g.model_copy(update={"samples": [EXPECTED] * 23 + [EXPECTED - 1]}) for g in job_gpus("ml/train", utils)]
+    dark[3] = gpu("ml/train", utils[:-1] + [None], index=3)
+    assert IdleGpuDetector(POLICY).detect(observe([job()], dark, [io("ml/train", 24)])) == []
+
+
 def test_idle_needs_the_whole_window_quiet():
     obs = observe([job()], job_gpus("ml/train", busy_then_quiet(14, 10)), [io("ml/train", 24)])
     assert IdleGpuDetector(POLICY).detect(obs) == []

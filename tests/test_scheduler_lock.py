@@ -189,8 +189,10 @@ def test_kubernetes_lease_election(lease_api):
     assert a.acquire()  # renews
     stored = _LeaseApi.leases["gpu-steward-sweeper"]
     assert stored["spec"]["holderIdentity"] == "pod-a" and stored["metadata"]["resourceVersion"] == "2"
-    clock.at += timedelta(seconds=31)
-    assert b.acquire() and not a.acquire()  # a's lease expired: b takes over
+    clock.at += timedelta(seconds=29)
+    assert not b.acquire()  # b sees the renewal only now: it waits a lease duration from here, whatever renewTime says
+    clock.at += timedelta(seconds=30)
+    assert b.acquire() and not a.acquire()  # a's lease has stood unrenewed for 30 s as b saw it: b takes over
     assert _LeaseApi.leases["gpu-steward-sweeper"]["spec"]["leaseTransitions"] == 1
     b.release()
     assert a.acquire()
@@ -200,15 +202,21 @@ def test_kubernetes_lease_loses_a_write_race(lease_api):
     clock = FakeClock()
     a = KubernetesLease(lease_api, "sweeper", "steward", "pod-a", duration_s=30, clock=clock.now)
     assert a.acquire()
-    clock.at += timedelta(seconds=60)
     stale = lease_api.read_namespaced_lease("sweeper", "steward")
     b = KubernetesLease(lease_api, "sweeper", "steward", "pod-b", duration_s=30, clock=clock.now)
-    assert b.acquire()
-    # pod-c read the Lease before pod-b wrote it: its replace carries an old resourceVersion and is refused.
+    c = KubernetesLease(lease_api, "sweeper", "steward", "pod-c", duration_s=30, clock=clock.now)
+    assert not b.acquire()  # both see pod-a's record and wait a lease duration for it to stand unrenewed
     original = lease_api.read_namespaced_lease
     lease_api.read_namespaced_lease = lambda name, ns: stale
     try:
-        c = KubernetesLease(lease_api, "sweeper", "steward", "pod-c", duration_s=30, clock=clock.now)
+        assert not c.acquire()
+    finally:
+        lease_api.read_namespaced_lease = original
+    clock.at += timedelta(seconds=60)
+    assert b.acquire()
+    # pod-c read the Lease before pod-b wrote it: its replace carries an old resourceVersion and is refused.
+    lease_api.read_namespaced_lease = lambda name, ns: stale
+    try:
         assert not c.acquire()
     finally:
         lease_api.read_namespaced_lease = original

@@ -110,6 +110,27 @@ def sweep_exit(state: dict) -> int:
     return 0
 
 
+def _lapsed_then_taken(lease: Any, settings: Settings) -> bool:
+    """The Kubernetes Lease is taken only once its record has stood unrenewed for a lease duration as this process
+    saw it (agent/scheduling/k8s_lease.py), and a one-shot run has just seen it for the first time: it waits that
+    long, once, and asks again. Else the Lease of a steward that stopped without giving it back (a killed pod, a
+    server between two sweeps) would never be taken by a cron sweep. A holder that renews meanwhile keeps it."""
+    import time
+
+    if not hasattr(lease, "lapses_in_s"):
+        return False
+    holder = lease.current_holder()  # read again: a record changed meanwhile is waited for from now
+    if holder is None:  # given back or lapsed meanwhile
+        return bool(lease.acquire())
+    wait = lease.lapses_in_s()
+    if wait is None or wait > max(60.0, 2 * settings.lease_duration_s):
+        return False
+    print(f"the sweeper lease {settings.lease_name!r} is held by {holder}; waiting {wait:.0f}s to see whether it is "
+          "renewed", file=sys.stderr)
+    time.sleep(wait + 0.5)
+    return bool(lease.acquire())
+
+
 def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     """One sweep of the real cluster that STEWARD_BACKEND names."""
     from agent.api.build import make_lease
@@ -126,7 +147,7 @@ def cmd_sweep_cluster(args: argparse.Namespace, settings: Settings) -> int:
     # cluster's Lease) never runs while the server sweeps, so no job is warned or stopped twice by the two.
     try:
         lease = make_lease(settings)
-        taken = lease.acquire()
+        taken = lease.acquire() or _lapsed_then_taken(lease, settings)
     except Exception as exc:  # no rights on the Lease, STEWARD_LEADER_LOCK=kubernetes outside a pod, a store down
         # A lock held past the timeout, an API server's 5xx or a timeout pass: the next run may sweep (75). The rest
         # (no rights, not in a pod) is configuration (78), said as such.

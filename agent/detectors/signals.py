@@ -48,6 +48,8 @@ class JobSeries:
     history_gpus: list[GpuHistory] = field(default_factory=list)
     history_ratio: int = 0
     started_at: datetime | None = None  # the job's start, when the scheduler knows it
+    # GPUs whose newest slice misses samples: one sample each there is the store's lag, not a gap (unseen_gpu_s).
+    lagging_gpus: int = 0
     degraded: tuple[str, ...] = ()  # why the sweep's metrics may be incomplete (partial reads); empty = complete
     _history: CoarseHistory | None = None
     _merged: bool = False
@@ -73,8 +75,17 @@ class JobSeries:
 
     def unseen_gpu_s(self, k: int) -> float:
         """GPU-seconds of fine slice k that no sample covers (its missing samples times the sample interval, over
-        its GPUs): the most work the slice's gaps could hide."""
+        its GPUs): the most work the slice's gaps could hide.
+
+        In the newest slice one missing sample per GPU is not counted: that is the store's lag (VictoriaMetrics
+        leaves out its newest 30 s by default, -search.latencyOffset; remote-write stores lag a scrape; a scrape
+        may be in flight when the query lands), the time not yet seen, as at a sweep one sample earlier. Counted,
+        it read as 30 s x GPUs unseen, more than UNSEEN_GPU_S for any job of 3 GPUs or more, which was then never
+        quiet. A GPU that misses more than that one sample still counts the rest; one that reports nothing has no
+        valid reading there, which ends a quiet stretch whatever is unseen."""
         expected, samples = self.expected[k], self.samples[k]
+        if k == self.length - 1:
+            samples += self.lagging_gpus
         if expected <= 0 or samples >= expected:
             return 0.0
         return (expected - samples) * self.slice_s * len(self.gpus) / expected
@@ -173,6 +184,8 @@ def build_job_series(
         columns.append((maxes, avgs, counts, keep))
     expected = sum(g.expected for g in gpus)
     out.expected = [expected] * length
+    if length:
+        out.lagging_gpus = sum(1 for g, col in zip(gpus, columns, strict=True) if col[2][-1] < g.expected)
     if len(columns) == 1:  # most jobs hold one GPU: its own slices, without a per-slice merge
         maxes, avgs, counts, keep = columns[0]
         if all(keep):  # share the GPU's lists rather than copy them

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,20 +28,63 @@ class LeaseForbidden(PermissionError):
 
 
 class KubernetesLease:
-    """Take the Lease when it is free or expired, renew it while held; optimistic via resourceVersion.
+    """Take the Lease when it is free or has lapsed, renew it while held; optimistic via resourceVersion.
 
-    `api` is a kubernetes.client.CoordinationV1Api (in-cluster config in production, any host in tests).
+    Whether another holder's Lease has lapsed is judged as client-go's leader election judges it, never by comparing
+    the holder's renewTime (the holder's clock) with this host's clock: a host clock 45 s ahead took a Lease one
+    second after its holder renewed it, and both swept. This replica remembers the record it last saw (holder,
+    renewTime, resourceVersion) and when it first saw it on its own monotonic clock (`monotonic`); it takes the Lease
+    only once that record has stood unchanged for the holder's leaseDurationSeconds. So a process that has never seen
+    the record waits a full lease duration after first reading it, unless the Lease is free (released or empty).
+    The holder's fence (core/fencing.py) ends a lease duration after it asked to renew, before its write; another
+    replica first sees that write after it, so it takes over only after the fence is gone.
+
+    `api` is a kubernetes.client.CoordinationV1Api (in-cluster config in production, any host in tests). `clock`
+    writes acquireTime and renewTime (for people and other tools to read); `monotonic` judges lapses: by default
+    time.monotonic, or the seconds of `clock` where a test gives one.
     """
 
     def __init__(self, api: Any, name: str, namespace: str, holder: str, duration_s: float = 30.0,
-                 clock: Callable[[], datetime] = _now) -> None:
+                 clock: Callable[[], datetime] = _now, monotonic: Callable[[], float] | None = None) -> None:
         self.api, self.name, self.namespace, self.holder = api, name, namespace, holder
         self.duration_s, self._clock = duration_s, clock
+        if monotonic is None:
+            monotonic = time.monotonic if clock is _now else (lambda: clock().timestamp())
+        self._monotonic = monotonic
+        self._seen_lock = threading.Lock()
+        # The record last read (holder, renewTime, resourceVersion), when this process first read it (monotonic), and
+        # the lease duration it declares.
+        self._seen: tuple[tuple[Any, ...], float, float] | None = None
+
+    def _observe(self, lease: Any) -> float:
+        """Note the record read; how long (monotonic seconds) it has stood unchanged since this process first saw it,
+        less its lease duration: >= 0 once it has lapsed."""
+        spec, meta = getattr(lease, "spec", None), getattr(lease, "metadata", None)
+        record = (spec.holder_identity if spec else None, spec.renew_time if spec else None,
+                  meta.resource_version if meta else None)
+        declared = float(spec.lease_duration_seconds or 0) if spec else 0.0
+        duration = declared if declared > 0 else float(self.duration_s)
+        now = self._monotonic()
+        with self._seen_lock:
+            if self._seen is None or self._seen[0] != record:
+                self._seen = (record, now, duration)
+            return now - self._seen[1] - duration
+
+    def lapses_in_s(self) -> float | None:
+        """Seconds until the record this process last read, if nobody renews it, may be taken (0 when it may now);
+        None when it has read none. A one-shot `steward sweep` waits this long once rather than never taking the
+        Lease of a steward that stopped without giving it back."""
+        with self._seen_lock:
+            if self._seen is None:
+                return None
+            _, seen_at, duration = self._seen
+        return max(0.0, seen_at + duration - self._monotonic())
 
     def _spec(self, now: datetime, transitions: int, acquired: datetime | None) -> Any:
         from kubernetes import client
 
-        return client.V1LeaseSpec(holder_identity=self.holder, lease_duration_seconds=int(self.duration_s),
+        # Rounded up: others wait at least as long as this holder's fence lasts.
+        return client.V1LeaseSpec(holder_identity=self.holder, lease_duration_seconds=math.ceil(self.duration_s),
                                   acquire_time=acquired or now, renew_time=now, lease_transitions=transitions)
 
     def acquire(self) -> bool:
@@ -70,7 +116,7 @@ class KubernetesLease:
             body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
                                   spec=self._spec(now, 0, None))
             try:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self._observe(self.api.create_namespaced_lease(self.namespace, body))
                 return True
             except ApiException as race:
                 if race.status == 409:  # another replica created it first
@@ -81,32 +127,32 @@ class KubernetesLease:
                         "STEWARD_LEASE_NAMESPACE to the namespace the in-cluster steward runs in") from race
                 raise
         spec = lease.spec or client.V1LeaseSpec()
-        renewed = spec.renew_time or spec.acquire_time
-        expired = renewed is None or renewed + timedelta(seconds=spec.lease_duration_seconds or 0) <= now
+        lapsed = self._observe(lease) >= 0
         mine = spec.holder_identity == self.holder
-        if not (mine or expired or not spec.holder_identity):
+        if not (mine or lapsed or not spec.holder_identity):
             return False
         transitions = (spec.lease_transitions or 0) + (0 if mine else 1)
         lease.spec = self._spec(now, transitions, spec.acquire_time if mine else None)
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # carries resourceVersion
+            written = self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # carries resourceVersion
         except ApiException as exc:
             if exc.status == 409:  # someone else renewed or took it between our read and write
                 return False
             raise
+        self._observe(written)
         return True
 
     def current_holder(self) -> str | None:
-        """Who holds the Lease now (None when it is free, expired or cannot be read): for messages only."""
+        """Who holds the Lease now (None when it is free, has lapsed or cannot be read): for messages only. Judged as
+        acquire judges it: a record this process has not seen stand unchanged for its lease duration is held."""
         try:
-            spec = self.api.read_namespaced_lease(self.name, self.namespace).spec
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
         except Exception:
             return None
-        renewed = spec.renew_time or spec.acquire_time if spec else None
-        if spec is None or renewed is None or not spec.holder_identity:
+        spec = lease.spec
+        if spec is None or not spec.holder_identity:
             return None
-        live = renewed + timedelta(seconds=spec.lease_duration_seconds or 0) > self._clock()
-        return str(spec.holder_identity) if live else None
+        return str(spec.holder_identity) if self._observe(lease) < 0 else None
 
     def release(self) -> None:
         from kubernetes.client.exceptions import ApiException

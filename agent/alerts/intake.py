@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -9,8 +10,10 @@ from datetime import datetime, timedelta
 from agent.alerts.incidents import (
     REPEAT_S,
     TRANSIENT_S,
+    AffectedJob,
     AlertmanagerPayload,
     IncidentView,
+    Rejected,
     first_steps,
     impact,
     incident_key,
@@ -19,11 +22,15 @@ from agent.alerts.incidents import (
     transient,
 )
 from agent.alerts.investigate import Investigation, Investigator, build, cordon_plan, render_lines
-from agent.alerts.store import Incident, IncidentStore
+from agent.alerts.store import Incident, IncidentStore, StoredAlert
 from agent.records.audit import AuditLog
+from agent.records.store import StoreUnavailable
 from agent.retrieval.runbooks import Runbook, load_runbooks
+from core.cluster import NotifyResult
 from core.observation import Observation
 from tools.protocols import Notifier
+
+log = logging.getLogger("steward.alerts")
 
 ONCALL = "oncall"  # the recipient of incident messages: the default ChatOps route (the platform team's group)
 
@@ -46,7 +53,32 @@ class AlertIntake:
         with self._lock:
             for alert in payload.alerts:
                 self.store.add(incident_key(alert.labels), alert)
-            return [self._settle(incident, now) for incident in self.store.open_incidents()]
+            return [self._settle_one(incident, now) for incident in self.store.open_incidents()]
+
+    def refuse(self, rejected: list[Rejected], received: int, now: datetime, group: str = "") -> None:
+        """Audit the alerts of a webhook that were not taken (the reply lists them too)."""
+        if not rejected:
+            return
+        listed = "; ".join(f"{r.field}: {r.reason}" for r in rejected[:5])
+        self.audit().record("alert_rejected", at=now, run_id=f"alerts-{now:%Y%m%dT%H%M%S}", action="receive_alert",
+                            status="skipped", reason=f"{len(rejected)} of {received} alert(s) refused: {listed}"[:1000],
+                            data={"received": received, "group_key": group[:300],
+                                  "rejected": [r.model_dump() for r in rejected[:100]]})
+
+    def _settle_one(self, incident: Incident, now: datetime) -> dict[str, object]:
+        """One incident settled; one that cannot be (a bad stored time, a bug) is logged and audited, and the
+        others are settled all the same. A store that is down is not one incident's problem: it is raised."""
+        try:
+            return self._settle(incident, now)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("alert incident %s (%s %s) could not be settled", incident.id, incident.alertname,
+                          incident.subject)
+            self._audit(incident, now, "failed", f"incident could not be settled: {error}")
+            return {"incident": incident.id, "alertname": incident.alertname, "subject": incident.subject,
+                    "outcome": "error", "error": error}
 
     def _settle(self, incident: Incident, now: datetime) -> dict[str, object]:
         alerts = self.store.alerts(incident.id)
@@ -67,6 +99,29 @@ class AlertIntake:
             return {**out, "outcome": "waiting", "message_due": starts + timedelta(seconds=self.transient_s)}
         if not self.store.claim_message(incident.id, now, now - timedelta(seconds=self.repeat_s)):
             return {**out, "outcome": "already_told"}
+        try:
+            jobs, view, found, body, result = self._message(incident, starts, firing)
+        except BaseException as exc:  # the slot goes back whatever failed, so the next webhook tries again
+            self.store.release_message(incident.id, incident.notified_at)
+            if not isinstance(exc, Exception):
+                raise
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("alert incident %s (%s %s): its message failed", incident.id, incident.alertname,
+                          incident.subject)
+            self._audit(incident, now, "failed", f"incident message failed: {error}")
+            return {**out, "outcome": "message_error", "error": error}
+        if result.status != "sent":
+            self.store.release_message(incident.id, incident.notified_at)
+        self._audit(incident, now, "executed" if result.status == "sent" else
+                    ("failed" if result.status == "error" else "skipped"),
+                    f"incident message {result.status} via {result.channel}: {result.detail}".rstrip(": "),
+                    jobs=[j.id for j in jobs or []], runbook=view.runbook, message=body,
+                    investigation=found.model_dump(mode="json") if found else None)
+        return {**out, "outcome": f"message_{result.status}", "jobs": [j.id for j in jobs or []]}
+
+    def _message(self, incident: Incident, starts: datetime, firing: list[StoredAlert]
+                 ) -> tuple[list[AffectedJob] | None, IncidentView, Investigation | None, str, NotifyResult]:
+        """The incident's message built and handed to the notifier (its slot already claimed)."""
         jobs = impact(incident.subject, self.observation())
         book = self._runbook(incident)
         view = IncidentView(
@@ -80,15 +135,7 @@ class AlertIntake:
         if found is not None:
             view.investigation = render_lines(found, self.language)
         subject, body = render(view, self.language)
-        result = self.notifier().notify(ONCALL, subject, body)
-        if result.status != "sent":
-            self.store.release_message(incident.id, incident.notified_at)
-        self._audit(incident, now, "executed" if result.status == "sent" else
-                    ("failed" if result.status == "error" else "skipped"),
-                    f"incident message {result.status} via {result.channel}: {result.detail}".rstrip(": "),
-                    jobs=[j.id for j in jobs or []], runbook=view.runbook, message=body,
-                    investigation=found.model_dump(mode="json") if found else None)
-        return {**out, "outcome": f"message_{result.status}", "jobs": [j.id for j in jobs or []]}
+        return jobs, view, found, body, self.notifier().notify(ONCALL, subject, body)
 
     def _investigate(self, incident: Incident, book: Runbook | None) -> Investigation | None:
         """Jobs on the incident's node, their progress and the runbook's cordon through the guardrail."""

@@ -5,6 +5,10 @@ Alerts are kept by Alertmanager's fingerprint (one row per alert, however often 
 claimed for its message with one conditional UPDATE, so two deliveries of the same webhook send one message; a
 unique index on the open incident's key means two replicas receiving the same alert at once open one incident.
 A store that cannot be written takes no alert: StoreUnavailable (the app answers 503 and Alertmanager retries).
+
+Incident keys are JSON arrays (agent/alerts/incidents.py incident_key); SQLite stores written by earlier versions
+hold NUL-separated keys, which are still found there. Times are written in UTC; a time stored without a zone by an
+earlier version is read as UTC.
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent.alerts.incidents import Alert, subject_of
+from agent.alerts.incidents import Alert, legacy_incident_key, subject_of
 from agent.records import pg
-from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable, classify
+from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable, classify, dialect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
@@ -71,7 +75,10 @@ class StoredAlert:
 
 
 def _t(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+    if not value:
+        return None
+    at = datetime.fromisoformat(value)
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # stored without a zone by an earlier version
 
 
 class IncidentStore(Reopening):
@@ -94,8 +101,11 @@ class IncidentStore(Reopening):
         return Incident(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _t(row[8]),  # type: ignore[arg-type]
                         _t(row[9]), row[10], _t(row[11]), row[12])
 
-    def open_incident(self, key: str) -> Incident | None:
-        row = self._run("SELECT * FROM incidents WHERE key = ? AND closed_at IS NULL", (key,)).fetchone()
+    def open_incident(self, key: str, legacy: str | None = None) -> Incident | None:
+        """The open incident of `key`; on SQLite also one opened under its `legacy` (NUL-separated) key."""
+        keys = (key, legacy) if legacy is not None and dialect(self._conn) != "postgres" else (key,)
+        row = self._run(f"SELECT * FROM incidents WHERE key IN ({', '.join('?' * len(keys))}) AND closed_at IS NULL "
+                        "ORDER BY id LIMIT 1", keys).fetchone()
         return self._incident(row) if row else None
 
     def get(self, incident_id: int) -> Incident:
@@ -111,7 +121,8 @@ class IncidentStore(Reopening):
     def add(self, key: str, alert: Alert) -> Incident:
         """The open incident for `key`, opened from this alert if there is none; the alert recorded in it."""
         with self._lock:
-            found = self.open_incident(key)
+            legacy = legacy_incident_key(alert.labels)
+            found = self.open_incident(key, legacy)
             if found is None:
                 labels, notes = alert.labels, alert.annotations
                 self._run(  # another replica may open it at the same instant: one open incident per key
@@ -121,7 +132,7 @@ class IncidentStore(Reopening):
                      labels.get("layer", "unknown"), notes.get("runbook"),
                      notes.get("summary") or notes.get("description") or labels.get("alertname", "?"),
                      alert.startsAt.isoformat()))
-                found = self.open_incident(key)
+                found = self.open_incident(key, legacy)
                 if found is None:  # closed between the insert and the read: a later alert opens a new one
                     raise StoreUnavailable(Problem("db_error", f"incident {key} closed while it was being opened"))
             ends = alert.endsAt.isoformat() if alert.status == "resolved" and alert.endsAt else None

@@ -202,18 +202,12 @@ def chatops_wiring(settings: Settings) -> tuple[list[APIRouter], list[Callable[[
                       settings.wecom_token])
     if not configured:
         return [], []
-    from agent.chatops import dingtalk
     from agent.chatops.cards import approval_card_listener
-    from agent.chatops.links import UsedNonces
     from agent.chatops.notifier import routes_from_settings
-    from agent.chatops.replay import SeenCallbacks
-    from agent.chatops.router import WECOM_REPLAY_KEEP_S, chatops_router
+    from agent.chatops.router import chatops_router
 
-    # Opened here, so that /healthz can name them when they refuse every link or callback (agent/api/health.py).
-    spent = UsedNonces(settings.store("chatops-links"))
-    seen = SeenCallbacks(settings.store("chatops-callbacks"), keep_s=max(dingtalk.REPLAY_KEEP_S, WECOM_REPLAY_KEEP_S))
-    router = chatops_router(settings, used_nonces=spent, seen_callbacks=seen)
-    router.health_stores = {"chatops-links": lambda: spent, "chatops-callbacks": lambda: seen}  # type: ignore[attr-defined]
+    # The router names its link and callback stores to /healthz itself (router.health_stores; agent/api/health.py).
+    router = chatops_router(settings)
     listeners: list[Callable[[StewardEvent], None]] = []
     if settings.chatops_link_secret is not None:
         default_route, _ = routes_from_settings(settings)

@@ -164,6 +164,32 @@ def test_healthz_names_a_chatops_store_that_refuses_every_callback_or_link(tmp_p
         assert any(store.split(".")[0] in d["detail"] for d in client.get("/api/status").json()["degraded"])
 
 
+def test_healthz_names_a_chatops_store_of_a_router_embedded_as_the_docs_show(tmp_path):
+    """docs/chatops.md embeds the router with `chatops_router(settings)` and `create_app(extra_routers=[router])`:
+    only server.chatops_wiring named its stores to /healthz, so a callback store refusing every callback (503) left
+    the probe saying "ok". The router names them itself."""
+    import time
+
+    from agent.chatops import dingtalk
+    from agent.chatops.router import chatops_router
+    from server import create_app
+
+    (tmp_path / "chatops-callbacks.sqlite").write_bytes(b"not a database, a disk error wrote this page\n" * 200)
+    app_secret = secrets.token_urlsafe(24)
+    settings = settings_for(tmp_path, dingtalk_app_secret=SecretStr(app_secret))
+    router = chatops_router(settings)
+    app = create_app(settings, speed=0, start_s=START, run_scheduler=False, extra_routers=[router])
+    with TestClient(app, base_url="http://localhost") as client:
+        ts = str(int(time.time() * 1000))
+        refused = client.post("/webhooks/dingtalk", json={"msgtype": "text", "text": {"content": "hello"},
+                                                          "senderStaffId": "staff-1"},
+                              headers={"timestamp": ts, "sign": dingtalk.sign(ts, app_secret)})
+        assert refused.status_code == 503, refused.text
+        health = client.get("/healthz")
+        assert health.status_code == 503, health.json()
+        assert any("chatops-callbacks" in r["detail"] for r in health.json()["reasons"]), health.json()
+
+
 def test_healthz_names_the_alerts_and_changes_stores_when_they_cannot_be_written(tmp_path):
     """The alert receiver's incident store and the change store are reported the same way, once open."""
     from agent.records.store import Problem

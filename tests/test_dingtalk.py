@@ -470,3 +470,61 @@ def test_an_over_long_dingtalk_message_gets_a_reply_naming_the_limit_like_wecom(
     assert world.deps.audit.entries(kind="exemption") == []  # and nothing was done
     exactly = world.say("staff-alice", "keep 4h ml-team/notebook " + "y" * (4000 - len("keep 4h ml-team/notebook ")))
     assert exactly.status_code == 200 and "4000" not in exactly.json()["text"]["content"]
+
+
+def test_a_callback_first_taken_at_the_future_skew_edge_cannot_be_replayed_at_the_age_edge():
+    """The age is checked in whole milliseconds, the key's seen-time kept to the microsecond: a callback taken with
+    its clock a minute ahead was forgotten just under a millisecond before it was too old to be taken again."""
+    world = World()
+    ts_ms = 1_750_000_000_000
+    headers = {"timestamp": str(ts_ms), "sign": dingtalk.sign(str(ts_ms), world.app_secret)}
+    body = {"msgtype": "text", "text": {"content": "status?"}, "senderStaffId": "staff-alice"}
+    world.now = (ts_ms - dingtalk.CALLBACK_FUTURE_SKEW_MS) / 1000 + 0.0004  # the sender's clock is 60 s ahead
+    assert world.client.post("/webhooks/dingtalk", json=body, headers=headers).status_code == 200
+    world.now = (ts_ms + dingtalk.CALLBACK_MAX_AGE_MS) / 1000 + 0.0009  # an hour old to the millisecond: accepted
+    again = world.client.post("/webhooks/dingtalk", json=body, headers=headers)
+    assert again.status_code == 401 and "replayed" in again.text
+
+
+def test_a_spent_or_expired_link_used_is_audited_like_every_other_refused_answer():
+    """A genuine link (its signature holds) used again, by anyone, or after it expired, was refused (410, 403)
+    with no audit entry; only a non-approver's use was audited. A GET (a link previewer) is not an answer."""
+    world = World(approvers=("lead",))
+    approval = world.pending_force_kill()
+
+    def attempts() -> list:
+        return [e for e in world.deps.audit.entries(kind="approval", limit=100)
+                if e.status == "refused_answer" and e.data.get("approval_id") == approval.id]
+
+    expired = world.links.token(approval.id, "deny", NOW - 7200)
+    assert world.client.get("/chatops/approve", params={"token": expired}).status_code == 403
+    assert attempts() == []
+    assert world.client.post("/chatops/approve", data={"token": expired, "by": "lead"}).status_code == 403
+    [late] = attempts()
+    assert late.data["decision"] == "deny" and late.data["claimed_sender"] == "lead" and "expired" in late.reason
+
+    token = world.links.token(approval.id, "approve", NOW)
+    assert world.client.post("/chatops/approve", data={"token": token, "by": "lead"}).status_code == 200
+    assert world.client.get("/chatops/approve", params={"token": token}).status_code == 410
+    assert len(attempts()) == 1
+    again = world.client.post("/chatops/approve", data={"token": token, "by": "mallory"})
+    assert again.status_code == 410
+    reused = [e for e in attempts() if e.data["claimed_sender"] == "mallory"]
+    assert len(reused) == 1 and "already used" in reused[0].reason and reused[0].data["decision"] == "approve"
+    forged = token[:-2] + ("AA" if not token.endswith("AA") else "BB")  # no genuine claim: nothing to audit
+    assert world.client.post("/chatops/approve", data={"token": forged, "by": "lead"}).status_code == 403
+    assert len(attempts()) == 2
+
+
+@pytest.mark.parametrize("text", ["批准{id}", "批准：{id}", "ａｐｐｒｏｖｅ {id}", "approve\u200b {id}", "批准"])
+def test_a_dingtalk_answer_in_any_wording_is_refused_and_says_so(text):
+    """DingTalk never answers an approval (its sender is not signed); a Chinese or full-width wording of one was a
+    findings summary, as if nothing had been asked, and the attempt was not audited."""
+    world = World()
+    approval = world.pending_force_kill()
+    reply = world.say("staff-lead", text.format(id=approval.id)).json()["text"]["content"]
+    assert "未受理" in reply or "Not taken" in reply, reply
+    assert world.deps.approvals.get(approval.id).status == "pending"
+    audited = [e for e in world.deps.audit.entries(kind="approval", status="refused_answer")
+               if e.data.get("approval_id") == approval.id]
+    assert len(audited) == (0 if text == "批准" else 1)

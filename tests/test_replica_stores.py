@@ -30,6 +30,41 @@ def test_a_callback_taken_by_one_replica_is_a_replay_on_the_other(where):  # noq
     assert second.first_use("dingtalk:1750000000000:sig", 1000.0 + 3601 + 1)
 
 
+def test_dingtalk_and_wecom_callbacks_are_taken_once_on_every_store(where):  # noqa: F811
+    """On Postgres every DingTalk and WeCom callback, the URL check included, was a 422: the replay keys held NUL
+    separators, which Postgres text refuses. The keys are printable; a replay is still refused, on both stores."""
+    import secrets
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from agent.chatops import dingtalk
+    from agent.chatops.router import WECOM_REPLAY_KEEP_S, chatops_router
+    from agent.config.settings import Settings
+    from tests.test_wecom import _key, ref_encrypt, ref_sign
+
+    now = 1_750_000_000.0
+    app_secret, token, aes, corp = secrets.token_urlsafe(24), secrets.token_hex(8), _key(), "ww" + secrets.token_hex(8)
+    settings = Settings(dingtalk_app_secret=app_secret, wecom_token=token, wecom_aes_key=aes, wecom_corp_id=corp)
+    seen = SeenCallbacks(where("chatops-callbacks"), keep_s=max(dingtalk.REPLAY_KEEP_S, WECOM_REPLAY_KEEP_S))
+    app = FastAPI()
+    app.include_router(chatops_router(settings, answer=lambda question, user, lang: "ok", seen_callbacks=seen,
+                                      used_nonces=UsedNonces(), now_s=lambda: now))
+    client = TestClient(app)
+    ts = str(int(now * 1000))
+    ding = {"json": {"msgtype": "text", "text": {"content": "hello"}, "senderStaffId": "staff-1"},
+            "headers": {"timestamp": ts, "sign": dingtalk.sign(ts, app_secret)}}
+    taken = client.post("/webhooks/dingtalk", **ding)
+    assert taken.status_code == 200 and taken.json()["text"]["content"] == "ok", taken.text
+    assert client.post("/webhooks/dingtalk", **ding).status_code == 401
+    echo = ref_encrypt(aes, "echo-ok", corp)
+    check = {"msg_signature": ref_sign(token, str(int(now)), "123456", echo), "timestamp": str(int(now)),
+             "nonce": "123456", "echostr": echo}
+    verified = client.get("/webhooks/wecom", params=check)
+    assert verified.status_code == 200 and verified.text == "echo-ok", verified.text
+    assert client.get("/webhooks/wecom", params=check).status_code == 401
+
+
 def test_an_approval_link_is_spent_once_across_replicas(where):  # noqa: F811
     first, second = (UsedNonces(where("chatops-links")) for _ in range(2))
     claim = LinkClaim(a="appr-1", d="approve", e=2_000_000_000, n="nonce-1")

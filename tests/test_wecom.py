@@ -147,10 +147,112 @@ def test_forged_and_replayed_messages_are_refused():
     cb = Callback()
     assert cb.post("alice", "hi", token="forged").status_code == 401
     assert cb.post("alice", "hi", ts=NOW + 3600).status_code == 401
-    assert cb.post("alice", "hi", nonce="n1").status_code == 200
-    assert cb.post("alice", "hi", nonce="n1").status_code == 401
+    encrypted = ref_encrypt(cb.key, _text_xml(cb, "alice", "hi"), cb.corp)
+    captured = {"params": cb.params(encrypted, nonce="n1"), "content": _envelope(cb, encrypted)}
+    assert cb.client.post("/webhooks/wecom", **captured).status_code == 200
+    assert cb.client.post("/webhooks/wecom", **captured).status_code == 401  # the same request, played again
     doctype = "<!DOCTYPE x [<!ENTITY a 'b'>]><xml><Encrypt>&a;</Encrypt></xml>"
     assert cb.client.post("/webhooks/wecom", params=cb.params("b"), content=doctype).status_code == 400
+
+
+def _text_xml(cb: Callback, user: str, content: str) -> str:
+    return (f"<xml><ToUserName><![CDATA[{cb.corp}]]></ToUserName><FromUserName><![CDATA[{user}]]></FromUserName>"
+            f"<CreateTime>{NOW}</CreateTime><MsgType><![CDATA[text]]></MsgType><Content><![CDATA[{content}]]>"
+            "</Content><AgentID>1000002</AgentID></xml>")
+
+
+def _envelope(cb: Callback, encrypted: str) -> str:
+    return f"<xml><ToUserName><![CDATA[{cb.corp}]]></ToUserName><Encrypt><![CDATA[{encrypted}]]></Encrypt></xml>"
+
+
+def _sorted_first(make):  # noqa: ANN001, ANN202
+    """make() until what it makes sorts after the timestamp and the nonce (so the nonce, then the timestamp, lead
+    the signed string)."""
+    while (made := make())[0] <= "1":
+        pass
+    return made
+
+
+def test_a_captured_callback_replayed_with_its_fields_resplit_is_refused():
+    """The signature is sha1 of the sorted fields joined with no separator: moving the nonce's trailing `0` to the
+    front of the timestamp keeps the signature and the timestamp's value. The replay key was (timestamp, nonce),
+    so the very request captured was taken twice. Keyed on the signature, and a timestamp with a leading zero
+    refused, it is a replay."""
+    cb = Callback()
+    while cb.token[0] <= "1":  # the token sorts after the timestamp too
+        cb = Callback()
+    encrypted = _sorted_first(lambda: ref_encrypt(cb.key, _text_xml(cb, "alice", "what is idle now?"), cb.corp))
+    signature = ref_sign(cb.token, str(NOW), "0010", encrypted)
+    first = cb.client.post("/webhooks/wecom", params={"msg_signature": signature, "timestamp": str(NOW),
+                                                      "nonce": "0010"}, content=_envelope(cb, encrypted))
+    assert first.status_code == 200
+    resplit = {"msg_signature": signature, "timestamp": "0" + str(NOW), "nonce": "001"}
+    assert ref_sign(cb.token, resplit["timestamp"], resplit["nonce"], encrypted) == signature  # still genuine
+    assert cb.client.post("/webhooks/wecom", params=resplit, content=_envelope(cb, encrypted)).status_code == 401
+    # in upper case (the signature is compared in lower case): the same signature, the same key
+    again = {"msg_signature": signature.upper(), "timestamp": str(NOW), "nonce": "0010"}
+    assert cb.client.post("/webhooks/wecom", params=again, content=_envelope(cb, encrypted)).status_code == 401
+
+    echo = _sorted_first(lambda: ref_encrypt(cb.key, "echo-" + secrets.token_hex(4), cb.corp))
+    signature = ref_sign(cb.token, str(NOW), "00", echo)
+    verified = cb.client.get("/webhooks/wecom", params={"msg_signature": signature, "timestamp": str(NOW),
+                                                        "nonce": "00", "echostr": echo})
+    assert verified.status_code == 200
+    replayed = cb.client.get("/webhooks/wecom", params={"msg_signature": signature, "timestamp": "0" + str(NOW),
+                                                        "nonce": "0", "echostr": echo})
+    assert replayed.status_code == 401
+
+
+def test_a_timestamp_with_a_leading_zero_is_refused_even_freshly_signed():
+    cb = Callback()
+    encrypted = ref_encrypt(cb.key, _text_xml(cb, "alice", "hi"), cb.corp)
+    params = {"msg_signature": ref_sign(cb.token, "0" + str(NOW), "n2", encrypted), "timestamp": "0" + str(NOW),
+              "nonce": "n2"}
+    refused = cb.client.post("/webhooks/wecom", params=params, content=_envelope(cb, encrypted))
+    assert refused.status_code == 401 and "whole number" in refused.text
+
+
+def _pending(cb: Callback):  # noqa: ANN202
+    for minute in (65, 130, 140, 150):  # warned at 65, stopped after the hour of notice, SIGTERM ignored
+        cb.cluster.advance_to(minute * 60)
+        cb.service.sweep()
+    return next(a for a in cb.deps.approvals.pending() if a.target == "ml-team/stubborn")
+
+
+@pytest.mark.parametrize("text", ["批准{id}", "批准：{id}", "批准: {id} 确认空闲", "ａｐｐｒｏｖｅ {id}", "approve\u200b {id}",
+                                  "approve:{id}", "APPROVE {id}", "批准\u3000{id}"])
+def test_an_approvers_answer_in_a_common_wording_is_taken(text):
+    """`批准apr_x` (no space, as Chinese is written), `批准：apr_x`, full-width letters, a zero-width space pasted in:
+    each was answered with a findings summary, nothing recorded and nothing saying the answer was not taken."""
+    cb = Callback()
+    approval = _pending(cb)
+    reply = cb.reply_text(cb.post("lead", text.format(id=approval.id)))
+    done = cb.deps.approvals.get(approval.id)
+    assert done.status == "approved" and done.answered_by == "wecom:lead", (text, reply)
+    assert approval.id in reply
+
+
+@pytest.mark.parametrize("text", ["批准", "approve", "deny:", "拒绝：", "批准 ", "approve\u200bapr_x1"])
+def test_an_answer_that_does_not_parse_is_told_it_was_not_taken_and_how_to_write_it(text):
+    from tests.zh_text import leftovers
+
+    cb = Callback()
+    approval = _pending(cb)
+    reply = cb.reply_text(cb.post("lead", text))
+    assert cb.deps.approvals.get(approval.id).status == "pending"
+    if any("\u4e00" <= c <= "\u9fff" for c in text):
+        assert reply.startswith("未受理") and "`批准 <编号> [原因]`" in reply and not leftovers(reply), reply
+    else:
+        assert reply.startswith("Not taken") and "`approve <id> [reason]`" in reply, reply
+
+
+def test_a_question_that_starts_like_a_verb_is_still_a_question():
+    cb = Callback()
+    cb.cluster.advance_to(65 * 60)
+    cb.service.sweep()
+    for text in ("approved yet?", "批准了吗？"):
+        reply = cb.reply_text(cb.post("lead", text))
+        assert "Not taken" not in reply and "未受理" not in reply, (text, reply)
 
 
 def test_approve_and_deny_through_wecom_are_for_approvers_only():
@@ -264,9 +366,11 @@ def test_a_callback_that_failed_is_taken_again_when_the_platform_retries_it(monk
         return real(self, *args)
 
     monkeypatch.setattr(ChatCommands, "handle", flaky)
+    encrypted = ref_encrypt(cb.key, _text_xml(cb, "alice", "keep 4h demo ml-team/notebook"), cb.corp)
+    request = {"params": cb.params(encrypted, nonce="n-retry"), "content": _envelope(cb, encrypted)}
     with pytest.raises(StoreUnavailable):
-        cb.post("alice", "keep 4h demo ml-team/notebook", nonce="n-retry")
-    retry = cb.post("alice", "keep 4h demo ml-team/notebook", nonce="n-retry")
+        cb.client.post("/webhooks/wecom", **request)
+    retry = cb.client.post("/webhooks/wecom", **request)  # the platform's retry: the very same request
     assert retry.status_code == 200 and "ml-team/notebook" in cb.reply_text(retry)
     assert [e.target for e in cb.deps.audit.entries(kind="exemption")] == ["ml-team/notebook"]
-    assert cb.post("alice", "keep 4h demo ml-team/notebook", nonce="n-retry").status_code == 401  # done: a replay
+    assert cb.client.post("/webhooks/wecom", **request).status_code == 401  # done: a replay

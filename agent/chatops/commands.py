@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, timedelta
@@ -19,7 +20,13 @@ Answer = Callable[[str, str, str], str | None]  # (question, user, language) -> 
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days
 APPROVER_MAX_KEEP_S = 30 * 86400.0
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-ANSWER_COMMAND = re.compile(r"^(approve|deny|批准|拒绝)\s+(\S+)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+# `approve <id> [reason]`: the verb, then a space or a colon (ASCII or full-width; `批准：apr_x`), or, after a Chinese
+# verb, the id itself (`批准apr_x`: no space is usual in Chinese).
+ANSWER_COMMAND = re.compile(r"^(approve|deny|批准|拒绝)(?:\s*[:：]\s*|\s+|(?<=[准绝])(?=[A-Za-z0-9]))(\S+)\s*(.*)$",
+                            re.IGNORECASE | re.DOTALL)
+# A message that sets out to answer a request (the verb alone, or before a colon, or with a request id in it) but is
+# not ANSWER_COMMAND: told it was not taken and how to write it, never answered with a findings summary.
+_ANSWER_TRIED = re.compile(r"^(approve|deny|批准|拒绝)(?=$|[\s:：]|.*apr_)", re.IGNORECASE | re.DOTALL)
 _DECISIONS: dict[str, Literal["approve", "deny"]] = {"approve": "approve", "deny": "deny", "批准": "approve",
                                                       "拒绝": "deny"}
 # Platforms whose callbacks sign neither the sender nor the text (DingTalk's `sign` covers only the timestamp):
@@ -35,6 +42,12 @@ class StewardService(Protocol):
 
     def answer(self, approval_id: str, decision: Literal["approve", "deny"], by: str, reason: str = "") -> Any:
         ...
+
+
+def normalised(text: str) -> str:
+    """`text` as commands are read: NFKC (full-width letters, digits, spaces and colons as ASCII) without format
+    characters (a zero-width space pasted into `approve\u200b apr_x`)."""
+    return "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
 
 
 def language_of(text: str) -> str:
@@ -93,16 +106,23 @@ class ChatCommands:
     def handle(self, platform: str, chat_id: str, text: str) -> str:
         """One message from `chat_id` on `platform` ("dingtalk" / "wecom"); the reply text."""
         text = re.sub(r"^@\S+\s+", "", text.strip())  # a leading @robot mention
+        command = re.sub(r"^@\S+\s+", "", normalised(text).strip())
         lang = language_of(text)
-        keep = parse_keep(text)
+        keep = parse_keep(command)
         if keep is not None:
             return self._keep(platform, chat_id, keep, lang)
-        decided = ANSWER_COMMAND.match(text)
+        decided = ANSWER_COMMAND.match(command)
         if decided:
             decision = _DECISIONS[decided.group(1).lower()]
             if platform in UNSIGNED_SENDERS:
                 return self._refuse_unsigned(platform, chat_id, decision, decided.group(2), lang)
             return self._answer(platform, chat_id, decision, decided.group(2), decided.group(3).strip(), lang)
+        if (tried := _ANSWER_TRIED.match(command)) is not None:
+            if platform in UNSIGNED_SENDERS:
+                return self._refuse_unsigned(platform, chat_id, _DECISIONS[tried.group(1).lower()], "", lang)
+            return _t(lang, "Not taken: to answer a request, write `approve <id> [reason]` or `deny <id> [reason]`, "
+                            "e.g. `approve apr_1a2b3c`.",
+                      "未受理：处理审批请回复 `批准 <编号> [原因]` 或 `拒绝 <编号> [原因]`，例如 `批准 apr_1a2b3c`。")
         user = self.directory.cluster_user(platform, chat_id)
         if self.answer is not None and (reply := self.answer(text, user, lang)) is not None:
             return reply

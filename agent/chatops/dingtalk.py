@@ -17,8 +17,11 @@ from agent.chatops.webhook import WebhookError, errcode, post, quoted
 
 CALLBACK_MAX_AGE_MS = 3600 * 1000  # DingTalk's rule: a callback older than an hour is refused
 CALLBACK_FUTURE_SKEW_MS = 60 * 1000  # a little clock skew, no more
-# A taken (timestamp, sign) is remembered while its timestamp could still be accepted: max age + skew.
-REPLAY_KEEP_S = (CALLBACK_MAX_AGE_MS + CALLBACK_FUTURE_SKEW_MS) / 1000
+# A taken (timestamp, sign) is remembered while its timestamp could still be accepted: max age + skew, and a
+# second more: the age is checked in whole milliseconds, the seen-time is kept to the microsecond, so a callback
+# taken at the future-skew edge could otherwise be replayed just under a millisecond after its key was forgotten.
+REPLAY_MARGIN_S = 1.0
+REPLAY_KEEP_S = (CALLBACK_MAX_AGE_MS + CALLBACK_FUTURE_SKEW_MS) / 1000 + REPLAY_MARGIN_S
 MAX_TEXT_CHARS = 4000  # the web chat's limit
 
 

@@ -32,6 +32,14 @@ class LinkRefused(ValueError):
     """A link that is tampered with, expired or already used."""
 
 
+class LinkExpired(LinkRefused):
+    """A genuine link (its signature holds) past its expiry: `claim` says what it would have answered."""
+
+    def __init__(self, claim: LinkClaim) -> None:
+        super().__init__("link expired")
+        self.claim = claim
+
+
 class LinkClaim(BaseModel):
     a: str  # approval id
     d: Literal["approve", "deny"]
@@ -85,7 +93,7 @@ class ApprovalLinks:
         except ValidationError:
             raise LinkRefused("malformed link") from None
         if claim.e <= now_s:
-            raise LinkRefused("link expired")
+            raise LinkExpired(claim)
         return claim
 
 

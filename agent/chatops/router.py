@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import logging
 import time
@@ -18,14 +19,27 @@ from starlette.concurrency import run_in_threadpool
 from agent.chatops import dingtalk, wecom
 from agent.chatops.commands import Answer, ChatCommands, StewardService
 from agent.chatops.directory import UserDirectory
-from agent.chatops.links import MAX_TOKEN_CHARS, ApprovalLinks, LinkClaim, LinkRefused, UsedNonces
+from agent.chatops.links import MAX_TOKEN_CHARS, ApprovalLinks, LinkClaim, LinkExpired, LinkRefused, UsedNonces
 from agent.chatops.replay import SeenCallbacks, StoreUnavailable
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
 from agent.config.settings import Settings
 from agent.records.approvals import ApprovalError, ApprovalUnavailable, audit_refused_answer
 
 WECOM_MAX_SKEW_S = 300.0
-WECOM_REPLAY_KEEP_S = 2 * WECOM_MAX_SKEW_S  # a timestamp seen now is accepted for at most this long
+# A timestamp seen now is accepted for at most 2 * skew; a second more, so a key is never forgotten at the very edge.
+WECOM_REPLAY_KEEP_S = 2 * WECOM_MAX_SKEW_S + dingtalk.REPLAY_MARGIN_S
+
+
+def dingtalk_key(timestamp: str, sign: str) -> str:
+    """The replay key of a DingTalk callback: printable (Postgres text refuses NUL), one per (timestamp, sign)."""
+    return "dingtalk:" + hashlib.sha256(f"{timestamp}\n{sign}".encode()).hexdigest()
+
+
+def wecom_key(msg_signature: str) -> str:
+    """The replay key of a WeCom callback: its signature, as checked (lower case). The signature hashes the sorted
+    fields joined with no separator, so the same request re-split (a nonce's trailing character moved to the front of
+    the timestamp) keeps it: a key on (timestamp, nonce) would take such a replay as new."""
+    return "wecom:" + msg_signature.lower()
 
 
 def _secret(value: object) -> str | None:
@@ -115,7 +129,7 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                                      lambda: int(now_s() * 1000))
         except dingtalk.CallbackRefused as exc:
             raise HTTPException(401, str(exc)) from None
-        key = f"dingtalk\x00{request.headers['timestamp']}\x00{request.headers['sign']}"
+        key = dingtalk_key(request.headers["timestamp"], request.headers["sign"])
         first_use(key)
         try:
             body = dingtalk.OutgoingMessage.model_validate_json(await request.body())
@@ -137,13 +151,11 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
             seen.forget(key)
             raise
 
-    def wecom_key(timestamp: str, nonce: str) -> str:
-        return f"wecom\x00{timestamp}\x00{nonce}"
-
     def _wecom_check(msg_signature: str, timestamp: str, nonce: str, encrypted: str) -> str:
         if crypto is None:
             raise HTTPException(404, "WeCom callback is not configured (STEWARD_WECOM_TOKEN, _AES_KEY, _CORP_ID)")
-        if not (timestamp.isascii() and timestamp.isdigit()):
+        # Written as WeCom writes it: a leading zero would let the same signed request be re-split into new fields.
+        if not (timestamp.isascii() and timestamp.isdigit() and str(int(timestamp)) == timestamp):
             raise HTTPException(401, "timestamp is not a whole number of seconds")
         if abs(now_s() - int(timestamp)) > WECOM_MAX_SKEW_S:
             raise HTTPException(401, "stale or future timestamp")
@@ -151,7 +163,7 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
             plain = crypto.verify_and_decrypt(msg_signature, timestamp, nonce, encrypted)
         except WeComCryptoError as exc:
             raise HTTPException(401, str(exc)) from None
-        first_use(wecom_key(timestamp, nonce))
+        first_use(wecom_key(msg_signature))
         return plain
 
     @router.get("/webhooks/wecom", response_class=PlainTextResponse)
@@ -179,7 +191,7 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         if len(message.content) > dingtalk.MAX_TEXT_CHARS:
             reply = too_long_reply()
         else:
-            reply = await taken_once(wecom_key(timestamp, nonce), commands(request).handle, "wecom",
+            reply = await taken_once(wecom_key(msg_signature), commands(request).handle, "wecom",
                                      message.from_user, message.content)
         assert crypto is not None
         inner = wecom.text_reply_xml(message.from_user, crypto.corp_id, reply, int(now_s()))
@@ -199,30 +211,41 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
             return False
         return None if approval.status == "pending" else True
 
-    def audit_link_refused(service: StewardService, claim: LinkClaim, by: str) -> None:
-        """A genuine, unspent link tried under a name that is not an approver (a card forwarded outside the
-        approvers' group) is audited as the API and the callbacks audit a refused answer: an attempt is a fact."""
+    def audit_link_refused(service: StewardService, claim: LinkClaim, by: str, why: str = "not an approver") -> None:
+        """A genuine link (its signature holds) whose answer is refused, because it is tried under a name that is
+        not an approver (a card forwarded outside the approvers' group), or is spent or expired, is audited as
+        the API and the callbacks audit a refused answer: an attempt is a fact."""
         deps = service.deps
-        if (approval := deps.approvals.get(claim.a)) is not None:
+        try:
+            approval = deps.approvals.get(claim.a)
+        except Exception:  # noqa: BLE001 - the refusal stands when the request cannot be read to audit it
+            log.warning("refused approve link for %s not audited: the approval store cannot be read", claim.a,
+                        exc_info=True)
+            return
+        if approval is not None:
             audit_refused_answer(deps.audit, approval, at=deps.clock.now(), run_id="chatops-link", decision=claim.d,
-                                 reason=f"answer through an approve link by {by or '(no name)'!r} refused: "
-                                        "not an approver", claimed_sender=by)
+                                 reason=f"answer through an approve link by {by or '(no name)'!r} refused: {why}",
+                                 claimed_sender=by)
 
     def _claim(token: str):  # noqa: ANN202
+        """(claim, None) for a genuine, unexpired, unspent link; else (the claim of a genuine link refused, or
+        None for one whose signature does not hold, the refusal page)."""
         if links is None:
             raise HTTPException(404, "approve links are not configured (STEWARD_CHATOPS_LINK_SECRET)")
         try:
             claim = links.verify(token, now_s())
+        except LinkExpired as exc:
+            return exc.claim, _page("Link refused / 链接无效", "<p>link expired / 链接已过期</p>", 403)
         except LinkRefused as exc:
             return None, _page("Link refused / 链接无效", f"<p>{html.escape(str(exc))}</p>", 403)
         if spent.is_used(claim.n):
-            return None, _page("Link refused / 链接无效", "<p>link already used / 链接已使用</p>", 410)
+            return claim, _page("Link refused / 链接无效", "<p>link already used / 链接已使用</p>", 410)
         return claim, None
 
     @router.get("/chatops/approve", response_class=HTMLResponse)
     def approve_page(token: Annotated[str, Query(max_length=MAX_TOKEN_CHARS)]) -> HTMLResponse:
         claim, refused = _claim(token)
-        if refused is not None:
+        if refused is not None:  # a GET only shows (link previewers fetch it too): nothing to audit
             return refused
         # GET only shows; link previewers and chat unfurlers must not act.
         who = (f"<p>As / 身份: <b>{html.escape(claim.r)}</b></p>" if claim.r else
@@ -243,21 +266,22 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         except ValueError as exc:
             return _page("Bad request / 请求无效", f"<p>{html.escape(str(exc))}</p>", 400)
         claim, refused = _claim(form.get("token", ""))
+        by = (claim.r or form.get("by", "").strip()) if claim is not None else ""
         if refused is not None:
+            if claim is not None:  # genuine, but spent or expired: the attempt to answer is audited
+                why = "link already used" if refused.status_code == 410 else "link expired"
+                await run_in_threadpool(audit_link_refused, service_of(request), claim, by, why)
             return refused
-        if claim.r:
-            by = claim.r
-        else:
-            by = form.get("by", "").strip()
-            # The docs' promise: an unbound link names a configured approver; with none configured, nobody.
-            if not by or by not in directory.approvers:
-                await run_in_threadpool(audit_link_refused, service_of(request), claim, by)
-                return _page("Not an approver / 非审批人", "<p>name one of the configured approvers "
-                                                        "(STEWARD_CHATOPS_APPROVERS) / 请填写已配置的审批人"
-                                                        "（STEWARD_CHATOPS_APPROVERS）</p>", 403)
+        # The docs' promise: an unbound link names a configured approver; with none configured, nobody.
+        if not claim.r and (not by or by not in directory.approvers):
+            await run_in_threadpool(audit_link_refused, service_of(request), claim, by)
+            return _page("Not an approver / 非审批人", "<p>name one of the configured approvers "
+                                                    "(STEWARD_CHATOPS_APPROVERS) / 请填写已配置的审批人"
+                                                    "（STEWARD_CHATOPS_APPROVERS）</p>", 403)
         try:
             spent.spend(claim, by, now_s())
-        except LinkRefused as exc:
+        except LinkRefused as exc:  # spent by another click since _claim looked
+            await run_in_threadpool(audit_link_refused, service_of(request), claim, by, "link already used")
             return _page("Link refused / 链接无效", f"<p>{html.escape(str(exc))}</p>", 410)
         except StoreUnavailable as exc:
             return _page("Not taken / 未受理", "<p>the link store cannot be written; nothing was done / "
@@ -292,6 +316,9 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                                       f"{html.escape(by)} 已{zh}</p>")
 
     router.links = links  # type: ignore[attr-defined]  # the card listener signs with the same secret
+    # What /healthz reports besides the audit and approval stores, however the router is mounted (server.py's
+    # chatops_wiring, or create_app(extra_routers=[router]) as docs/chatops.md shows).
+    router.health_stores = {"chatops-links": lambda: spent, "chatops-callbacks": lambda: seen}  # type: ignore[attr-defined]
     return router
 
 

@@ -234,3 +234,68 @@ def test_api_refuses_a_bad_field_naming_it(api, body, field):
     reply = api.post("/api/changes", json=body, headers=_as("approver"))
     assert reply.status_code == 422
     assert reply.json()["detail"][0]["loc"][-1] == field
+
+
+@pytest.mark.parametrize("at", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00",
+                                "0999-06-01T00:00:00Z", "1969-12-31T23:59:59Z", "2200-01-01T00:00:00Z"])
+def test_api_refuses_a_time_outside_the_range_naming_it_in_english_and_chinese(api, at):
+    """0001-01-01T00:00:00+01:00 has no UTC time (an OverflowError, a 500); year 999 was stored "999-..." and every
+    later GET /api/changes was a 500."""
+    reply = api.post("/api/changes", json={"kind": "driver", "target": "gpu-a", "description": "x", "at": at},
+                     headers=_as("approver"))
+    assert reply.status_code == 422, reply.text[:300]
+    [error] = reply.json()["detail"]
+    assert error["loc"][-1] == "at" and "1970-01-01" in error["msg"] and "须在" in error["msg"], error
+    page = api.get("/api/changes", headers=_as("viewer"))
+    assert page.status_code == 200 and page.json()["changes"] == []
+    ok = {"kind": "driver", "target": "gpu-a", "at": "2199-12-31T23:59:59Z"}
+    assert api.post("/api/changes", json=ok, headers=_as("approver")).status_code == 201
+
+
+def test_a_stamp_has_four_year_digits_and_sorts_as_the_time_does():
+    from agent.records.changes import stamp
+
+    assert stamp(datetime(999, 6, 1, tzinfo=UTC)) == "0999-06-01T00:00:00.000000+00:00"
+    assert stamp(datetime(2026, 11, 2, 6, 0, 0, 7)) == "2026-11-02T06:00:00.000007+00:00"
+    times = [datetime(y, 1, 1, tzinfo=UTC) for y in (5, 999, 1000, 2026)]
+    assert sorted(times, key=stamp) == times
+
+
+def test_rows_an_older_version_stored_with_a_bad_time_are_left_out_and_logged(where, caplog):
+    """Rows stored before times were bounded and padded (year 999 as "999-06-01...") broke every change list."""
+    store = ChangeStore(where)
+    good, _ = store.record(key="recorded:driver:a", kind="driver", target="a", description="", at=T0, now=T0,
+                           source="recorded", by="ops")
+    for n, at in enumerate(["999-06-01T00:00:00.000000+00:00", "1-01-01T00:00:00.000000+00:00",
+                            "2-01-01T00:00:00.000000+00:00", "20-01-01T00:00:00.000000+00:00",
+                            "0001-01-01T00:00:00.000000+00:00", "9999-12-31T00:00:00.000000+00:00"]):
+        store._write("INSERT INTO changes (key, kind, target, description, at, recorded_at, source, by_whom, detail) "
+                     "VALUES (?, 'driver', 'old', '', ?, ?, 'recorded', 'ops', '{}')", (f"old:{n}", at, at))
+    with caplog.at_level("WARNING", logger="steward.changes"):
+        assert [c.id for c in store.changes()] == [good.id]
+        assert [c.id for c in store.changes(limit=1)] == [good.id]  # none takes the one place
+    assert sum("left out of change lists" in r.getMessage() for r in caplog.records) == 6
+    assert store.get(good.id + 1) is None and store.get(good.id) == good
+
+
+def test_the_changes_page_survives_a_row_stored_with_a_short_year(api):
+    store = api.app.state.runtime.deps.changes
+    store._write("INSERT INTO changes (key, kind, target, description, at, recorded_at, source, by_whom, detail) "
+                 "VALUES ('old', 'driver', 'old', '', '999-06-01T00:00:00.000000+00:00', "
+                 "'2026-11-02T06:00:00.000000+00:00', 'recorded', 'ops', '{}')", ())
+    body = {"kind": "image", "target": "ml/llm-serving", "at": "2026-11-02T08:00:00Z"}
+    assert api.post("/api/changes", json=body, headers=_as("approver")).status_code == 201
+    page = api.get("/api/changes", headers=_as("viewer"))
+    assert page.status_code == 200, page.text[:300]
+    assert [v["change"]["target"] for v in page.json()["changes"]] == ["ml/llm-serving"]
+
+
+@pytest.mark.parametrize("args", [["record", "--kind", "driver", "--target", "a", "--at", "0001-01-01T00:00:00+01:00"],
+                                  ["impact", "--now", "9999-12-31T23:59:59-01:00"]])
+def test_cli_refuses_a_time_outside_the_range_not_a_traceback(tmp_path, monkeypatch, capsys, args):
+    monkeypatch.setenv("STEWARD_DATA_DIR", str(tmp_path))
+    with pytest.raises(SystemExit) as exited:
+        steward(["change", *args])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "1970-01-01" in err and "须在" in err and "Traceback" not in err, err

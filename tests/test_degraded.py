@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from agent.records.audit import AuditLog
 from agent.records.store import READONLY, open_store, probe_dir
+from core.cluster import NotifyResult
 from tests.conftest import free_port
 from tests.records_world import as_unprivileged
 from tests.test_server_api import START, advance, client_for, settings_for, sweep_with_approval
@@ -121,6 +122,59 @@ def test_a_backend_that_does_not_answer_is_reported(tmp_path):
         assert reason["reason"] == "backend_unavailable" and "metrics unavailable" in reason["detail"]
         assert 'steward_degraded{reason="backend_unavailable"} 1.0' in client.get("/metrics").text
         assert os.getpid()  # and this process is still here to say so
+
+
+class RevokedWebhook:
+    """A notifier whose every send fails (a revoked robot webhook answers 404)."""
+
+    def __init__(self) -> None:
+        self.tried = 0
+
+    def notify(self, recipient, subject, body, **_) -> NotifyResult:
+        self.tried += 1
+        return NotifyResult(recipient=recipient, status="error", channel="dingtalk",
+                            detail="Client error '404 Not Found' for url 'https://oapi.example/robot/send?access_token=s3cret'")
+
+
+def test_healthz_says_so_when_no_owner_warning_of_the_latest_sweep_was_delivered(tmp_path):
+    """Every warning failed (a revoked webhook): no notice ever starts, so nothing is ever stopped, yet /healthz said
+    200 "ok". Degraded like any backend outage, naming no recipient and no webhook (this answer is public)."""
+    notifier = RevokedWebhook()
+    with client_for(settings_for(tmp_path), notifier=notifier) as client:
+        assert client.post("/api/sweeps").status_code == 200
+        assert notifier.tried, "precondition: the sweep tried to warn someone"
+        health = client.get("/healthz")
+        assert health.status_code == 503 and health.json()["status"] == "degraded", health.json()
+        [reason] = health.json()["reasons"]
+        assert reason["reason"] == "notify_failing" and f"none of its {notifier.tried} owner warning" in \
+            reason["detail"], reason
+        assert "s3cret" not in health.text
+        assert 'steward_degraded{reason="notify_failing"} 1.0' in client.get("/metrics").text
+
+
+def test_one_delivered_warning_is_not_notify_failing():
+    from agent.api.health import latest_sweep_problems
+
+    sent = {"action": "notify", "status": "executed"}
+    failed = {"action": "notify", "status": "failed", "detail": "dingtalk to bob: error"}
+    deferred = {"action": "notify", "status": "skipped", "detail": "deferred: outside working hours"}
+    assert latest_sweep_problems({"outcomes": [sent, failed]}) == []
+    assert latest_sweep_problems({"outcomes": [deferred]}) == []  # nothing was attempted
+    assert [p.reason for p in latest_sweep_problems({"outcomes": [failed, deferred]})] == ["notify_failing"]
+
+
+def test_healthz_says_when_the_planner_model_is_unreachable(tmp_path):
+    """The report said "model unavailable; planned by the policy model" while /healthz answered 200 "ok"."""
+    settings = settings_for(tmp_path, llm_model="m", llm_base_url=f"http://127.0.0.1:{free_port()}/v1",
+                            llm_api_key=SecretStr("sk-test-abcdefghijklmnopqrstuvwxyz"), llm_timeout_s=2)
+    with client_for(settings) as client:
+        sweep = client.post("/api/sweeps")
+        assert sweep.status_code == 200 and "model unavailable" in sweep.json()["report"]
+        health = client.get("/healthz")
+        assert health.status_code == 503, health.json()
+        [reason] = health.json()["reasons"]
+        assert reason["reason"] == "planner_degraded" and "model unavailable" in reason["detail"], reason
+        assert "policy model" in reason["detail"]
 
 
 @pytest.mark.parametrize("store", ["chatops-callbacks.sqlite", "chatops-links.sqlite"])

@@ -304,6 +304,36 @@ def test_chat_with_model_binds_only_read_only_tools(tmp_path):
         assert c.get("/api/audit", params={"kind": "proposal"}).json()["entries"] == []
 
 
+@pytest.mark.parametrize("lang,question,said", [("en", "who wastes GPUs?", "The model did not finish"),
+                                                ("zh", "谁在浪费 GPU？", "模型未完成回答")])
+def test_chat_model_that_never_stops_calling_tools_is_answered_offline_saying_so(tmp_path, lang, question, said):
+    """After max_rounds of tool calls the answer was "done" with "": the person got nothing back."""
+    model = ScriptedChatModel(script=lambda messages, i: AIMessage(content="", tool_calls=[
+        tool_call("list_jobs", f"c{i}")]))
+    with client_for(settings_for(tmp_path), chat_model=model) as c:
+        c.post("/api/sweeps")
+        events = sse_events(c.post("/api/chat", json={"message": question, "lang": lang}).text)
+    done = events[-1]
+    assert done["type"] == "done" and done["answer"].startswith(f"({said}" if lang == "en" else f"（{said}"), done
+    assert ("6 rounds" if lang == "en" else "6 轮") in done["answer"]
+    note, offline = done["answer"].split("\n\n", 1)
+    if lang == "zh":
+        from tests.zh_text import leftovers
+
+        assert not leftovers(note), note
+    assert ("findings on GPUs" if lang == "en" else "GPU") in offline  # the built-in answerer's reply follows
+    assert sum(e["type"] == "start" for e in events) == 1
+
+
+def test_chat_model_that_ends_its_turn_with_no_text_is_answered_offline(tmp_path):
+    model = ScriptedChatModel(script=rounds(AIMessage(content="")))
+    with client_for(settings_for(tmp_path), chat_model=model) as c:
+        c.post("/api/sweeps")
+        done = sse_events(c.post("/api/chat", json={"message": "who wastes GPUs?"}).text)[-1]
+    assert done["answer"].startswith("(The model did not finish: it gave no answer") and "findings on GPUs" in \
+        done["answer"], done
+
+
 def test_serve_refuses_a_public_host_without_access_control(tmp_path, capsys):
     from agent.cli.main import main
 

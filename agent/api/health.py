@@ -3,7 +3,7 @@ UI banner report. Degraded, not dead: the process keeps serving what it can whil
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 # Every reason code, in the order people should read them (the metric reports each, 0 or 1).
 REASONS = (READONLY, FULL, LOCKED, DB_ERROR, "audit_chain_broken", "answers_incomplete", "sweep_failing",
-           "backend_unavailable")
+           "backend_unavailable", "notify_failing", "planner_degraded")
 
 
 def store_problems(name: str, store: Any) -> list[Problem]:
@@ -48,6 +48,27 @@ def _file_dirs(rt: StewardRuntime, stores: Iterable[Any]) -> list[Path]:
     return dirs
 
 
+def latest_sweep_problems(state: Mapping[str, Any]) -> list[Problem]:
+    """What the latest sweep could not do: read the cluster (backend_unavailable), deliver any owner warning it sent
+    (notify_failing: no notice period starts, so nothing that needs one is ever stopped), or plan with the configured
+    model (planner_degraded: the policy model planned instead)."""
+    found: list[Problem] = []
+    for reason in (state.get("observed") or {}).get("degraded") or []:
+        found.append(Problem("backend_unavailable", f"latest sweep: {reason}"))
+    warnings = [o for o in state.get("outcomes") or []
+                if isinstance(o, Mapping) and o.get("action") == "notify" and o.get("status") in ("executed", "failed")]
+    if warnings and not any(o.get("status") == "executed" for o in warnings):
+        # Who and why stay in the audit log (this answer is public): the count says enough to page someone.
+        found.append(Problem("notify_failing", f"latest sweep: none of its {len(warnings)} owner warning(s) was "
+                                               "delivered (failed notify entries: `steward audit log`); no notice "
+                                               "starts, so nothing is stopped until warnings go out again"))
+    plan = state.get("plan") or {}
+    if plan.get("degraded"):
+        found.append(Problem("planner_degraded", f"latest sweep: planner {plan.get('model') or '?'}: "
+                                                 f"{str(plan['degraded'])[:300]}"))
+    return found
+
+
 def health(rt: StewardRuntime) -> list[Problem]:
     """Each problem once per reason and detail; empty when all is well."""
     deps = rt.deps
@@ -74,9 +95,7 @@ def health(rt: StewardRuntime) -> list[Problem]:
                                                    "next sweep"))
     if rt.sweep_error is not None:
         found.append(rt.sweep_error)
-    latest = rt.latest.state.get("observed", {}) if rt.latest is not None else {}
-    for reason in latest.get("degraded") or []:
-        found.append(Problem("backend_unavailable", f"latest sweep: {reason}"))
+    found.extend(latest_sweep_problems(rt.latest.state if rt.latest is not None else {}))
     unique: dict[tuple[str, str], Problem] = {}
     for problem in found:
         unique.setdefault((problem.reason, problem.detail), problem)

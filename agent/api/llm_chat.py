@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent.api.answerer import ChatContext, ChatEvent, Lang
+from agent.api.answerer import ChatContext, ChatEvent, Lang, answer
 from agent.planning.llm_planner import LANGUAGE_NAMES, refusal_message, screen_tool_calls
 from agent.planning.prompts import fence_untrusted
 from tools.agent_tools import UNTRUSTED_NOTE
@@ -50,6 +50,7 @@ def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, ma
     messages: list[BaseMessage] = [_system(ctx, lang), HumanMessage(text)]
     yield {"type": "start", "intent": "model", "lang": lang, "answerer": getattr(model, "model_name", None) or "model"}
     reply = ""
+    finished = False  # a round with no tool call: the model's turn ended
     for _ in range(max_rounds):
         gathered: AIMessageChunk | None = None
         for chunk in bound.stream(messages):
@@ -58,6 +59,7 @@ def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, ma
                 reply += chunk.content
                 yield {"type": "token", "text": chunk.content}
         if gathered is None:
+            finished = True
             break
         count_tokens(_tokens_used(gathered))
         messages.append(gathered)
@@ -66,6 +68,7 @@ def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, ma
             messages.append(ToolMessage(f"error: malformed call {bad.get('name')}: {bad.get('error')}",
                                         tool_call_id=bad.get("id") or "invalid"))
         if not gathered.tool_calls and not gathered.invalid_tool_calls:
+            finished = True
             break
         for call, why in screen_tool_calls(gathered, max_tool_calls_per_turn, max_tool_args_bytes)[0]:
             if why:
@@ -85,4 +88,25 @@ def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, ma
                    "summary": result.get("message")}
             messages.append(ToolMessage(json.dumps(result, default=str, ensure_ascii=False)[:20_000],
                                         tool_call_id=call.get("id") or call["name"]))
-    yield {"type": "done", "answer": reply}
+    if reply.strip():
+        yield {"type": "done", "answer": reply}
+        return
+    # No text: the model still called tools after max_rounds, or ended its turn saying nothing. The person gets the
+    # built-in answerer's reply after a line saying so (as when the endpoint is down, agent/api/chat.py _or_offline).
+    if finished:
+        note = _t(lang, "(The model did not finish: it gave no answer; the built-in answerer replies.)",
+                  "（模型未完成回答：没有给出任何答复，以下由内置应答器回答。）")
+    else:
+        note = _t(lang, f"(The model did not finish: it was still calling tools after {max_rounds} rounds; the "
+                        "built-in answerer replies.)",
+                  f"（模型未完成回答：{max_rounds} 轮后仍在调用工具，以下由内置应答器回答。）")
+    yield {"type": "token", "text": f"{note}\n\n"}
+    for event in answer(ctx, text, lang):
+        if event["type"] == "done":
+            event = {**event, "answer": f"{note}\n\n{event['answer']}"}
+        if event["type"] != "start":
+            yield event
+
+
+def _t(lang: Lang, en: str, zh: str) -> str:
+    return zh if lang == "zh" else en

@@ -29,7 +29,8 @@ Text = Annotated[str, AfterValidator(no_nul)]  # every text field a client sends
 
 class HealthReason(BaseModel):
     reason: str = Field(description="data_dir_readonly, data_dir_full, db_locked, db_error, audit_chain_broken, "
-                                    "answers_incomplete, sweep_failing or backend_unavailable")
+                                    "answers_incomplete, sweep_failing, backend_unavailable, notify_failing or "
+                                    "planner_degraded")
     detail: str
 
 

@@ -132,8 +132,7 @@ PAGE = 500
 
 def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     """The entries people ask about: what was warned, stopped, refused, asked or failed, oldest first."""
-    from datetime import timedelta
-
+    from agent.cli.main import back_from
     from agent.graph.report import audit_heading, audit_text, outcome_text
     from core.text import one_line
     from core.zones import zone_suffix
@@ -145,7 +144,8 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     except FileNotFoundError:
         print(words["none"].format(path=pg.redact(path)) + _hint(args, settings), file=sys.stderr)
         return 2
-    since = datetime.now(UTC) - timedelta(seconds=args.since) if args.since else None
+    # A --since reaching back past the calendar's first day (99999999d) is everything.
+    since = back_from(datetime.now(UTC), args.since) if args.since else None
     quiet = () if args.kind or args.all else NOT_ACTIONS  # each sweep's findings, report, usage: --kind or --all
     entries: list[Any] = []
     try:

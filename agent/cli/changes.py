@@ -135,11 +135,16 @@ def cmd_impact(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _when(value: str) -> datetime:
+    from agent.records.changes import RANGE_TEXT, in_range
+
     try:
         at = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {value!r} (e.g. 2026-11-02T10:00:00Z)") from None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    if not in_range(at):  # 0001-01-01T00:00+01:00 has no UTC time: said here, never an OverflowError later
+        raise argparse.ArgumentTypeError(f"{value!r}: {RANGE_TEXT}")
+    return at
 
 
 def register_cli(subparsers: Any) -> None:

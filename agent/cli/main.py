@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,14 @@ def _duration(value: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def back_from(at: datetime, seconds: float) -> datetime | None:
+    """`at` less `seconds`; None when that lies before the calendar's first day (`--since 99999999d`: everything)."""
+    try:
+        return at - timedelta(seconds=seconds)
+    except (OverflowError, ValueError):  # past timedelta's range, or past year 1
+        return None
 
 
 def _scenario_files(paths: list[str]) -> list[Path]:

@@ -8,7 +8,6 @@ charts, no script) and digest.md (for a DingTalk or WeCom message) into --out, a
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +44,15 @@ def find_audit(settings: Settings, explicit: Path | None) -> tuple[AuditLog, str
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.cli.main import back_from
+
     lang = args.lang or settings.language
     audit, where = find_audit(settings, args.audit)
     newest = audit.entries(kind="usage", limit=1)
     until = newest[0].at
-    report = build_report(audit, until - timedelta(seconds=args.since), until)
+    # A --since reaching back past the calendar's first day (99999999d) is everything: from the first usage sample.
+    since = back_from(until, args.since) or audit.entries(kind="usage", limit=1, newest_first=False)[0].at
+    report = build_report(audit, since, until)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     zone = settings.zone()

@@ -56,11 +56,31 @@ CREATE INDEX IF NOT EXISTS changes_at ON changes (at);
 """ + _TABLES.format(c=' COLLATE "C"').replace("REAL", "DOUBLE PRECISION")
 
 
+# The times a change may carry (a person's typo, 0001-01-01 or 9999-12-31, is refused): inside them every time
+# converts to UTC and back, and its stamp sorts as the time does.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)  # exclusive
+RANGE_TEXT = "must be from 1970-01-01 up to 2200-01-01 (UTC) / 须在 1970-01-01 至 2200-01-01（UTC）之间"
+
+
 def stamp(value: datetime) -> str:
-    """A fixed-width UTC time, so the stored strings sort as the times do (a naive time is taken as UTC)."""
+    """A fixed-width UTC time, so the stored strings sort as the times do (a naive time is taken as UTC). The year
+    is always four digits (strftime's %Y writes year 999 as "999", which sorted after every later year and could
+    not be read back)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "+00:00"
+
+
+_STAMP_LEN = len("2026-01-01T00:00:00.000000+00:00")
+
+
+def in_range(value: datetime) -> bool:
+    """Whether `value` (aware) lies in [EARLIEST, LATEST): compared without converting, which can overflow."""
+    try:
+        return EARLIEST <= value < LATEST
+    except OverflowError:
+        return False
 
 
 def _t(value: str | None) -> datetime | None:
@@ -96,7 +116,12 @@ class ChangeInput(BaseModel):
     @field_validator("at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
-        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+        if value is None:
+            return None
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+        if not in_range(value):  # 0001-01-01T00:00+01:00 has no UTC time: refused here, never an OverflowError
+            raise ValueError(RANGE_TEXT)
+        return value
 
 
 class Change(BaseModel):
@@ -121,6 +146,8 @@ class ChangeStore:
         self._conn, self.readonly = open_store(location, _SCHEMA, "changes", wal=True, pg_schema=_PG_SCHEMA)
         self._lock = threading.Lock()
         self.write_problem: Problem | None = None
+        self._checked = False  # whether `_note_unreadable` has looked
+        self._skipped: set[int] = set()  # ids of rows left out, logged once each
 
     def problems(self) -> list[Problem]:
         return [p for p in (self.readonly, self.write_problem) if p is not None]
@@ -176,18 +203,36 @@ class ChangeStore:
         item["impact"] = json.loads(item["impact"]) if item["impact"] else None
         return Change.model_validate(item)
 
+    def _readable(self, row: tuple[Any, ...]) -> Change | None:
+        """The row as a change; None (logged) for one an older version stored with a time it cannot read back (year
+        999 written "999-06-01...") or outside [EARLIEST, LATEST): left out, so it cannot break every list."""
+        try:
+            change = self._change(row)
+            if in_range(change.at):
+                return change
+            why = f"its time {row[5]!r} is outside {stamp(EARLIEST)[:10]} .. {stamp(LATEST)[:10]}"
+        except (ValueError, OverflowError) as exc:
+            why = f"it cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
+        if row[0] not in self._skipped:
+            self._skipped.add(row[0])
+            log.warning("change #%s left out of change lists: %s; correct its time or delete the row", row[0], why)
+        return None
+
     def by_key(self, key: str) -> Change | None:
         rows = self._read(f"SELECT {', '.join(_COLUMNS)} FROM changes WHERE key = ?", (key,))
-        return self._change(rows[0]) if rows else None
+        return self._readable(rows[0]) if rows else None
 
     def get(self, change_id: int) -> Change | None:
         rows = self._read(f"SELECT {', '.join(_COLUMNS)} FROM changes WHERE id = ?", (change_id,))
-        return self._change(rows[0]) if rows else None
+        return self._readable(rows[0]) if rows else None
 
     def changes(self, *, since: datetime | None = None, until: datetime | None = None, kind: str | None = None,
                 limit: int = 200) -> list[Change]:
-        """Newest first."""
-        where, args = [], []
+        """Newest first, each readable one (`_readable`). A stamp is 32 characters: one an older version wrote with a
+        short year is left out here, so it neither takes a place in `limit` nor sorts first."""
+        self._note_unreadable()
+        where: list[str] = ["at >= ?", "at < ?", f"LENGTH(at) = {_STAMP_LEN}"]
+        args: list[Any] = [stamp(EARLIEST), stamp(LATEST)]
         if since is not None:
             where.append("at >= ?")
             args.append(stamp(since))
@@ -199,7 +244,21 @@ class ChangeStore:
             args.append(kind)
         sql = (f"SELECT {', '.join(_COLUMNS)} FROM changes" + (f" WHERE {' AND '.join(where)}" if where else "")
                + " ORDER BY at DESC, id DESC LIMIT ?")
-        return [self._change(r) for r in self._read(sql, (*args, limit))]
+        return [c for c in (self._readable(r) for r in self._read(sql, (*args, limit))) if c is not None]
+
+    def _note_unreadable(self) -> None:
+        """Once per store: log the rows `changes` leaves out (times an older version stored unpadded or out of
+        range), so an operator can correct or delete them."""
+        if self._checked:
+            return
+        self._checked = True
+        rows = self._read(f"SELECT id, at FROM changes WHERE NOT (at >= ? AND at < ? AND LENGTH(at) = {_STAMP_LEN}) "
+                          "ORDER BY id LIMIT 20", (stamp(EARLIEST), stamp(LATEST)))
+        for change_id, at in rows:
+            self._skipped.add(change_id)
+            log.warning("change #%s left out of change lists: its stored time %r is unreadable or outside %s .. %s; "
+                        "correct its time or delete the row", change_id, at, stamp(EARLIEST)[:10],
+                        stamp(LATEST)[:10])
 
     def flag(self, change_id: int, at: datetime, impact: dict[str, Any]) -> bool:
         """Mark the change as followed by a rise; True for the call that flagged it (once per change)."""

@@ -400,7 +400,8 @@ class KubernetesScheduler:
         """Stop the pod's owner (tools/k8s_owners.py: the one its ownerReferences name by uid); a StopResult, or a
         note when the pod is to be evicted after all (its owner is gone, or not the steward's to suspend, or its
         resource not served). An owner running other pods is suspended only when each is among `siblings`; an
-        owner already suspended is never patched again, whatever pods it runs."""
+        owner already suspended is never patched again, whatever pods it runs, and a pod of it that its controller
+        is not deleting is evicted."""
 
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace", "default")
@@ -421,6 +422,12 @@ class KubernetesScheduler:
             if shared and (managed := managed_owner(res.kind, owner)) is not None:
                 return managed
             if shared and stopped_since(res.kind, owner) is not None:
+                if not meta.get("deletionTimestamp"):
+                    # Suspended, yet its controller has not deleted this pod (the operator is down, or the suspend
+                    # was set by hand): claiming it stopped would free nothing. The pod is evicted; the suspended
+                    # owner does not start it again.
+                    return (f"its owner {res.kind} {ns}/{ref.name} is already suspended but its controller has not "
+                            f"deleted this pod: the pod is evicted")
                 stamp, covered = None, []  # already suspended (by a stop of a sibling, say): nothing patched again
                 break
             if shared:

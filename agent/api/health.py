@@ -64,8 +64,9 @@ def latest_sweep_problems(state: Mapping[str, Any]) -> list[Problem]:
                                                "starts, so nothing is stopped until warnings go out again"))
     plan = state.get("plan") or {}
     if plan.get("degraded"):
-        found.append(Problem("planner_degraded", f"latest sweep: planner {plan.get('model') or '?'}: "
-                                                 f"{str(plan['degraded'])[:300]}"))
+        # The model's error stays in the sweep report (this answer is public; a gateway's error may echo its URL).
+        found.append(Problem("planner_degraded", f"latest sweep: planner {plan.get('model') or '?'} did not answer; "
+                                                 "the policy model planned instead (why: the sweep report)"))
     return found
 
 

@@ -90,15 +90,19 @@ def stale_job_metrics(gpus: list[GpuSeries], jobs: list[JobInfo], at: datetime, 
     the target's and, for a pod of a distributed job, its other pods' (observe_job). Stale when, for any of these
     jobs, no GPU of it on some node has a sample in the newest slice (that node's exporter or its scrape is down;
     Prometheus still answers with the older samples): then what the job does now is unknown, and unknown is not idle.
-    None when every such node has a sample there, or a job has no GPU series at all (`not measured`: nothing is
-    judged on it). Names each stale job and node and when its GPU metrics last had a sample (the end of the newest
-    slice holding one)."""
+    None when every such node has a sample there, or the target (the first job) has no GPU series at all (`not
+    measured`: nothing is judged on it). Another running pod of its job that holds GPUs and has no GPU series in the
+    read is stale too: its exporter has been dark longer than the read reaches back, and a rank working again there
+    would otherwise be invisible to the gang rule. Names each stale job and node and when its GPU metrics last had a
+    sample (the end of the newest slice holding one)."""
     wanted = {j.id for j in jobs}
     groups: dict[tuple[str, str], list[GpuSeries]] = {}
     for g in gpus:
         if g.job is not None and g.job in wanted:
             groups.setdefault((g.job, g.node), []).append(g)
-    parts = []
+    seen = {job for job, _ in groups}
+    parts = [f"{j.id} on {j.node or '-'}: no GPU sample in the whole read (no GPU series)" for j in jobs[1:]
+             if j.state == "running" and j.gpus > 0 and j.id not in seen]
     for (job, node), series in sorted(groups.items()):
         newest = _newest_sample(series)
         if newest == 0:

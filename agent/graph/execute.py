@@ -408,7 +408,11 @@ def _act(deps: StewardDeps, ga: GuardedAction, run_id: str, facts: Facts, uid: s
                       data={"action_id": ga.id, "finding_kind": p.finding_kind, "gpus": gpus, "target_uid": uid,
                             "proposed_by": p.proposed_by, "target_nodes": p.target_nodes, "approved_by": approved_by,
                             "nodes_before": facts.pool.nodes if facts.pool else None, **plan, **this_process(),
-                            "lease_holder": fence.holder if fence is not None else None})
+                            "lease_holder": fence.holder if fence is not None else None,
+                            # Its siblings due with it (id -> uid, and their GPUs): a stop interrupted after the
+                            # owner's suspension records theirs too when settled (settle_interrupted).
+                            **({"siblings": due, "sibling_gpus": {j.id: j.gpus for j in facts.gang if j.id in due}}
+                               if due else {})})
     # Fencing, just before the call: a sweep that no longer holds the sweeper lease makes none (another steward
     # sweeps now, and would act beside it).
     lost = fence_problem()
@@ -617,6 +621,8 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
         at = max(now, intent.at)
         deps.audit.record("execution", at=at, run_id=run_id, target=intent.target, action=intent.action,
                           level=intent.level, status=status, reason=reason, data=data)
+        if status == "executed" and intent.action == "terminate" and intent.data.get("siblings"):
+            _settle_covered(deps, run_id, intent, at)
         settled.add(action_id)
         out.append(ActionOutcome(id=action_id, action=intent.action,  # type: ignore[arg-type]
                                  target=intent.target or "", level=intent.level or 0, status=status, at=at,
@@ -624,6 +630,33 @@ def settle_interrupted(deps: StewardDeps, run_id: str) -> list[ActionOutcome]:
                                  reclaimed_gpu_hours_per_hour=float(gpus), approved_by=intent.data.get("approved_by"),
                                  target_uid=intent.data.get("target_uid")))
     return out
+
+
+def _settle_covered(deps: StewardDeps, run_id: str, intent: Any, at: datetime) -> None:
+    """The siblings an interrupted stop named as due with it (its owner suspended once for all): each that is gone
+    or stopping since (that uid) gets its executed stop on record, as _record_covered gives it, once; one still
+    running is left to its own stop."""
+    siblings: dict[str, str] = intent.data.get("siblings") or {}
+    gpus: dict[str, int] = intent.data.get("sibling_gpus") or {}
+    listed = {j.uid: j for j in deps.scheduler.list_jobs() if j.uid}
+    for pod_id, uid in siblings.items():
+        job = listed.get(uid)
+        if job is not None and job.state != "stopping":
+            continue
+        if any(e.data.get("target_uid") == uid and e.action == "terminate"
+               for e in deps.audit.entries(kind="execution", target=pod_id, status="executed", since=intent.at,
+                                           limit=200)):
+            continue
+        deps.audit.record(
+            "execution", at=at, run_id=run_id, target=pod_id, action="terminate", level=intent.level,
+            status="executed", reason=(f"interrupted at {intent.at:%H:%M} before its outcome was recorded: stopped "
+                                       f"with {intent.target} by one suspension of the owner they share"),
+            data={"action_id": f"{intent.data.get('action_id')}:with:{pod_id}",
+                  "finding_kind": intent.data.get("finding_kind"), "gpus": int(gpus.get(pod_id) or 0),
+                  "detail": "gone" if job is None else "stopping", "deadline": None,
+                  "approved_by": intent.data.get("approved_by"), "target_uid": uid,
+                  "proposed_by": intent.data.get("proposed_by"), "target_nodes": None, "removed_nodes": 0,
+                  "covered_by": intent.target, "interrupted_run": intent.run_id})
 
 
 def _interrupted_effect(deps: StewardDeps, intent: Any) -> tuple[ActionStatus, str, int, int, dict[str, Any]]:

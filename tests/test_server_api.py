@@ -389,12 +389,9 @@ def test_a_restarted_demo_keeps_what_a_human_approved(tmp_path):
         assert pool.nodes == nodes
 
 
-def test_a_keep_on_a_job_that_cannot_be_read_is_refused_not_recorded_by_name(client, monkeypatch):
-    """The keep's uid makes it hold for that job whatever its name becomes; a keep recorded by name alone when the
-    job could not be read (squeue timed out) was lost once a namesake renamed a Slurm job. Refused, 503, in the
-    reader's language, nothing recorded: the approver asks again."""
-    from tests.zh_text import leftovers
-
+def test_a_keep_on_a_job_that_cannot_be_read_is_recorded_by_name(client, monkeypatch):
+    """An owner's keep is never dropped for the steward's own trouble: a job that cannot be read now (squeue timed
+    out) is kept by name, which matches as protection does (a Slurm job renamed by a namesake's suffix too)."""
     rt = client.app.state.runtime
     monkeypatch.setattr(rt, "knows_target", lambda name: True)  # the sweep's reading knew it
 
@@ -403,9 +400,6 @@ def test_a_keep_on_a_job_that_cannot_be_read_is_refused_not_recorded_by_name(cli
 
     monkeypatch.setattr(rt.deps.scheduler, "get_job", unreadable)
     resp = client.post("/api/exemptions", json={"job": "cv-team/augment-worker", "duration": "4h", "reason": "demo"})
-    assert resp.status_code == 503 and "try again" in resp.json()["detail"] and "timed out" in resp.json()["detail"]
-    zh = client.post("/api/exemptions", params={"lang": "zh"},
-                     json={"job": "cv-team/augment-worker", "duration": "4h"}).json()["detail"]
-    assert "请稍后重试" in zh and not leftovers(zh), zh
-    assert client.get("/api/audit", params={"kind": "exemption"}).json()["entries"] == []
-    assert rt.deps.audit.history(rt.deps.clock.now()).exemptions == []
+    assert resp.status_code == 201, resp.json()
+    [kept] = rt.deps.audit.history(rt.deps.clock.now()).exemptions
+    assert kept.target == "cv-team/augment-worker" and not kept.target_uid

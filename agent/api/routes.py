@@ -19,7 +19,7 @@ from pydantic import AfterValidator
 from agent.api.auth import Approver, Viewer, auth_mode
 from agent.api.health import health
 from agent.api.metrics import render_metrics
-from agent.api.runtime import KeepNotTaken, StewardRuntime, SweepBusy, UnknownApproval
+from agent.api.runtime import StewardRuntime, SweepBusy, UnknownApproval
 from agent.api.schemas import (
     MAX_TARGET_CHARS,
     ApprovalAnswer,
@@ -295,10 +295,7 @@ def exempt(request: Request, body: ExemptionRequest, who: Approver, lang: UiLang
     if not known:
         raise refuse(422, f"{body.job!r} is not a job, node or pool the steward sees now",
                      f"当前没有名为 {body.job!r} 的作业、节点或资源池")
-    try:
-        seq, until = rt.exempt(body.job, seconds, by=who.name, reason=body.reason)
-    except KeepNotTaken as exc:  # the steward's state, not the request: 503, and the caller asks again
-        raise HTTPException(503, exc.text(lang)) from None
+    seq, until = rt.exempt(body.job, seconds, by=who.name, reason=body.reason)
     return ExemptionResult(job=body.job, until=until, by=who.name, audit_seq=seq)
 
 

@@ -46,22 +46,6 @@ class SweepBusy(RuntimeError):
     pass
 
 
-class KeepNotTaken(RuntimeError):
-    """A keep on a job not recorded: the job could not be read, so neither could the uid that makes it hold for
-    that job whatever its name becomes (a keep by a Slurm job's name alone is lost to a namesake's suffix, and can
-    hold for another job of the name). Nothing was recorded; asking again is safe."""
-
-    def __init__(self, target: str, detail: str) -> None:
-        self.target, self.detail = target, detail
-        super().__init__(f"{target} not kept: the job could not be read from the cluster just now ({detail}); "
-                         "nothing was recorded, try again in a moment")
-
-    def text(self, lang: str) -> str:
-        if lang == "zh":
-            return f"未保留 {self.target}：暂时无法从集群读取该作业，未作任何记录，请稍后重试"
-        return str(self)
-
-
 @dataclass
 class SimClock:
     """Advances a simulated cluster with wall time x speed, from `start_s`, until the scenario ends."""
@@ -290,13 +274,14 @@ class StewardRuntime:
         now = self.deps.clock.now()
         until = now + timedelta(seconds=seconds)
         # The job's uid, so the exemption holds for that job whatever its name becomes. A job that cannot be read
-        # now (squeue timed out) is not kept by name alone: KeepNotTaken, and the caller asks again. A name no job
-        # has (a node's, a pool's) is kept by name.
+        # now (squeue timed out) is kept by name: an owner's keep is never dropped for the steward's own trouble,
+        # and a name matches as protection does (core.cluster.names_job: a Slurm job renamed by a namesake's suffix
+        # too), erring toward protecting. A name no job has (a node's, a pool's) is kept by name.
         try:
             job = self.deps.scheduler.get_job(target) if "/" in target else None
         except Exception as exc:  # noqa: BLE001
-            log.warning("keep on %s not taken: the job could not be read: %s", target, brief_error(exc))
-            raise KeepNotTaken(target, brief_error(exc, 300)) from exc
+            log.warning("keep on %s recorded by name: the job could not be read: %s", target, brief_error(exc))
+            job = None
         seq = self.deps.audit.record("exemption", at=now, run_id="api", target=target, status="granted",
                                      reason=reason or "exempted by an approver",
                                      data={"until": until.isoformat(), "by": by, "target_uid": (job.uid or None) if job else None})

@@ -134,6 +134,23 @@ def test_keep_refuses_a_job_that_does_not_run_and_answers_in_chinese(client):
     assert len(rt.deps.audit.entries(kind="decision", status="refused")) == 2
 
 
+def test_a_keep_said_while_the_scheduler_does_not_answer_is_told_and_audited_not_a_500(client, monkeypatch):
+    """The keep path read the job without a guard: squeue timing out raised through the chat (a 500 on a ChatOps
+    callback, no reply), and the owner never learned the keep was not taken."""
+    sweep_to(client, 95)
+    rt = client.app.state.runtime
+
+    def unreadable(job_id):
+        raise RuntimeError("`squeue --json` timed out after 30s")
+
+    monkeypatch.setattr(rt.deps.scheduler, "get_job", unreadable)
+    answer = ask(client, f"keep {JOB} 4h", CAROL)[1][-1]["answer"]
+    assert answer.startswith("Not kept: the cluster could not be read just now"), answer
+    assert ask(client, f"保留 {JOB} 4小时", CAROL)[1][-1]["answer"].startswith("未保留：暂时无法读取集群")
+    assert rt.deps.audit.entries(kind="exemption") == []
+    assert len([e for e in rt.deps.audit.entries(kind="decision", status="refused") if e.action == "keep"]) == 2
+
+
 def test_what_was_done_today(client):
     sweep_to(client, 95)
     done = client.app.state.runtime.deps.audit.entries(kind="execution")

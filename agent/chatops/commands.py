@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from agent.chatops.directory import UserDirectory
@@ -15,6 +16,8 @@ from agent.graph.deps import StewardDeps
 from agent.records.approvals import ApprovalError, audit_refused_answer
 from core.actions import Finding
 from core.durations import format_duration, parse_duration, spoken_units
+
+log = logging.getLogger("steward.chatops")
 
 Answer = Callable[[str, str, str], str | None]  # (question, user, language) -> reply; None: the findings summary
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days
@@ -251,6 +254,21 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
     if isinstance(request, str):
         return refuse(None, f"`{request or 'keep'}` has no duration; try `keep 4h <reason>`.",
                       f"`{request or '保留'}` 缺少时长，例如 `保留 4h 原因`。")
+    try:
+        return _keep_job(deps, request, user, by, lang, run_id, approver, not_as_approver, context_job, data, now,
+                         refuse)
+    except Exception as exc:  # noqa: BLE001 - the cluster could not be read: told, audited, never a 500
+        log.warning("keep from chat not taken: the cluster could not be read: %s", exc)
+        return refuse(getattr(request, "job", None) or context_job,
+                      "Not kept: the cluster could not be read just now (the scheduler did not answer); nothing was "
+                      "recorded. Say it again in a minute, or ask an approver to keep it in the web UI.",
+                      "未保留：暂时无法读取集群（调度器未响应），未作任何记录。请一分钟后再说一次，或请审批人在网页上保留。")
+
+
+def _keep_job(deps: StewardDeps, request: KeepRequest, user: str, by: str, lang: str, run_id: str, approver: bool,
+              not_as_approver: tuple[str, str] | None, context_job: str | None, data: dict | None, now: datetime,
+              refuse: Callable[[str | None, str, str], str]) -> str:
+    """The keep itself, once the request parsed (see the caller)."""
     job = deps.scheduler.get_job(request.job) if request.job else None
     words = request.words if job is not None or request.job is None else [request.job, *request.words]
     if job is None and request.job and "/" in request.job:  # plainly a job name the cluster does not know

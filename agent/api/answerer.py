@@ -979,3 +979,13 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
     for chunk in re.findall(r"\S+\s*|\s+", reply):
         yield {"type": "token", "text": chunk}
     yield {"type": "done", "answer": reply}
+
+
+def answered_offline(ctx: ChatContext, text: str, lang: Lang, note: str) -> Iterator[ChatEvent]:
+    """The built-in answerer's events for `text`, `note` first (why the model did not answer) and in the answer."""
+    yield {"type": "token", "text": f"{note}\n\n"}
+    for event in answer(ctx, text, lang):
+        if event["type"] == "done":
+            event = {**event, "answer": f"{note}\n\n{event['answer']}"}
+        if event["type"] != "start":
+            yield event

@@ -10,7 +10,17 @@ from datetime import UTC, datetime, tzinfo
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
-from agent.api.answerer import ChatContext, ChatEvent, KeepFn, Lang, answer, chat_tools, classify, reply_language
+from agent.api.answerer import (
+    ChatContext,
+    ChatEvent,
+    KeepFn,
+    Lang,
+    answer,
+    answered_offline,
+    chat_tools,
+    classify,
+    reply_language,
+)
 from agent.api.auth import Principal, Viewer
 from agent.api.runtime import StewardRuntime
 from agent.api.schemas import ChatRequest
@@ -123,12 +133,7 @@ def _or_offline(events: Iterator[ChatEvent], ctx: ChatContext, message: str, lan
         log.warning("chat model unavailable, answered offline: %s: %s", type(exc).__name__, exc)
         note = _t(lang, f"(The model is unavailable ({type(exc).__name__}); the built-in answerer replies.)",
                   f"（模型不可用（{type(exc).__name__}），以下由内置应答器回答。）")
-        yield {"type": "token", "text": f"{note}\n\n"}
-        for event in answer(ctx, message, lang):
-            if event["type"] == "done":
-                event = {**event, "answer": f"{note}\n\n{event['answer']}"}
-            if event["type"] != "start":
-                yield event
+        yield from answered_offline(ctx, message, lang, note)
 
 
 def chat_events(rt: StewardRuntime, body: ChatRequest, who: Principal | None = None,

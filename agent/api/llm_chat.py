@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent.api.answerer import ChatContext, ChatEvent, Lang, answer
+from agent.api.answerer import ChatContext, ChatEvent, Lang, answered_offline
 from agent.planning.llm_planner import LANGUAGE_NAMES, refusal_message, screen_tool_calls
 from agent.planning.prompts import fence_untrusted
 from tools.agent_tools import UNTRUSTED_NOTE
@@ -100,12 +100,7 @@ def answer_with_model(model: Any, ctx: ChatContext, text: str, lang: Lang, *, ma
         note = _t(lang, f"(The model did not finish: it was still calling tools after {max_rounds} rounds; the "
                         "built-in answerer replies.)",
                   f"（模型未完成回答：{max_rounds} 轮后仍在调用工具，以下由内置应答器回答。）")
-    yield {"type": "token", "text": f"{note}\n\n"}
-    for event in answer(ctx, text, lang):
-        if event["type"] == "done":
-            event = {**event, "answer": f"{note}\n\n{event['answer']}"}
-        if event["type"] != "start":
-            yield event
+    yield from answered_offline(ctx, text, lang, note)
 
 
 def _t(lang: Lang, en: str, zh: str) -> str:

@@ -46,7 +46,9 @@ def replay(trace: Trace, policy: Policy, name: str, every: float
 
 def _trace_line(trace: Trace) -> str:
     n_ended = sum(1 for c in trace.containers.values() if trace.ended_inside(c))
-    return (f"Trace {trace.path}: {len(trace.containers)} containers, {trace.rows} samples every "
+    reused = (f" ({trace.reused} id(s) taken over by a new container after a hole: split, evals/trace.py "
+              "split_reused)" if trace.reused else "")
+    return (f"Trace {trace.path}: {len(trace.containers)} containers{reused}, {trace.rows} samples every "
             f"{trace.interval_s:.0f} s over {trace.duration_s / 3600:.1f} h; {n_ended} really ended inside it")
 
 

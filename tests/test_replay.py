@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from agent.cli.main import main
@@ -15,7 +16,7 @@ from core.cluster import expected_samples
 from evals.replay import PolicyRun, run_agent, run_jds, run_naive, run_zero
 from evals.replay_frontier import FrontierPoint, mark_frontier, run_frontier, with_knobs
 from evals.replay_score import MATERIAL_WORK_GPU_S, PolicyScore, judge_stop, oracle, score
-from evals.trace import Trace, TraceError, load_trace
+from evals.trace import ContainerTrace, Trace, TraceError, load_trace
 
 T0 = 1_700_000_000
 STEP = 60
@@ -184,6 +185,30 @@ def test_a_container_that_really_ends_is_not_running_after_its_last_sample(tmp_p
         assert best.ended_tails == 1 and best.ended_gpu_hours == pytest.approx(0.5, abs=0.02)
     run = run_agent(trace, Policy())
     assert run.stops == []  # gone before the idle window and notice ran out
+
+
+def test_an_id_a_new_container_takes_over_after_a_hole_is_two_containers(tmp_path: Path):
+    """The GenAI trace keys containers by IP: a long hole after which the id holds only a CUDA context is a new pod
+    on the reused IP (split); a hole after which it holds its model is the same process (kept whole), and so is
+    one where memory is not known."""
+    n = HOURS * 60 + 1
+    old = _rows("reused", [60.0] * 60)  # 1 h of work, then gone for 2 h
+    new = _rows("reused", [0.0] * 5, mem="200000000", start=180)  # back holding a context only: a new pod
+    new += _rows("reused", [60.0] * 40 + [0.0] * (n - 225), start=185)  # loads its model, works 40 min, leaves it
+    same = _rows("same", [60.0] * 60) + _rows("same", [60.0] * (n - 90), start=90)  # 30 min hole, model held
+    unknown = [r.rsplit(",", 1)[0] + "," for r in _rows("no-mem", [60.0] * 60) + _rows("no-mem", [0.0] * 60, start=180)]
+    trace = load_trace(_write(tmp_path / "t.csv", old + new + same + unknown))
+    assert sorted(trace.containers) == ["no-mem", "reused", "reused-2", "same"] and trace.reused == 1
+    first, second = trace.containers["reused"], trace.containers["reused-2"]
+    assert first.last == 59 * STEP and second.first == 180 * STEP and trace.ended_inside(first)
+    # The new pod's history is its own: its 2 h before it existed are no gap that could hide work.
+    stops = dict(run_agent(trace, Policy()).stops)
+    assert "reused-2" in stops and "same" not in stops
+    whole = Trace(path="t", start_epoch=T0, duration_s=trace.duration_s, interval_s=trace.interval_s,
+                  containers={"reused": ContainerTrace(
+                      id="reused", t=np.concatenate([first.t, second.t]), util=np.concatenate([first.util, second.util]),
+                      mem_mb=np.concatenate([first.mem_mb, second.mem_mb]))})
+    assert run_agent(whole, Policy()).stops == []  # one pod dark for 2 h of its 6: unknown, protected
 
 
 def test_cli_json_lists_every_stop_and_warning_so_another_scorer_can_rescore(trace_file: Path, tmp_path: Path,

@@ -15,6 +15,11 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 _CONTROLS = re.compile("\r\n|[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+def gigabytes(gb: float) -> str:
+    """GPU memory as an operator reads it: whole GB from 10 up, one decimal under (a CUDA context's 0.5 GB is not 0)."""
+    return f"{gb:.0f}" if gb >= 9.95 else f"{gb:.1f}"
+
+
 def _escape(match: re.Match[str]) -> str:
     c = match.group()
     if c in ("\n", "\r\n"):

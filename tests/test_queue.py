@@ -19,6 +19,7 @@ from evals.runner import run_scenario
 from evals.suite import SCENARIO_DIR
 from sim.cluster import SimCluster
 from sim.scenario import load_scenario
+from tests.zh_text import leftovers
 from tools.k8s_pods import PodReading, pod_to_job
 from tools.slurm_parse import SEP, jobs_from_json, jobs_from_text
 
@@ -242,6 +243,30 @@ def test_a_pod_every_node_refuses_for_a_taint_or_a_selector_is_stuck_with_the_sc
     zh = describe(found["speech/erin"], "zh")
     assert "不容忍节点的污点（nvidia.com/gpu）" in zh and "为 Pod 添加对 nvidia.com/gpu 的容忍" in zh
     assert "节点选择器或节点亲和性与任何节点都不匹配" in describe(found["vision/frank"], "zh")
+
+
+def test_a_pod_whose_volume_is_bound_where_no_node_is_is_stuck_with_how_to_move_it() -> None:
+    """A notebook whose PVC was bound to a zonal disk in another zone than the GPU nodes (odh-manifests#259,
+    kubernetes#108096): "volume node affinity conflict" on every node, for ever. Before, not read: never stuck.
+    Beside a lack of GPUs on some nodes it may still run: not stuck."""
+    from agent.detectors.queue import CAUSE_REFUSED
+
+    def pod(message: str) -> JobInfo:
+        return _job("ml/jupyter-ana", 1, state="pending", node=None, user="ana", pending_reason="Unschedulable",
+                    pending_message=message, submitted_at=AT - timedelta(minutes=30))
+
+    detector = StuckPendingDetector(Policy())
+    zone = ("0/4 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "
+            "3 node(s) had volume node affinity conflict. preemption: 0/4 nodes are available: 4 Preemption is not "
+            "helpful for scheduling.")
+    (f,) = detector.detect(_obs([pod(zone)], _a100()))
+    assert f.metrics["cause"] == CAUSE_REFUSED and "volume node affinity" in f.evidence
+    assert "spec.nodeAffinity" in f.evidence.split("; fix:")[1] and "toleration" not in f.evidence.split("; fix:")[1]
+    zh = describe(f, "zh")
+    assert "持久卷绑定在它不能运行的节点上" in zh and "WaitForFirstConsumer" in zh
+    assert leftovers(zh.split("调度器原因")[0]) == [] and leftovers(zh.split("处理办法")[1]) == []
+    mixed = "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had volume node affinity conflict."
+    assert detector.detect(_obs([pod(mixed)], _a100())) == []
 
 
 def test_a_pod_refused_for_resources_a_passing_taint_or_with_an_empty_pool_to_grow_is_not_stuck() -> None:

@@ -135,6 +135,10 @@ DIFFICULTY: dict[str, str] = {
     "xid63-row-remap-pending-under-training": "medium",
     "slurm-packed-trials-finish-unevenly": "medium",
     "slurm-hetjob-gpu-component-waits": "hard",
+    "pvc-zone-conflict-and-never-dependency": "medium",
+    "ddp-straggler-throttled-gpu": "hard",
+    "jupyter-kernel-oom-killed-gpu-held": "medium",
+    "ray-detached-vllm-actors-outlive-driver": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

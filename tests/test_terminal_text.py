@@ -86,3 +86,10 @@ def test_one_line_escapes_line_breaks_and_controls_and_keeps_the_rest():
 
     assert one_line("a\nb\r\nc\rd\x1b[31m\x00\x7f\x9b\u2028\u202e") == "a␤b␤c\\x0dd\\x1b[31m\\x00\\x7f\\x9b\\u2028\\u202e"
     assert one_line("ml-team/训练（第二轮） 100% <ok> [x]") == "ml-team/训练（第二轮） 100% <ok> [x]"
+
+
+def test_gpu_memory_under_ten_gb_keeps_a_decimal_so_a_cuda_context_is_not_zero():
+    from core.text import gigabytes
+
+    assert [gigabytes(x) for x in (0.004, 0.5, 9.4, 9.96, 21.0, 79.6, 640.2)] == \
+        ["0.0", "0.5", "9.4", "10", "21", "80", "640"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from core.actions import Finding
+from core.text import gigabytes
 from core.zones import zone_name, zone_suffix
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ def _idle(f: Finding, m: Metrics) -> str:
     return (
         f"{f.gpus} 块 GPU 利用率最高 {m['util_max_pct']:.1f}%，已持续{'至少' if m.get('quiet_at_least') else ''} "
         f"{duration_zh(m['quiet_s'])}{blip}"
-        f"（样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}{grace}"
+        f"（样本覆盖率 {m['coverage']:.0%}），占用显存 {gigabytes(m['mem_gb'])} GB；{_log(f, m)}；{_io(m)}{grace}"
     )
 
 
@@ -192,7 +193,7 @@ def _keepalive(f: Finding, m: Metrics) -> str:
                  f"每 {duration_zh(m['keepalive_period_s'])}一次，每次最多 {duration_zh(m['keepalive_burst_s'])}")
     return (
         f"{f.gpus} 块 GPU 看似忙碌：{shape}；平均利用率 {m['util_avg_pct']:.1f}%（最高 {m['util_max_pct']:.1f}%，"
-        f"样本覆盖率 {m['coverage']:.0%}），占用显存 {m['mem_gb']:.0f} GB；{_log(f, m)}；{_io(m)}；{_activity(m)}："
+        f"样本覆盖率 {m['coverage']:.0%}），占用显存 {gigabytes(m['mem_gb'])} GB；{_log(f, m)}；{_io(m)}；{_activity(m)}："
         f"疑似保活脚本而非真实工作；停止需经人工批准"
     )
 

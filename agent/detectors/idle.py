@@ -16,6 +16,7 @@ from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import LogProgress, Observation
+from core.text import gigabytes
 
 ACTIVE_STATES = frozenset({"running", "stopping"})
 # A hung process spins about one core per rank (one rank per GPU), and its main loop one more; CPU above that, in
@@ -330,7 +331,7 @@ class IdleGpuDetector:
         evidence = (
             f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} at max {w.max_util:.1f}% util for "
             f"{'at least ' if at_least else ''}{format_duration(quiet_s)}"
-            f"{blip} (coverage {w.coverage:.0%}), holding {w.mem_gb:.0f} GB; {log_summary(logs)}; {w.io_summary()}"
+            f"{blip} (coverage {w.coverage:.0%}), holding {gigabytes(w.mem_gb)} GB; {log_summary(logs)}; {w.io_summary()}"
         )
         metrics = {
             "util_max_pct": w.max_util or 0.0,

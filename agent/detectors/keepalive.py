@@ -24,6 +24,7 @@ from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import LogProgress, Observation
+from core.text import gigabytes
 
 APPROVAL_REASON = "a keep-alive pattern is judged from its shape, which real work can resemble"
 APPROVAL_REASON_ZH = "保活模式仅凭活动形态判断，真实工作也可能呈现相同形态"
@@ -258,7 +259,7 @@ class KeepAliveDetector:
         evidence = (
             f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} kept looking busy: {shape}; average util "
             f"{w.avg_util or 0.0:.1f}% (max {w.max_util or 0.0:.1f}%, coverage {w.coverage:.0%}), holding "
-            f"{w.mem_gb:.0f} GB; {log_summary(logs)}; {w.io_summary()}; {activity.summary()}: looks like a keep-alive "
+            f"{gigabytes(w.mem_gb)} GB; {log_summary(logs)}; {w.io_summary()}; {activity.summary()}: looks like a keep-alive "
             f"loop, not work; a stop needs a human's approval"
         )
         metrics = {

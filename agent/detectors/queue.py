@@ -51,6 +51,9 @@ _CLAUSES = re.compile(r",\s*(?=\d+ )")
 _CLAUSE = re.compile(r"^(\d+) (.+)$", re.S)
 _TAINT = re.compile(r"had (?:untolerated )?taints? \{([^:}]*)")  # "had taint {k: v}, that the pod didn't tolerate" before 1.24
 _SELECTOR = re.compile(r"didn't match (?:Pod's node affinity|node selector)")
+# A persistent volume bound where no node it could run on is (a zonal disk in another zone): no node ever matches it.
+_VOLUME = re.compile(r"had volume node affinity conflict")
+_VOLUME_WHY = "a persistent volume it mounts is bound to nodes it cannot run on (volume node affinity)"
 # Taints that come and go, so waiting may clear them: the node lifecycle's (node.kubernetes.io/not-ready,
 # unreachable, *-pressure, unschedulable), a cloud node not yet initialised, the cluster autoscaler's on a node it
 # is removing.
@@ -123,15 +126,16 @@ def why_stuck(job: JobInfo, obs: Observation, cap: Capacity) -> tuple[float, str
     return None
 
 
-def _refusals(message: str) -> tuple[list[str], bool] | None:
+def _refusals(message: str) -> tuple[list[str], bool, bool] | None:
     """From the scheduler's message: (the taints refused nodes carry, whether a node selector or affinity refused
-    any) when it refused every node for a reason waiting does not change; None when it refused any for another
-    reason (lack of resources, a cordon, a passing taint, pod affinity) or the message is not its usual form."""
+    any, whether a volume's node affinity did) when it refused every node for a reason waiting does not change; None
+    when it refused any for another reason (lack of resources, a cordon, a passing taint, pod affinity) or the
+    message is not its usual form."""
     found = _UNAVAILABLE.match(message.strip())
     if found is None or int(found[1]) == 0:
         return None
     taints: list[str] = []
-    selector = False
+    selector = volume = False
     for clause in _CLAUSES.split(found[2]):
         counted = _CLAUSE.match(clause.strip())
         if counted is None:
@@ -145,14 +149,16 @@ def _refusals(message: str) -> tuple[list[str], bool] | None:
                 taints.append(key)
         elif _SELECTOR.search(text):
             selector = True
+        elif _VOLUME.search(text):
+            volume = True
         else:
             return None
-    return (taints, selector) if taints or selector else None
+    return (taints, selector, volume) if taints or selector or volume else None
 
 
 def _refused_everywhere(job: JobInfo, obs: Observation) -> tuple[float, str, str] | None:
     """A pod the scheduler refuses on every node for a reason waiting does not change (a taint it does not tolerate,
-    a node selector or affinity no node matches), and none for lack of resources. A pool's new nodes are copies of
+    a node selector or affinity no node matches, a volume bound where none of them is), and none for lack of resources. A pool's new nodes are copies of
     its nodes, refused alike; only a pool with no node now, that could hold the pod and may still grow, might bring
     one that accepts it, so then it is not judged."""
     refused = _refusals(job.pending_message or "")
@@ -161,16 +167,20 @@ def _refused_everywhere(job: JobInfo, obs: Observation) -> tuple[float, str, str
     if any(p.nodes == 0 and (p.max_nodes is None or p.max_nodes > 0) and p.gpus_per_node >= job.gpus
            and fits_pool_model(job, p, obs) for p in obs.pools):
         return None
-    taints, selector = refused
+    taints, selector, volume = refused
     keys = ", ".join(taints)
     why = " and ".join(
         ([f"a taint it does not tolerate ({keys})"] if taints else [])
-        + (["a node selector or affinity no node matches"] if selector else []))
+        + (["a node selector or affinity no node matches"] if selector else [])
+        + ([_VOLUME_WHY] if volume else []))
     fix = "; ".join(
         ([f"add a toleration to the pod for {keys} (tolerations: "
           + ", ".join(f"{{key: {k}, operator: Exists}}" for k in taints) + ")"] if taints else [])
         + (["set the pod's nodeSelector or node affinity to labels the GPU nodes carry "
-            "(kubectl get nodes --show-labels)"] if selector else []))
+            "(kubectl get nodes --show-labels)"] if selector else [])
+        + (["recreate the volume where the GPU nodes are (its zone: kubectl get pv -o yaml, spec.nodeAffinity; a "
+            "StorageClass with volumeBindingMode: WaitForFirstConsumer binds new ones there), or add GPU nodes in "
+            "its zone"] if volume else []))
     return CAUSE_REFUSED, f"every node refuses it for a reason waiting does not change: {why}", fix
 
 
@@ -499,14 +509,19 @@ def stuck_pending_zh(finding: Finding) -> str:
     elif cause == CAUSE_REFUSED:
         taints = re.search(r"a taint it does not tolerate \(([^)]*)\)", finding.evidence)
         selector = "a node selector or affinity no node matches" in finding.evidence
+        volume = _VOLUME_WHY in finding.evidence
         keys = taints.group(1) if taints else ""
         why = "每个节点都以等待无法改变的原因拒绝它：" + "；".join(
-            ([f"它不容忍节点的污点（{keys}）"] if taints else []) + (["节点选择器或节点亲和性与任何节点都不匹配"] if selector else []))
+            ([f"它不容忍节点的污点（{keys}）"] if taints else []) + (["节点选择器或节点亲和性与任何节点都不匹配"] if selector else [])
+            + (["它挂载的持久卷绑定在它不能运行的节点上（卷的节点亲和性，例如另一个可用区的云盘）"] if volume else []))
         fix = "；".join(
             ([f"为 Pod 添加对 {keys} 的容忍（tolerations: " + ", ".join(
                 f"{{key: {k.strip()}, operator: Exists}}" for k in keys.split(",")) + "）"] if taints else [])
             + (["把 Pod 的 nodeSelector 或节点亲和性改为 GPU 节点实际带有的标签（kubectl get nodes --show-labels）"]
-               if selector else []))
+               if selector else [])
+            + (["在 GPU 节点所在处重建该卷（所在可用区见 `kubectl get pv -o yaml` 的 `spec.nodeAffinity` 字段；"
+                "绑定模式为 `WaitForFirstConsumer` 的存储类会把新卷建在那里），或在该卷的可用区增加 GPU 节点"]
+               if volume else []))
     else:
         raise ValueError(f"unknown cause {cause}")
     said = re.search(r"the scheduler says (.*); fix:", finding.evidence)

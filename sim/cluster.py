@@ -147,7 +147,24 @@ class SimCluster:
             submitted_at=at + timedelta(seconds=job.submit), gpu_model=job.gpu_model,
             pending_reason=reason, pending_message=message, image=job.image, command=job.command,
             ended_at=at + timedelta(seconds=run.end) if run.end is not None and not run.active else None,
+            **self._restarts(run),
         )
+
+    def _restarts(self, run: Run) -> dict[str, Any]:
+        """What the kubelet reports of a container restarting in place (RestartLoop), at the simulated now: the
+        restarts so far, the last run's termination and, between runs, CrashLoopBackOff."""
+        loop = run.job.restart_loop
+        if loop is None or run.start is None or not run.active:
+            return {}
+        cycle = loop.run + loop.backoff
+        done, into = divmod(self.offset_s - run.start, cycle)
+        ended = int(done) + (1 if into >= loop.run else 0)  # runs that have exited
+        if ended == 0:
+            return {}
+        last_end = run.start + (ended - 1) * cycle + loop.run
+        return {"restarts": int(done), "last_exit": loop.reason, "last_run_s": loop.run,
+                "last_exit_at": self.scenario.start + timedelta(seconds=last_end),
+                "waiting": "CrashLoopBackOff" if into >= loop.run else None}
 
     def list_jobs(self) -> list[JobInfo]:
         self.backend_calls += 1

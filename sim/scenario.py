@@ -176,6 +176,17 @@ class Owner(_Strict):
     name: str = Field(min_length=1)
 
 
+class RestartLoop(_Strict):
+    """Extension (docs/doomed-jobs.md): a Kubernetes pod whose container the kubelet restarts in place. From the
+    job's start the container runs `run`, exits with `reason`, waits `backoff` (CrashLoopBackOff) and starts again,
+    until the job ends or is stopped. The pod reports what the kubelet does: restartCount, the last termination
+    (reason, when, how long it ran) and the waiting reason. The job's phases still script its GPUs."""
+
+    run: Duration = Field(gt=0)
+    backoff: Duration = Field(300.0, ge=0)
+    reason: str = Field("Error (exit code 1)", min_length=1)
+
+
 class Job(_Strict):
     id: str
     scheduler: Literal["kubernetes", "slurm"] = "kubernetes"
@@ -213,11 +224,15 @@ class Job(_Strict):
     # Extension (docs/detectors.md): the pod's controller ownerReference; left out, the owner kind is derived from the
     # labels (job-name: Job, pod-template-hash: Deployment) with no owner name, as before.
     owner: Owner | None = None
+    # Extension (docs/doomed-jobs.md): the pod's container restarting in place.
+    restart_loop: RestartLoop | None = None
 
     @model_validator(mode="after")
     def _owner_on_kubernetes(self) -> Job:
         if self.owner is not None and self.scheduler != "kubernetes":
             raise ValueError("owner is a Kubernetes pod's ownerReference: a Slurm job has none")
+        if self.restart_loop is not None and self.scheduler != "kubernetes":
+            raise ValueError("restart_loop is a Kubernetes container restarting in place: a Slurm job has none")
         return self
 
     @field_validator("id")

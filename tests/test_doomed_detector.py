@@ -71,6 +71,29 @@ def test_crash_loop_scenario_flags_only_the_loop_and_stops_nobody() -> None:
     assert not [a for a in run.actions if a["action"] in ("terminate", "force_terminate")]
 
 
+def test_a_pod_restarting_in_place_in_the_simulator_is_told_as_doomed_and_never_stopped() -> None:
+    """The simulator's restart_loop reports what the kubelet does (restartCount, the last termination, CrashLoopBackOff
+    between runs): a vLLM rollout crash-looping at start-up (vllm#13582) is advice from its third restart; its GPUs'
+    bursts and loads hid it before, when the format could not say it restarted."""
+    scenario = load_scenario(SCENARIO_DIR / "vllm-rollout-crashloop-kv-cache-oom.yaml")
+    cluster = SimCluster(scenario)
+    pod = "serving/qwen72b-vllm-7c9d5f8b6-x2k4q"
+    cluster.advance_to(3 * 60)
+    first = cluster.get_job(pod)
+    assert first is not None and first.restarts == 0 and first.last_exit_at is None and first.waiting is None
+    cluster.advance_to(20 * 60)  # runs of 4 min every 9: the second ended at 13 min, backing off till 18, the third runs
+    now = cluster.get_job(pod)
+    assert now is not None and (now.restarts, now.waiting, now.last_run_s) == (2, None, 240.0)
+    assert now.last_exit == "Error (exit code 1)" and now.last_exit_at == scenario.start + timedelta(minutes=13)
+    cluster.advance_to(24 * 60)  # the third ended at 22
+    assert cluster.get_job(pod).waiting == "CrashLoopBackOff"  # type: ignore[union-attr]
+    run = run_scenario(scenario, Policy(), PolicyModel())
+    assert run.score.passed, run.score
+    (found,) = [f for f in run.findings if f["job"] == pod]
+    assert found["kind"] == "doomed" and "restarted 3 times" in found["evidence"]
+    assert not [a for a in run.actions if a["action"] in ("terminate", "force_terminate")]
+
+
 def test_the_streak_counts_every_consecutive_failure_and_reads_in_chinese() -> None:
     (f,) = DoomedJobDetector(Policy()).detect(_obs(_job(), _failures(5)))
     assert f.kind == "doomed" and f.metrics["runs"] == 5 and f.gpus == 8
@@ -124,3 +147,15 @@ def test_repeat_offender_is_a_stop_candidate_only_by_policy_and_only_after_a_war
                                            deadline=AT - timedelta(minutes=1), target_uid="u-now")])
     assert PolicyModel._next_step(f, "running", warned, policy, AT, "u-now").action == "terminate"  # type: ignore[union-attr]
     assert decide(stop, facts, policy, warned).verdict == "allow"  # level 2, within levels.max_auto
+
+
+def test_a_restart_loop_is_a_kubernetes_key_and_needs_a_run_length() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from sim.scenario import Job
+
+    with pytest.raises(ValidationError, match="restart_loop is a Kubernetes container"):
+        Job(id="a/b", scheduler="slurm", restart_loop={"run": "4m"})
+    with pytest.raises(ValidationError, match="run"):
+        Job(id="a/b", restart_loop={"backoff": "5m"})

@@ -139,6 +139,7 @@ DIFFICULTY: dict[str, str] = {
     "ddp-straggler-throttled-gpu": "hard",
     "jupyter-kernel-oom-killed-gpu-held": "medium",
     "ray-detached-vllm-actors-outlive-driver": "medium",
+    "vllm-rollout-crashloop-kv-cache-oom": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

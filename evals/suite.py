@@ -15,6 +15,9 @@ POLICY_DIR = Path(__file__).with_name("policies")
 # miss as expected (exit 0) and an unexpected pass as a failure, as tests/test_scenarios.py's strict xfail does,
 # so a fix shows up and the entry is removed.
 KNOWN_MISSES: dict[str, str] = {
+    "timeslice-shared-t4-idle-notebook": "no finding: on a time-sliced T4 every pod is served the whole card's "
+    "readings (dcgm-exporter cannot attribute them), so an abandoned notebook reads 45-75 % busy beside a working "
+    "inference API; the steward does not read GPU sharing",
     "generation-eval-low-power-no-profiling": "a working eval reported as a zombie (its owner warned); without DCGM "
     "profiling fields, power at 31-39 % of board power cannot tell memory-bound decoding from a hung spin, so the "
     "stop waits for a person (ActivityRule.idle_draw_share) and none happens",

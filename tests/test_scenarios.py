@@ -140,6 +140,10 @@ DIFFICULTY: dict[str, str] = {
     "jupyter-kernel-oom-killed-gpu-held": "medium",
     "ray-detached-vllm-actors-outlive-driver": "medium",
     "vllm-rollout-crashloop-kv-cache-oom": "medium",
+    "training-done-process-never-exits": "medium",
+    "slurm-dataloader-worker-oom-killed-hang": "medium",
+    "torchrun-elastic-waits-for-lost-node": "hard",
+    "timeslice-shared-t4-idle-notebook": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

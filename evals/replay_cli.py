@@ -48,8 +48,11 @@ def _trace_line(trace: Trace) -> str:
     n_ended = sum(1 for c in trace.containers.values() if trace.ended_inside(c))
     reused = (f" ({trace.reused} id(s) taken over by a new container after a hole: split, evals/trace.py "
               "split_reused)" if trace.reused else "")
-    return (f"Trace {trace.path}: {len(trace.containers)} containers{reused}, {trace.rows} samples every "
-            f"{trace.interval_s:.0f} s over {trace.duration_s / 3600:.1f} h; {n_ended} really ended inside it")
+    dups = (f" ({trace.duplicates} repeated (container, timestamp) row(s) read as one sample)"
+            if trace.duplicates else "")
+    return (f"Trace {trace.path}: {len(trace.containers)} containers{reused}, {trace.rows} samples"
+            f"{dups} every {trace.interval_s:.0f} s over {trace.duration_s / 3600:.1f} h; {n_ended} really ended "
+            "inside it")
 
 
 def _oracle_lines(best: Oracle, strict: Oracle) -> list[str]:

@@ -53,9 +53,10 @@ class Trace:
     interval_s: float  # median gap between a container's samples
     containers: dict[str, ContainerTrace] = field(default_factory=dict)
     columns: dict[str, str] = field(default_factory=dict)  # role -> column used ("" = none)
-    rows: int = 0
+    rows: int = 0  # samples read (a repeated (container, timestamp) row counts once)
     reused: int = 0  # ids split in two: a new container came back on the id after a hole (split_reused)
     act_after_s: float = 0.0  # no policy stops anything before this (--act-after): history to learn from first
+    duplicates: int = 0  # rows dropped as a second sample of the same container at the same timestamp
 
     def ended_inside(self, c: ContainerTrace) -> bool:
         """The container really ended: its samples stop well before the trace does (3 intervals)."""
@@ -187,6 +188,16 @@ def load_trace(path: str | Path, *, id_col: str | None = None, time_col: str | N
         mem = mem / 2**20  # bytes -> MB (no GPU has 4 TB)
     order = np.lexsort((t_all, np.asarray(ids)))
     ids_sorted = np.asarray(ids)[order]
+    # One sample per (container, timestamp): a row written twice is one sample, not twice the work. Where the
+    # copies disagree, the busiest reading and the most memory stand (a busy reading is never dropped).
+    first_of = np.concatenate([[True], (ids_sorted[1:] != ids_sorted[:-1]) | (np.diff(t_all[order]) != 0)])
+    duplicates = int(len(order) - first_of.sum())
+    if duplicates:
+        starts = np.flatnonzero(first_of)
+        with np.errstate(invalid="ignore"):
+            util[order[starts]] = np.fmax.reduceat(util[order], starts)
+            mem[order[starts]] = np.fmax.reduceat(mem[order], starts)
+        order, ids_sorted = order[first_of], ids_sorted[first_of]
     cuts = np.flatnonzero(ids_sorted[1:] != ids_sorted[:-1]) + 1
     containers: dict[str, ContainerTrace] = {}
     gaps: list[np.ndarray] = []
@@ -201,7 +212,7 @@ def load_trace(path: str | Path, *, id_col: str | None = None, time_col: str | N
     interval = float(np.median(diffs)) if len(diffs) else 60.0
     split, reused = split_reused(containers, interval)
     return Trace(path=source, start_epoch=start, duration_s=float(t_all.max() - start), interval_s=interval,
-                 containers=split, columns=names, rows=len(ids), reused=reused)
+                 containers=split, columns=names, rows=len(ids) - duplicates, reused=reused, duplicates=duplicates)
 
 
 def split_reused(containers: dict[str, ContainerTrace], interval: float) -> tuple[dict[str, ContainerTrace], int]:
@@ -215,6 +226,7 @@ def split_reused(containers: dict[str, ContainerTrace], interval: float) -> tupl
     10 hours, which the agent rightly protects as unknown. Where memory is absent nothing is split. Returns the
     containers and how many ids were split."""
     out: dict[str, ContainerTrace] = {}
+    taken = set(containers)  # a new name never takes one the trace already uses ("a-2" may be a real id)
     reused = 0
     for cid, c in containers.items():
         hole = np.diff(c.t) > 3 * interval
@@ -224,7 +236,14 @@ def split_reused(containers: dict[str, ContainerTrace], interval: float) -> tupl
             out[cid] = c
             continue
         reused += 1
+        suffix = 1
         for n, (lo, hi) in enumerate(zip([0, *cuts.tolist()], [*cuts.tolist(), len(c.t)], strict=True)):
-            new = cid if n == 0 else f"{cid}-{n + 1}"
+            new = cid
+            if n:
+                suffix += 1
+                while f"{cid}-{suffix}" in taken:
+                    suffix += 1
+                new = f"{cid}-{suffix}"
+                taken.add(new)
             out[new] = ContainerTrace(id=new, t=c.t[lo:hi], util=c.util[lo:hi], mem_mb=c.mem_mb[lo:hi])
     return out, reused

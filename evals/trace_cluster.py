@@ -75,13 +75,27 @@ def _slices(c: ContainerTrace, phase: float, slice_s: float) -> _Slices:
     return _Slices(first, util_max, util_min, util_sum, count, mem_last)
 
 
+# Where the trace's own first timestamp is no date (an offset past year 9999): only differences between its
+# timestamps mean anything (the GenAI trace shifts them for privacy), so the replay starts it here instead.
+FALLBACK_START = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _epoch(trace: Trace) -> datetime:
+    try:
+        start = datetime.fromtimestamp(trace.start_epoch, UTC)
+        start + timedelta(seconds=trace.duration_s + 86400)  # the whole replay must stay a date too
+    except (ValueError, OverflowError, OSError):
+        return FALLBACK_START
+    return start
+
+
 class TraceCluster:
     """Implements MetricsSource, JobScheduler, LogSource, NodePools and Clock over one trace."""
 
     def __init__(self, trace: Trace, *, start: datetime | None = None, gpu_model: str = "trace-gpu",
                  price_per_gpu_hour: float = 0.0) -> None:
         self.trace = trace
-        self.start = start or datetime.fromtimestamp(trace.start_epoch, UTC)
+        self.start = start or _epoch(trace)
         self.offset_s = 0.0
         self.backend_calls = 0
         self.gpu_model = gpu_model

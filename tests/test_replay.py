@@ -211,6 +211,41 @@ def test_an_id_a_new_container_takes_over_after_a_hole_is_two_containers(tmp_pat
     assert run_agent(whole, Policy()).stops == []  # one pod dark for 2 h of its 6: unknown, protected
 
 
+def test_a_split_never_takes_the_name_of_a_container_in_the_trace(tmp_path: Path):
+    """The split's `<id>-2` may be a real id of the trace: the new container takes the next free name instead of
+    overwriting it (the probe found one of the two silently dropped)."""
+    rows = _rows("a", [0.0] * 100) + _rows("a", [50.0] * 100, mem="1000000", start=200)
+    rows += _rows("a-2", [10.0] * 300)
+    trace = load_trace(_write(tmp_path / "t.csv", rows))
+    assert sorted(trace.containers) == ["a", "a-2", "a-3"] and trace.reused == 1
+    assert len(trace.containers["a-2"].t) == 300 and trace.containers["a-3"].first == 200 * STEP
+
+
+def test_a_repeated_row_is_one_sample(tmp_path: Path):
+    """A (container, timestamp) written twice is one sample: its work is not counted twice, so a 30 GPU-s blip
+    stays a blip. Where the copies disagree the busier reading stands."""
+    rows = _rows("a", [100.0] * 10 + [0.0] * 140 + [50.0] + [0.0] * 49)
+    rows.append(rows[150])
+    rows += _rows("b", [0.0] * 200)
+    rows.append(f"b,{T0 + 20 * STEP},40,21474836480")
+    trace = load_trace(_write(tmp_path / "t.csv", rows))
+    assert trace.duplicates == 2 and trace.rows == 400 and len(trace.containers["a"].t) == 200
+    verdict = judge_stop(trace, "a", 100.0 * STEP)
+    assert verdict.later_work_gpu_s == 30.0 and not verdict.material
+    assert trace.containers["b"].util[20] == 40.0 and len(trace.containers["b"].t) == 200
+
+
+def test_timestamps_past_year_9999_still_replay(tmp_path: Path, capsys):
+    """Only differences between timestamps mean anything: an offset no datetime can hold starts the replay at a
+    fixed date instead of crashing it."""
+    rows = [f"a,{10**12 + k * STEP},{80 if k < 10 else 0},21474836480" for k in range(4 * 60)]
+    path = _write(tmp_path / "t.csv", rows)
+    trace = load_trace(path)
+    assert [at for _, at in run_agent(trace, Policy()).stops]
+    assert main(["replay", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policies"][0]["material_false_kills"] == 0
+
+
 def test_cli_json_lists_every_stop_and_warning_so_another_scorer_can_rescore(trace_file: Path, tmp_path: Path,
                                                                                capsys):
     html = tmp_path / "replay.html"

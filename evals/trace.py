@@ -221,7 +221,7 @@ def split_reused(containers: dict[str, ContainerTrace], interval: float) -> tupl
     one that ends a container at the trace's end (3 intervals, Trace.ended_inside) after which the id comes back
     holding no more GPU memory than a CUDA context, having held more before it, is one container ending and a new
     one starting (`<id>-2`, `-3` ...). A process never gives back the model it holds and carries on: across the
-    dev trace's short holes (5-17 min) memory is the same to the byte; across its two long ones (5 and 10 h) it
+    dev trace's 17 short holes (5-17 min) memory stays a model's worth (to the byte in 16); across its two long ones (5 and 10 h) it
     falls from 24-26 GB to 0.2 GB and 9 MB. Without the split the replay showed one pod whose exporter was dark for
     10 hours, which the agent rightly protects as unknown. Where memory is absent nothing is split. Returns the
     containers and how many ids were split."""

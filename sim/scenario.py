@@ -180,11 +180,13 @@ class RestartLoop(_Strict):
     """Extension (docs/doomed-jobs.md): a Kubernetes pod whose container the kubelet restarts in place. From the
     job's start the container runs `run`, exits with `reason`, waits `backoff` (CrashLoopBackOff) and starts again,
     until the job ends or is stopped. The pod reports what the kubelet does: restartCount, the last termination
-    (reason, when, how long it ran) and the waiting reason. The job's phases still script its GPUs."""
+    (reason, when, how long it ran) and the waiting reason. The back-off is fixed: the kubelet's once it has reached
+    its 5-minute cap (its first restarts come sooner: at once, then 10 s doubling), which is where a loop spends its
+    day. The job's phases still script its GPUs."""
 
     run: Duration = Field(gt=0)
     backoff: Duration = Field(300.0, ge=0)
-    reason: str = Field("Error (exit code 1)", min_length=1)
+    reason: str = Field("Error (exit 1)", min_length=1)  # as tools/k8s_pods._exit_reason writes it
 
 
 class Job(_Strict):

@@ -84,7 +84,7 @@ def test_a_pod_restarting_in_place_in_the_simulator_is_told_as_doomed_and_never_
     cluster.advance_to(20 * 60)  # runs of 4 min every 9: the second ended at 13 min, backing off till 18, the third runs
     now = cluster.get_job(pod)
     assert now is not None and (now.restarts, now.waiting, now.last_run_s) == (2, None, 240.0)
-    assert now.last_exit == "Error (exit code 1)" and now.last_exit_at == scenario.start + timedelta(minutes=13)
+    assert now.last_exit == "Error (exit 1)" and now.last_exit_at == scenario.start + timedelta(minutes=13)
     cluster.advance_to(24 * 60)  # the third ended at 22
     assert cluster.get_job(pod).waiting == "CrashLoopBackOff"  # type: ignore[union-attr]
     run = run_scenario(scenario, Policy(), PolicyModel())
@@ -159,3 +159,12 @@ def test_a_restart_loop_is_a_kubernetes_key_and_needs_a_run_length() -> None:
         Job(id="a/b", scheduler="slurm", restart_loop={"run": "4m"})
     with pytest.raises(ValidationError, match="run"):
         Job(id="a/b", restart_loop={"backoff": "5m"})
+
+
+def test_the_simulators_default_exit_reads_as_the_real_adapter_writes_it() -> None:
+    """tools/k8s_pods._exit_reason renders a kubelet termination {reason: Error, exitCode: 1} as "Error (exit 1)":
+    scenarios exercise the wording the product reads from a real pod."""
+    from sim.scenario import RestartLoop
+    from tools.k8s_pods import _exit_reason
+
+    assert RestartLoop(run=60).reason == _exit_reason({"reason": "Error", "exitCode": 1})

@@ -10,7 +10,7 @@ from agent.config.policy import Policy, parse_policy
 from agent.detectors.engine import run_detectors
 from agent.detectors.evidence import describe
 from agent.detectors.gang import gang_of
-from agent.detectors.queue import CAUSE_QUOTA, StuckPendingDetector, mark_blockers, queue_view
+from agent.detectors.queue import CAUSE_QUOTA, CAUSE_REFUSED, StuckPendingDetector, mark_blockers, queue_view
 from agent.planning.policy_model import PolicyModel
 from core.actions import Finding
 from core.cluster import JobInfo, NodeInfo, PoolInfo, gpu_model_matches
@@ -393,3 +393,44 @@ def test_an_idle_owner_grouped_worker_does_not_block_its_own_pending_sibling() -
     (f,) = mark_blockers([idle], _obs([worker0, worker1], nodes))
     assert "blocks the queue" not in f.evidence, f.evidence
     assert f.metrics.get("gang_pending") == 1
+
+
+def _volume_pod(message: str) -> JobInfo:
+    return _job("ml/jupyter-ana", 1, state="pending", node=None, user="ana", pending_reason="Unschedulable",
+                pending_message=message, submitted_at=AT - timedelta(minutes=30))
+
+
+def test_volume_zone_plugin_wording_is_read_too() -> None:
+    """The scheduler's VolumeZone plugin (in-tree zone labels on the PV, e.g. older EBS / GCE PD volumes) refuses a
+    node with "node(s) had no available volume zone" (pkg/scheduler/framework/plugins/volumezone ErrReasonConflict):
+    the same never-clearing refusal as VolumeBinding's "volume node affinity conflict", but not recognised."""
+    msg = ("0/4 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "
+           "3 node(s) had no available volume zone. preemption: 0/4 nodes are available: 4 Preemption is not "
+           "helpful for scheduling.")
+    found = StuckPendingDetector(Policy()).detect(_obs([_volume_pod(msg)], _a100()))
+    assert [f.metrics["cause"] for f in found] == [CAUSE_REFUSED]
+
+
+def test_fix_does_not_tell_the_owner_to_recreate_a_volume_without_keeping_its_data() -> None:
+    """A notebook's PVC holds the user's work: "recreate the volume" (English and Chinese) with no word of copying
+    it first (a snapshot restored in the GPU nodes' zone) invites data loss."""
+    msg = "0/3 nodes are available: 3 node(s) had volume node affinity conflict."
+    (f,) = StuckPendingDetector(Policy()).detect(_obs([_volume_pod(msg)], _a100()))
+    fix = f.evidence.split("; fix:")[1].lower()
+    assert "snapshot" in fix or "copy" in fix
+    zh = describe(f, "zh").split("处理办法")[1]
+    assert "快照" in zh or "复制" in zh or "拷贝" in zh
+
+
+def test_a_multi_zone_pool_that_can_still_grow_may_bring_a_node_in_the_volumes_zone() -> None:
+    """Judgment call: 'a pool's new nodes are copies of its nodes' holds for taints and labels, not for zones. A pool
+    spread over zones (EKS managed node group over several subnets, a GKE multi-zone pool) with room to grow can add
+    a node in the PV's zone; a GPU node takes 5-10 min to join, and the advice comes at 5 min saying it 'can never
+    be scheduled' and to recreate the volume."""
+    msg = "0/2 nodes are available: 2 node(s) had volume node affinity conflict."
+    pod = _job("ml/jupyter-ana", 1, state="pending", node=None, user="ana", pending_reason="Unschedulable",
+               pending_message=msg, submitted_at=AT - timedelta(minutes=6))
+    nodes = _a100(2)
+    obs = Observation(at=AT, slice_s=60, lookback_s=3600, jobs=[pod], nodes=nodes,
+                      pools=[PoolInfo(name="a100", gpu_model="A100-80GB", gpus_per_node=8, nodes=2, max_nodes=6)])
+    assert StuckPendingDetector(Policy()).detect(obs) == []

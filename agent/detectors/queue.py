@@ -52,7 +52,7 @@ _CLAUSE = re.compile(r"^(\d+) (.+)$", re.S)
 _TAINT = re.compile(r"had (?:untolerated )?taints? \{([^:}]*)")  # "had taint {k: v}, that the pod didn't tolerate" before 1.24
 _SELECTOR = re.compile(r"didn't match (?:Pod's node affinity|node selector)")
 # A persistent volume bound where no node it could run on is (a zonal disk in another zone): no node ever matches it.
-_VOLUME = re.compile(r"had volume node affinity conflict")
+_VOLUME = re.compile(r"had volume node affinity conflict|had no available volume zone")  # VolumeBinding, VolumeZone
 _VOLUME_WHY = "a persistent volume it mounts is bound to nodes it cannot run on (volume node affinity)"
 # Taints that come and go, so waiting may clear them: the node lifecycle's (node.kubernetes.io/not-ready,
 # unreachable, *-pressure, unschedulable), a cloud node not yet initialised, the cluster autoscaler's on a node it
@@ -178,8 +178,8 @@ def _refused_everywhere(job: JobInfo, obs: Observation) -> tuple[float, str, str
           + ", ".join(f"{{key: {k}, operator: Exists}}" for k in taints) + ")"] if taints else [])
         + (["set the pod's nodeSelector or node affinity to labels the GPU nodes carry "
             "(kubectl get nodes --show-labels)"] if selector else [])
-        + (["recreate the volume where the GPU nodes are (its zone: kubectl get pv -o yaml, spec.nodeAffinity; a "
-            "StorageClass with volumeBindingMode: WaitForFirstConsumer binds new ones there), or add GPU nodes in "
+        + (["move the volume to the GPU nodes' zone, keeping its data (snapshot it and restore the snapshot "
+            "there; its zone: kubectl get pv -o yaml, spec.nodeAffinity; a StorageClass with volumeBindingMode: WaitForFirstConsumer binds new ones there), or add GPU nodes in "
             "its zone"] if volume else []))
     return CAUSE_REFUSED, f"every node refuses it for a reason waiting does not change: {why}", fix
 
@@ -221,6 +221,19 @@ class StuckPendingDetector:
                 "k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu), or request a GPU model that has "
                 f"nodes ({have})")
 
+    def _zone_may_come(self, job: JobInfo, obs: Observation, waited: float | None,
+                       stuck: tuple[float, str, str]) -> bool:
+        """A pod refused only because its volume is bound in another zone, while a pool that could hold it may still
+        grow: a pool spread over zones may add a node in the volume's (Cluster Autoscaler reads volume topology), so
+        it is judged once it has waited a scale-up's lead (`scale_up_lead`), as a pool that has not grown is."""
+        cause, why, _ = stuck
+        if cause != CAUSE_REFUSED or not why.endswith(f": {_VOLUME_WHY}") or " and " in why.split(": ", 1)[1]:
+            return False
+        if waited is not None and waited >= self.policy.detectors.pools.scale_up_lead:
+            return False
+        return any(p.max_nodes is not None and p.max_nodes > p.nodes and p.gpus_per_node >= job.gpus
+                   and fits_pool_model(job, p, obs) for p in obs.pools)
+
     def detect(self, obs: Observation, signals: ClusterSignals | None = None) -> list[Finding]:
         cap = Capacity(obs)
         findings = []
@@ -231,7 +244,7 @@ class StuckPendingDetector:
             if waited is not None and waited < STUCK_AFTER_S:
                 continue
             stuck = self.why_stuck(job, obs, cap) or self.not_grown(job, obs, waited)
-            if stuck is None:
+            if stuck is None or self._zone_may_come(job, obs, waited, stuck):
                 continue
             cause, why, fix = stuck
             said = ": ".join(x for x in (job.pending_reason, job.pending_message) if x) or "no reason given"
@@ -519,8 +532,8 @@ def stuck_pending_zh(finding: Finding) -> str:
                 f"{{key: {k.strip()}, operator: Exists}}" for k in keys.split(",")) + "）"] if taints else [])
             + (["把 Pod 的 nodeSelector 或节点亲和性改为 GPU 节点实际带有的标签（kubectl get nodes --show-labels）"]
                if selector else [])
-            + (["在 GPU 节点所在处重建该卷（所在可用区见 `kubectl get pv -o yaml` 的 `spec.nodeAffinity` 字段；"
-                "绑定模式为 `WaitForFirstConsumer` 的存储类会把新卷建在那里），或在该卷的可用区增加 GPU 节点"]
+            + (["把该卷迁到 GPU 节点所在的可用区并保留数据（先做快照，再在那里从快照恢复；卷所在的可用区见 "
+                "`kubectl get pv -o yaml` 的 `spec.nodeAffinity` 字段；绑定模式为 `WaitForFirstConsumer` 的存储类会把新卷建在那里），或在该卷的可用区增加 GPU 节点"]
                if volume else []))
     else:
         raise ValueError(f"unknown cause {cause}")

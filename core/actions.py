@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from core.cluster import JobInfo, names_job
 
@@ -171,6 +171,33 @@ class History(_Record):
     denied_recently: list[str] = Field(default_factory=list)  # proposal keys a human denied or let expire
     denials: list[DeniedAnswer] = Field(default_factory=list)  # human denials, oldest first
     keeps: list[Exemption] = Field(default_factory=list)  # every keep granted in the lookback, in force or over
+    # Entries by job and by action, so that each decision of a sweep reads its own job's past, not the whole log's
+    # (a sweep deciding on hundreds of jobs over a day's thousands of entries). Built on first use and extended as
+    # entries are appended (the only change a sweep makes to the list); rebuilt if the list is replaced or shrinks,
+    # or on a copy of the record (which must not extend the original's index).
+    _index: tuple[int, int, int, dict[tuple[str, ...], list[HistoryEntry]]] = PrivateAttr(default=(0, 0, 0, {}))
+
+    def _indexed(self) -> dict[tuple[str, ...], list[HistoryEntry]]:
+        entries = self.entries
+        owner, list_id, count, index = self._index
+        if owner != id(self) or list_id != id(entries) or count > len(entries):
+            count, index = 0, {}
+        for e in entries[count:]:
+            index.setdefault(("uid", e.target_uid) if e.target_uid else ("name", e.target), []).append(e)
+            index.setdefault(("action", e.action, e.status), []).append(e)
+        self._index = (id(self), id(entries), len(entries), index)
+        return index
+
+    def of_job(self, uid: str | None, target: str) -> list[HistoryEntry]:
+        """The entries about this very job, in log order: with a uid, those recorded with it (under whatever name);
+        without one, those under its name recorded without a uid (an entry with a uid is about that job)."""
+        return self._indexed().get(("uid", uid) if uid else ("name", target), [])
+
+    def of_action(self, actions: tuple[str, ...], statuses: tuple[str, ...]) -> list[HistoryEntry]:
+        """The entries of these actions with these statuses (a day of refused stops is not read for the done ones),
+        in log order per action and status."""
+        index = self._indexed()
+        return [e for action in actions for status in statuses for e in index.get(("action", action, status), [])]
 
 
 def _utc(moment: datetime) -> datetime:

@@ -705,3 +705,29 @@ def test_a_warning_may_go_out_in_the_long_tail_grace_but_the_stop_waits_for_it()
     # A grace that ends more than a repeat period away: one warning per stop, so none yet.
     far = in_grace.model_copy(update={"stop_after": NOW + timedelta(seconds=policy.warning.repeat_every + 60)})
     assert PolicyModel._next_step(far, "running", History(), policy, NOW) is None
+
+
+def test_the_history_index_reads_a_jobs_own_entries_and_follows_appends() -> None:
+    """History.of_job / of_action, which every decision reads instead of the whole day's log: a job's entries by
+    uid (under any name), a uid-less job's by name only among uid-less entries, and entries appended during the
+    sweep (a warning just sent) seen by the next decision."""
+    from core.actions import History, HistoryEntry
+
+    at = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+    entries = [HistoryEntry(action="notify", target="ml/a", status="executed", at=at, target_uid="u1"),
+               HistoryEntry(action="notify", target="ml/a-renamed", status="executed", at=at, target_uid="u1"),
+               HistoryEntry(action="notify", target="ml/a", status="executed", at=at),
+               HistoryEntry(action="terminate", target="ml/b", status="refused", at=at, target_uid="u2")]
+    history = History(entries=entries)
+    assert [e.target for e in history.of_job("u1", "ml/a")] == ["ml/a", "ml/a-renamed"]
+    assert history.of_job(None, "ml/a") == [entries[2]]
+    assert history.of_action(("terminate",), ("executed",)) == []
+    history.entries.append(HistoryEntry(action="terminate", target="ml/b", status="executed", at=at, target_uid="u2"))
+    assert [e.status for e in history.of_job("u2", "ml/b")] == ["refused", "executed"]
+    assert len(history.of_action(("terminate", "force_terminate"), ("executed",))) == 1
+    copy = history.model_copy(update={"entries": entries[:1]})
+    assert copy.of_job("u2", "ml/b") == [] and len(copy.of_job("u1", "ml/a")) == 1
+    shared = history.model_copy()  # the same list: an append read through both is counted once in each
+    history.entries.append(HistoryEntry(action="notify", target="ml/b", status="executed", at=at, target_uid="u2"))
+    assert len(history.of_job("u2", "ml/b")) == 3 and len(shared.of_job("u2", "ml/b")) == 3
+    assert len(history.of_job("u2", "ml/b")) == 3

@@ -26,8 +26,7 @@ def signalled_state(job: JobInfo, history: History) -> str:
     if job.state != "running":
         return job.state
     uid = job.uid or None
-    stops = [as_utc(e.at) for e in history.entries if e.action == "terminate" and e.status == "executed"
-             and (e.target_uid == uid if uid else e.target == job.id and not e.target_uid)]
+    stops = [as_utc(e.at) for e in history.of_job(uid, job.id) if e.action == "terminate" and e.status == "executed"]
     if stops and (job.started_at is None or as_utc(job.started_at) <= max(stops)):
         return "stopping"
     return job.state
@@ -116,18 +115,13 @@ class Case:
         job = self.job
         return (job.uid or None) if job is not None else self.action.target_uid
 
-    def same_job(self, entry: HistoryEntry) -> bool:
-        """The entry is about this very job, not an earlier one under the same name (a namesake), under whatever
-        name it had then (a Slurm name-based id changes when a namesake is submitted). A job whose backend gave no
-        uid matches only entries under its name recorded without one: an entry with a uid is about that job."""
-        if self.uid is None:
-            return entry.target == self.action.target and not entry.target_uid
-        return entry.target_uid == self.uid
-
     def past(self, *actions: str, statuses: tuple[str, ...] | None = None) -> list[HistoryEntry]:
-        """History entries for this job (this uid) that happened, oldest first."""
+        """History entries for this very job that happened, oldest first: not an earlier one under the same name (a
+        namesake), under whatever name it had then (a Slurm name-based id changes when a namesake is submitted). A
+        job whose backend gave no uid matches only entries under its name recorded without one (History.of_job)."""
         wanted = statuses or self.done
-        found = [e for e in self.history.entries if e.action in actions and e.status in wanted and self.same_job(e)]
+        found = [e for e in self.history.of_job(self.uid, self.action.target)
+                 if e.action in actions and e.status in wanted]
         return sorted(found, key=lambda e: as_utc(e.at))
 
     def last_hour(self, entries: list[HistoryEntry]) -> list[HistoryEntry]:

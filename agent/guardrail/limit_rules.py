@@ -97,11 +97,9 @@ def warning_first_rule(case: Case) -> Denial:
     # A stop of one pod of a distributed job ends the whole job: none of its pods stops before the latest deadline
     # any of them was given (pods warned at different sweeps were promised different times).
     for other in case.facts.gang:
-        promised = [e for e in case.history.entries
+        promised = [e for e in case.history.of_job(other.uid or None, other.id)
                     if e.action == "notify" and e.status in case.done and e.deadline is not None
-                    and current(e) and (kind is None or e.finding_kind == kind)
-                    and (e.target_uid == other.uid if other.uid else (e.target == other.id and not e.target_uid))
-                    and due(e) > case.now]
+                    and current(e) and (kind is None or e.finding_kind == kind) and due(e) > case.now]
         if promised:
             last = max(promised, key=due)
             return "warning_first", (
@@ -196,7 +194,7 @@ def duplicate_rule(case: Case) -> Denial:
 
 
 def all_done(case: Case, *actions: str) -> list[HistoryEntry]:
-    return [e for e in case.history.entries if e.action in actions and e.status in case.done]
+    return case.history.of_action(actions, tuple(case.done))
 
 
 def rate_limit_rule(case: Case) -> Denial:

@@ -98,7 +98,8 @@ def _last(history: History, action: str, target: str, kind: str | None = None,
 def _done(history: History, action: str, target: str, kind: str | None, statuses: tuple[str, ...],
           uid: str | None) -> list[HistoryEntry]:
     """The entries `_last` reads (`action` done to this job)."""
-    return [e for e in history.entries
+    mine = history.entries if uid is None else history.of_job(uid or None, target)  # None: every record by name
+    return [e for e in mine
             if e.action == action and e.status in statuses
             and (kind is None or e.finding_kind is None or e.finding_kind == kind)
             and ((e.target_uid or "") == uid if uid else e.target == target and (uid is None or not e.target_uid))]
@@ -268,7 +269,7 @@ class PolicyModel:
         base = {"target": f.target, "finding_kind": f.kind, "proposed_by": "policy-model", "target_uid": uid}
         repeat = timedelta(seconds=policy.warning.repeat_every)
         done = ("executed", "dry_run") if policy.mode == "dry_run" else ("executed",)
-        # A job's records are its uid's; a job without one matches only records made without one (case.same_job).
+        # A job's records are its uid's; a job without one matches only records made without one (History.of_job).
         match = uid if uid is not None or f.target_type != "job" else ""
         warned = _last(history, "notify", f.target, f.kind, done, uid=match)
         if f.kind == "quiet_fill":

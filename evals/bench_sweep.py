@@ -1,6 +1,6 @@
 """Sweep cost at 1k / 10k / 50k GPUs, and trace replay speed; prints numbers, asserts nothing.
 
-    .venv/bin/python -m evals.bench_sweep [--sizes 1000,10000,50000] [--trace PATH]
+    .venv/bin/python -m evals.bench_sweep [--sizes 1000,10000,50000] [--trace PATH] [--day GPUS]
 
 Each size runs in its own process so peak memory (ru_maxrss) is that size's alone. The cluster
 is a synthetic trace (one GPU per container, a sample per 5 minutes over a day, 5% idle for the
@@ -88,6 +88,44 @@ def one_size(gpus: int) -> dict:
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+def evening_lull_trace(gpus: int, seed: int = 11) -> Trace:
+    """A day in which half the containers go quiet for good at a random hour (a fleet emptying into the night), the
+    rest bursty: warnings, stops and rate-limited stops pile up in the audit log as the day goes on."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(0.0, DAY + 1, STEP)
+    containers = {}
+    mem = np.full(len(t), 20480.0)
+    for i in range(gpus):
+        util = np.where(rng.random(len(t)) < 0.4, rng.uniform(20, 90, len(t)), 0.0)
+        if i % 2 == 0:
+            util[t >= rng.uniform(0.25, 0.9) * DAY] = 0.0
+        cid = f"c{i:06d}"
+        containers[cid] = ContainerTrace(id=cid, t=t, util=util, mem_mb=mem)
+    return Trace(path=f"evening-lull-{gpus}", start_epoch=1.7e9, duration_s=DAY, interval_s=STEP,
+                 containers=containers, columns={}, rows=gpus * len(t))
+
+
+def day_growth(gpus: int, every_h: float = 4.0) -> list[dict]:
+    """One sweep every 5 minutes over `evening_lull_trace`, timed: does a sweep late in the day, with the day's
+    warnings, stops and refusals in the audit log, cost more than one in the morning?"""
+    from agent.graph.service import SweepService
+    from evals.replay import sweep_times, trace_deps
+
+    trace = evening_lull_trace(gpus)
+    deps, cluster = trace_deps(trace, Policy(), None)
+    service = SweepService(deps, run_prefix="bench")
+    rows = []
+    for t in sweep_times(trace, STEP):
+        cluster.advance_to(float(t))
+        started = time.perf_counter()
+        service.sweep(trigger="bench")
+        wall = time.perf_counter() - started
+        if t % (every_h * 3600) < STEP:
+            rows.append({"hour": round(t / 3600, 1), "sweep_s": round(wall, 2), "stops": len(cluster.stops),
+                         "audit_rows": deps.audit.count()})
+    return rows
+
+
 def replay_speed(path: Path) -> dict:
     from evals.replay import run_agent
     from evals.trace import load_trace
@@ -105,7 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000,10000,50000")
     parser.add_argument("--trace", type=Path, default=Path("../shared/data/traces/genai-pod-gpu-dev.csv.gz"))
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--day", type=int, help="instead: a day of sweeps over this many GPUs, half going quiet, "
+                                                "timed every 4 h (does a late sweep cost more?)")
     args = parser.parse_args(argv)
+    if args.day:
+        print(f"A day of 5-minute sweeps over {args.day} GPUs, half going quiet for good at a random hour:")
+        print(f"{'hour':>5} {'sweep s':>8} {'stops':>6} {'audit rows':>10}")
+        for r in day_growth(args.day):
+            print(f"{r['hour']:>5} {r['sweep_s']:>8.2f} {r['stops']:>6} {r['audit_rows']:>10}", flush=True)
+        return 0
     if args.child:
         print(json.dumps(one_size(args.child)))
         return 0

@@ -226,8 +226,7 @@ class StuckPendingDetector:
         """A pod refused only because its volume is bound in another zone, while a pool that could hold it may still
         grow: a pool spread over zones may add a node in the volume's (Cluster Autoscaler reads volume topology), so
         it is judged once it has waited a scale-up's lead (`scale_up_lead`), as a pool that has not grown is."""
-        cause, why, _ = stuck
-        if cause != CAUSE_REFUSED or not why.endswith(f": {_VOLUME_WHY}") or " and " in why.split(": ", 1)[1]:
+        if stuck[0] != CAUSE_REFUSED or _refusals(job.pending_message or "") != ([], False, True):
             return False
         if waited is not None and waited >= self.policy.detectors.pools.scale_up_lead:
             return False

@@ -15,6 +15,9 @@ POLICY_DIR = Path(__file__).with_name("policies")
 # miss as expected (exit 0) and an unexpected pass as a failure, as tests/test_scenarios.py's strict xfail does,
 # so a fix shows up and the entry is removed.
 KNOWN_MISSES: dict[str, str] = {
+    "deepspeed-fp16-overflow-skips-every-step": "no finding: a DeepSpeed fp16 run whose loss scale sits at 1 skips "
+    "every optimizer step for hours while its GPUs compute and its progress bar counts on; nothing the steward reads "
+    "tells a skipped step from a taken one (the log's 'Skipping step' lines are not read for meaning)",
     "timeslice-shared-t4-idle-notebook": "no finding: on a time-sliced T4 every pod is served the whole card's "
     "readings (dcgm-exporter cannot attribute them), so an abandoned notebook reads 45-75 % busy beside a working "
     "inference API; the steward does not read GPU sharing",

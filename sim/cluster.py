@@ -130,7 +130,9 @@ class SimCluster:
                  else "Deployment" if "pod-template-hash" in job.labels else "Pod")
         owned = job.owner  # a scripted ownerReference (an operator's custom resource, a StatefulSet) wins
         if owned is not None:
-            owner = owned.kind
+            # Kubeflow's notebook controller labels the pods of a Notebook's StatefulSet: read as the Notebook's, as
+            # the adapter reads them.
+            owner = "Notebook" if owned.kind == "StatefulSet" and "notebook-name" in job.labels else owned.kind
         at = self.scenario.start
         reason, message = self._pending_reason(run) if run.state == "waiting" else (None, None)
         return JobInfo(

@@ -452,6 +452,8 @@ def test_node_xid_79_and_overheating_one_finding_per_node():
         gpu(None, [0.0] * 12, node="n1", index=0, xid_last=79, xid_at=AT - timedelta(minutes=5)),
         gpu(None, [0.0] * 12, node="n1", index=1, temp_c_max=93.0),
         gpu(None, [0.0] * 12, node="n2", index=0, xid_last=13),  # application fault: ignored
+        # The cleanup after a killed process (an OOM kill): the device plugin keeps the GPU healthy, so does the steward
+        gpu(None, [0.0] * 12, node="n2", index=1, xid_last=45, xid_at=AT - timedelta(minutes=5)),
         gpu(None, [0.0] * 12, node="n3", index=0, temp_c_max=95.0),
     ]
     findings = {f.target: f for f in NodeHealthDetector(POLICY).detect(observe([], gpus))}

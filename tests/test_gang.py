@@ -107,9 +107,10 @@ def test_the_pods_of_one_controller_are_one_job():
 
 
 def test_the_replicas_of_a_deployment_daemonset_plain_job_or_notebook_are_independent():
-    """A Deployment's replicas, a DaemonSet's per-node pods, a plain Job's work-queue workers and a notebook's pod are
-    no gang: one idle beside a busy sibling is waste. A StatefulSet's pods are (a torchrun StatefulSet)."""
-    for kind in ("Deployment", "ReplicaSet", "DaemonSet", "Job", "Notebook"):
+    """A Deployment's replicas, a DaemonSet's per-node pods, a plain Job's work-queue workers, a notebook's pod and an
+    Argo Workflow's or Tekton TaskRun's steps are no gang: one idle beside a busy sibling is waste (a fan-out shard
+    hung while the other five work: argo-workflows#13979). A StatefulSet's pods are (a torchrun StatefulSet)."""
+    for kind in ("Deployment", "ReplicaSet", "DaemonSet", "Job", "Notebook", "Workflow", "TaskRun"):
         assert gang_of(_owned("w", "n1", kind)) is None, kind
         # Each judged alone (a Deployment's pods as services: advice, not a stop, agent/detectors/serving.py).
         found = {f.target for f in run_detectors(_owned_cluster(55.0, kind), POLICY) if f.target_type == "job"}

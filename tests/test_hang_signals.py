@@ -155,12 +155,29 @@ def test_a_hang_judged_without_profiling_on_ambiguous_or_no_power_needs_a_person
     assert decide(stop, Facts(now=AT, job=job(), findings=[ambiguous]), POLICY, warned).verdict == "needs_approval"
 
 
-def test_no_progress_must_be_seen_not_assumed_even_when_every_gpu_signal_says_hung():
+def test_a_job_never_seen_to_progress_is_hung_only_on_the_gpus_own_counters():
+    """A hang in the first collective (nccl-tests#117: not one step logged) is found from the job's start, but only
+    where DCGM profiling shows the SMs idle under the pinned utilisation; an unread log, a job younger than the
+    window, or no profiling fields (a job that computes and logs nothing until it ends reads the same) is left alone."""
     assert ZombieDetector(POLICY).detect(hung_job(logs_last=None)) == []  # log never read
-    never = hung_job()
-    never.logs = {"ml/train": LogProgress(job="ml/train", lines=40)}  # read, but never saw progress
-    assert ZombieDetector(POLICY).detect(never) == []
     assert ZombieDetector(POLICY).detect(hung_job(logs_last=AT - timedelta(minutes=5))) == []  # still progressing
+
+    def never(started: timedelta | None, **activity: object) -> Observation:
+        obs = hung_job(**activity)  # type: ignore[arg-type]
+        obs.jobs = [j.model_copy(update={"started_at": None if started is None else AT - started}) for j in obs.jobs]
+        obs.logs = {"ml/train": LogProgress(job="ml/train", lines=40)}  # read, but never saw progress
+        return obs
+
+    [f] = ZombieDetector(POLICY).detect(never(timedelta(hours=2)))
+    assert f.since == AT - timedelta(hours=2) and f.metrics["never_progressed"] == 1
+    assert "no progress in the last 40 log lines, none seen since it started at" in f.evidence
+    assert "自启动以来未见进展" in describe(f, "zh")
+    assert ZombieDetector(POLICY).detect(never(None)) == []  # start unknown
+    assert ZombieDetector(POLICY).detect(never(timedelta(minutes=20))) == []  # younger than the window
+    no_profiling = {"sm": None, "tensor": None, "dram": None}
+    assert ZombieDetector(POLICY).detect(never(timedelta(hours=2), **no_profiling)) == []
+    # With progress seen, the log and power decide as before, profiling or not.
+    assert ZombieDetector(POLICY).detect(hung_job(**no_profiling))
 
 
 def test_board_power_by_dcgm_model_name():

@@ -432,3 +432,42 @@ def test_a_request_the_job_made_is_not_one_it_answered():
     server = [LogLine(at=at - timedelta(minutes=m), text=f'INFO: 10.0.7.21:{m} - "POST /v1/embed HTTP/1.1" 200 OK')
               for m in (30, 20, 10)]
     assert analyse_log("ml/embed", server, at).requests == 3
+
+
+def test_an_engines_stats_line_with_tokens_served_is_a_request_answered():
+    """vLLM run with request and access logs off (KServe's templates: kserve#5154) prints only its periodic stats
+    line: tokens served there are requests answered. Not with zero throughput (a stuck backlog), not without the
+    engine's request count on the line (a training log's throughput serves no one)."""
+    from tools.log_progress import request_path
+
+    served = ("INFO 11-05 21:00:00 [loggers.py:118] Engine 000: Avg prompt throughput: 412.3 tokens/s, Avg generation "
+              "throughput: 96.4 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 2.1%")
+    v0 = ("INFO metrics.py:455] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 12.1 tokens/s, "
+          "Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs")
+    sglang = "[2026-11-05 10:00:00] Decode batch. #running-req: 2, #token: 1234, gen throughput (token/s): 40.5"
+    for text in (served, v0, sglang):
+        assert request_path(text) == "engine stats (tokens served)", text
+    for text in ("Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 35 reqs",
+                 "[2026-11-05 10:00:00] Decode batch. #running-req: 0, #token: 0, gen throughput (token/s): 0.00",
+                 "step 100 throughput: 1200 samples/s", "Running: 2 reqs"):
+        assert request_path(text) is None, text
+    assert analyse_log("llm/gw", lines([served, v0]), NOW).requests == 2
+
+
+def test_a_gpu_monitors_readings_beside_the_job_are_no_progress():
+    """A job script's `nvidia-smi --query-gpu=...,power.draw --format=csv -l 60 &` (or its table, or gpustat) keeps
+    writing rows whose watts and temperatures move after the training deadlocked: readings of the device, not work."""
+    csv_rows = [f"2026/11/05 02:{m:02d}:01.412, {g}, 0 %, 63412 MiB, {60 + (m * 7 + g) % 5}.37 W, {33 + g}"
+                for m in range(30) for g in range(4)]
+    assert analyse_log("gpu/llama-sft", lines(csv_rows, 15), NOW).progress_lines == 0
+    table = [f"| N/A   {34 + i % 3}C    P0    {61 + i % 4}W / 400W |   1234MiB / 81920MiB |      0%      Default |"
+             for i in range(20)]
+    gpustat = [f"[0] NVIDIA A100-SXM4-80GB | {34 + i % 3}°C,   0 % |  1234 / 81920 MB | {61 + i % 4} W"
+               for i in range(20)]
+    for rows in (table, gpustat):
+        assert analyse_log("j", lines(rows), NOW).progress_lines == 0
+    # A training report that names its GPU's power still reports work; so does a download.
+    work = [f"epoch 3 step {100 + i} loss 0.2{i} GPU 98% {300 + i}W" for i in range(5)]
+    assert analyse_log("j", lines(work), NOW).progress_lines == 5
+    download = [f"model.safetensors: {40 + i}%| {i + 2}.1G/4.6G [00:10<00:12, 210MB/s]" for i in range(5)]
+    assert analyse_log("j", lines(download), NOW).progress_lines == 5

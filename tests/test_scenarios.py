@@ -144,6 +144,13 @@ DIFFICULTY: dict[str, str] = {
     "slurm-dataloader-worker-oom-killed-hang": "medium",
     "torchrun-elastic-waits-for-lost-node": "hard",
     "timeslice-shared-t4-idle-notebook": "hard",
+    "argo-fanout-shard-hung-siblings-busy": "medium",
+    "kubeflow-notebook-recreated-same-name": "medium",
+    "nccl-p2p-hang-at-first-collective": "hard",
+    "nvidia-smi-csv-monitor-masks-hang": "hard",
+    "vllm-v1-quiet-night-no-request-log": "hard",
+    "xid45-after-oom-kill-not-hardware": "medium",
+    "deepspeed-fp16-overflow-skips-every-step": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

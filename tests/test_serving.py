@@ -190,3 +190,42 @@ def test_a_server_that_answered_requests_stays_one_for_its_life_across_restarts(
     assert answered_requests(audit, [job.model_copy(update={"uid": ""})]) == {}
     assert answered_requests(audit, [job.model_copy(update={"started_at": obs.at})]) == {}
     assert set(answered_requests(audit, [job])) == {server}
+
+
+def test_a_model_servers_command_makes_a_service_whatever_its_image_and_labels():
+    """A team's own image built FROM vllm/vllm-openai, labelled only app=llm-gw-backend, run as `vllm serve`: a
+    service (it was warned at an ordinary overnight gap and stopped 16 minutes before a tenant's request)."""
+    rule = Policy().detectors.serving
+
+    def command(text: str | None) -> str | None:
+        return serving_reason(job(app="llm-gw-backend").model_copy(
+            update={"image": "harbor.corp/platform/llm-gw-backend:3.1", "command": text}), rule)
+
+    assert command("vllm serve /models/llama-3.1-70b --tensor-parallel-size 2") == "runs `vllm serve`"
+    assert command("python3 -m vllm.entrypoints.openai.api_server --model m") == \
+        "runs `vllm.entrypoints.openai.api_server`"
+    assert command("/opt/tritonserver/bin/tritonserver --model-repository=/models") == "runs `tritonserver`"
+    assert command("bash -c python -m sglang.launch_server --model-path m") == "runs `sglang.launch_server`"
+    for other in ("python train.py --serve", "torchrun --nproc_per_node 8 train.py", "python -m vllm_rl.trainer",
+                  "/usr/bin/vllm bench throughput", "serve.sh", None, ""):
+        assert command(other) is None, other
+
+
+def test_a_statefulsets_idle_pod_gets_advice_since_its_statefulset_starts_it_again():
+    """Evicting a StatefulSet's pod frees nothing: the StatefulSet starts it again under the same name (a service cold,
+    a torchrun replica from its last checkpoint). A Kubeflow notebook's StatefulSet pod reads as its Notebook's
+    (the adapter's owner_kind), which the steward stops as Kubeflow's culler does: not this case."""
+    rule = Policy().detectors.serving
+    sts = job(app="whisper-asr").model_copy(update={"owner_kind": "StatefulSet", "owner_name": "whisper"})
+    assert serving_reason(sts, rule) is None
+    obs = simulated_deps(load_scenario("evals/scenarios/idle-inference-service.yaml"), Policy(), PolicyModel())[0] \
+        .observe()
+    from agent.detectors.serving import as_serving_advice
+    idle = Finding(kind="idle", target=sts.id, since=NOW, detected_at=NOW, evidence="idle 2h", metrics={}, gpus=2)
+    obs.jobs = [sts]
+    [advice] = as_serving_advice([idle], obs, rule)
+    assert advice.kind == "idle_serving" and "a pod of a StatefulSet, which starts another in its place" in \
+        advice.evidence and "scale the StatefulSet down" in advice.evidence
+    from agent.detectors.serving import serving_zh
+    zh = serving_zh(advice, "空闲 2 小时")
+    assert "由控制器（StatefulSet）管理的 Pod" in zh, zh

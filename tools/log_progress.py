@@ -112,6 +112,19 @@ _SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state)(?![a-z
 # The scheduler's own lines in a job's output ("slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***", written
 # when the steward's SIGTERM lands) say what happened to the job, never that it progressed.
 _SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
+# A GPU monitor's reading (`nvidia-smi --query-gpu=...,power.draw --format=csv -l 60` or its table, gpustat) run beside
+# the job: the device's power, with its memory, utilisation or temperature, and no word of work and no rate. Its
+# numbers move every row, busy or hung: telemetry about the GPU, never the job's progress. Watts are what only a
+# device reading prints; a download's "45% 120 MiB" has a rate beside it.
+_POWER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?W\b")
+_DEVICE_READING = re.compile(r"\d\s?MiB\b|\d\s?%|\d\s?°?C\b")
+_WORK_WORD = re.compile(r"(?<![a-z])(?:step|iter|epoch|loss|shard|batch|sample|token|request)|/s\b|损失|轮|步", re.I)
+
+
+def _gpu_telemetry(text: str) -> bool:
+    return bool(_POWER.search(text) and _DEVICE_READING.search(text) and not _WORK_WORD.search(text))
+
+
 _STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
 
 # -- A failure: an exception, or the process ended -----------------------------------------------------------------
@@ -161,6 +174,13 @@ _SERVED = re.compile(
     r"\{[^\n]*?\}:[^\n]*\bSuccess\b"
     r"|\b(?:Finished|Completed|Served|Answered)\s+request\s+((?:chat)?cmpl|embd|req|request)[-_]",
     re.I)
+# An inference engine's periodic stats line, printed with request and access logs off, that shows tokens served:
+# vLLM's `Avg prompt throughput: 412.3 tokens/s, ... Running: 3 reqs` (vllm#21422), SGLang's `Decode batch.
+# #running-req: 2, ... gen throughput (token/s): 40.5`. Only with the engine's request count on the line (a training
+# log's "throughput: 1200 samples/s" serves no one), and only a non-zero throughput: requests running with none
+# (a stuck backlog) are no work.
+_ENGINE_STATS = re.compile(r"\bRunning:\s*\d+\s+reqs?\b|#running-req:\s*\d")
+_ENGINE_SERVING = re.compile(r"\bthroughput(?:\s*\([^)]*\))?:\s*0*(?:[1-9]|\.0*[1-9])", re.I)
 # Paths that are not a caller's request: probes, metrics, and a notebook server's own API (the browser tab of an
 # open, idle notebook keeps calling it).
 _NOT_A_REQUEST = re.compile(
@@ -192,6 +212,8 @@ def _answered(text: str) -> tuple[str, bool] | None:
         return f"{m.group(1)} {m.group(2)}", m.group(3)[0] == "5"
     served = _SERVED.search(text)
     if served is None:
+        if _ENGINE_STATS.search(text) and _ENGINE_SERVING.search(text):
+            return "engine stats (tokens served)", False
         return None
     return (f"{served.group(1)} (Success)" if served.group(1) else f"Finished request {served.group(2)}-…"), False
 
@@ -326,7 +348,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         # notebook server's own lines: its autosaves ("Saving file at /work/Untitled2.ipynb") come from the browser
         # tab, and the kernel's cells never write to the server's log (jupyter/notebook#3932).
         if not shape.values or (text[:1].isspace() and not _WORD.search(text)) or _SCHEDULER.search(text) \
-                or _NOTEBOOK_SERVER.search(text):
+                or _NOTEBOOK_SERVER.search(text) or _gpu_telemetry(text):
             continue
         if step := _STEP.search(text):
             last_step = float(step.group(1))

@@ -152,6 +152,13 @@ class ServingRule(_Section):
     images: list[str] = ["tritonserver", "vllm-openai", "text-generation-inference", "sglang", "ollama",
                          "tensorrt-llm", "lmdeploy", "text-embeddings-inference", "llama.cpp", "torchserve",
                          "nvcr.io/nim/"]
+    # A job whose command starts a model server is a service whatever its labels and image (a team's own image built
+    # FROM vllm/vllm-openai, run as `vllm serve`): an entry's words in a row in the command, the first compared by its
+    # last path component, so `/opt/tritonserver/bin/tritonserver` and `python -m sglang.launch_server` match.
+    commands: list[str] = ["vllm serve", "vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server",
+                           "sglang.launch_server", "text-generation-launcher", "text-embeddings-router",
+                           "tritonserver", "ollama serve", "lmdeploy serve", "trtllm-serve", "llama-server",
+                           "llama_cpp.server", "torchserve", "serve run", "mlserver start", "bentoml serve"]
 
 
 class LongTailRule(_Section):
@@ -194,7 +201,10 @@ ClockTime = Annotated[time, BeforeValidator(_clock_time)]
 
 class NodeHealthRule(_Section):
     max_temp_c: float = Field(90.0, gt=0, le=150)  # above 150 C no GPU runs: the check would never fire
-    ignore_xids: list[int] = [13, 31, 43]  # application faults, not hardware
+    # Application faults, not hardware: the XIDs NVIDIA's device plugin leaves a GPU healthy after (13 graphics engine
+    # exception, 31 memory page fault, 43 GPU stopped processing, 45 preemptive cleanup after earlier errors, e.g. a
+    # process killed, 68 video processor exception; k8s-device-plugin internal/rm/health.go).
+    ignore_xids: list[int] = [13, 31, 43, 45, 68]
 
 
 class PoolRule(_Section):

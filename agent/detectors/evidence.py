@@ -178,9 +178,10 @@ def _signals_used(m: Metrics) -> str:
 
 def _zombie(f: Finding, m: Metrics) -> str:
     gap = f"，通常间隔 {duration_zh(m['log_gap_s'])}" if "log_gap_s" in m else ""
+    never = "（自启动以来未见进展）" if m.get("never_progressed") else ""
     return (
         f"{f.gpus} 块 GPU 在 {duration_zh(m['window_s'])}内平均利用率最低 {m['util_min_pct']:.0f}%"
-        f"（样本覆盖率 {m['coverage']:.0%}），但{_log(f, m)}：已静默 {duration_zh(m['log_silent_s'])}{gap}；"
+        f"（样本覆盖率 {m['coverage']:.0%}），但{_log(f, m)}{never}：已静默 {duration_zh(m['log_silent_s'])}{gap}；"
         f"{_io(m)}；{_activity(m)}；判断依据：{_signals_used(m)}；疑似卡死（例如 NCCL 集合通信挂起）"
     )
 

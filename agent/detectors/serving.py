@@ -36,18 +36,40 @@ FLOWING_RPS = 1 / 60  # a service answering one request a minute or more (on ave
 SERVING_KINDS = ("idle", "zombie")  # the findings a stop can cite that, on a service, become advice instead
 
 
-REPLACED_KINDS = ("Deployment", "ReplicaSet")  # controllers that start another pod in an evicted one's place
+# Controllers that start another pod in an evicted one's place. A Kubeflow notebook's StatefulSet is not here: its pod
+# reads as owned by the Notebook (tools/k8s_pods.owner_kind), which the steward stops as Kubeflow's culler does.
+REPLACED_KINDS = ("Deployment", "ReplicaSet", "StatefulSet")
+_REPLACER = {"Deployment": "its ReplicaSet starts a fresh one", "ReplicaSet": "its ReplicaSet starts a fresh one",
+             "StatefulSet": "its StatefulSet starts it again under the same name"}
 
 
 def replaced_by_controller(job: JobInfo) -> bool:
-    """A pod whose controller keeps a replica count (a Deployment's ReplicaSet) starts another in its place: a stop
-    frees nothing, the replacement takes the GPU back, and a service behind it restarts cold."""
+    """A pod whose controller keeps a replica count (a Deployment's ReplicaSet, a StatefulSet) starts another in its
+    place: a stop frees nothing, the replacement takes the GPU back, and whatever runs behind it restarts (a service
+    cold, a training run from its last checkpoint)."""
     return job.owner_kind in REPLACED_KINDS
+
+
+def serving_command(command: str | None, entries: list[str]) -> str | None:
+    """The entry of `entries` whose words appear in a row in `command`, the first compared by its last path
+    component (`/opt/bin/tritonserver`, `python -m vllm.entrypoints.openai.api_server`); None when none does."""
+    if not command:
+        return None
+    words = command.split()
+    names = [w.rpartition("/")[2] for w in words]
+    for entry in entries:
+        want = entry.split()
+        if not want:
+            continue
+        for i, name in enumerate(names):
+            if name == want[0] and words[i + 1 : i + len(want)] == want[1:]:
+                return entry
+    return None
 
 
 def serving_reason(job: JobInfo, rule: ServingRule) -> str | None:
     """Which selector marks `job` as an inference service ("key=value" or "key" present), or its model server's
-    image; None when neither does."""
+    image, or the model server its command starts; None when none does."""
     for selector in rule.selectors:
         key, _, value = selector.partition("=")
         have = job.labels.get(key)
@@ -60,7 +82,8 @@ def serving_reason(job: JobInfo, rule: ServingRule) -> str | None:
         for image in (i.lower() for i in rule.images):
             if (repo.startswith(image) if "/" in image else repo.rpartition("/")[2] == image):
                 return f"image {job.image}"
-    return None
+    entry = serving_command(job.command, rule.commands)
+    return f"runs `{entry}`" if entry is not None else None
 
 
 def warmup_s(job: JobInfo) -> float | None:
@@ -136,7 +159,7 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
         replaced = why.startswith("a pod of a ")
         if replaced:
             advice = (f"not stopped ({why}{seen}): "
-                      + (f"if it is hung, delete the pod (its ReplicaSet starts a fresh one) or restart the "
+                      + (f"if it is hung, delete the pod ({_REPLACER[job.owner_kind or 'Deployment']}) or restart the "
                          f"{job.owner_kind}; if it only spins while it waits, " if hung else "")
                       + f"scale the {job.owner_kind} down, to zero between uses ({warm_text})")
         else:
@@ -147,7 +170,8 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
                       f"slice or time-slicing) if it must stay up")
         failed = logs.failed_requests if logs is not None and why.startswith("its log") else 0
         metrics = (f.metrics | {"serving": 1.0} | ({"serving_pinned": 1.0} if hung else {})
-                   | ({"replaced_by_controller": 1.0} if replaced else {})
+                   | ({"replaced_by_controller": 1.0 + REPLACED_KINDS.index(job.owner_kind or "Deployment")}
+                      if replaced else {})
                    | ({"answered_before": before.at.timestamp()} if before is not None and why.startswith(
                        "its log showed") else {})
                    | ({"log_requests": float(logs.requests), "failed_requests": float(failed)}
@@ -181,10 +205,13 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
     if (answered := f.metrics.get("answered_before")) is not None:
         when = datetime.fromtimestamp(answered, UTC)
         seen += f"（其日志在 {when:%Y-%m-%d %H:%M} UTC 显示它响应过请求：作业存续期间始终视为服务）"
-    if f.metrics.get("replaced_by_controller"):
-        restart = ("若它已卡住，可删除该 Pod（其 ReplicaSet 会启动一个新的）或重启其控制器；若只是在等待请求时空转，"
+    if replaced := f.metrics.get("replaced_by_controller"):
+        kind = REPLACED_KINDS[min(len(REPLACED_KINDS), max(1, round(replaced))) - 1]
+        again = "其 StatefulSet 会以同一名称重新启动它" if kind == "StatefulSet" else "其 ReplicaSet 会启动一个新的"
+        restart = (f"若它已卡住，可删除该 Pod（{again}）或重启其控制器；若只是在等待请求时空转，"
                    if f.metrics.get("serving_pinned") else "")
-        return (f"{idle_zh}；这是由控制器（Deployment/ReplicaSet）管理的 Pod{seen}：驱逐后控制器会立即启动新的 Pod 占回 GPU，"
+        owner = "StatefulSet" if kind == "StatefulSet" else "Deployment/ReplicaSet"
+        return (f"{idle_zh}；这是由控制器（{owner}）管理的 Pod{seen}：驱逐后控制器会立即启动新的 Pod 占回 GPU，"
                 f"停止它也无法释放资源，因此不会停止。{restart}请缩减其副本数，空闲时缩容到零（{warm_text}）")
     return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。{hung}在空闲时缩容到零（{warm_text}），"
             f"若必须常驻，可与其他服务共享 GPU（MIG 切片或时间片共享）")

@@ -20,6 +20,11 @@ class ZombieDetector:
     """A hung job: progress seen before and none for max(window, cadence x usual gap), network and disk I/O
     frozen, GPU_UTIL pinned, and no real GPU activity where the exporter can show it.
 
+    A job never seen to progress (a hang in its first collective: nvidia/nccl-tests#117, NVIDIA/nccl#631, where not
+    one step is logged) is judged from its start, and only on the GPU's own counters: every DCGM profiling field the
+    job's GPUs report says the SMs, pipes and memory idle under the pinned utilisation. Without them nothing tells
+    it from a job that computes and logs nothing until it ends, and it is left alone.
+
     CPU clears no one (a hung collective's host threads spin) unless the policy asks for a quiet CPU. With DCGM
     profiling fields, SM/tensor/DRAM activity, power and NVLink/PCIe traffic must all be near idle; without them,
     power where the GPU model is known, and the log and network/disk I/O decide. The evidence names the signals.
@@ -69,9 +74,12 @@ class ZombieDetector:
         findings = []
         for job in obs.jobs:
             logs = obs.logs.get(job.id)
-            if logs is None or not (logs.progress_lines > 0 or logs.first_progress_at is not None):
-                continue  # never saw it make progress: we cannot call it stuck
+            if logs is None:
+                continue  # the log was not read: progress unknown
             last = logs.last_progress_at or logs.first_progress_at
+            never = last is None and logs.progress_lines == 0
+            if never:
+                last = job.started_at  # never seen to progress: silent since it started
             if last is None:
                 continue
             needed = max(self.rule.window, self.rule.log_cadence_factor * (logs.typical_gap_s or 0.0))
@@ -89,7 +97,9 @@ class ZombieDetector:
             activity = GpuActivity.of(w, self.idle.min_coverage)
             if activity.real_work(self.activity):
                 continue  # the GPU computes, draws power or talks to its peers: slow or quiet, not hung
-            finding = self._finding(job, w, logs, activity, last, silent, obs.at)
+            if never and not activity.profiled:
+                continue  # no progress ever seen, and nothing on the GPU's side shows it idle
+            finding = self._finding(job, w, logs, activity, last, silent, obs.at, never=never)
             for doubt in (activity.doubt(self.activity), self._mixed_doubt(w)):
                 if doubt is not None:
                     finding = with_doubt(finding, *doubt)
@@ -116,12 +126,13 @@ class ZombieDetector:
                 f"（rank 0 保存检查点）而其他 rank 等待的情形，看起来一样")
 
     def _finding(self, job: JobInfo, w: JobWindow, logs: LogProgress, activity: GpuActivity, last: datetime,
-                 silent: float, at: datetime) -> Finding:
+                 silent: float, at: datetime, *, never: bool = False) -> Finding:
         gap = f", usual gap {format_duration(logs.typical_gap_s)}" if logs.typical_gap_s else ""
         used = ["log progress", "network/disk I/O", *activity.signals()]
+        since = f", none seen since it started at {last:%H:%M} UTC" if never else ""
         evidence = (
             f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} {self._shape(w)} "
-            f"avg util over {format_duration(w.seconds)} (coverage {w.coverage:.0%}) but {log_summary(logs)}: "
+            f"avg util over {format_duration(w.seconds)} (coverage {w.coverage:.0%}) but {log_summary(logs)}{since}: "
             f"silent {format_duration(silent)}{gap}; {w.io_summary()}; {activity.summary()}; "
             f"judged on {', '.join(used)}; likely hung (e.g. a stuck NCCL collective)"
         )
@@ -137,6 +148,8 @@ class ZombieDetector:
             "used_interconnect": float(activity.interconnect_known),
             "used_power": float(activity.power_share is not None),
         }
+        if never:
+            metrics["never_progressed"] = 1.0
         if logs.typical_gap_s:
             metrics["log_gap_s"] = logs.typical_gap_s
         metrics.update(log_metrics(logs, at) | io_metrics(w) | activity.metrics())

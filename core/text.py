@@ -45,6 +45,16 @@ _AT_ALL = re.compile(r"(?i)@(?=all\b|所有人)")
 _OPENING = re.compile(r"^(\s*)\(")  # after a bracket of the steward's ("[GPU Steward] (url)"), a link's target
 
 
+def chat_reply_text(text: str) -> str:
+    """A reply the steward composed from its own lines and the cluster's words (job names, log lines), as a DingTalk or
+    WeCom text message: its lines kept, but no HTML tag (WeCom renders `<a href>` in a text message), markdown link or
+    <@mention>, no live URL and no @all, wherever they came from. The steward's own replies carry none of these."""
+    text = text.translate(_MARKUP)
+    text = _ENTITY.sub(r"＆\1", text)
+    text = _SCHEME.sub(r"\1：", text)
+    return _AT_ALL.sub("＠", text)
+
+
 def markdown_text(text: str) -> str:
     """`text` (from the cluster or a model) as plain text inside a markdown chat message (DingTalk, WeCom): one
     line (one_line: no new block, no bullet or heading of its own), no link, image, HTML tag or <@mention>

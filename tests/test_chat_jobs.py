@@ -265,6 +265,10 @@ def test_chat_says_it_cannot_stop_a_job_and_names_a_protection(client):
     assert zh.startswith("聊天无法停止作业") and "cv-team/detector-train" in zh
     en = ask(client, "is prod/llm-serving gonna get killed?", CAROL)[1][-1]["answer"]
     assert "It is protected (" in en and "never stops it" in en
+    # What comes next says the same: it read "the next sweep warns the owner; a stop can come ..." (a probe).
+    assert "neither warned of a stop nor stopped" in en and "next sweep warns" not in en, en
+    zh = ask(client, "prod/llm-serving 会被停止吗？", CAROL)[1][-1]["answer"]
+    assert "它受保护" in zh and "不会收到停止警告" in zh and "下一次巡检会警告" not in zh, zh
 
 
 def test_records_of_an_earlier_namesake_are_left_out_but_its_keep_holds():
@@ -434,3 +438,24 @@ def test_before_any_sweep_the_chat_says_none_has_run_not_that_nobody_wastes(clie
         assert answer.startswith(said) and "Nobody" not in answer and "没有人" not in answer
     sweep_to(client, 95)
     assert JOB in ask(client, "who is wasting GPUs?", CAROL)[1][-1]["answer"]
+
+
+def test_a_partition_named_like_the_question_is_a_team_only_where_the_question_says_so():
+    """"谁在浪费 GPU？" on a cluster with a Slurm partition `gpu` was answered "nobody in team gpu is wasting GPUs",
+    hiding the idle jobs of every other team (and of `gpu` itself, billed to its account)."""
+    from types import SimpleNamespace
+
+    from agent.api.answerer import _team_named
+    from core.cluster import JobInfo
+
+    jobs = [JobInfo(id="gpu/bash", scheduler="slurm", namespace="gpu", name="bash", user="u", project="nlp-lab"),
+            JobInfo(id="a100/train", scheduler="slurm", namespace="a100", name="train", user="u", project="cv"),
+            JobInfo(id="ml-team/nb", scheduler="kubernetes", namespace="ml-team", name="nb", user="v")]
+    ctx = SimpleNamespace(observation=SimpleNamespace(jobs=jobs), findings=[])
+    for question in ("谁在浪费 GPU？", "who is wasting GPU?", "who is wasting a100 right now?", "idle gpu jobs?"):
+        assert _team_named(ctx, question) == (None, None), question  # type: ignore[arg-type]
+    for question in ("what did team gpu spend?", "who is wasting GPUs in gpu?", "gpu 团队本周花了多少？",
+                     "idle jobs of the gpu partition"):
+        assert _team_named(ctx, question) == ("gpu", None), question  # type: ignore[arg-type]
+    assert _team_named(ctx, "who is wasting GPUs in nlp-lab?") == ("nlp-lab", None)  # type: ignore[arg-type]
+    assert _team_named(ctx, "ml-team 谁在浪费 GPU") == ("ml-team", None)  # type: ignore[arg-type]

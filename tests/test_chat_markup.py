@@ -154,3 +154,35 @@ def test_an_incident_message_to_oncall_shows_the_jobs_on_the_node_and_the_alerts
         assert live_markup(title) == [] and live_markup(body) == [], body
         assert not [line for line in body.splitlines() if "approved by oncall" in line and line.startswith("- ")]
         assert "1. Drain the node." in body and "evil.example/sso" in body  # the runbook's steps; the name as text
+
+
+def test_a_chatops_reply_quotes_a_job_name_as_text(tmp_path):
+    """A DingTalk or WeCom reply (the answerer's, or the findings summary) names jobs and quotes their evidence: a
+    Slurm job named `<a href=...>` or `[..](https://..)` became a live link in the steward's reply (WeCom renders
+    `<a href>` in a text message), and @all a mention. The reply's own lines stay."""
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from agent.api.build import fast_forward
+    from agent.chatops.commands import ChatCommands, findings_summary
+    from agent.chatops.directory import UserDirectory
+    from agent.chatops.router import offline_answer
+    from agent.config.settings import Settings
+    from server import create_app
+
+    name = 'gpu/<a href="https://evil.example/sso">keep your job</a> @all'
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario(name)))
+    settings = Settings(data_dir=tmp_path / "data", leader_lock="none", sweep_every_s=300, runbooks_enabled=False,
+                        scenario=str(path))
+    app = create_app(settings, speed=0, start_s=0, run_scheduler=False)
+    with TestClient(app, base_url="http://localhost"):
+        rt = app.state.runtime
+        fast_forward(rt, until_s=90 * 60)
+        chat = ChatCommands(lambda: rt, UserDirectory.from_settings(settings), offline_answer(lambda: rt))
+        replies = [chat.handle("wecom", "ops", q) for q in ("who is wasting GPUs?", "谁在浪费 GPU？")]
+        replies += [findings_summary(rt, lang) for lang in ("en", "zh")]
+        for reply in replies:
+            assert "keep your job" in reply, reply  # the job is named
+            assert "<a" not in reply and "https://" not in reply and "@all" not in reply, reply
+        assert len(replies[2].splitlines()) == 3  # heading, the one finding, the closing hint

@@ -449,6 +449,7 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
         lines.append(_t(lang, f"- {_when(e.at, now, ctx.zone, lang)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
                         f"- {_when(e.at, now, ctx.zone, lang)}{_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
                         f"{due}"))
+    why = None
     if job is not None and ctx.policy is not None:
         from agent.guardrail.protection import protection_reason
         from core.actions import History
@@ -457,7 +458,12 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
         if why:
             lines.append(_t(lang, f"It is protected ({why}): the steward never stops it.",
                             f"它受保护（{protection_reason_zh(why)}）：巡检服务不会停止它。"))
-    lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
+    if why and not kept and not waiting and job is not None and job.state not in _GONE:
+        # What comes next for a protected job is what the guardrail allows it: no warning of a stop, no stop.
+        lines.append(_t(lang, "Next: nothing; being protected, it is neither warned of a stop nor stopped.",
+                        "接下来：不做任何操作；它受保护，不会收到停止警告，也不会被停止。"))
+    else:
+        lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
     return "\n".join(lines)
 
 
@@ -878,13 +884,30 @@ _NOT_TEAMS = {"", "per", "each", "every", "by", "all", "other", "cross", "multi"
               "do", "does", "use", "uses", "using", "total", "totals", "breakdown", "and", "or", "in", "on", "of"}
 
 
+# Words a question about GPUs uses for what it asks about (a GPU, a GPU model, a job, a node) that clusters also name
+# partitions and namespaces after (Slurm's `gpu`, `a100`): such a name is a team only where the question says so.
+_QUESTION_WORD = re.compile(r"(?i)gpus?|cpus?|jobs?|nodes?|pools?|queues?|idle|default|[abhlvtk]\d{2,3}[a-z]?|mi\d{2,3}x?"
+                            r"|rtx\w*")
+
+
+def _says_team(text: str, team: str) -> bool:
+    """Whether `text` names `team` as a team: "team gpu", "gpu team", "the gpu partition", "in gpu", "gpu 团队"."""
+    name = re.escape(team)
+    return bool(re.search(
+        rf"(?i)(?:\b(?:team|namespace|partition|project|account|in|for|of)|团队|命名空间|分区|项目)\s*[:：]?\s*{name}"
+        rf"(?![\w-])|(?<![\w-]){name}(?:'s\b|\s*(?:team|namespace|partition|project|account)\b|\s*(?:团队|命名空间|分区|项目))",
+        text))
+
+
 def _team_named(ctx: ChatContext, text: str) -> tuple[str | None, str | None]:
     """(a team the question names, a team-like word that names none) from the teams chat knows: jobs' projects and
-    namespaces, findings' teams."""
+    namespaces, findings' teams. A team named like a word of the question itself ("谁在浪费 GPU？" on a cluster with
+    a Slurm partition `gpu`) counts only where the question says it is a team (`_says_team`)."""
     teams = {t for j in ctx.observation.jobs for t in (j.project, j.namespace) if t}
     teams |= {f.team for f in ctx.findings if f.team}
     words = {w.lower() for w in _TOKEN.findall(text)}
-    hits = sorted(t for t in teams if t.lower() in words)
+    hits = sorted(t for t in teams if t.lower() in words
+                  and (not _QUESTION_WORD.fullmatch(t) or _says_team(text, t)))
     if hits:
         return hits[0], None
     if re.search(r"(?i)\b(?:which|each|every|per|by|all|across|between)\s+teams?\b|各团队|哪个团队|哪些团队|各个团队|所有团队",

@@ -16,6 +16,7 @@ from agent.graph.deps import StewardDeps
 from agent.records.approvals import ApprovalError, audit_refused_answer
 from core.actions import Finding
 from core.durations import format_duration, parse_duration, spoken_units
+from core.text import markdown_text
 
 log = logging.getLogger("steward.chatops")
 
@@ -85,9 +86,11 @@ def findings_summary(service: StewardService, lang: str, platform: str = "") -> 
 
         policy = getattr(service.deps, "policy", None)
         zone = team_zone(policy) if policy is not None else UTC
-        lines = [f"- {f.target}：{kind_label(f.kind, lang)}。{describe(f, lang, zone)}" for f in findings[:10]]
+        lines = [f"- {markdown_text(f.target)}：{kind_label(f.kind, lang)}。{markdown_text(describe(f, lang, zone))}"
+                 for f in findings[:10]]
     else:
-        lines = [f"- {f.target}: {f.kind}. {f.evidence}" for f in findings[:10]]
+        # A job's name and its evidence (log lines) are the cluster's words: one line each, no link, tag or @all.
+        lines = [f"- {markdown_text(f.target)}: {f.kind}. {markdown_text(f.evidence)}" for f in findings[:10]]
     if platform in UNSIGNED_SENDERS:
         tail = _t(lang, "Reply `keep 4h <job> <reason>` to keep your job; approvers answer a request with the Approve / "
                         "Deny buttons on its card.",

@@ -24,6 +24,7 @@ from agent.chatops.replay import SeenCallbacks, StoreUnavailable
 from agent.chatops.wecom_crypto import WeComCrypto, WeComCryptoError
 from agent.config.settings import Settings
 from agent.records.approvals import ApprovalError, ApprovalUnavailable, audit_refused_answer
+from core.text import chat_reply_text
 
 WECOM_MAX_SKEW_S = 300.0
 # A timestamp seen now is accepted for at most 2 * skew; a second more, so a key is never forgotten at the very edge.
@@ -76,8 +77,9 @@ def offline_answer(provider: Callable[[], Any]) -> Answer:
         except Exception:  # noqa: BLE001 - a failed answer falls back to the findings summary, never a 500
             log.warning("chat answer for a ChatOps question failed; replying with the findings summary", exc_info=True)
             return None
-        # Chat messages are plain text: the web chat's **bold** would show as asterisks.
-        return None if reply is None else (notice + reply).replace("**", "")
+        # Chat messages are plain text: the web chat's **bold** would show as asterisks. The answer quotes the
+        # cluster's words (a Slurm job named `<a href=...>`): no link, tag or @all leaves in the steward's name.
+        return None if reply is None else chat_reply_text((notice + reply).replace("**", ""))
 
     return ask
 

@@ -185,7 +185,7 @@ def create_app(settings: Settings, *, service: StewardRuntime | None = None, ext
         health_stores.update(getattr(router, "health_stores", {}))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 

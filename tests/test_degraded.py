@@ -174,6 +174,10 @@ def test_healthz_says_when_the_planner_model_is_unreachable(tmp_path):
         assert health.status_code == 503, health.json()
         [reason] = health.json()["reasons"]
         assert reason["reason"] == "planner_degraded" and "did not answer" in reason["detail"], reason
+        # A monitor that probes with HEAD (it answered 405) gets the same status, without the body.
+        head = client.head("/healthz")
+        assert head.status_code == 503 and head.content == b""
+        assert client.head("/").status_code == 200
         assert "127.0.0.1" not in reason["detail"]  # the model's error (its URL) stays in the report, not public
         assert "policy model" in reason["detail"]
 
@@ -269,3 +273,49 @@ def test_healthz_names_the_alerts_and_changes_stores_when_they_cannot_be_written
             changes.write_problem = Problem("data_dir_full", f"{changes.path}: no space left")
             reasons = client.get("/healthz").json()["reasons"]
             assert [r["reason"] for r in reasons] == ["data_dir_full"] and "changes" in reasons[0]["detail"]
+
+
+def test_a_chatops_or_alert_store_whose_writes_fail_is_degraded_until_one_works(tmp_path):
+    """A ChatOps callback store held locked by another process refused every DingTalk and WeCom callback (503,
+    "database is locked") while /healthz said "ok": only a failed open was reported. A failed use is reported too,
+    by name, until a use works again; the links and the alert receiver's stores the same way."""
+    import sqlite3
+
+    from agent.alerts.store import IncidentStore
+    from agent.api.health import store_problems
+    from agent.chatops.links import UsedNonces
+    from agent.chatops.replay import SeenCallbacks
+    from agent.records.store import StoreUnavailable
+
+    class Locked:
+        def __init__(self, conn):
+            self.conn, self.locked = conn, True
+
+        def execute(self, *args):
+            if self.locked:
+                raise sqlite3.OperationalError("database is locked")
+            return self.conn.execute(*args)
+
+    seen = SeenCallbacks(tmp_path / "chatops-callbacks.sqlite", keep_s=7200)
+    seen._conn = lock = Locked(seen._conn)
+    with pytest.raises(StoreUnavailable):
+        seen.first_use("dingtalk:1:sig", 1000.0)
+    [problem] = store_problems("chatops-callbacks", seen)
+    assert problem.reason == "db_locked" and "chatops-callbacks" in problem.detail, problem
+    lock.locked = False
+    assert seen.first_use("dingtalk:1:sig", 1000.0) and store_problems("chatops-callbacks", seen) == []
+
+    from agent.chatops.links import LinkClaim
+    nonces = UsedNonces(tmp_path / "chatops-links.sqlite")
+    nonces._conn = Locked(nonces._conn)
+    with pytest.raises(StoreUnavailable):
+        nonces.spend(LinkClaim(a="apr_1", d="approve", n="n1", e=2000, r=""), "lead", 1000.0)
+    assert [p.reason for p in store_problems("chatops-links", nonces)] == ["db_locked"]
+
+    incidents = IncidentStore(tmp_path / "alerts.sqlite")
+    incidents._conn = lock = Locked(incidents._conn)
+    with pytest.raises(StoreUnavailable):
+        incidents.open_incident("k")
+    assert [p.reason for p in store_problems("alerts", incidents)] == ["db_locked"]
+    lock.locked = False
+    assert incidents.open_incident("k") is None and store_problems("alerts", incidents) == []

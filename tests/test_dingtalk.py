@@ -212,6 +212,20 @@ def test_keep_from_owner_makes_the_guardrail_refuse_the_stop():
     assert "running the demo tonight" in decision.reason and "dingtalk:alice" in decision.reason
 
 
+def test_a_message_holding_nul_is_refused_as_said_and_nothing_is_recorded():
+    """A NUL in a chat message was kept on SQLite (the reason written with it) and, on Postgres, answered with a 422
+    (no reply at all) and logged as "the cluster could not be read". Refused as said, in the sender's language, before
+    anything is parsed or written, whichever store is behind."""
+    world = World()
+    world.sweep_at(65)
+    before = len(world.deps.audit.entries())
+    reply = world.say("staff-alice", "keep 4h \u0000 demo").json()["text"]["content"]
+    assert reply.startswith("Not taken: the message holds a NUL character"), reply
+    zh = world.say("staff-alice", "保留 4h \u0000 演示").json()["text"]["content"]
+    assert zh.startswith("未受理：消息中含有 NUL 字符"), zh
+    assert len(world.deps.audit.entries()) == before and not world.deps.audit.entries(kind="exemption")
+
+
 def test_keep_from_someone_else_is_refused_and_chinese_gets_chinese():
     world = World()
     world.sweep_at(65)

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent.alerts.incidents import Alert, legacy_incident_key, subject_of
 from agent.records import pg
-from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable, classify, dialect
+from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable, dialect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
@@ -92,9 +92,11 @@ class IncidentStore(Reopening):
         if (problem := self.healthy()) is not None:
             raise StoreUnavailable(problem)
         try:
-            return self._conn.execute(sql, args)
+            cur = self._conn.execute(sql, args)
         except DB_ERRORS as exc:
-            raise StoreUnavailable(classify(exc, self.path)) from exc
+            raise self._failed(exc) from exc
+        self._worked()
+        return cur
 
     @staticmethod
     def _incident(row: tuple) -> Incident:

@@ -81,7 +81,7 @@ def health_threads() -> ThreadPoolExecutor:
     return _health_threads[1]
 
 
-@router.get("/healthz", response_model=Health, tags=["ops"],
+@router.api_route("/healthz", methods=["GET", "HEAD"], response_model=Health, tags=["ops"],
             responses={503: {"model": Health, "description": "degraded: `reasons` says why; the process is up"}})
 async def healthz(request: Request, response: Response) -> Health:
     rt = runtime_of(request)

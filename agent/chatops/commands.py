@@ -14,6 +14,7 @@ from agent.chatops.directory import UserDirectory
 from agent.detectors.evidence import describe, kind_label
 from agent.graph.deps import StewardDeps
 from agent.records.approvals import ApprovalError, audit_refused_answer
+from agent.records.store import StoreUnavailable
 from core.actions import Finding
 from core.durations import format_duration, parse_duration, spoken_units
 from core.text import markdown_text
@@ -111,6 +112,12 @@ class ChatCommands:
 
     def handle(self, platform: str, chat_id: str, text: str) -> str:
         """One message from `chat_id` on `platform` ("dingtalk" / "wecom"); the reply text."""
+        if "\x00" in text:
+            # No record can hold it (Postgres text refuses NUL; the API refuses it with a 422): refused as said, on
+            # SQLite and Postgres alike, before anything is parsed or written.
+            return _t(language_of(text.replace("\x00", "")),
+                      "Not taken: the message holds a NUL character (U+0000), which nothing can record; send it "
+                      "again without it.", "未受理：消息中含有 NUL 字符（U+0000），无法记录；请去掉后重新发送。")
         text = re.sub(r"^@\S+\s+", "", text.strip())  # a leading @robot mention
         command = re.sub(r"^@\S+\s+", "", normalised(text).strip())
         lang = language_of(text)
@@ -260,6 +267,11 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
     try:
         return _keep_job(deps, request, user, by, lang, run_id, approver, not_as_approver, context_job, data, now,
                          refuse)
+    except StoreUnavailable as exc:  # the audit log could not be written: nothing was kept, and the refusal is not
+        log.warning("keep from chat not taken: %s", exc)  # recorded either (the same store)
+        return _t(lang, f"Not kept: the steward's records cannot be written just now ({exc.problem.reason}); nothing "
+                        "was recorded. Say it again in a minute, or ask an approver to keep it in the web UI.",
+                  f"未保留：巡检服务的记录暂时无法写入（{exc.problem.reason}），未作任何记录。请一分钟后再说一次，或请审批人在网页上保留。")
     except Exception as exc:  # noqa: BLE001 - the cluster could not be read: told, audited, never a 500
         log.warning("keep from chat not taken: the cluster could not be read: %s", exc)
         return refuse(getattr(request, "job", None) or context_job,

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from agent.records import pg
-from agent.records.store import DB_ERRORS, Reopening, StoreUnavailable, classify
+from agent.records.store import DB_ERRORS, Reopening, StoreUnavailable
 
 MAX_TOKEN_CHARS = 1024  # a real token is about 200 characters
 _SCHEMA = "CREATE TABLE IF NOT EXISTS used_links (nonce TEXT PRIMARY KEY, expires INTEGER, by TEXT);"
@@ -124,7 +124,8 @@ class UsedNonces(Reopening):
                 cur = self._conn.execute("INSERT INTO used_links VALUES (?,?,?) ON CONFLICT DO NOTHING",
                                          (claim.n, claim.e, by))
             except DB_ERRORS as exc:
-                raise StoreUnavailable(classify(exc, self.path)) from exc
+                raise self._failed(exc) from exc
+            self._worked()
             if cur.rowcount != 1:
                 raise LinkRefused("link already used")
 

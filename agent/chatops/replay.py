@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from agent.records import pg
-from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable, classify
+from agent.records.store import DB_ERRORS, Problem, Reopening, StoreUnavailable
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS seen_callbacks (key TEXT PRIMARY KEY, seen_at REAL NOT NULL);"
 _PG_SCHEMA = _SCHEMA.replace("REAL", "DOUBLE PRECISION")
@@ -38,7 +38,8 @@ class SeenCallbacks(Reopening):
                 cur = self._conn.execute("INSERT INTO seen_callbacks VALUES (?, ?) ON CONFLICT DO NOTHING",
                                          (key, now_s))
             except DB_ERRORS as exc:
-                raise StoreUnavailable(classify(exc, self.path)) from exc
+                raise self._failed(exc) from exc
+            self._worked()
             return cur.rowcount == 1
 
     def forget(self, key: str) -> None:

@@ -231,8 +231,24 @@ class Reopening:
 
     _conn: Any
     problem: Problem | None
+    path: str
     _open_args: tuple[str, str, str, dict[str, Any]]
     _next_open: float = 0.0
+    # The last use failed (a lock held past the busy timeout, a full disk) and none has worked since: every callback
+    # or link is refused meanwhile, so /healthz must say so, as it does for the audit log's failed writes.
+    write_problem: Problem | None = None
+
+    def problems(self) -> list[Problem]:
+        """Why the store cannot be used right now (its open failed, or its last use did); empty: it can."""
+        return [p for p in (self.problem, self.write_problem) if p is not None]
+
+    def _failed(self, exc: BaseException) -> StoreUnavailable:
+        """The error a failed use raises, remembered until a use works (`_worked`)."""
+        self.write_problem = classify(exc, self.path)
+        return StoreUnavailable(self.write_problem)
+
+    def _worked(self) -> None:
+        self.write_problem = None
 
     def _open(self, location: str, schema: str, table: str, **kw: Any) -> None:
         self._open_args = (location, schema, table, kw)

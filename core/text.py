@@ -12,7 +12,9 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 
 # Text from the cluster (a job's name, a user, a project, a label, a log line) or from a model is shown as text,
 # never as markup or terminal control: one_line for a terminal or a plain line, markdown_text for a chat message.
-_CONTROLS = re.compile("\r\n|[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Zero-width characters too (U+200B-200D, U+2060, U+FEFF, the Arabic letter mark U+061C), as the web UI writes them
+# (agent/web/render.js): `gpu/zw\u200bjob` must not print as `gpu/zwjob`, another job's name.
+_CONTROLS = re.compile("\r\n|[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff\u061c]")
 
 
 def gigabytes(gb: float) -> str:

@@ -212,6 +212,24 @@ def test_keep_from_owner_makes_the_guardrail_refuse_the_stop():
     assert "running the demo tonight" in decision.reason and "dingtalk:alice" in decision.reason
 
 
+def test_an_approval_whose_action_the_guardrail_then_blocks_says_so_on_the_page():
+    """The approve-link page said only "Done: approved by lead" when the guardrail then refused the forced stop (here:
+    its owner kept the job meanwhile); the approver believed it done. The page names what was not carried out."""
+    from datetime import timedelta
+
+    world = World()
+    approval = world.pending_force_kill()
+    now = world.deps.clock.now()
+    world.deps.audit.record("exemption", at=now, run_id="chat", target="ml-team/stubborn", status="granted",
+                            reason="demo tonight", data={"until": (now + timedelta(hours=4)).isoformat(), "by": "bob"})
+    token = world.links.token(approval.id, "approve", NOW, recipient="lead")
+    page = world.client.post("/chatops/approve", data={"token": token})
+    assert page.status_code == 200 and "approved by lead" in page.text, page.text
+    assert "Not carried out: force_terminate ml-team/stubborn was blocked" in page.text, page.text
+    assert "未执行：强制停止 ml-team/stubborn" in page.text, page.text
+    assert world.cluster.get_job("ml-team/stubborn").state in ("stopping", "running")  # not force-stopped
+
+
 def test_a_message_holding_nul_is_refused_as_said_and_nothing_is_recorded():
     """A NUL in a chat message was kept on SQLite (the reason written with it) and, on Postgres, answered with a 422
     (no reply at all) and logged as "the cluster could not be read". Refused as said, in the sender's language, before

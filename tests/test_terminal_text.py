@@ -86,6 +86,9 @@ def test_one_line_escapes_line_breaks_and_controls_and_keeps_the_rest():
 
     assert one_line("a\nb\r\nc\rd\x1b[31m\x00\x7f\x9b\u2028\u202e") == "a␤b␤c\\x0dd\\x1b[31m\\x00\\x7f\\x9b\\u2028\\u202e"
     assert one_line("ml-team/训练（第二轮） 100% <ok> [x]") == "ml-team/训练（第二轮） 100% <ok> [x]"
+    # Zero-width characters as the web UI writes them: `gpu/zw\u200bjob` is not `gpu/zwjob` (a probe).
+    assert one_line("gpu/zw\u200bjob\u200c\u200d\u2060\ufeff\u061c") == \
+        "gpu/zw\\u200bjob\\u200c\\u200d\\u2060\\ufeff\\u061c"
 
 
 def test_gpu_memory_under_ten_gb_keeps_a_decimal_so_a_cuda_context_is_not_zero():

@@ -103,6 +103,26 @@ def findings_summary(service: StewardService, lang: str, platform: str = "") -> 
     return "\n".join([head, *lines, tail])
 
 
+def not_carried_out(result: Any, lang: str) -> str:
+    """What an approval's answer did not bring about: each action it was to carry out that was blocked, refused or
+    failed (the guardrail re-checks the job first: one recreated under its name is another job), in the approver's
+    language; "" when every one was carried out or there was none. An approver told only "approved" believed it
+    done."""
+    from agent.graph.report import action_label, outcome_text, status_label
+
+    lines = []
+    for o in (getattr(result, "state", None) or {}).get("outcomes", []):
+        if o.get("status") in ("executed", "skipped"):
+            continue
+        said = outcome_text(o["action"], o["status"], o.get("detail") or "", o.get("reason") or "", lang)
+        said = markdown_text(said)  # the reason quotes the cluster (a job's name)
+        lines.append(_t(lang, f" Not carried out: {o['action']} {markdown_text(o['target'])} was {o['status']}"
+                              f"{f' ({said})' if said else ''}.",
+                        f" 未执行：{action_label(o['action'], 'zh')} {markdown_text(o['target'])}"
+                        f"{status_label(o['status'], 'zh')}{f'（{said}）' if said else ''}。"))
+    return "".join(lines)
+
+
 @dataclass
 class ChatCommands:
     service_provider: Callable[[], StewardService]
@@ -156,13 +176,14 @@ class ChatCommands:
             return _t(lang, f"No approval request {approval_id}.", f"没有编号为 {approval_id} 的审批请求。")
         en, zh = _PLATFORM_NAMES.get(platform, (platform, platform))
         try:
-            service.answer(approval_id, decision, by=by, reason=reason or _t(lang, f"via {en}", f"通过{zh}"))
+            result = service.answer(approval_id, decision, by=by, reason=reason or _t(lang, f"via {en}", f"通过{zh}"))
         except ApprovalError as exc:
             return _t(lang, f"Not taken: {exc}", f"未受理：{exc.zh}")
         done = service.deps.approvals.get(approval_id)
         status = done.status if done else decision
         return _t(lang, f"{approval_id}: {status} by {by}.",
-                  f"{approval_id}：已由 {by} {'批准' if status == 'approved' else '拒绝' if status == 'denied' else '处理'}。")
+                  f"{approval_id}：已由 {by} {'批准' if status == 'approved' else '拒绝' if status == 'denied' else '处理'}。") \
+            + not_carried_out(result, lang)
 
     def _refuse_unsigned(self, platform: str, chat_id: str, decision: str, approval_id: str, lang: str) -> str:
         """Audited and refused: anyone holding one captured callback could send this text under any sender id."""

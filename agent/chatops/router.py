@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from agent.chatops import dingtalk, wecom
-from agent.chatops.commands import Answer, ChatCommands, StewardService
+from agent.chatops.commands import Answer, ChatCommands, StewardService, not_carried_out
 from agent.chatops.directory import UserDirectory
 from agent.chatops.links import MAX_TOKEN_CHARS, ApprovalLinks, LinkClaim, LinkExpired, LinkRefused, UsedNonces
 from agent.chatops.replay import SeenCallbacks, StoreUnavailable
@@ -290,8 +290,8 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                                               f"链接存储无法写入，未执行任何操作</p><p>{html.escape(exc.problem.detail)}</p>", 503)
         service = service_of(request)
         try:
-            await run_in_threadpool(service.answer, claim.a, claim.d, by=f"link:{by}",
-                                    reason=form.get("reason", "") or "via chat link")
+            result = await run_in_threadpool(service.answer, claim.a, claim.d, by=f"link:{by}",
+                                             reason=form.get("reason", "") or "via chat link")
         except ApprovalUnavailable as exc:
             # Nothing was answered: the nonce is given back, so the same button works once the store is back.
             spent.forget(claim.n)
@@ -314,8 +314,10 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
                          f"be completed / 答复已记录，但页面未能完整生成</p>", 200)
         zh = "批准" if claim.d == "approve" else "拒绝"
         done = "approved" if claim.d == "approve" else "denied"
+        missed = [not_carried_out(result, lang).strip() for lang in ("en", "zh")]
+        shown = f"<p>{html.escape(missed[0])}</p><p>{html.escape(missed[1])}</p>" if missed[0] else ""
         return _page("Done / 已完成", f"<p>{html.escape(claim.a)}: {done} by {html.escape(by)} / "
-                                      f"{html.escape(by)} 已{zh}</p>")
+                                      f"{html.escape(by)} 已{zh}</p>{shown}")
 
     router.links = links  # type: ignore[attr-defined]  # the card listener signs with the same secret
     # What /healthz reports besides the audit and approval stores, however the router is mounted (server.py's

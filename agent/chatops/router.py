@@ -245,7 +245,11 @@ def chatops_router(settings: Settings, service_provider: Callable[[], StewardSer
         return claim, None
 
     @router.get("/chatops/approve", response_class=HTMLResponse)
-    def approve_page(token: Annotated[str, Query(max_length=MAX_TOKEN_CHARS)]) -> HTMLResponse:
+    def approve_page(token: Annotated[str, Query(description=f"the signed link (at most {MAX_TOKEN_CHARS} "
+                                                             "characters)")] = "") -> HTMLResponse:
+        if links is not None and (not token or len(token) > MAX_TOKEN_CHARS):  # a person opened it: a page, not JSON
+            return _page("Link refused / 链接无效", "<p>no link, or one too long to be a steward's (cut or altered in "
+                         "copying?) / 链接缺失或过长，不是本服务生成的链接（复制时被截断或修改？）</p>", 400)
         claim, refused = _claim(token)
         if refused is not None:  # a GET only shows (link previewers fetch it too): nothing to audit
             return refused

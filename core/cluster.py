@@ -135,14 +135,12 @@ JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # the Job contro
 
 # Controllers whose pods are independent replicas, never one job: a Deployment's (its ReplicaSet's) interchangeable
 # replicas, a DaemonSet's per-node agents, a plain batch Job's work-queue workers (an Indexed Job is read from its
-# labels above), a Kubeflow Notebook's single workspace pod, an Argo Workflow's steps or a Tekton TaskRun's pod (each
-# step its own container run to completion, never in rendezvous with a sibling step: argo-workflows#13979 shows the
-# parallel steps of a fan-out running on while one fails). Any other owner (a DLRover ElasticJob, a hand-rolled
-# torchrun StatefulSet, a Spark driver pod owning its executors) runs its pods as one job: stopping one breaks the job
-# the others belong to. ownerReferences are as self-service as labels (a pod's creator sets them), so reading them
-# grants nothing a gang label would not.
-INDEPENDENT_OWNERS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "Job", "CronJob", "Notebook", "Workflow",
-                                "TaskRun"})
+# labels above), a Kubeflow Notebook's single workspace pod, a Tekton TaskRun's one pod. Any other owner (a DLRover
+# ElasticJob, an Argo Workflow, a hand-rolled torchrun StatefulSet, a Spark driver pod owning its executors) runs its
+# pods as one job: stopping one breaks the job the others belong to. (An Argo Workflow's steps are one job for a hang,
+# and each its own for idleness: agent/detectors/gang.py STEP_OWNERS.) ownerReferences are as self-service as labels
+# (a pod's creator sets them), so reading them grants nothing a gang label would not.
+INDEPENDENT_OWNERS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "Job", "CronJob", "Notebook", "TaskRun"})
 
 
 def owner_gang_key(namespace: str, owner_kind: str | None, owner_name: str | None,

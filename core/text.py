@@ -47,11 +47,16 @@ _AT_ALL = re.compile(r"(?i)@(?=all\b|所有人)")
 _OPENING = re.compile(r"^(\s*)\(")  # after a bracket of the steward's ("[GPU Steward] (url)"), a link's target
 
 
+# What a text message renders: an HTML link or image, a closing tag, a tag with attributes, a <@mention>.
+_LIVE_TAG = re.compile(r"<(?=[@/!]|(?:a|img)\b|[A-Za-z][\w-]*\s+[^<>]*=)", re.I)
+
+
 def chat_reply_text(text: str) -> str:
     """A reply the steward composed from its own lines and the cluster's words (job names, log lines), as a DingTalk or
-    WeCom text message: its lines kept, but no HTML tag (WeCom renders `<a href>` in a text message), markdown link or
-    <@mention>, no live URL and no @all, wherever they came from. The steward's own replies carry none of these."""
-    text = text.translate(_MARKUP)
+    WeCom text message: its lines kept, but no live HTML tag (WeCom renders `<a href>` in a text message) or
+    <@mention>, no live URL and no @all, wherever they came from. The steward's own placeholders (`keep 4h <job>
+    <reason>`) are no tag and stay as written."""
+    text = _LIVE_TAG.sub("‹", text)
     text = _ENTITY.sub(r"＆\1", text)
     text = _SCHEME.sub(r"\1：", text)
     return _AT_ALL.sub("＠", text)

@@ -397,7 +397,7 @@ def test_what_operators_ask_that_fell_through_to_the_help_text(client):
     assert "cv-team/augment-worker" in waste and "research/lr-sweep" not in waste
     assert reply("is the ml-team wasting anything?", "waste").startswith("Nobody in team ml-team is wasting")
     # Overnight reaches into yesterday evening; keeps and protections have their own answer, in Chinese too.
-    assert reply("昨晚你都干了啥", "today").startswith("最近 24 小时共执行了 8 项操作")
+    assert reply("昨晚你都干了啥", "today").startswith("最近 24 小时共执行了 9 项操作")
     kept = reply("谁保留了作业？有哪些豁免", "kept")
     assert "prod/llm-serving" in kept and "注解 steward.io/protected=true 在保护列表 protection.annotations 中" in kept
     assert "is in protection.annotations" in reply("which jobs are protected?", "kept")
@@ -452,7 +452,9 @@ def test_a_partition_named_like_the_question_is_a_team_only_where_the_question_s
             JobInfo(id="a100/train", scheduler="slurm", namespace="a100", name="train", user="u", project="cv"),
             JobInfo(id="ml-team/nb", scheduler="kubernetes", namespace="ml-team", name="nb", user="v")]
     ctx = SimpleNamespace(observation=SimpleNamespace(jobs=jobs), findings=[])
-    for question in ("谁在浪费 GPU？", "who is wasting GPU?", "who is wasting a100 right now?", "idle gpu jobs?"):
+    jobs.append(JobInfo(id="p100/old", scheduler="slurm", namespace="p100", name="old", user="u"))
+    for question in ("谁在浪费 GPU？", "who is wasting GPU?", "who is wasting a100 right now?", "idle gpu jobs?",
+                     "what's the cost of GPU hours?", "idle P100 jobs?"):
         assert _team_named(ctx, question) == (None, None), question  # type: ignore[arg-type]
     for question in ("what did team gpu spend?", "who is wasting GPUs in gpu?", "gpu 团队本周花了多少？",
                      "idle jobs of the gpu partition"):

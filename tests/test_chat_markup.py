@@ -186,3 +186,6 @@ def test_a_chatops_reply_quotes_a_job_name_as_text(tmp_path):
             assert "keep your job" in reply, reply  # the job is named
             assert "<a" not in reply and "https://" not in reply and "@all" not in reply, reply
         assert len(replies[2].splitlines()) == 3  # heading, the one finding, the closing hint
+    # The steward's own placeholders are no tag: kept as written.
+    from core.text import chat_reply_text
+    assert chat_reply_text("Reply `keep 4h <job> <reason>`; util >= 5%") == "Reply `keep 4h <job> <reason>`; util >= 5%"

@@ -107,10 +107,10 @@ def test_the_pods_of_one_controller_are_one_job():
 
 
 def test_the_replicas_of_a_deployment_daemonset_plain_job_or_notebook_are_independent():
-    """A Deployment's replicas, a DaemonSet's per-node pods, a plain Job's work-queue workers, a notebook's pod and an
-    Argo Workflow's or Tekton TaskRun's steps are no gang: one idle beside a busy sibling is waste (a fan-out shard
-    hung while the other five work: argo-workflows#13979). A StatefulSet's pods are (a torchrun StatefulSet)."""
-    for kind in ("Deployment", "ReplicaSet", "DaemonSet", "Job", "Notebook", "Workflow", "TaskRun"):
+    """A Deployment's replicas, a DaemonSet's per-node pods, a plain Job's work-queue workers, a notebook's pod and a
+    Tekton TaskRun's pod are no gang: one idle beside a busy sibling is waste. A StatefulSet's pods are (a torchrun
+    StatefulSet), and so are an Argo Workflow's, except for idleness (the next test)."""
+    for kind in ("Deployment", "ReplicaSet", "DaemonSet", "Job", "Notebook", "TaskRun"):
         assert gang_of(_owned("w", "n1", kind)) is None, kind
         # Each judged alone (a Deployment's pods as services: advice, not a stop, agent/detectors/serving.py).
         found = {f.target for f in run_detectors(_owned_cluster(55.0, kind), POLICY) if f.target_type == "job"}
@@ -120,6 +120,14 @@ def test_the_replicas_of_a_deployment_daemonset_plain_job_or_notebook_are_indepe
     assert gang_of(job("llm/w", labels=GANG, owner_kind="PyTorchJob", owner_name="x")) == (
         "llm", "training.kubeflow.org/job-name", "sft")
     assert gang_of(job("llm/w", labels={}, owner_kind="Pod", owner_name=None)) is None
+
+
+def test_an_argo_workflows_idle_step_is_its_own_waste_and_a_pinned_one_waits_for_its_peers():
+    """One shard of a six-way Argo fan-out hung at 0 % while the others worked all day was never reported: a Workflow's
+    pods were one gang, the shard a "waiting rank" (argo-workflows#13979). A step idle at 0 % waits on no sibling;
+    one pinned in a collective (a torchrun fan-out with a rendezvous, a reviewer's case) still waits for its peers."""
+    assert kinds(_owned_cluster(55.0, "Workflow")) == {"llm/worker-1": "idle"}
+    assert kinds(_owned_cluster(55.0)) == {}  # any other owner: both wait while rank 0 works
 
 
 def test_a_stop_needs_the_whole_job_behind_it():

@@ -172,6 +172,21 @@ def test_a_job_never_seen_to_progress_is_hung_only_on_the_gpus_own_counters():
     assert f.since == AT - timedelta(hours=2) and f.metrics["never_progressed"] == 1
     assert "no progress in the last 40 log lines, none seen since it started at" in f.evidence
     assert "自启动以来未见进展" in describe(f, "zh")
+    # Its stop needs a person: a rank that never logs, spinning in a barrier while rank 0 saves, reads the same.
+    assert f.stop_needs_approval and "only rank 0 prints" in f.stop_needs_approval
+    assert f.stop_needs_approval_zh and "只有 rank 0 打印" in f.stop_needs_approval_zh
+    # The stretch begins at the GPUs' last real work, not at the start: a rank that trained (its tensor pipe busy)
+    # until 40 minutes ago and spins since, or a job that spun, worked and spins again, is warned for this stretch.
+    trained = never(timedelta(hours=2), tensor=[0.5] * (N - 8) + [0.0] * 8)
+    [f] = ZombieDetector(POLICY).detect(trained)
+    assert f.since == AT - timedelta(minutes=40), f.since
+    assert ZombieDetector(POLICY).detect(never(timedelta(hours=2), tensor=[0.5] * (N - 4) + [0.0] * 4)) == []
+    # A log that could not be read, or holds nothing, is no reading of silence.
+    for unread in (LogProgress(job="ml/train", lines=0, unread="permission denied"),
+                   LogProgress(job="ml/train", lines=0)):
+        obs = never(timedelta(hours=2))
+        obs.logs = {"ml/train": unread}
+        assert ZombieDetector(POLICY).detect(obs) == [], unread
     assert ZombieDetector(POLICY).detect(never(None)) == []  # start unknown
     assert ZombieDetector(POLICY).detect(never(timedelta(minutes=20))) == []  # younger than the window
     no_profiling = {"sm": None, "tensor": None, "dram": None}

@@ -447,9 +447,12 @@ def test_an_engines_stats_line_with_tokens_served_is_a_request_answered():
     sglang = "[2026-11-05 10:00:00] Decode batch. #running-req: 2, #token: 1234, gen throughput (token/s): 40.5"
     for text in (served, v0, sglang):
         assert request_path(text) == "engine stats (tokens served)", text
+    prefill = "[2026-11-05 10:00:00] Prefill batch. #new-seq: 1, #running-req: 1, input throughput (token/s): 812.3"
+    assert request_path(prefill) == "engine stats (tokens served)"
     for text in ("Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 35 reqs",
                  "[2026-11-05 10:00:00] Decode batch. #running-req: 0, #token: 0, gen throughput (token/s): 0.00",
-                 "step 100 throughput: 1200 samples/s", "Running: 2 reqs"):
+                 "step 100 throughput: 1200 samples/s", "Running: 2 reqs",
+                 "rollout step 3: Running: 2 reqs, throughput: 50 samples/s"):  # a trainer's words, not the engine's
         assert request_path(text) is None, text
     assert analyse_log("llm/gw", lines([served, v0]), NOW).requests == 2
 
@@ -466,8 +469,22 @@ def test_a_gpu_monitors_readings_beside_the_job_are_no_progress():
                for i in range(20)]
     for rows in (table, gpustat):
         assert analyse_log("j", lines(rows), NOW).progress_lines == 0
-    # A training report that names its GPU's power still reports work; so does a download.
-    work = [f"epoch 3 step {100 + i} loss 0.2{i} GPU 98% {300 + i}W" for i in range(5)]
-    assert analyse_log("j", lines(work), NOW).progress_lines == 5
+    # A job's own report that names its GPU's power still reports work (a reviewer's lines); so does a download.
+    for form in ("epoch 3 step {n} loss 0.2 GPU 98% 300W", "训练进度 45%，已完成 {n}/10000，GPU 功耗 300W",
+                 "[train] progress 45.0% | {n}/10000 | gpu 98% 350W 72C", "Throughput: {n}.5 img/sec | GPU 98% | 350W",
+                 "第 {n} 批推理完成，显存 70000MiB，功耗 300W",
+                 "Training: 45%|████| {n}/1000 [00:10<00:05, 8.00s/it, power=350W]"):
+        work = [form.format(n=100 + i) for i in range(5)]
+        # (a first sighting counts when it looks like a report: "批" is no hint word, so 4 of 5 there)
+        assert analyse_log("j", lines(work), NOW).progress_lines >= 4, form
     download = [f"model.safetensors: {40 + i}%| {i + 2}.1G/4.6G [00:10<00:12, 210MB/s]" for i in range(5)]
     assert analyse_log("j", lines(download), NOW).progress_lines == 5
+
+
+def test_a_retry_counter_in_chinese_is_no_progress():
+    """A Slurm array task retrying a rate-limited judge API logged `评测接口限流（HTTP 429），第 N 次尝试，30 秒后再试`: its
+    growing attempt counter read as progress, and the task holding its GPU was never reported (a probe)."""
+    retries = [f"评测接口限流（HTTP 429），第 {n} 次尝试，30 秒后再试" for n in range(1, 12)]
+    assert analyse_log("gpu/qwen-infer-5", lines(retries), NOW).progress_lines == 0
+    english = [f"judge API rate limited (HTTP 429), attempt {n}" for n in range(1, 12)]
+    assert analyse_log("gpu/qwen-infer-5", lines(english), NOW).progress_lines == 0

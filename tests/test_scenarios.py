@@ -149,7 +149,7 @@ DIFFICULTY: dict[str, str] = {
     "nccl-p2p-hang-at-first-collective": "hard",
     "nvidia-smi-csv-monitor-masks-hang": "hard",
     "vllm-v1-quiet-night-no-request-log": "hard",
-    "xid45-after-oom-kill-not-hardware": "medium",
+    "one-gpu-jobs-working-off-the-gpu": "medium",
     "deepspeed-fp16-overflow-skips-every-step": "hard",
 }
 

@@ -206,6 +206,7 @@ def test_a_model_servers_command_makes_a_service_whatever_its_image_and_labels()
         "runs `vllm.entrypoints.openai.api_server`"
     assert command("/opt/tritonserver/bin/tritonserver --model-repository=/models") == "runs `tritonserver`"
     assert command("bash -c python -m sglang.launch_server --model-path m") == "runs `sglang.launch_server`"
+    assert command('bash -c "vllm serve /models/m --port 8000"') == "runs `vllm serve`"  # a hand-written command
     for other in ("python train.py --serve", "torchrun --nproc_per_node 8 train.py", "python -m vllm_rl.trainer",
                   "/usr/bin/vllm bench throughput", "serve.sh", None, ""):
         assert command(other) is None, other
@@ -229,3 +230,9 @@ def test_a_statefulsets_idle_pod_gets_advice_since_its_statefulset_starts_it_aga
     from agent.detectors.serving import serving_zh
     zh = serving_zh(advice, "空闲 2 小时")
     assert "由控制器（StatefulSet）管理的 Pod" in zh, zh
+    # A DaemonSet's pod the same (an embedding agent requesting a GPU on every node: evicted, it comes back at once).
+    ds = sts.model_copy(update={"owner_kind": "DaemonSet", "owner_name": "embed-agent"})
+    from core.observation import Observation
+    [advice] = as_serving_advice([idle], Observation(at=NOW, slice_s=300, lookback_s=3600, jobs=[ds]), rule)
+    assert advice.kind == "idle_serving" and "scale the DaemonSet down" in advice.evidence
+    assert "由控制器（DaemonSet）管理的 Pod" in serving_zh(advice, "空闲 2 小时")

@@ -93,8 +93,8 @@ _STALL = re.compile(
     # A request the job made that failed, in a client's words (huggingface_hub's "HTTP Error 429 thrown while
     # requesting GET .../003_00000.parquet", requests' "503 Server Error: ... for url"): the next one's new URL moves
     # no work along. A server's access line answering 4xx stays a request it answered.
-    r"|\bHTTP\s*Error\s*[45]\d\d\b|\b[45]\d\d\s+(?:Client|Server)\s+Error\b"
-    r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询|请求失败",
+    r"|\bHTTP\s*(?:Error\s*)?[45]\d\d\b|\b[45]\d\d\s+(?:Client|Server)\s+Error\b"
+    r"|超时|等待|心跳|挂起|卡住|重试|重连|无响应|阻塞|轮询|请求失败|尝试|再试|限流",
     re.I,
 )
 # A stall word followed by a number ("Waiting: 0 reqs", "数据等待 0.012 秒"): perhaps a field of a report (_waits).
@@ -112,17 +112,23 @@ _SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state)(?![a-z
 # The scheduler's own lines in a job's output ("slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***", written
 # when the steward's SIGTERM lands) say what happened to the job, never that it progressed.
 _SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
-# A GPU monitor's reading (`nvidia-smi --query-gpu=...,power.draw --format=csv -l 60` or its table, gpustat) run beside
-# the job: the device's power, with its memory, utilisation or temperature, and no word of work and no rate. Its
-# numbers move every row, busy or hung: telemetry about the GPU, never the job's progress. Watts are what only a
-# device reading prints; a download's "45% 120 MiB" has a rate beside it.
-_POWER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?W\b")
-_DEVICE_READING = re.compile(r"\d\s?MiB\b|\d\s?%|\d\s?°?C\b")
-_WORK_WORD = re.compile(r"(?<![a-z])(?:step|iter|epoch|loss|shard|batch|sample|token|request)|/s\b|损失|轮|步", re.I)
+# A GPU monitor's reading run beside the job, in the three forms the tools print: a row of
+# `nvidia-smi --query-gpu=...,power.draw --format=csv[,noheader] -l 60` (comma-separated readings only, one in watts),
+# a row of nvidia-smi's table (power as "61W / 400W"), a gpustat line ("[0] NVIDIA A100 | 34°C,  0 % | ..."). Their
+# numbers move every row, busy or hung: telemetry about the GPU, never the job's progress. Only these forms: a job's
+# own line that names its GPU's power beside its progress ("进度 45%，4500/10000，功耗 300W") is read as any other.
+_CSV_FIELD = re.compile(r"\s*(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?|[-+]?\d+(?:\.\d+)?\s?(?:%|MiB|W|C|MHz)?"
+                        r"|NVIDIA[\w .-]*|[0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+|GPU-[0-9a-f-]+|\[?N/A\]?|P\d{1,2})\s*")
+_CSV_WATTS = re.compile(r"(?:^|,)\s*\d+(?:\.\d+)?\s?W\s*(?:,|$)")
+_SMI_TABLE = re.compile(r"\|\s*(?:N/A|\d+%)\s+\d+C\s+P\d{1,2}\s+(?:\d+W|N/A)\s*/\s*(?:\d+W|N/A)\s*\|")
+_GPUSTAT = re.compile(r"^\s*\[\d+\]\s[^|]+\|\s*\d+°?C,\s*\d+\s?%\s*\|")
 
 
 def _gpu_telemetry(text: str) -> bool:
-    return bool(_POWER.search(text) and _DEVICE_READING.search(text) and not _WORK_WORD.search(text))
+    if _SMI_TABLE.search(text) or _GPUSTAT.search(text):
+        return True
+    fields = text.split(",")
+    return len(fields) >= 3 and bool(_CSV_WATTS.search(text)) and all(_CSV_FIELD.fullmatch(f) for f in fields)
 
 
 _STEP = re.compile(r"(?:global[_ ]?step|step|iteration|iter)s?\b\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
@@ -179,7 +185,8 @@ _SERVED = re.compile(
 # #running-req: 2, ... gen throughput (token/s): 40.5`. Only with the engine's request count on the line (a training
 # log's "throughput: 1200 samples/s" serves no one), and only a non-zero throughput: requests running with none
 # (a stuck backlog) are no work.
-_ENGINE_STATS = re.compile(r"\bRunning:\s*\d+\s+reqs?\b|#running-req:\s*\d")
+_ENGINE_STATS = re.compile(r"\bAvg (?:prompt|generation) throughput:[^\n]*\bRunning:\s*\d+\s+reqs?\b"
+                           r"|\b(?:Decode|Prefill) batch\b[^\n]*#running-req:\s*\d")
 _ENGINE_SERVING = re.compile(r"\bthroughput(?:\s*\([^)]*\))?:\s*0*(?:[1-9]|\.0*[1-9])", re.I)
 # Paths that are not a caller's request: probes, metrics, and a notebook server's own API (the browser tab of an
 # open, idle notebook keeps calling it).

@@ -95,7 +95,8 @@ class IncidentStore(Reopening):
             cur = self._conn.execute(sql, args)
         except DB_ERRORS as exc:
             raise self._failed(exc) from exc
-        self._worked()
+        if not sql.lstrip().upper().startswith("SELECT"):
+            self._worked()  # a read that works says nothing of writes (a lock another process holds blocks only those)
         return cur
 
     @staticmethod

@@ -886,16 +886,16 @@ _NOT_TEAMS = {"", "per", "each", "every", "by", "all", "other", "cross", "multi"
 
 # Words a question about GPUs uses for what it asks about (a GPU, a GPU model, a job, a node) that clusters also name
 # partitions and namespaces after (Slurm's `gpu`, `a100`): such a name is a team only where the question says so.
-_QUESTION_WORD = re.compile(r"(?i)gpus?|cpus?|jobs?|nodes?|pools?|queues?|idle|default|[abhlvtk]\d{2,3}[a-z]?|mi\d{2,3}x?"
-                            r"|rtx\w*")
+_QUESTION_WORD = re.compile(r"(?i)gpus?|cpus?|jobs?|nodes?|pools?|queues?|idle|default|[abhlvtkp]\d{2,3}[a-z]?"
+                            r"|gb\d{3}|mi\d{2,3}x?|rtx\w*")
 
 
 def _says_team(text: str, team: str) -> bool:
     """Whether `text` names `team` as a team: "team gpu", "gpu team", "the gpu partition", "in gpu", "gpu 团队"."""
     name = re.escape(team)
     return bool(re.search(
-        rf"(?i)(?:\b(?:team|namespace|partition|project|account|in|for|of)|团队|命名空间|分区|项目)\s*[:：]?\s*{name}"
-        rf"(?![\w-])|(?<![\w-]){name}(?:'s\b|\s*(?:team|namespace|partition|project|account)\b|\s*(?:团队|命名空间|分区|项目))",
+        rf"(?i)(?:\b(?:team|namespace|partition|project|account|in|for)|团队|命名空间|分区|项目)\s*[:：]?\s*{name}"
+        rf"(?![\w-])|(?<![\w-]){name}(?:\s*(?:team|namespace|partition|project|account)\b|\s*(?:团队|命名空间|分区|项目))",
         text))
 
 

@@ -201,10 +201,12 @@ ClockTime = Annotated[time, BeforeValidator(_clock_time)]
 
 class NodeHealthRule(_Section):
     max_temp_c: float = Field(90.0, gt=0, le=150)  # above 150 C no GPU runs: the check would never fire
-    # Application faults, not hardware: the XIDs NVIDIA's device plugin leaves a GPU healthy after (13 graphics engine
-    # exception, 31 memory page fault, 43 GPU stopped processing, 45 preemptive cleanup after earlier errors, e.g. a
-    # process killed, 68 video processor exception; k8s-device-plugin internal/rm/health.go).
-    ignore_xids: list[int] = [13, 31, 43, 45, 68]
+    # Application faults, not hardware: XIDs NVIDIA's device plugin leaves a GPU healthy after (13 graphics engine
+    # exception, 31 memory page fault, 43 GPU stopped processing, 68 video processor exception; k8s-device-plugin
+    # internal/rm/health.go). Not 45 (preemptive cleanup), though the plugin skips it too: it follows a killed process,
+    # but also comes seconds after a 48, 94 or 95, and the exporter keeps only a GPU's last XID, so ignoring 45 would
+    # hide the hardware fault before it.
+    ignore_xids: list[int] = [13, 31, 43, 68]
 
 
 class PoolRule(_Section):

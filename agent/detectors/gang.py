@@ -29,6 +29,9 @@ from core.observation import Observation
 # work (a Ray CPU worker shuffling data at 1,400 %).
 GPULESS_SPIN_PCT = 200.0
 WAITING_KINDS = frozenset({"idle", "zombie", "keepalive"})
+# Controllers whose pods are steps run to completion each on its own (Argo Workflows): an idle step is its own waste,
+# while a pinned one (a torchrun fan-out with a rendezvous) may wait for a peer, as any gang's.
+STEP_OWNERS = frozenset({"Workflow"})
 
 
 def gang_of(job: JobInfo) -> tuple[str, str, str] | None:
@@ -139,6 +142,7 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
     flagged = {f.target for f in findings if f.target_type == "job" and f.kind in WAITING_KINDS}
     if not flagged:
         return findings
+    kinds = {f.target: f.kind for f in findings if f.target_type == "job"}
     gangs: dict[tuple[tuple[str, str, str], str], list[JobInfo]] = {}
     for job in obs.jobs:
         group = job_gang(job)
@@ -151,6 +155,10 @@ def spare_waiting_ranks(findings: list[Finding], obs: Observation, signals: Clus
                 if f.target_type == "job" and f.kind in WAITING_KINDS and f.stop_needs_approval}
     for ((_, label, value), _uid), pods in gangs.items():
         held = [p for p in pods if p.id in flagged]
+        if label in STEP_OWNERS:
+            # A step idle at 0 % waits on no sibling (each step runs to completion on its own: one shard of a fan-out
+            # hung while five worked all day, argo-workflows#13979); one pinned in a collective has a peer.
+            held = [p for p in held if kinds.get(p.id) != "idle"]
         ray = label == RAY_CLUSTER_LABEL
         # A Ray cluster's head and CPU pods are never flagged (no GPUs), so one not seen working is no doubt: an idle
         # Ray cluster's GPU workers are idle. In other gangs a pod without GPUs (an MPI launcher) may be the one at work.

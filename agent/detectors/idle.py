@@ -223,10 +223,11 @@ class IdleGpuDetector:
         """Advice for a job that works, but not on its GPUs: none used over the window, no more GPU memory held than
         a CUDA context, while its CPU, disk, network or log work (a dataset tokenised for hours inside a 4-GPU
         allocation, Princeton's jobstats alert; a dataset copied from network storage to local disk, seen as disk
-        writes). An over-provisioned finding with no GPU working: level 1, never a
-        stop. A job of one GPU, or one holding a model in GPU memory (an eval reading its dataset on the CPU), is
-        not told: the first is not over-provisioned, the second will use its GPU."""
-        if job.gpus < self.overprovisioned.min_gpus or len(window.series.gpus) < job.gpus:
+        writes). An over-provisioned finding with no GPU working: level 1, never a stop. A job of one GPU is told too
+        (AlphaFold's hours of CPU-only MSA search inside a GPU allocation, google-deepmind/alphafold#6: the GPU is held
+        and unused just the same); one holding a model in GPU memory (an eval reading its dataset on the CPU) is not:
+        it will use its GPU."""
+        if job.gpus < 1 or len(window.series.gpus) < job.gpus:
             return None
         mems = [g.mem_used_mb for g in window.series.gpus]
         if any(m is None for m in mems) or sum(m or 0.0 for m in mems) > CUDA_CONTEXT_MB * job.gpus:
@@ -241,7 +242,7 @@ class IdleGpuDetector:
         since = at - timedelta(seconds=window.seconds)
         if job.started_at is not None and job.started_at > since:
             since = job.started_at
-        evidence = (f"{job.gpus} GPUs requested, none used over {format_duration(window.seconds)} (max "
+        evidence = (f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} requested, none used over {format_duration(window.seconds)} (max "
                     f"{window.max_util:.1f}% util, no more GPU memory held than a CUDA context) while the job works "
                     f"off the GPU: {work}. Run this stage as a job without GPUs and ask for them where it uses them")
         metrics = {"gpus_requested": float(job.gpus), "gpus_working": 0.0, "ratio": float(job.gpus),

@@ -57,8 +57,11 @@ _VOLUME_WHY = "a persistent volume it mounts is bound to nodes it cannot run on 
 # Taints that come and go, so waiting may clear them: the node lifecycle's (node.kubernetes.io/not-ready,
 # unreachable, *-pressure, unschedulable), a cloud node not yet initialised, the cluster autoscaler's on a node it
 # is removing.
+# Karpenter's lifecycle taints too: a node being disrupted or not yet registered, which its replacement never carries
+# (kubernetes-sigs/karpenter#624, #2123): a pod refused by one waits for capacity, and no toleration is advice.
 _PASSING_TAINT = re.compile(r"^(node\.kubernetes\.io/|node\.cloudprovider\.kubernetes\.io/|"
-                            r"ToBeDeletedByClusterAutoscaler$|DeletionCandidateOfClusterAutoscaler$)")
+                            r"ToBeDeletedByClusterAutoscaler$|DeletionCandidateOfClusterAutoscaler$|"
+                            r"karpenter\.sh/(?:disrupted|disruption|unregistered)$)")
 # Control-plane nodes refuse every workload pod: a refusal, but never a toleration to advise.
 _CONTROL_PLANE_TAINTS = frozenset({"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"})
 

@@ -38,9 +38,10 @@ SERVING_KINDS = ("idle", "zombie")  # the findings a stop can cite that, on a se
 
 # Controllers that start another pod in an evicted one's place. A Kubeflow notebook's StatefulSet is not here: its pod
 # reads as owned by the Notebook (tools/k8s_pods.owner_kind), which the steward stops as Kubeflow's culler does.
-REPLACED_KINDS = ("Deployment", "ReplicaSet", "StatefulSet")
+REPLACED_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet")
 _REPLACER = {"Deployment": "its ReplicaSet starts a fresh one", "ReplicaSet": "its ReplicaSet starts a fresh one",
-             "StatefulSet": "its StatefulSet starts it again under the same name"}
+             "StatefulSet": "its StatefulSet starts it again under the same name",
+             "DaemonSet": "its DaemonSet starts it again on the same node"}
 
 
 def replaced_by_controller(job: JobInfo) -> bool:
@@ -55,7 +56,7 @@ def serving_command(command: str | None, entries: list[str]) -> str | None:
     component (`/opt/bin/tritonserver`, `python -m vllm.entrypoints.openai.api_server`); None when none does."""
     if not command:
         return None
-    words = command.split()
+    words = [w.strip("\"'") for w in command.split()]  # `bash -c "vllm serve ..."`: the quote is no part of the name
     names = [w.rpartition("/")[2] for w in words]
     for entry in entries:
         want = entry.split()
@@ -207,10 +208,11 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
         seen += f"（其日志在 {when:%Y-%m-%d %H:%M} UTC 显示它响应过请求：作业存续期间始终视为服务）"
     if replaced := f.metrics.get("replaced_by_controller"):
         kind = REPLACED_KINDS[min(len(REPLACED_KINDS), max(1, round(replaced))) - 1]
-        again = "其 StatefulSet 会以同一名称重新启动它" if kind == "StatefulSet" else "其 ReplicaSet 会启动一个新的"
+        again = {"StatefulSet": "其 StatefulSet 会以同一名称重新启动它", "DaemonSet": "其 DaemonSet 会在同一节点上重新启动它"}.get(
+            kind, "其 ReplicaSet 会启动一个新的")
         restart = (f"若它已卡住，可删除该 Pod（{again}）或重启其控制器；若只是在等待请求时空转，"
                    if f.metrics.get("serving_pinned") else "")
-        owner = "StatefulSet" if kind == "StatefulSet" else "Deployment/ReplicaSet"
+        owner = kind if kind in ("StatefulSet", "DaemonSet") else "Deployment/ReplicaSet"
         return (f"{idle_zh}；这是由控制器（{owner}）管理的 Pod{seen}：驱逐后控制器会立即启动新的 Pod 占回 GPU，"
                 f"停止它也无法释放资源，因此不会停止。{restart}请缩减其副本数，空闲时缩容到零（{warm_text}）")
     return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。{hung}在空闲时缩容到零（{warm_text}），"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agent.config.policy import Policy
-from agent.detectors.activity import GpuActivity
+from agent.detectors.activity import GpuActivity, last_real_work
 from agent.detectors.evidence import io_metrics, log_metrics, with_doubt
 from agent.detectors.idle import ACTIVE_STATES, in_grace, log_summary, with_grace
 from agent.detectors.longtail import long_tail
@@ -14,6 +14,15 @@ from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import LogProgress, Observation
+
+
+def _never_doubt() -> tuple[str, str]:
+    """Why a hang never seen to progress needs a person to stop it: in a job of several pods only rank 0 may log, and
+    a silent rank spinning in a barrier while rank 0 saves a checkpoint on the CPU reads the same."""
+    return ("its log never showed progress: a rank that does not log (only rank 0 prints) waiting in a barrier for a "
+            "peer reads the same as a hang in the first collective, so the stop needs a person",
+            "其日志从未显示进展：不输出日志的 rank（只有 rank 0 打印）在屏障中等待其他 rank 时，与首个集合通信即挂起的情形看起来一样，"
+            "因此停止需由人工确认")
 
 
 class ZombieDetector:
@@ -78,16 +87,25 @@ class ZombieDetector:
                 continue  # the log was not read: progress unknown
             last = logs.last_progress_at or logs.first_progress_at
             never = last is None and logs.progress_lines == 0
+            if never and (logs.unread or not logs.lines):
+                continue  # a log not read, or one with nothing in it: no reading of its silence
             if never:
-                last = job.started_at  # never seen to progress: silent since it started
+                last = job.started_at  # never seen to progress: silent since it started, or since its GPUs last worked
             if last is None:
-                continue
-            needed = max(self.rule.window, self.rule.log_cadence_factor * (logs.typical_gap_s or 0.0))
-            silent = (obs.at - last).total_seconds()
-            if silent < needed:
                 continue
             w = self.pinned_window(job, signals)
             if w is None:
+                continue
+            if never:
+                # The stretch began at the job's last real GPU work (a rank that never logs trained until rank 0 began
+                # its save); with none in the read, no earlier than the read's start: a warning from before it
+                # announced another stretch (a reviewer's job that spun, worked, and spun again).
+                worked = last_real_work(w.series, self.activity)
+                read_from = obs.at - timedelta(seconds=obs.lookback_s)
+                last = max(last, worked[0] if worked is not None else read_from)
+            needed = max(self.rule.window, self.rule.log_cadence_factor * (logs.typical_gap_s or 0.0))
+            silent = (obs.at - last).total_seconds()
+            if silent < needed:
                 continue
             tail = long_tail(w, logs, self.longtail, quiet_pct=self.idle.util_threshold_pct,
                              min_coverage=self.idle.min_coverage, cpu=False)
@@ -100,7 +118,7 @@ class ZombieDetector:
             if never and not activity.profiled:
                 continue  # no progress ever seen, and nothing on the GPU's side shows it idle
             finding = self._finding(job, w, logs, activity, last, silent, obs.at, never=never)
-            for doubt in (activity.doubt(self.activity), self._mixed_doubt(w)):
+            for doubt in (activity.doubt(self.activity), self._mixed_doubt(w), _never_doubt() if never else None):
                 if doubt is not None:
                     finding = with_doubt(finding, *doubt)
             if tail is not None and stop_after is not None:

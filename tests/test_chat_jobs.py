@@ -461,3 +461,25 @@ def test_a_partition_named_like_the_question_is_a_team_only_where_the_question_s
         assert _team_named(ctx, question) == ("gpu", None), question  # type: ignore[arg-type]
     assert _team_named(ctx, "who is wasting GPUs in nlp-lab?") == ("nlp-lab", None)  # type: ignore[arg-type]
     assert _team_named(ctx, "ml-team 谁在浪费 GPU") == ("ml-team", None)  # type: ignore[arg-type]
+
+
+def test_a_protection_that_runs_out_says_what_follows_it():
+    """A job kept by a keep-until annotation read "Next: nothing; being protected, it is neither warned of a stop nor
+    stopped": after the time passes it may be, after a new warning (a review)."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.api.answerer import ChatContext, job_status
+    from agent.config.policy import Policy
+    from agent.records.audit import AuditLog
+    from core.cluster import JobInfo
+    from core.observation import Observation
+
+    now = datetime(2026, 11, 2, 22, 0, tzinfo=UTC)
+    until = (now + timedelta(hours=3)).isoformat()
+    job = JobInfo(id=JOB, uid="u1", scheduler="kubernetes", namespace="ml-team", name="jupyter-carol", user="carol",
+                  gpus=1, annotations={"steward.io/keep-until": until})
+    ctx = ChatContext(findings=[], observation=Observation(at=now, slice_s=300, lookback_s=3600, jobs=[job]), tools={},
+                      audit=AuditLog(), pending=[], now=now, currency="CNY", policy=Policy())
+    en = job_status(ctx, JOB, "en")
+    assert "Next: nothing while it is protected (until" in en and "after a new warning and its full notice" in en, en
+    assert "此后若要停止，也须先重新警告并给足通知期" in job_status(ctx, JOB, "zh")

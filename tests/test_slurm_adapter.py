@@ -399,3 +399,24 @@ def test_a_run_requeued_under_the_same_job_id_is_not_stopping():
     listing["jobs"] = []
     scheduler.list_jobs()
     assert scheduler._stop_sent == {}
+
+
+def test_a_job_slurm_suspended_is_protected_not_idle():
+    """A job suspended by the scheduler (PreemptMode=SUSPEND, `scontrol suspend`) was read as running: its stopped
+    processes read idle, and it would have been warned and stopped, ending work Slurm had only paused (a probe read the
+    parser). It is protected while suspended, in English and Chinese; a running job is not."""
+    from agent.api.answerer import protection_reason_zh
+    from agent.config.policy import Policy
+    from agent.guardrail.protection import protection_reason
+    from core.actions import History
+
+    listing = {"jobs": [dict(JSON_NEW["jobs"][0], job_state=["SUSPENDED"]),
+                        dict(JSON_NEW["jobs"][0], job_id=23, name="other")]}
+    scheduler = SlurmScheduler(FakeCli({("squeue", "--json"): json.dumps(listing)}))
+    suspended, running = scheduler.list_jobs()
+    assert suspended.state == "running" and suspended.waiting == "SUSPENDED" and running.waiting is None
+    now = datetime.fromtimestamp(T0, UTC) + timedelta(hours=3)
+    why = protection_reason(suspended, Policy(), History(), now)
+    assert why == "suspended by Slurm (SUSPENDED): it resumes where it stopped"
+    assert protection_reason_zh(why).startswith("已被 Slurm 挂起")
+    assert protection_reason(running, Policy(), History(), now) is None

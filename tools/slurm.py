@@ -275,6 +275,9 @@ class SlurmScheduler:
             owner_kind="batch", started_at=job.started_at, stop_requested_at=asked,
             submitted_at=job.submitted_at, gpu_model=job.gpu_type or None,
             pending_reason=job.reason if state == "pending" else None,
+            # Suspended by the scheduler (PreemptMode=SUSPEND, `scontrol suspend`): its processes are stopped and
+            # resume where they were; it reads idle, and a stop would end work the scheduler only paused.
+            waiting="SUSPENDED" if job.state.upper() == "SUSPENDED" else None,
         )
 
     def list_jobs(self) -> list[JobInfo]:

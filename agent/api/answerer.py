@@ -459,9 +459,15 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
             lines.append(_t(lang, f"It is protected ({why}): the steward never stops it.",
                             f"它受保护（{protection_reason_zh(why)}）：巡检服务不会停止它。"))
     if why and not kept and not waiting and job is not None and job.state not in _GONE:
-        # What comes next for a protected job is what the guardrail allows it: no warning of a stop, no stop.
-        lines.append(_t(lang, "Next: nothing; being protected, it is neither warned of a stop nor stopped.",
-                        "接下来：不做任何操作；它受保护，不会收到停止警告，也不会被停止。"))
+        # What comes next for a protected job is what the guardrail allows it: no warning of a stop, no stop. A
+        # protection that runs out (a keep-until annotation) says what follows it.
+        if (boxed := re.search(r" until (.+?)(?: \(|$)", why)) is not None:
+            lines.append(_t(lang, f"Next: nothing while it is protected (until {boxed.group(1)}); after that, a stop "
+                                  "could come only after a new warning and its full notice.",
+                            f"接下来：受保护期间（至 {boxed.group(1)}）不做任何操作；此后若要停止，也须先重新警告并给足通知期。"))
+        else:
+            lines.append(_t(lang, "Next: nothing; being protected, it is neither warned of a stop nor stopped.",
+                            "接下来：不做任何操作；它受保护，不会收到停止警告，也不会被停止。"))
     else:
         lines.append(_next_step(ctx, job, finding, done, kept, waiting, lang))
     return "\n".join(lines)
@@ -846,6 +852,8 @@ def protection_reason_zh(reason: str) -> str:
     m = re.fullmatch(r"exempted by (.+?) until (.+?)(?: \((.*)\))?", reason)
     if m:
         return f"由 {m.group(1)} 保留至 {m.group(2)}" + (f"（{m.group(3)}）" if m.group(3) else "")
+    if reason.startswith("suspended by Slurm (SUSPENDED)"):
+        return "已被 Slurm 挂起（SUSPENDED）：恢复后从暂停处继续运行"
     m = re.fullmatch(r"annotation (\S+) keeps it until (.+)", reason)
     if m:
         return f"注解 {m.group(1)} 保留至 {m.group(2)}"

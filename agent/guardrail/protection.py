@@ -39,6 +39,8 @@ def _matching(wanted: dict[str, str], actual: dict[str, str]) -> tuple[str, str]
 def protection_reason(job: JobInfo, policy: Policy, history: History, now: datetime) -> str | None:
     """Why `job` must not be touched (naming the rule), or None when nothing protects it."""
     rules = policy.protection
+    if job.scheduler == "slurm" and job.waiting == "SUSPENDED":
+        return "suspended by Slurm (SUSPENDED): it resumes where it stopped"
     # On Slurm by its partition/jobname too (names_job): another job's name never unprotects it. The entry that
     # matched is named (gpu/train for gpu/train-11).
     listed = job.id if job.id in rules.jobs else next((name for name in rules.jobs if names_job(name, job)), None)

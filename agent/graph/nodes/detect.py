@@ -38,6 +38,10 @@ def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
     return {"findings": [f.model_dump(mode="json") for f in findings]}
 
 
+# request_path's own words (tools/log_progress.py), in Chinese; a method and path or a request id stay as written.
+_PATH_ZH = {"engine stats (tokens served)": "推理引擎统计行（有 token 输出）"}
+
+
 def remember_answered(deps: StewardDeps, obs: Observation, run_id: str) -> None:
     """One `served` audit entry per job uid whose log shows it answering requests for the first time: a server stays
     one for its life, after its request lines leave the log read (agent/detectors/serving.py). A job without a uid
@@ -52,7 +56,7 @@ def remember_answered(deps: StewardDeps, obs: Observation, run_id: str) -> None:
                           data={"target_uid": job.uid, "requests": logs.requests,
                                 "failed_requests": logs.failed_requests, "request_path": logs.request_path,
                                 "reason_zh": f"其日志显示它在响应请求（读取的日志中 {logs.requests} 个，例如 "
-                                             f"{logs.request_path}）：作业存续期间始终视为服务"})
+                                             f"{_PATH_ZH.get(logs.request_path or '', logs.request_path)}）：作业存续期间始终视为服务"})
 
 
 def record_usage(deps: StewardDeps, obs: Observation, run_id: str) -> None:

@@ -150,6 +150,12 @@ DIFFICULTY: dict[str, str] = {
     "nvidia-smi-csv-monitor-masks-hang": "hard",
     "vllm-v1-quiet-night-no-request-log": "hard",
     "one-gpu-jobs-working-off-the-gpu": "medium",
+    "karpenter-lifecycle-taints-pending-pods": "hard",
+    "kueue-cohort-borrower-idle-admitted-unschedulable": "hard",
+    "slurm-array-vllm-hang-zh-logs": "medium",
+    "slurm-exclusive-node-tasks-on-one-gpu": "medium",
+    "jupyterhub-notebook-holds-ondemand-node": "medium",
+    "slurm-preempt-requeue-restarts-from-scratch": "hard",
     "deepspeed-fp16-overflow-skips-every-step": "hard",
 }
 

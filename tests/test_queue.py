@@ -243,6 +243,18 @@ def test_a_pod_every_node_refuses_for_a_taint_or_a_selector_is_stuck_with_the_sc
     zh = describe(found["speech/erin"], "zh")
     assert "不容忍节点的污点（nvidia.com/gpu）" in zh and "为 Pod 添加对 nvidia.com/gpu 的容忍" in zh
     assert "节点选择器或节点亲和性与任何节点都不匹配" in describe(found["vision/frank"], "zh")
+    # Its selector admits the H100 nodes and a team's taint refuses them: no selector "no node matches", and the
+    # toleration is the pod's choice, not the fix (a probe: "add a toleration for another team's dedicated taint").
+    mixed = ("0/5 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 3 node(s) had untolerated "
+             "taint {dedicated: inference}. preemption: 0/5 nodes are available: 5 Preemption is not helpful.")
+    gina = _job("research/gina", 1, state="pending", node=None, user="gina", pending_reason="Unschedulable",
+                pending_message=mixed, submitted_at=AT - timedelta(minutes=20))
+    [f] = StuckPendingDetector(Policy()).detect(_obs([gina], _a100(5)))
+    assert "no node matches" not in f.evidence and "on the nodes its node selector or affinity admits" in f.evidence
+    assert "if it is meant to run on those nodes, add a toleration" in f.evidence
+    assert "if not, point its nodeSelector or node affinity at GPU nodes without that taint" in f.evidence
+    zh = describe(f, "zh")
+    assert "这些节点正是其节点选择器或亲和性所允许的" in zh and "与任何节点都不匹配" not in zh and "若它本应运行在这些节点上" in zh
 
 
 def test_a_pod_whose_volume_is_bound_where_no_node_is_is_stuck_with_how_to_move_it() -> None:

@@ -159,6 +159,9 @@ def _refusals(message: str) -> tuple[list[str], bool, bool] | None:
     return (taints, selector, volume) if taints or selector or volume else None
 
 
+SELECTED_TAINTED = " on the nodes its node selector or affinity admits (the others do not match it)"
+
+
 def _refused_everywhere(job: JobInfo, obs: Observation) -> tuple[float, str, str] | None:
     """A pod the scheduler refuses on every node for a reason waiting does not change (a taint it does not tolerate,
     a node selector or affinity no node matches, a volume bound where none of them is), and none for lack of resources. A pool's new nodes are copies of
@@ -172,15 +175,20 @@ def _refused_everywhere(job: JobInfo, obs: Observation) -> tuple[float, str, str
         return None
     taints, selector, volume = refused
     keys = ", ".join(taints)
+    # A selector that refuses some nodes while the others refuse for a taint is no selector "no node matches": the
+    # nodes it admits carry the taint (a team's dedicated pool), and that is the pod's choice to make (a probe).
+    admitted = selector and bool(taints)
     why = " and ".join(
-        ([f"a taint it does not tolerate ({keys})"] if taints else [])
-        + (["a node selector or affinity no node matches"] if selector else [])
+        ([f"a taint it does not tolerate ({keys})" + (SELECTED_TAINTED if admitted else "")] if taints else [])
+        + (["a node selector or affinity no node matches"] if selector and not admitted else [])
         + ([_VOLUME_WHY] if volume else []))
     fix = "; ".join(
-        ([f"add a toleration to the pod for {keys} (tolerations: "
-          + ", ".join(f"{{key: {k}, operator: Exists}}" for k in taints) + ")"] if taints else [])
+        ([("if it is meant to run on those nodes, " if admitted else "") + f"add a toleration to the pod for {keys} "
+          "(tolerations: " + ", ".join(f"{{key: {k}, operator: Exists}}" for k in taints) + ")"
+          + ("; if not, point its nodeSelector or node affinity at GPU nodes without that taint" if admitted else "")]
+         if taints else [])
         + (["set the pod's nodeSelector or node affinity to labels the GPU nodes carry "
-            "(kubectl get nodes --show-labels)"] if selector else [])
+            "(kubectl get nodes --show-labels)"] if selector and not admitted else [])
         + (["move the volume to the GPU nodes' zone, keeping its data (snapshot it and restore the snapshot "
             "there; its zone: kubectl get pv -o yaml, spec.nodeAffinity; a StorageClass with volumeBindingMode: WaitForFirstConsumer binds new ones there), or add GPU nodes in "
             "its zone"] if volume else []))
@@ -524,14 +532,17 @@ def stuck_pending_zh(finding: Finding) -> str:
     elif cause == CAUSE_REFUSED:
         taints = re.search(r"a taint it does not tolerate \(([^)]*)\)", finding.evidence)
         selector = "a node selector or affinity no node matches" in finding.evidence
+        admitted = SELECTED_TAINTED in finding.evidence
         volume = _VOLUME_WHY in finding.evidence
         keys = taints.group(1) if taints else ""
         why = "每个节点都以等待无法改变的原因拒绝它：" + "；".join(
-            ([f"它不容忍节点的污点（{keys}）"] if taints else []) + (["节点选择器或节点亲和性与任何节点都不匹配"] if selector else [])
+            ([f"它不容忍节点的污点（{keys}）" + ("，这些节点正是其节点选择器或亲和性所允许的（其余节点与之不匹配）" if admitted else "")]
+             if taints else []) + (["节点选择器或节点亲和性与任何节点都不匹配"] if selector else [])
             + (["它挂载的持久卷绑定在它不能运行的节点上（卷的节点亲和性，例如另一个可用区的云盘）"] if volume else []))
         fix = "；".join(
-            ([f"为 Pod 添加对 {keys} 的容忍（tolerations: " + ", ".join(
-                f"{{key: {k.strip()}, operator: Exists}}" for k in keys.split(",")) + "）"] if taints else [])
+            ([("若它本应运行在这些节点上，" if admitted else "") + f"为 Pod 添加对 {keys} 的容忍（tolerations: " + ", ".join(
+                f"{{key: {k.strip()}, operator: Exists}}" for k in keys.split(",")) + "）"
+              + ("；否则请把其节点选择器或亲和性指向不带该污点的 GPU 节点" if admitted else "")] if taints else [])
             + (["把 Pod 的 nodeSelector 或节点亲和性改为 GPU 节点实际带有的标签（kubectl get nodes --show-labels）"]
                if selector else [])
             + (["把该卷迁到 GPU 节点所在的可用区并保留数据（先做快照，再在那里从快照恢复；卷所在的可用区见 "

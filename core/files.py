@@ -55,6 +55,34 @@ def format_validation_errors(source: str, error: ValidationError, model: type[Ba
     return "\n".join(parts)
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that names a key twice. PyYAML keeps the last silently, so a policy
+    edited by two people with `protection:` twice would drop the first block's protections without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`, whose keys a mapping may override
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the safe loader's own error names it below
+                continue
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"key {key!r} appears twice in one mapping (lines {first.start_mark.line + 1} and "
+                    f"{key_node.start_mark.line + 1}); YAML would keep only the last one, silently: merge the two",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, except that a key given twice in one mapping is an error (`yaml.YAMLError`)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
+
+
 def read_yaml(path: str | Path, error: type[Exception]) -> Any:
     """Parsed YAML, or `error` naming the file and why it could not be read or parsed."""
     path = Path(path)
@@ -69,7 +97,7 @@ def read_yaml(path: str | Path, error: type[Exception]) -> Any:
         raise error(f"{path}: not UTF-8 at byte {exc.start} (line {line}); save the file as UTF-8 (an editor's GBK or "
                     f"ANSI encoding is not read)") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

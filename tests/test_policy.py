@@ -118,6 +118,24 @@ def test_restating_the_builtins_is_harmless_and_validation_is_idempotent():
         assert parse_policy(policy.model_dump(mode="json")) == policy
 
 
+@pytest.mark.parametrize("text, key, lines", [
+    # a second block of a long policy edited by two people: YAML kept only the second, ml-team lost its protection
+    ("protection:\n  namespaces: [ml-team]\nlevels:\n  max_auto: 2\nprotection:\n  users: [frank]\n",
+     "protection", "lines 1 and 5"),
+    ("protection:\n  namespaces: [prod]\n  users: [frank]\n  namespaces: [staging]\n", "namespaces", "lines 2 and 4"),
+])
+def test_a_key_given_twice_is_refused_not_silently_dropped(tmp_path, capsys, text, key, lines):
+    path = _write(tmp_path, text)
+    with pytest.raises(PolicyError, match=f"key '{key}' appears twice in one mapping \\({lines}\\)"):
+        load_policy(path)
+    assert main(["policy", "check", str(path)]) == 2
+    assert f"key '{key}' appears twice" in capsys.readouterr().err
+    # a merge key's mapping may still be overridden: that is YAML's way of saying "like that one, but"
+    path = _write(tmp_path, "detectors:\n  idle: &idle {window: 2h}\n  zombie:\n    <<: *idle\n    window: 45m\n")
+    assert load_policy(path).detectors.zombie.window == parse_policy({"detectors": {"zombie": {"window": "45m"}}}
+                                                                     ).detectors.zombie.window
+
+
 def test_policy_check_prints_what_the_file_added_and_removed(tmp_path, capsys):
     path = _write(tmp_path, "protection:\n  namespaces: [prod]\n  remove_builtin:\n"
                             "    annotations: [cluster-autoscaler.kubernetes.io/safe-to-evict]\n")

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.assets import RUNBOOKS_DIR
+from core.files import load_yaml
 
 FINDING_KINDS = ("idle", "zombie", "overprovisioned", "node_health", "oversized")
 CHUNK_CHARS = 900  # long sections are split near this size, at a paragraph or list item
@@ -96,7 +97,7 @@ def parse_runbook(path: Path) -> Runbook:
     if not match:
         raise RunbookError(f"{name}: no YAML front matter (the file must start with '---' and close it with '---')")
     try:
-        front = yaml.safe_load(match.group(1)) or {}
+        front = load_yaml(match.group(1)) or {}
     except yaml.YAMLError as exc:
         raise RunbookError(f"{name}: front matter is not valid YAML: {exc}") from None
     if not isinstance(front, dict):

@@ -129,18 +129,23 @@ GANG_LABELS = ("training.kubeflow.org/job-name", "volcano.sh/job-name", "leaderw
                "jobset.sigs.k8s.io/jobset-name", "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io",
                "kueue.x-k8s.io/pod-group-name", "ray.io/cluster", SLURM_HET_JOB_LABEL)
 RAY_CLUSTER_LABEL = "ray.io/cluster"
+# A LeaderWorkerSet's replicas are independent groups (a leader and its workers each), kubernetes-sigs/lws#877: one
+# group hung while another serves is that group's waste, not the set's.
+LWS_NAME_LABEL, LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index"
 INDEXED_JOB_LABEL = "batch.kubernetes.io/job-completion-index"  # a label since Kubernetes 1.28
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # the Job controller's, newest first
 
 
 # Controllers whose pods are independent replicas, never one job: a Deployment's (its ReplicaSet's) interchangeable
 # replicas, a DaemonSet's per-node agents, a plain batch Job's work-queue workers (an Indexed Job is read from its
-# labels above), a Kubeflow Notebook's single workspace pod, a Tekton TaskRun's one pod. Any other owner (a DLRover
+# labels above), a Kubeflow Notebook's single workspace pod, a Tekton TaskRun's one pod, a Slinky NodeSet's slurmd
+# pods (each a Slurm node of its own, busy or idle with the jobs Slurm gives it). Any other owner (a DLRover
 # ElasticJob, an Argo Workflow, a hand-rolled torchrun StatefulSet, a Spark driver pod owning its executors) runs its
 # pods as one job: stopping one breaks the job the others belong to. (An Argo Workflow's steps are one job for a hang,
 # and each its own for idleness: agent/detectors/gang.py STEP_OWNERS.) ownerReferences are as self-service as labels
 # (a pod's creator sets them), so reading them grants nothing a gang label would not.
-INDEPENDENT_OWNERS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "Job", "CronJob", "Notebook", "TaskRun"})
+INDEPENDENT_OWNERS = frozenset({"Deployment", "ReplicaSet", "DaemonSet", "Job", "CronJob", "Notebook", "TaskRun",
+                                "NodeSet"})
 
 
 def owner_gang_key(namespace: str, owner_kind: str | None, owner_name: str | None,
@@ -170,6 +175,8 @@ def gang_key(namespace: str, labels: dict[str, str]) -> tuple[str, str, str] | N
     for label in GANG_LABELS:
         value = labels.get(label)
         if value:
+            if label == LWS_NAME_LABEL and labels.get(LWS_GROUP_LABEL):  # each replica group is a job of its own
+                value = f"{value}/{labels[LWS_GROUP_LABEL]}"
             return ("" if label == SLURM_HET_JOB_LABEL else namespace), label, value
     if INDEXED_JOB_LABEL in labels:
         for label in JOB_NAME_LABELS:

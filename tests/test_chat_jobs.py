@@ -163,6 +163,24 @@ def test_what_was_done_today(client):
     assert f"今天（2026-11-02）共执行了 {len(done)} 项操作" in zh and "警告了所有者" in zh and "已执行" in zh
 
 
+def test_a_question_about_one_kind_of_waste_says_none_of_that_kind_not_that_nobody_wastes(client):
+    """"show me zombie jobs" after the demo's zombie was stopped, with idle jobs still found: it answered "Nobody is
+    wasting GPUs right now", which the next question ("who is wasting?") contradicted."""
+    sweep_to(client, 200)  # 17:20: detector-train was stopped as a zombie at 16:35; idle findings remain
+    answer = ask(client, "show me zombie jobs", CAROL)[1][-1]["answer"]
+    assert answer.startswith("The latest sweep found no zombie job.") and "Nobody" not in answer
+    assert "stopped in the last 24 hours: **cv-team/detector-train** (16:35 UTC)" in answer
+    assert "other findings: ask “who is wasting GPUs?”" in answer
+    zh = ask(client, "有僵尸任务吗？", CAROL)[1][-1]["answer"]
+    assert zh.startswith("最近一次巡检没有发现僵尸作业。") and "**cv-team/detector-train**，停止于 16:35（UTC）" in zh
+    kept = ask(client, "keep research/lr-sweep 4h demo", {"Authorization": "Bearer lead-token"})[1][-1]["answer"]
+    assert kept.startswith("OK: research/lr-sweep is kept until"), kept
+    today = ask(client, "今天做了什么？", CAROL)[1][-1]["answer"]
+    header, *items = today.splitlines()
+    done = len(client.app.state.runtime.deps.audit.entries(kind="execution"))
+    assert header == f"今天（2026-11-02）共执行了 {done} 项操作，另有 1 个作业被人工保留：" and len(items) == done + 1
+
+
 def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_path):
     from langchain_core.messages import AIMessage
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 from agent.config.policy import Policy
 from agent.detectors.doomed import DoomedJobDetector
 from agent.detectors.evidence import describe
+from agent.history.doomed import infrastructure_end
 from agent.planning.policy_model import PolicyModel
 from agent.wiring import simulated_deps
 from core.observation import Observation
@@ -75,6 +76,26 @@ def test_a_pod_without_a_reported_end_is_left_out(api, settings):  # noqa: F811
     api.store.put("pods", pod)
     k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
     assert [f.id for f in k8s.list_finished(NOW - timedelta(days=1))] == []
+
+
+def test_a_pod_ended_from_outside_is_named_for_what_ended_it_not_for_its_containers_sigkill(api, settings):  # noqa: F811
+    # The kubelet evicted it (node memory pressure), then the scheduler preempted one: each container died of the
+    # SIGKILL ("Error", exit 137), which on its own reads as the job's own crash and counts toward "doomed".
+    evicted = _run("evicted", ended_min_ago=30, ran_s=600, reason="Error")
+    evicted["status"] |= {"reason": "Evicted", "message": "The node was low on resource: memory."}
+    preempted = _run("preempted", ended_min_ago=20, ran_s=600, reason="Error")
+    preempted["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
+                                          "reason": "PreemptionByScheduler"}]
+    crashed = _run("crashed", ended_min_ago=10, ran_s=600)
+    crashed["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "False", "reason": "x"}]
+    for pod in (evicted, preempted, crashed):
+        api.store.put("pods", pod)
+    k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
+    reasons = {f.id: f.reason for f in k8s.list_finished(NOW - timedelta(days=1))}
+    assert reasons == {"llm/evicted": "Evicted: Error (exit 137)",
+                       "llm/preempted": "DisruptionTarget PreemptionByScheduler: Error (exit 137)",
+                       "llm/crashed": "OOMKilled (exit 137)"}
+    assert [infrastructure_end(r) for r in reasons.values()] == [True, True, False]
 
 
 def test_a_re_read_before_acting_reuses_its_sweeps_history():

@@ -185,6 +185,10 @@ def test_the_schedulers_own_cancel_line_is_not_progress():
                  "slurmstepd-gpu01: error: *** STEP 22.0 ON gpu01 CANCELLED AT 2026-11-02T09:41:00 ***"])
     p = analyse_log("j", log, NOW)
     assert p.progress_lines == 2 and p.last_progress_at == T0 + timedelta(seconds=30)
+    # srun's own lines after a task died: its numbers (a step id) are no progress, so the death stays the last word.
+    died = analyse_log("j", lines(["step=10 loss=1.0", "srun: error: a100-0: task 7: Exited with exit code 1",
+                                   "srun: Terminating StepId=771204.0 is NOT done: other tasks still running"]), NOW)
+    assert died.progress_lines == 1 and died.ended == "srun: error: a100-0: task 7: Exited with exit code 1"
     # A word that merely contains a progress word is no hint; one that starts or follows a non-letter is.
     assert analyse_log("j", lines(["upstepdown 5"]), NOW).progress_lines == 0
     assert analyse_log("j", lines(["global_step 5"]), NOW).progress_lines == 1

@@ -334,6 +334,19 @@ def test_a_pod_only_an_empty_pool_could_hold_is_stuck_once_the_pool_has_not_grow
     assert slow.detect(obs(timedelta(hours=4))) == []
 
 
+def test_bad_constraints_is_stuck_with_a_fix_for_the_constraint_not_the_limits() -> None:
+    from agent.detectors.queue import CAUSE_CONSTRAINT
+
+    nodes = [NodeInfo(name="n0", pool="a100", gpus=8, gpu_model="A100-80GB")]
+    typo = _job("gpu/h100-typo", 4, state="pending", node=None, scheduler="slurm", user="erin",
+                pending_reason="BadConstraints", submitted_at=AT - timedelta(hours=1))
+    (f,) = StuckPendingDetector(Policy()).detect(_obs([typo], nodes))
+    assert f.metrics["cause"] == CAUSE_CONSTRAINT and "fix --constraint" in f.evidence
+    assert "QOS limits" not in f.evidence
+    zh = describe(f, "zh")
+    assert "--constraint" in zh and "配额" not in zh and not leftovers(zh, {"BadConstraints", "GRES"})
+
+
 def test_demand_for_a_pool_is_a_job_that_waits_for_capacity_its_nodes_could_give() -> None:
     from agent.detectors.queue import demand_for_pool
 
@@ -349,7 +362,11 @@ def test_demand_for_a_pool_is_a_job_that_waits_for_capacity_its_nodes_could_give
     assert demand_for_pool(pending(16, "Resources", scheduler="slurm"), pool, obs)  # a Slurm job spans nodes
     assert not demand_for_pool(pending(16, "Unschedulable"), pool, obs)  # one pod larger than any node
     assert not demand_for_pool(pending(8, "SchedulingGated"), pool, obs)  # Kueue's quota gate
-    for reason in ("QOSGrpGRES", "AssocGrpGRES", "Dependency", "JobHeldUser", "Reservation"):
+    for reason in ("QOSGrpGRES", "AssocGrpGRES", "Dependency", "JobHeldUser", "Reservation",
+                   # a floating license, nodes down or reserved for maintenance, an array's own %N throttle: no node
+                   # bought would start them (a license wait once bought 16 on-demand GPUs for the night)
+                   "Licenses", "ReqNodeNotAvail, Reserved for maintenance", "ReqNodeNotAvail, UnavailableNodes:a1",
+                   "JobArrayTaskLimit"):
         assert not demand_for_pool(pending(8, reason, scheduler="slurm"), pool, obs), reason
     assert demand_for_pool(pending(8, "BeginTime", scheduler="slurm"), pool, obs)  # a start already set
     assert not demand_for_pool(pending(8, "Unschedulable", pending_message=TAINTED), pool, obs)

@@ -157,6 +157,9 @@ DIFFICULTY: dict[str, str] = {
     "jupyterhub-notebook-holds-ondemand-node": "medium",
     "slurm-preempt-requeue-restarts-from-scratch": "hard",
     "deepspeed-fp16-overflow-skips-every-step": "hard",
+    "slinky-slurmd-pod-idle-overnight": "hard",
+    "lws-one-group-hung-other-serving": "hard",
+    "slurm-srun-task-died-others-wait": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -483,6 +486,18 @@ def test_cpu_work_that_a_spin_cannot_explain_earns_a_new_warning_and_its_hour() 
 def test_a_deadlocked_workers_spin_is_warned_once() -> None:
     r = run("dataloader-deadlock-spinning-worker")
     assert len(acts(r, "cv/det-r101", "notify", "executed")) == 1
+
+
+@pytest.mark.hard
+def test_seven_ranks_waiting_for_one_that_died_are_stopped_after_one_warning() -> None:
+    """srun's "task 7: Exited with exit code 1" and GPU 7's memory let go: the rank is gone, not saving from the CPU,
+    so the stop needs no person; and the hung job is not told to right-size (its released GPU is no packed run)."""
+    r = run("slurm-srun-task-died-others-wait")
+    job = "gpu/megatron-sft"
+    [warned] = acts(r, job, "notify", "executed")
+    [stop] = stops(r, job)
+    assert "then it ended" in warned["reason"] and stop["at_s"] >= warned["at_s"] + HOUR
+    assert finding(r, job, "overprovisioned") is None and acts(r, job, status="pending_approval") == []
 
 
 @pytest.mark.hard

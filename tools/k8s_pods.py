@@ -149,6 +149,19 @@ def _exit_reason(terminated: dict) -> str:
     return f"{why} (exit {code})" if why and code is not None else (why or (f"exit {code}" if code is not None else ""))
 
 
+def _pod_end(status: dict) -> str:
+    """Why the pod itself ended, when something outside it ended it: its status reason (Evicted, NodeLost,
+    Shutdown, DeadlineExceeded) or a true DisruptionTarget condition's (PreemptionByScheduler,
+    TerminationByKubelet, DeletionByTaintManager, ...). The container only says how it died (Error, exit 137 from
+    the SIGKILL), which would charge the job with its neighbours' or the node's doing."""
+    if status.get("reason"):
+        return str(status["reason"])
+    for c in status.get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and str(c.get("status")) == "True":
+            return f"DisruptionTarget {c.get('reason') or ''}".strip()
+    return ""
+
+
 def _main_status(pod: dict, reading: PodReading) -> dict:
     """The main container's status (containerStatuses), {} when the kubelet has not reported it."""
     main = main_container(pod, reading.gpu_resource).get("name")
@@ -219,7 +232,9 @@ def pod_to_finished(pod: dict, reading: PodReading) -> FinishedJob | None:
     reason = ""
     if phase == "Failed":
         t = ended[0] if ended else {}
-        reason = _exit_reason({"reason": t.get("reason") or status.get("reason"), "exitCode": t.get("exitCode")})
+        container = _exit_reason({"reason": t.get("reason"), "exitCode": t.get("exitCode")})
+        pod_end = _pod_end(status)
+        reason = f"{pod_end}: {container}" if pod_end and container else (pod_end or container)
     return FinishedJob(id=job.id, uid=job.uid, user=job.user, project=job.project, gpus=job.gpus, node=job.node,
                        image=job.image, command=job.command, started_at=started_at, ended_at=ended_at,
                        state="completed" if phase == "Succeeded" else "failed", reason=reason)

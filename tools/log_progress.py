@@ -110,8 +110,9 @@ _PROGRESS_HINT = re.compile(
 # "stats" or "uptime" line may well count real work ("Throughput stats: 23000 images done").
 _SELF_STATS = re.compile(r"(?<![a-z])(?:state[-_ ]?dump|debug[-_ ]?state)(?![a-z])", re.I)
 # The scheduler's own lines in a job's output ("slurmstepd: error: *** JOB 22 ON n1 CANCELLED AT ... ***", written
-# when the steward's SIGTERM lands) say what happened to the job, never that it progressed.
-_SCHEDULER = re.compile(r"^\s*slurmstepd(?:-[\w.-]+)?:|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
+# when the steward's SIGTERM lands; srun's "srun: Terminating StepId=771204.0 is NOT done") say what happened to the
+# job, never that it progressed.
+_SCHEDULER = re.compile(r"^\s*(?:slurmstepd(?:-[\w.-]+)?|srun):|\*\*\* (?:JOB|STEP) [\d.+_]+ ON \S+ ", re.I)
 # A GPU monitor's reading run beside the job, in the three forms the tools print: a row of
 # `nvidia-smi --query-gpu=...,power.draw --format=csv[,noheader] -l 60` (comma-separated readings only, one in watts),
 # a row of nvidia-smi's table (power as "61W / 400W"), a gpustat line ("[0] NVIDIA A100 | 34°C,  0 % | ..."). Their

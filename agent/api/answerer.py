@@ -180,6 +180,8 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
         return _t(lang, "No sweep has run yet, so there are no findings to answer from: waste is not known either "
                         "way. A sweep runs on the schedule (or an approver presses Sweep now at the top of the page).",
                   "尚未运行过巡检，没有可以依据的发现：是否有浪费目前无从判断。巡检会按计划运行（审批人也可点击页面顶部的“立即巡检”）。")
+    if not rows and kinds:
+        return _none_of_kind(ctx, sorted(kinds), whose, lang)
     if not rows:
         return _t(lang, f"{who} is wasting{scope} GPUs right now: the latest sweep found no waste{scope}{whose}.",
                   f"{who}在浪费{scope} GPU：最近一次巡检没有发现{whose}{scope}浪费。")
@@ -201,6 +203,28 @@ def _waste(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None
             note = f" (kept by {keep.by} until {_when(keep.until, ctx.now, ctx.zone, lang)}: not stopped before)" if keep else ""
             lines.append(f"- **{f.target}** ({who}, {f.gpus}× {gpu}) {f.kind}: {describe(f, lang, ctx.zone)}{_rb(f)}{note}")
     return "\n".join(lines)
+
+
+def _none_of_kind(ctx: ChatContext, kinds: list[str], whose: str, lang: Lang) -> str:
+    """"Any zombies?" when the latest sweep found none: say so of that kind only (other waste may well be there), and
+    name the jobs found that way and stopped in the last day (the question is often about one just stopped)."""
+    label = "/".join(kind_label(k, lang) for k in kinds)
+    since = (ctx.now - timedelta(hours=24)).astimezone(UTC)
+    found = {e.target for e in ctx.audit.entries(kind="finding", since=since, limit=5000) if e.status in kinds}
+    stopped = [e for e in ctx.audit.entries(kind="execution", since=since, limit=500, newest_first=False)
+               if e.at <= ctx.now and e.target in found and e.status == "executed"
+               and e.action in ("terminate", "force_terminate")]
+    others = len(ctx.findings)
+    parts = [_t(lang, f"The latest sweep found no {label} job{whose}.", f"最近一次巡检没有发现{whose}{label}作业。")]
+    if stopped:
+        names = ", ".join(f"**{e.target}** ({_when(e.at, ctx.now, ctx.zone, lang)})" for e in stopped[-5:])
+        names_zh = "；".join(f"**{e.target}**，停止于 {_when(e.at, ctx.now, ctx.zone, lang)}" for e in stopped[-5:])
+        parts.append(_t(lang, f"Found {label} and stopped in the last 24 hours: {names}.",
+                        f"过去 24 小时内被判定为{label}并已停止的：{names_zh}。"))
+    if others:
+        parts.append(_t(lang, f"It found {plural(others, 'other finding')}: ask “who is wasting GPUs?” for them.",
+                        f"另有 {others} 处其他发现，可问“谁在浪费 GPU？”查看。"))
+    return " ".join(parts) if lang == "en" else "".join(parts)
 
 
 def _keeps_by_job(ctx: ChatContext) -> dict[str, Any]:
@@ -284,17 +308,20 @@ def actions_today(ctx: ChatContext, lang: Lang, hours: float | None = None) -> s
     since = ctx.now - timedelta(hours=hours) if hours else day
     done = [e for e in ctx.audit.entries(kind="execution", since=since.astimezone(UTC), limit=500, newest_first=False) if e.at <= ctx.now]
     kept = [e for e in ctx.audit.entries(kind="exemption", since=since.astimezone(UTC), limit=100, newest_first=False) if e.at <= ctx.now]
+    # the keeps granted are listed after the actions: the count says so ("10 actions" above 11 lines read wrong)
+    kept_en = f", and {plural(len(kept), 'job')} kept by a person" if kept else ""
+    kept_zh = f"，另有 {len(kept)} 个作业被人工保留" if kept else ""
     if hours:
         if not done and not kept:
             return _t(lang, f"Nothing in the last {hours:g} hours: no actions were taken.",
                       f"最近 {hours:g} 小时没有执行任何操作。")
-        lines = [_t(lang, f"In the last {hours:g} hours I took {plural(len(done), 'action')}:",
-                    f"最近 {hours:g} 小时共执行了 {len(done)} 项操作：")]
+        lines = [_t(lang, f"In the last {hours:g} hours I took {plural(len(done), 'action')}{kept_en}:",
+                    f"最近 {hours:g} 小时共执行了 {len(done)} 项操作{kept_zh}：")]
     elif not done and not kept:
         return _t(lang, "Nothing yet today: no actions were taken.", "今天还没有执行任何操作。")
     else:
-        lines = [_t(lang, f"Today ({day:%Y-%m-%d}) I took {plural(len(done), 'action')}:",
-                    f"今天（{day:%Y-%m-%d}）共执行了 {len(done)} 项操作：")] if done else []
+        lines = [_t(lang, f"Today ({day:%Y-%m-%d}) I took {plural(len(done), 'action')}{kept_en}:",
+                    f"今天（{day:%Y-%m-%d}）共执行了 {len(done)} 项操作{kept_zh}：")] if done else []
     for e in done[-20:]:
         who = e.data.get("approved_by")
         by = _t(lang, f", approved by {who}", f"，由 {who} 批准") if who else ""

@@ -51,6 +51,10 @@ def run_detectors(obs: Observation, policy: Policy, signals: ClusterSignals | No
     if history is not None and obs.pools:
         found += PlannedScaleUpDetector(policy).detect(obs, history)
     found = spare_waiting_ranks(found, obs, signals, policy)
+    # A hung job's GPUs spin at 100 %, one whose rank died has let go: that is the hang, not a request too large to
+    # right-size (packed runs that "finish unevenly" read the same way, the advice says so).
+    hung = {f.target for f in found if f.kind == "zombie"}
+    found = [f for f in found if not (f.kind == "overprovisioned" and f.target in hung)]
     findings = mark_blockers(as_serving_advice(found, obs, policy.detectors.serving), obs)
     findings = name_gpu_faults(findings, obs, signals, policy)
     jobs = obs.jobs_by_id()

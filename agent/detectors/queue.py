@@ -36,7 +36,7 @@ USER_QUOTA_REASONS = frozenset({"QOSMaxGRESPerUser", "AssocMaxGRESPerUser", "QOS
 
 # metrics["cause"] codes, so the Chinese text (agent/detectors/evidence.py) renders from numbers.
 CAUSE_NODE_TOO_SMALL, CAUSE_CLUSTER_TOO_SMALL, CAUSE_NO_MODEL, CAUSE_QUOTA, CAUSE_DEPENDENCY = 1.0, 2.0, 3.0, 4.0, 5.0
-CAUSE_REFUSED, CAUSE_NOT_GROWN = 6.0, 7.0
+CAUSE_REFUSED, CAUSE_NOT_GROWN, CAUSE_CONSTRAINT = 6.0, 7.0, 8.0
 # A dependency that can never be met (afterok on a job that failed): Slurm keeps such a job queued for ever unless
 # the cluster sets kill_invalid_depend (slurm.conf DependencyParameters).
 NEVER_DEPENDENCY_REASONS = frozenset({"DependencyNeverSatisfied"})
@@ -117,6 +117,12 @@ def why_stuck(job: JobInfo, obs: Observation, cap: Capacity) -> tuple[float, str
         return (CAUSE_DEPENDENCY, "a job it depends on ended in a way its dependency rules out (afterok on a "
                                   "failed job): waiting never clears",
                 "fix or rerun the job it depends on and resubmit, or cancel it")
+    if reason == "BadConstraints":  # not a limit: a --constraint (node features) no node of the partition has
+        return (CAUSE_CONSTRAINT, "the scheduler holds it for BadConstraints: no node of its partition has the "
+                                  "features its --constraint asks for (or the memory or GRES per node it asks for); "
+                                  "waiting never clears",
+                "fix --constraint to features the partition's nodes have (`sinfo -o '%N %f'` lists them), or submit "
+                "to a partition whose nodes have them")
     if reason in NEVER_REASONS:
         return (CAUSE_QUOTA, f"the scheduler holds it for {reason}, a per-job limit waiting never clears",
                 "resubmit within the partition's and QOS limits, or ask the admins to raise them")
@@ -286,11 +292,14 @@ def waiting_jobs(obs: Observation, findings: list[Finding], after_s: float = 0.0
 
 
 # Scheduler reasons that are not a lack of free GPUs: a quota or limit (Slurm QOS*/Assoc*), a dependency, a hold,
-# a begin time, and a Kubernetes pod's scheduling gates (SchedulingGated: Kueue's admission gate stays until the
-# pod's quota admits it; the scheduler does not even try the pod). A job held for one of them is not blocked by
-# whoever holds GPUs, and no node added or kept would start it.
-_NOT_CAPACITY = re.compile(r"^(QOS|Assoc)|^(Dependency|DependencyNeverSatisfied|BeginTime|JobHeldUser|JobHeldAdmin|"
-                           r"PartitionDown|PartitionInactive|Reservation|SchedulingGated)$")
+# a begin time, licenses (Slurm's Licenses: a floating license, not a GPU), nodes it needs that are down, drained or
+# reserved (ReqNodeNotAvail, often with ", Reserved for maintenance"), an array's own throttle (JobArrayTaskLimit),
+# and a Kubernetes pod's scheduling gates (SchedulingGated: Kueue's admission gate stays until the pod's quota admits
+# it; the scheduler does not even try the pod). A job held for one of them is not blocked by whoever holds GPUs, and
+# no node added or kept would start it.
+_NOT_CAPACITY = re.compile(r"^(QOS|Assoc)|^(ReqNodeNotAvail|Licenses)\b|^(Dependency|DependencyNeverSatisfied|"
+                           r"BeginTime|JobHeldUser|JobHeldAdmin|PartitionDown|PartitionInactive|Reservation|"
+                           r"JobArrayTaskLimit|NodeDown|SchedulingGated)$")
 
 
 def held_for_capacity(job: JobInfo) -> bool:
@@ -514,6 +523,9 @@ def stuck_pending_zh(finding: Finding) -> str:
     elif cause == CAUSE_DEPENDENCY:
         why = "它所依赖的作业已以依赖条件排除的方式结束（如 afterok 依赖的作业失败），单靠等待无法解除"
         fix = "修复或重跑被依赖的作业后重新提交，或取消该作业"
+    elif cause == CAUSE_CONSTRAINT:
+        why = "调度器因 BadConstraints 挂起它：其分区内没有节点具有它 --constraint 要求的特性（或它要求的每节点内存、GRES），单靠等待无法解除"
+        fix = "把 --constraint 改为分区节点具有的特性（可用 `sinfo -o '%N %f'` 查看），或提交到节点具有这些特性的分区"
     elif cause == CAUSE_QUOTA:
         why = "调度器因配额/作业上限而挂起它，单靠等待无法解除"
         fix = "在分区和 QOS 限额内重新提交（减少 GPU 数量），或请管理员提高配额"

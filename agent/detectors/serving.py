@@ -38,10 +38,14 @@ SERVING_KINDS = ("idle", "zombie")  # the findings a stop can cite that, on a se
 
 # Controllers that start another pod in an evicted one's place. A Kubeflow notebook's StatefulSet is not here: its pod
 # reads as owned by the Notebook (tools/k8s_pods.owner_kind), which the steward stops as Kubeflow's culler does.
-REPLACED_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet")
+# A NodeSet is Slinky's slurm-operator's (CoreWeave's SUNK alike): each pod is one slurmd, a Slurm node that holds
+# the node's GPUs for Slurm's jobs; it idles when Slurm's queue does, and deleting it removes a node Slurm may be
+# placing a job on.
+REPLACED_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "NodeSet")
 _REPLACER = {"Deployment": "its ReplicaSet starts a fresh one", "ReplicaSet": "its ReplicaSet starts a fresh one",
              "StatefulSet": "its StatefulSet starts it again under the same name",
-             "DaemonSet": "its DaemonSet starts it again on the same node"}
+             "DaemonSet": "its DaemonSet starts it again on the same node",
+             "NodeSet": "its NodeSet starts the Slurm node again"}
 
 
 def replaced_by_controller(job: JobInfo) -> bool:
@@ -208,11 +212,11 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
         seen += f"（其日志在 {when:%Y-%m-%d %H:%M} UTC 显示它响应过请求：作业存续期间始终视为服务）"
     if replaced := f.metrics.get("replaced_by_controller"):
         kind = REPLACED_KINDS[min(len(REPLACED_KINDS), max(1, round(replaced))) - 1]
-        again = {"StatefulSet": "其 StatefulSet 会以同一名称重新启动它", "DaemonSet": "其 DaemonSet 会在同一节点上重新启动它"}.get(
-            kind, "其 ReplicaSet 会启动一个新的")
+        again = {"StatefulSet": "其 StatefulSet 会以同一名称重新启动它", "DaemonSet": "其 DaemonSet 会在同一节点上重新启动它",
+                 "NodeSet": "其 NodeSet 会重新启动这个 Slurm 节点"}.get(kind, "其 ReplicaSet 会启动一个新的")
         restart = (f"若它已卡住，可删除该 Pod（{again}）或重启其控制器；若只是在等待请求时空转，"
                    if f.metrics.get("serving_pinned") else "")
-        owner = kind if kind in ("StatefulSet", "DaemonSet") else "Deployment/ReplicaSet"
+        owner = kind if kind in ("StatefulSet", "DaemonSet", "NodeSet") else "Deployment/ReplicaSet"
         return (f"{idle_zh}；这是由控制器（{owner}）管理的 Pod{seen}：驱逐后控制器会立即启动新的 Pod 占回 GPU，"
                 f"停止它也无法释放资源，因此不会停止。{restart}请缩减其副本数，空闲时缩容到零（{warm_text}）")
     return (f"{idle_zh}；这是推理服务{seen}，调用方依赖其随时响应，因此不会停止。{hung}在空闲时缩容到零（{warm_text}），"

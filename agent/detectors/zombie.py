@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from agent.config.policy import Policy
 from agent.detectors.activity import GpuActivity, last_real_work
 from agent.detectors.evidence import io_metrics, log_metrics, with_doubt
-from agent.detectors.idle import ACTIVE_STATES, in_grace, log_summary, with_grace
+from agent.detectors.idle import ACTIVE_STATES, CUDA_CONTEXT_MB, in_grace, log_summary, with_grace
 from agent.detectors.longtail import long_tail
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
 from core.actions import Finding
@@ -118,7 +118,7 @@ class ZombieDetector:
             if never and not activity.profiled:
                 continue  # no progress ever seen, and nothing on the GPU's side shows it idle
             finding = self._finding(job, w, logs, activity, last, silent, obs.at, never=never)
-            for doubt in (activity.doubt(self.activity), self._mixed_doubt(w), _never_doubt() if never else None):
+            for doubt in (activity.doubt(self.activity), self._mixed_doubt(w, logs), _never_doubt() if never else None):
                 if doubt is not None:
                     finding = with_doubt(finding, *doubt)
             if tail is not None and stop_after is not None:
@@ -132,11 +132,18 @@ class ZombieDetector:
         head = f"busy at min {min(pinned):.0f}%"
         return f"{head} on {len(pinned)} of them ({idle} idle)" if idle else head
 
-    def _mixed_doubt(self, w: JobWindow) -> tuple[str, str] | None:
+    def _mixed_doubt(self, w: JobWindow, logs: LogProgress) -> tuple[str, str] | None:
         """Why a hang with some GPUs idle beside pinned ones needs a person to stop it: one rank working on the CPU
-        (rank 0 writing a checkpoint) idles its GPU while the others wait pinned, which reads the same."""
-        idle = sum(1 for v in w.gpu_avg_util if v is not None and v < self.rule.busy_threshold_pct)
+        (rank 0 writing a checkpoint) idles its GPU while the others wait pinned, which reads the same. Not when
+        the log says a process died since the last progress and every idle GPU has let go of its memory: that rank
+        is gone (a rank saving from the CPU keeps its model on the GPU), and its peers wait for it for ever (srun's
+        "task 7: Exited with exit code 1" beside seven ranks in an all-reduce, pytorch#76287)."""
+        quiet = [g for v, g in zip(w.gpu_avg_util, w.series.gpus, strict=False)
+                 if v is not None and v < self.rule.busy_threshold_pct]
+        idle = len(quiet)
         if not idle:
+            return None
+        if logs.ended and all(g.mem_used_mb is not None and g.mem_used_mb <= CUDA_CONTEXT_MB for g in quiet):
             return None
         return (f"{idle} of {len(w.gpu_avg_util)} GPUs idle beside pinned ones: a rank stuck on the host, or one "
                 f"working on the CPU (a rank-0 checkpoint save) while the others wait, read the same",

@@ -103,6 +103,8 @@ def test_keep_in_the_jobs_context_is_audited_and_the_guardrail_honours_it(client
     assert texts and texts[0].startswith("未受理保留：只有作业所有者 carol") and "护栏" not in texts[0]
     # More than an owner may: refused.
     assert "at most 24h" in ask(client, f"keep {JOB} for 3d", CAROL)[1][-1]["answer"]
+    # Less than a minute: it would end before the next sweep, audited as a keep that held nothing.
+    assert "at least 1m" in ask(client, f"keep {JOB} for 30s", CAROL)[1][-1]["answer"]
     # The owner, in the job's context.
     answer = ask(client, "keep 4h finishing a demo", CAROL, job=JOB)[1][-1]["answer"]
     assert answer.startswith(f"OK: {JOB} is kept until") and "finishing a demo" in answer

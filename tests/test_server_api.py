@@ -210,12 +210,17 @@ def test_exemption_is_audited_and_honoured_by_history(client):
     assert client.post("/api/exemptions", params={"lang": "zh"}, json={"job": "ml-team/nonexistent", "duration": "4h"}
                        ).json()["detail"] == "当前没有名为 'ml-team/nonexistent' 的作业、节点或资源池"
     assert client.post("/api/exemptions", params={"lang": "zh"}, json={"job": "x", "duration": "40d"}
-                       ).json()["detail"] == "保留时长须大于 0 且不超过 30 天"
+                       ).json()["detail"] == "保留时长须至少 1 分钟、不超过 30 天"
+    # A keep shorter than a minute would be audited as one and hold nothing past the next sweep.
+    short = client.post("/api/exemptions", json={"job": "cv-team/augment-worker", "duration": "0.0000001s"})
+    assert short.status_code == 422 and "at least a minute" in short.json()["detail"]
     # Every refusal is audited, as one from chat is: who asked for what, and why it was not done.
     refused = client.get("/api/audit", params={"kind": "decision", "status": "refused"}).json()["entries"]
-    assert [(e["target"], e["action"], e["data"]["by"]) for e in refused][:3] == [
-        ("x", "keep", "local-dev"), ("ml-team/nonexistent", "keep", "local-dev"), ("x", "keep", "local-dev")]
-    assert "at most 30 days" in refused[0]["reason"] and "soon" in refused[2]["reason"]
+    assert [(e["target"], e["action"], e["data"]["by"]) for e in refused][:4] == [
+        ("cv-team/augment-worker", "keep", "local-dev"), ("x", "keep", "local-dev"),
+        ("ml-team/nonexistent", "keep", "local-dev"), ("x", "keep", "local-dev")]
+    assert "at least a minute" in refused[0]["reason"] and "at most 30 days" in refused[1]["reason"]
+    assert "soon" in refused[3]["reason"]
 
 
 def test_audit_pagination_and_savings(client):

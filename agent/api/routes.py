@@ -44,6 +44,7 @@ from agent.api.schemas import (
     no_nul,
 )
 from agent.api.sparkline import finding_sparks
+from agent.chatops.commands import APPROVER_MAX_KEEP_S, MIN_KEEP_S
 from agent.detectors.evidence import describe
 from agent.graph.report import approval_why, audit_text, outcome_text, report_for_people
 from agent.records.approvals import Approval, ApprovalError, ApprovalUnavailable, audit_refused_answer
@@ -285,8 +286,8 @@ def exempt(request: Request, body: ExemptionRequest, who: Approver, lang: UiLang
     except ValueError:
         raise refuse(422, f"duration {body.duration!r} is not a duration: write e.g. 30m, 4h or 2d",
                      f"时长 {body.duration!r} 无法识别：请写成 30m、4h、2d 或 4小时") from None
-    if seconds <= 0 or seconds > 30 * 86400:
-        raise refuse(422, "an exemption lasts more than 0 and at most 30 days", "保留时长须大于 0 且不超过 30 天")
+    if seconds < MIN_KEEP_S or seconds > APPROVER_MAX_KEEP_S:
+        raise refuse(422, "an exemption lasts at least a minute and at most 30 days", "保留时长须至少 1 分钟、不超过 30 天")
     rt = runtime_of(request)
     known = rt.knows_target(body.job)
     if known is None:

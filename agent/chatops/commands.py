@@ -24,6 +24,9 @@ log = logging.getLogger("steward.chatops")
 Answer = Callable[[str, str, str], str | None]  # (question, user, language) -> reply; None: the findings summary
 OWNER_MAX_KEEP_S = 24 * 3600.0  # an owner may pause the steward on their job for a day; approvers up to 30 days
 APPROVER_MAX_KEEP_S = 30 * 86400.0
+# A keep shorter than a minute ends before the next sweep could honour it: audited as a keep, it would hold nothing
+# (and a keep ends the warning before it, so it would only cost the owner a fresh notice).
+MIN_KEEP_S = 60.0
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 # `approve <id> [reason]`: the verb, then a space or a colon (ASCII or full-width; `批准：apr_x`), or, after a Chinese
 # verb, the id itself (`批准apr_x`: no space is usual in Chinese).
@@ -334,10 +337,11 @@ def _keep_job(deps: StewardDeps, request: KeepRequest, user: str, by: str, lang:
         return refuse(job.id, f"Only {job.user} (the owner) or an approver can keep {job.id}.{extra_en}",
                       f"只有作业所有者 {job.user} 或审批人可以保留 {job.id}。{extra_zh}")
     limit = APPROVER_MAX_KEEP_S if approver else OWNER_MAX_KEEP_S
-    if request.seconds <= 0 or request.seconds > limit:
-        more = (extra_en, extra_zh) if request.seconds > 0 else ("", "")
-        return refuse(job.id, f"A keep lasts more than 0 and at most {format_duration(limit)}.{more[0]}",
-                      f"保留时长须大于 0 且不超过 {format_duration(limit)}。{more[1]}")
+    if request.seconds < MIN_KEEP_S or request.seconds > limit:
+        more = (extra_en, extra_zh) if request.seconds > limit else ("", "")
+        return refuse(job.id, f"A keep lasts at least {format_duration(MIN_KEEP_S)} and at most "
+                              f"{format_duration(limit)}.{more[0]}",
+                      f"保留时长须至少 {format_duration(MIN_KEEP_S)}、不超过 {format_duration(limit)}。{more[1]}")
     reason = " ".join(words) or ("通过聊天保留" if lang == "zh" else "kept from chat")
     until = now + timedelta(seconds=request.seconds)
     deps.audit.record("exemption", at=now, run_id=run_id, target=job.id, status="granted", reason=reason,

@@ -19,6 +19,7 @@ from typing import Any
 
 from agent.config.settings import Settings
 from agent.records import pg
+from agent.records.audit import KINDS
 
 WORDS = {
     "en": {"ok": "audit log {path}: {text}", "bad": "audit log {path} is NOT intact:", "none": "no audit log at {path}",
@@ -216,7 +217,8 @@ def register_cli(subparsers: Any) -> None:
                                    "(oldest first; times in STEWARD_DISPLAY_TZ)")
     entries.add_argument("--since", type=_duration, help="only this far back, e.g. 1d or 6h (default: all)")
     entries.add_argument("--target", help="one job, node or pool (e.g. ml/notebook)")
-    entries.add_argument("--kind", help="one kind: execution, decision, finding, approval, exemption, error, ...")
+    entries.add_argument("--kind", choices=KINDS, metavar="KIND",
+                         help=f"one kind: {', '.join(KINDS)}")
     entries.add_argument("--status", help="one status: executed, refused, failed, blocked, pending_approval, ...")
     entries.add_argument("--limit", type=int, default=50, help="the newest N entries (default 50)")
     entries.add_argument("--all", action="store_true", help="also each sweep's findings, report and usage entries")

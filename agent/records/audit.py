@@ -105,6 +105,10 @@ PG_TRIGGERS = (*TRIGGERS, "audit_no_truncate")
 STOP_MEMORY = timedelta(days=31)
 # The entry that remembers a job answered requests (agent/detectors/serving.py): one per job uid, read for its life.
 SERVED = "served"
+# Every kind of entry the steward writes (tests/test_audit_kinds.py holds the code to it): what `steward audit log
+# --kind` accepts.
+KINDS = ("execution", "decision", "approval", "exemption", "error", "finding", "proposal", "intent", "report", "usage",
+         SERVED, "stop_confirmed", "credit", "change", "change_impact", "alert_incident", "alert_rejected", "digest")
 # An exemption's end as the indexes above hold it (text: compared as ISO 8601 strings, with a day's margin).
 UNTIL_SQLITE = "(CASE WHEN json_valid(data) THEN json_extract(data, '$.until') ELSE '~' END)"
 UNTIL_PG = '(steward_audit_until(data) COLLATE "C")'

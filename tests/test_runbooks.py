@@ -12,6 +12,7 @@ import pytest
 
 from agent.guardrail.runbook_limits import RULE, limit_by_runbook
 from agent.planning.prompts import PROMPTS_DIR
+from agent.retrieval.index import CJK
 from agent.retrieval.runbooks import (
     CHUNK_CHARS,
     FINDING_KINDS,
@@ -446,6 +447,12 @@ def test_chat_answers_how_to_questions_from_the_runbooks(shipped, tmp_path):
     cited = [line.split("[rb:")[1].split("]")[0] for line in zh.splitlines()[1:]]
     assert "zombie-hung-collective" in cited and len(cited) == len(set(cited))
     assert all(line.endswith(("…", "。", ".")) or len(line) < 300 for line in zh.splitlines()[1:])
+    # Each cited in Chinese where the runbook has a Chinese version (all shipped ones do), its section named in
+    # Chinese: the English version's words matched "NCCL hang" best, and a Chinese reader got English.
+    for line in zh.splitlines()[1:]:
+        title, _, rest = line.partition("**")[2].partition("**")
+        assert CJK.search(title) and CJK.search(rest.split("]: ", 1)[1]), line
+        assert not re.search(r" — (remedies|confirm|symptoms|automatic) ", line), line
     start, en = ask("how do I debug an NCCL timeout?")
     assert start["intent"] == "runbook" and "[rb:nccl-timeout]" in en.splitlines()[1]
     start, xid = ask("XID 79 是什么意思")

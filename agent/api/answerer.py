@@ -810,6 +810,9 @@ def _clipped(text: str, limit: int) -> str:
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:，；：") + "…"
 
 
+_SECTION_ZH = {"symptoms": "症状", "confirm": "如何确认", "remedies": "处置", "automatic": "可自动执行的操作"}
+
+
 def _runbook(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
     """The runbooks that answer a "how do I handle ..." question, best first, by meaning (Chinese or English)."""
     if "retrieve_runbook" not in ctx.tools:
@@ -829,7 +832,9 @@ def _runbook(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, No
     lines = [_t(lang, "The runbooks for that:", "相关运行手册：")]
     for h in hits[:3]:
         excerpt = _clipped(" ".join(str(h.get("excerpt") or "").split()), 280)
-        section = f" — {h['section']}" if h.get("section") else ""
+        name = str(h.get("section") or "")
+        name = (_SECTION_ZH.get(name) if lang == "zh" else None) or name.removeprefix("other:")
+        section = f" — {name}" if name else ""
         lines.append(f"- **{h.get('title') or h.get('id')}**{section} [rb:{h.get('id')}]: {excerpt}")
     return "\n".join(lines)
 

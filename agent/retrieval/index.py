@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 from agent.retrieval.bm25 import RunbookBM25
 from agent.retrieval.embeddings import RunbookEmbeddingFunction
-from agent.retrieval.runbooks import RUNBOOKS_DIR, Runbook, chunk_runbook, content_hash, load_runbooks
+from agent.retrieval.runbooks import RUNBOOKS_DIR, Chunk, Runbook, chunk_runbook, content_hash, load_runbooks
 
 if TYPE_CHECKING:
     from agent.config.settings import Settings
@@ -102,6 +102,7 @@ class RunbookIndex:
         self._books: list[Runbook] = []
         self._bm25 = RunbookBM25([])
         self._scripts: dict[str, set[str]] = {}  # script -> runbooks with a section in it, for BM25's silences
+        self._versions: dict[tuple[str, str, str], Chunk] = {}  # (runbook, section, language) -> its first chunk
         self._hash = ""
         self._checked_at = float("-inf")
         self.last_build_s: float | None = None
@@ -143,8 +144,10 @@ class RunbookIndex:
         self._books = books
         self._bm25 = RunbookBM25([c for b in books for c in chunk_runbook(b)])
         self._scripts = {}
+        self._versions = {}
         for c in self._bm25.chunks:
             self._scripts.setdefault(_script(c.text), set()).add(c.runbook_id)
+            self._versions.setdefault((c.runbook_id, c.section, c.language), c)
 
     def count(self) -> int:
         return int(self._collection.count()) if self._collection is not None else 0
@@ -220,8 +223,14 @@ class RunbookIndex:
                    if meta.get("script") == script or meta.get("runbook_id") in readable}
                   for method, ranking in zip(methods, rankings, strict=True)]
         hits: dict[str, dict[str, Any]] = {}
+        language = "zh" if script == "cjk" else "en"
         for sid, fused in rrf(rankings, missed=missed).items():
             section, cosine = sections[sid]
+            # The runbook the search ranked, in the question's language where it has that section: "NCCL hang 怎么排查"
+            # matched the English words of the English version best, and a Chinese reader got English.
+            own = self._versions.get((str(section["runbook_id"]), str(section["section"]), language))
+            if own is not None and section["language"] != language:
+                section = own.model_dump()
             hits.setdefault(str(section["runbook_id"]), {**_hit(section, cosine), "rrf": round(fused, 6)})
             if len(hits) == k:
                 break

@@ -423,6 +423,11 @@ def test_what_operators_ask_that_fell_through_to_the_help_text(client):
     assert "is in protection.annotations" in reply("which jobs are protected?", "kept")
     # An approval typed into chat, and a keep said in words: where to answer, and the syntax.
     assert "Approvals page" in reply("approve apr_123abc", "approvals")
+    # An answer asked for in words: the same reply, not the savings the rest of the message asked about.
+    assert reply("帮我 approve 一下 a100-ondemand 的 resize，then tell me how much we save", "approvals").startswith(
+        "聊天不接受审批答复")
+    assert reply("please deny the stop of cv-team/augment-worker", "approvals").startswith(
+        "Chat does not take approval answers")
     assert "`保留 <时长> <作业> <原因>`" in reply("把 nb-alice 保留到明天", "keep")
     # The runbooks: this server has no index enabled, and says so rather than printing the help text.
     assert "STEWARD_RUNBOOKS_ENABLED" in reply("NCCL hang 怎么排查", "runbook")

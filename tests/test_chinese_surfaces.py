@@ -55,6 +55,9 @@ def test_report_decision_lines_and_audit_reasons_in_chinese():
     stored = "waiting for a human until 2026-11-02T20:50:00.123456+00:00"
     assert audit_text("approval", "pending", "resize_pool", "a100", stored, {}, "en") == \
         "waiting for a human until 2026-11-02 20:50 UTC"
+    # The Chinese line keeps the deadline the English one gives (it said only "等待人工审批").
+    assert audit_text("approval", "pending", "resize_pool", "a100", stored,
+                      {"expires_at": "2026-11-02T20:50:00+00:00"}, "zh") == "等待人工审批，截至 2026-11-02 20:50（UTC）"
     for kind, status, data in (("approval", "denied", {"by": "lead"}), ("execution", "executed", {}),
                                ("finding", "idle", {"kind": "idle", "gpus": 2, "waste_gpu_hours": 1.5}),
                                ("exemption", "granted", {"until": "2026-11-02T22:00:00+00:00"}),

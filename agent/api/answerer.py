@@ -63,6 +63,10 @@ _KEPT = re.compile(r"\bprotected\b|\bexempt|\bkept\b|豁免|受保护|保护名�
 # An answer to an approval typed into chat ("approve apr_1a2b"): chat does not take it, and says where to (the ChatOps
 # command's own pattern).
 _ANSWER_TYPED = ANSWER_COMMAND
+# An answer asked for in words ("帮我 approve 一下 a100-ondemand 的 resize", "please deny the stop of x"): the same reply,
+# not an answer to whatever else the message asked (it read as a savings question and said nothing of the approval).
+_ANSWER_ASKED = re.compile(r"\b(?:approve|deny|reject)\b|帮我?.{0,6}(?:批准|审批|拒绝)|(?:批准|拒绝|审批)一下",
+                           re.IGNORECASE)
 
 
 def detect_language(text: str) -> Lang:
@@ -84,7 +88,7 @@ _POOL = re.compile(r"\b(?:node ?)?pools?\b|节点池|资源池", re.IGNORECASE)
 def classify(text: str) -> Intent:
     if parse_keep(text) is not None:
         return "keep"
-    if _ANSWER_TYPED.search(text):
+    if _ANSWER_TYPED.search(text) or _ANSWER_ASKED.search(text):
         return "approvals"
     lowered = text.lower()
     if re.search(r"\b(?:free|available|spare)\b|空闲的?卡|可用的?卡|剩", lowered) \
@@ -988,7 +992,8 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
     named = named_jobs(ctx, text)
     in_full = any(n.lower() in text.lower() for n in named)  # named by its whole id, not a word of it
     if intent in ("help", "waste", "today", "approvals", "savings", "runbook", "queue", "kept") and named \
-            and "who" not in text.lower() and "谁" not in text and not _ANSWER_TYPED.search(text):
+            and "who" not in text.lower() and "谁" not in text and not _ANSWER_TYPED.search(text) \
+            and not _ANSWER_ASKED.search(text):
         intent = "job"  # "is ml-team/x idle?", "what happened to x?": the job's own story answers it
     elif intent in ("forecast", "status") and in_full and not _POOL.search(text):
         intent = "job"  # "will ml-team/x be stopped tomorrow?", "summary of ml-team/x"
@@ -1020,7 +1025,7 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
         reply = yield from _savings(ctx, lang)
     elif intent == "approvals":
         reply = _approvals(ctx, lang)
-        if _ANSWER_TYPED.search(text):
+        if _ANSWER_TYPED.search(text) or _ANSWER_ASKED.search(text):
             reply = _t(lang, "Chat does not take approval answers: answer on the Approvals page, the DingTalk/WeCom "
                              "card, or `POST /api/approvals/{id}` as an approver.\n\n",
                        "聊天不接受审批答复：请审批人在“审批”页面、钉钉/企业微信卡片上作答，或调用 "

@@ -619,7 +619,9 @@ def audit_text(kind: str, status: str | None, action: str | None, target: str | 
     if kind == "approval":
         by = data.get("by") or ""
         said = reason.split(": ", 1)[1] if status in ("approved", "denied") and ": " in reason else ""
-        return {"pending": "等待人工审批", "approved": f"{by} 已批准", "denied": f"{by} 已拒绝",
+        expires = str(data.get("expires_at") or "")
+        pending = f"等待人工审批，截至 {_moment(expires, zone, language)}" if expires else "等待人工审批"
+        return {"pending": pending, "approved": f"{by} 已批准", "denied": f"{by} 已拒绝",
                 "expired": "无人答复，已过期，未执行", "reasked": "上次请求无人答复，再次请求审批",
                 "escalated": "升级给下一组审批人",
                 "refused_answer": _refused_answer_zh(reason) or "答复未受理"}.get(

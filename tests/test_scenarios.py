@@ -160,6 +160,7 @@ DIFFICULTY: dict[str, str] = {
     "slinky-slurmd-pod-idle-overnight": "hard",
     "lws-one-group-hung-other-serving": "hard",
     "slurm-srun-task-died-others-wait": "hard",
+    "keda-vllm-min-replicas-quiet-night": "medium",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.
@@ -498,6 +499,17 @@ def test_seven_ranks_waiting_for_one_that_died_are_stopped_after_one_warning() -
     [stop] = stops(r, job)
     assert "then it ended" in warned["reason"] and stop["at_s"] >= warned["at_s"] + HOUR
     assert finding(r, job, "overprovisioned") is None and acts(r, job, status="pending_approval") == []
+
+
+@pytest.mark.medium
+def test_a_service_is_advised_without_why_a_stop_would_need_a_person() -> None:
+    """A vLLM replica spins a core per worker while it waits: the idle reading's "the stop needs a person who checks
+    which" (a DataLoader deadlock reads the same) preceded "so it is not stopped" in the owner's one warning."""
+    r = run("keda-vllm-min-replicas-quiet-night")
+    warned = [a for a in acts(r, action="notify", status="executed") if a["job"].startswith("chat/")]
+    assert warned and all("an inference service" in a["reason"] for a in warned)
+    assert not any("needs a person" in a["reason"] or "DataLoader" in a["reason"] for a in warned)
+    assert stops(r, "research/nb-kim") and not [s for s in stops(r) if s["job"].startswith("chat/")]
 
 
 @pytest.mark.hard

@@ -184,8 +184,12 @@ def as_serving_advice(findings: list[Finding], obs: Observation, rule: ServingRu
                    | ({"warmup_s": warm} if warm is not None else {})
                    | ({"requests": float(round(requests)), "requests_window_s": window_s} if requests is not None
                       else {}))
-        out.append(f.model_copy(update={"kind": "idle_serving", "evidence": f"{f.evidence}; {advice}",
-                                        "metrics": metrics, "stop_after": None, "stop_needs_approval": None}))
+        evidence = f.evidence
+        for doubt in (f.stop_needs_approval or "").split("; "):  # why a stop would need a person: none is made
+            evidence = evidence.replace(f"; {doubt}", "") if doubt else evidence
+        out.append(f.model_copy(update={"kind": "idle_serving", "evidence": f"{evidence}; {advice}",
+                                        "metrics": metrics, "stop_after": None, "stop_needs_approval": None,
+                                        "stop_needs_approval_zh": None}))
     return out
 
 
@@ -198,8 +202,8 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
     requests, window_s = f.metrics.get("requests"), f.metrics.get("requests_window_s")
     seen = ""
     if requests is not None and window_s is not None:
-        seen = (f"（最近 {duration_zh(window_s)} 内没有请求）" if requests == 0
-                else f"（最近 {duration_zh(window_s)} 内 {requests:.0f} 个请求）")
+        seen = (f"（最近 {duration_zh(window_s)}内没有请求）" if requests == 0
+                else f"（最近 {duration_zh(window_s)}内 {requests:.0f} 个请求）")
     hung = "若调用方遇到报错或超时，说明服务已卡住，请通过其自身的部署重启；若只是在等待请求时空转，" if f.metrics.get(
         "serving_pinned") else "建议"
     failed, logged = f.metrics.get("failed_requests"), f.metrics.get("log_requests")

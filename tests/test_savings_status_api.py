@@ -111,6 +111,10 @@ def test_waste_by_team_apart_from_pools_and_finding_status(tmp_path):
         assert worker["approval_id"] is not None
         pool = next(f for f in page["findings"] if f["target"] == "a100-ondemand")
         assert pool["warned_at"] is None and pool["approval_id"] is not None
+        # An over-provisioned job told to right-size: advised, not warned of a stop (the page showed it "new").
+        advised = [f for f in page["findings"] if f["kind"] == "overprovisioned"]
+        assert advised and all(f["advised_at"] and f["warned_at"] is None for f in advised), advised
+        assert worker["advised_at"] is None
 
 
 def test_exemptions_listed_revoked_once_and_no_longer_honoured(tmp_path):

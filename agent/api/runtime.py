@@ -379,13 +379,20 @@ class StewardRuntime:
             gone_at.setdefault(e.target or "", e.at)
         out: dict[str, dict[str, Any]] = {}
         for f in findings:
-            state: dict[str, Any] = {"warned_at": None, "stop_due_at": None, "stopped_at": None,
+            state: dict[str, Any] = {"warned_at": None, "advised_at": None, "stop_due_at": None, "stopped_at": None,
                                      "stopping_since": None, "exempt_until": None, "denied_until": None,
                                      "approval_id": pending.get(f.target)}
             for h in history.entries:
-                if h.target != f.target or h.at < f.since or h.status != "executed":
+                if h.target != f.target or h.status != "executed":
                     continue
-                if h.action == "notify" and h.deadline is not None:
+                if h.action == "notify" and h.deadline is None:
+                    # Advice (right-size, scale a service down): told, no stop announced, so the page showed it
+                    # "new". An advice finding's `since` is its window's start and moves on; the telling does not.
+                    state["advised_at"] = h.at
+                    continue
+                if h.at < f.since:
+                    continue
+                if h.action == "notify":
                     state["warned_at"], state["stop_due_at"] = h.at, h.deadline
                 elif h.action in ("terminate", "force_terminate"):
                     if h.detail.startswith("stopped"):

@@ -61,6 +61,8 @@ class FindingView(Finding):
     """A finding with what has happened to its target since (from the audit log and the inbox)."""
 
     warned_at: datetime | None = Field(None, description="When the owner was warned of a stop.")
+    advised_at: datetime | None = Field(None, description="When the owner was last told of it as advice (no stop "
+                                                          "follows: right-size, scale a service down).")
     stop_due_at: datetime | None = Field(None, description="The earliest time the warned stop may happen.")
     stopping_since: datetime | None = Field(None, description="SIGTERM sent; the job had not exited then.")
     stopped_at: datetime | None = Field(None, description="When the job was seen gone after a stop.")

@@ -168,6 +168,7 @@ function findingState(f) {
     pills.push(["warned", `${t("state.warned")} ${when(f.warned_at)}`]);
     if (!f.stopping_since) pills.push(["due", `${t("state.stop_due")} ${when(f.stop_due_at)}`]);
   }
+  if (f.advised_at && !f.warned_at && !f.stopped_at) pills.push(["advised", `${t("state.advised")} ${when(f.advised_at)}`]);
   if (f.approval_id) pills.push(["awaiting", t("state.awaiting")]);
   if (!pills.length) pills.push(["open", t("state.open")]);
   return pills.map(([cls, text]) => `<span class="pill ${cls}">${esc(text)}</span>`).join(" ");

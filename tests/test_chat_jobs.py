@@ -183,6 +183,19 @@ def test_a_question_about_one_kind_of_waste_says_none_of_that_kind_not_that_nobo
     assert header == f"今天（2026-11-02）共执行了 {done} 项操作，另有 1 个作业被人工保留：" and len(items) == done + 1
 
 
+def test_my_job_is_the_askers_and_a_name_written_before_job_is_a_name(client):
+    """"why did you stop my notebook?" asked which job, citing the one it meant as its example; a bare name before
+    "这个 job" got the same request, where a namespaced unknown one was said to be unknown."""
+    sweep_to(client, 170)  # carol's notebook was stopped at 16:35: no longer running, no longer a finding
+    for question, head in (("why did you stop my notebook?", f"**{JOB}**"), ("为什么停掉了我的 notebook？", f"**{JOB}**")):
+        start, events = ask(client, question, CAROL)
+        answer = events[-1]["answer"]
+        assert start["intent"] == "job" and head in answer.splitlines()[0], answer
+        assert "Which job" not in answer and "请指明作业" not in answer
+    zh = ask(client, "llama-finetune-7b 这个 job 现在什么状态？", CAROL)[1][-1]["answer"]
+    assert zh.startswith("我不知道作业 **llama-finetune-7b**"), zh
+
+
 def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_path):
     from langchain_core.messages import AIMessage
 

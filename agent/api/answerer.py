@@ -127,6 +127,7 @@ class ChatContext:
     keep: KeepFn | None = None  # grants `keep` through the ChatOps path; None: this chat cannot keep jobs
     zone: tzinfo = UTC  # the time zone people read times in (STEWARD_DISPLAY_TZ)
     swept: bool = True  # whether a sweep has run in this process: with none, no finding is no evidence of no waste
+    asker: str | None = None  # who asks, as the cluster names users ("my notebook"); None: not known
 
 
 def _t(lang: Lang, en: str, zh: str) -> str:
@@ -376,12 +377,27 @@ def named_jobs(ctx: ChatContext, text: str) -> list[str]:
     return hits
 
 
+def _owners(ctx: ChatContext) -> dict[str, str]:
+    """Job -> owner for every job chat knows: running now, found now, or found in the last day (a stopped notebook
+    is in neither of the first two)."""
+    found = {e.target: str(e.data["owner"]) for e in ctx.audit.entries(
+        kind="finding", since=(ctx.now - timedelta(days=1)).astimezone(UTC), limit=5000, newest_first=False)
+        if e.target and e.data.get("owner")}
+    return found | {f.target: f.owner for f in ctx.findings if f.owner} | {j.id: j.user for j in ctx.observation.jobs}
+
+
+_MINE = re.compile(r"\bmy\b|\bmine\b|我的", re.IGNORECASE)
+
+
 def _owner_named(ctx: ChatContext, text: str) -> tuple[str, list[str]] | None:
     """(the user the question names, the jobs chat knows of theirs), when it names a user rather than a job
-    ("why did you stop alice's notebook?"): a job of theirs matching another word of the question, else all."""
-    owners = {j.id: j.user for j in ctx.observation.jobs} | {f.target: f.owner for f in ctx.findings if f.owner}
+    ("why did you stop alice's notebook?", or the asker's own: "why did you stop my notebook?"): a job of theirs
+    matching another word of the question, else all."""
+    owners = _owners(ctx)
     words = {w.lower() for w in _TOKEN.findall(text)}
     users = sorted({u for u in owners.values() if u and u.lower() in words})
+    if not users and ctx.asker and _MINE.search(text):
+        users = [ctx.asker]
     if len(users) != 1:
         return None
     theirs = sorted(j for j, u in owners.items() if u == users[0])
@@ -899,7 +915,10 @@ def protection_reason_zh(reason: str) -> str:
 # A job named the way chat's own answers name one (`ml-team/jupyter-carol`), or right after the word job.
 _JOB_WRITTEN = re.compile(r"(?<![\w./-])([A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)"
                           r"|\b(?:job|pod|notebook|task)\s+([A-Za-z0-9][\w.-]*-[\w.-]+)"
-                          r"|(?:作业|任务|笔记本)\s*([A-Za-z0-9][\w.-]*-[\w.-]+)", re.ASCII | re.IGNORECASE)
+                          r"|(?:作业|任务|笔记本)\s*([A-Za-z0-9][\w.-]*-[\w.-]+)"
+                          # named before the word: "llama-finetune-7b 这个 job 现在什么状态？"
+                          r"|(?<![\w./-])([A-Za-z0-9][\w.-]*-[\w.-]+)\s*(?:这个|那个|的)?\s*(?:job\b|pod\b|作业|任务)",
+                          re.ASCII | re.IGNORECASE)
 
 
 def _unknown_job(ctx: ChatContext, text: str) -> str | None:

@@ -35,7 +35,8 @@ log = logging.getLogger("steward.chat")
 STALE_AFTER_S = 600.0  # a reading older than this and two sweep intervals is named as old in the answer
 
 def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None = None,
-                 job: str | None = None, zone: tzinfo = UTC, newest_only: bool = False) -> tuple[ChatContext, str]:
+                 job: str | None = None, zone: tzinfo = UTC, newest_only: bool = False,
+                 asker: str | None = None) -> tuple[ChatContext, str]:
     """The context, and a notice to put before the answer when it could not read the cluster fresh.
 
     A running sweep holds the graph lock (the first one for as long as it builds the runbook index): chat
@@ -62,7 +63,7 @@ def chat_context(rt: StewardRuntime, lang: Lang = "en", *, who: Principal | None
     ctx = ChatContext(findings=rt.findings(), observation=obs, tools=tools, audit=deps.audit,
                       pending=deps.approvals.pending(), now=now, currency=deps.currency, policy=deps.policy,
                       job=job, keep=_keeper(rt, who) if who is not None else None, zone=zone,
-                      swept=rt.latest is not None)
+                      swept=rt.latest is not None, asker=asker or (who.name if who is not None else None))
     ctx.tools.update({t.name: t for t in chat_tools(ctx, lang)})
     return ctx, notice
 

@@ -70,7 +70,8 @@ def offline_answer(provider: Callable[[], Any]) -> Answer:
 
         language: Literal["en", "zh"] = "zh" if lang == "zh" else "en"
         try:  # the newest reading held: WeCom and DingTalk wait about 5 s, and retry a callback that is late
-            ctx, notice = chat_context(runtime, language, zone=getattr(runtime, "zone", UTC), newest_only=True)
+            ctx, notice = chat_context(runtime, language, zone=getattr(runtime, "zone", UTC), newest_only=True,
+                                       asker=user or None)
             reply = next((e["answer"] for e in answer(ctx, question, language) if e["type"] == "done"), None)
         except SweepStillReading as exc:
             return str(exc)

@@ -29,6 +29,7 @@ def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
                           status=f.kind, reason=f.evidence,
                           data={"kind": f.kind, "since": f.since.isoformat(), "gpus": f.gpus,
                                 "target_uid": uids.get(f.target),  # which run of a reused name it was about
+                                "owner": f.owner,  # whose it was, after the job is gone ("why did you stop my notebook?")
                                 "waste_gpu_hours": f.waste_gpu_hours, "waste_cost": f.waste_cost,
                                 "runbook": f.runbook, "metrics": f.metrics,  # the numbers evidence is rendered from
                                 "stop_after": f.stop_after.isoformat() if f.stop_after else None})

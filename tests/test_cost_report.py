@@ -49,6 +49,20 @@ def test_cost_is_gpu_hours_times_price_and_suggests_the_right_request(tmp_path: 
     assert report.saved_gpu_hours == pytest.approx(api.reclaimed_gpu_hours, abs=0.05)
 
 
+def test_a_period_that_starts_mid_waste_counts_its_part_and_says_how_long_it_lasted(tmp_path: Path) -> None:
+    """The report cut the hang's length at the period's start ("no progress for 1h") beside chat's "silent 3h35m":
+    the cost is the period's part, the suggestion's length the job's."""
+    deps = _run(tmp_path, "zombie-pinned-gpu.yaml")
+    audit = deps.audit  # type: ignore[attr-defined]
+    until = audit.entries(kind="usage", limit=1)[0].at
+    whole = build_report(audit, until - timedelta(days=7), until)
+    [hung] = [s for s in whole.suggestions if s.kind == "zombie"]
+    last = audit.entries(kind="finding", limit=1)[0].at  # the hang's last sweep (it was stopped then)
+    late = build_report(audit, last - timedelta(minutes=30), until)
+    [cut] = [s for s in late.suggestions if s.kind == "zombie"]
+    assert cut.hours == hung.hours > 0.5 and cut.cost < hung.cost
+
+
 def test_html_is_self_contained_with_charts_in_both_languages(tmp_path: Path) -> None:
     deps = _run(tmp_path, "idle-notebook.yaml")
     audit = deps.audit  # type: ignore[attr-defined]

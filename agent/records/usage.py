@@ -200,8 +200,8 @@ def _waste(report: CostReport, audit: AuditLog, since: datetime, until: datetime
                 stretches[-1] = (min(stretches[-1][0], began), e)
             else:
                 stretches.append((began, e))
-        for began, e in stretches:
-            began = max(began, since)
+        for first, e in stretches:
+            began = max(first, since)  # the waste counted is the period's; the suggestion says how long it lasted
             measured, cost = float(e.data.get("waste_gpu_hours") or 0.0), float(e.data.get("waste_cost") or 0.0)
             gpus = int(e.data.get("gpus") or 0)
             hours = gpus * max(0.0, (e.at - began).total_seconds()) / 3600.0
@@ -213,7 +213,7 @@ def _waste(report: CostReport, audit: AuditLog, since: datetime, until: datetime
             job = jobs.get(target)
             if job is None or kind not in SUGGESTED:
                 continue
-            lasted = max(0.0, (e.at - began).total_seconds() / 3600.0)
+            lasted = max(0.0, (e.at - first).total_seconds() / 3600.0)  # the report read "for 1h" of a 3h35m hang
             used = max(0, job.gpus - gpus) if kind == "overprovisioned" else 0
             sug = Suggestion(user=job.user, job=target, kind=kind, gpus=job.gpus, used=used, hours=round(lasted, 2),
                              cost=round(cost, 2))

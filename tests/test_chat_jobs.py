@@ -196,6 +196,15 @@ def test_my_job_is_the_askers_and_a_name_written_before_job_is_a_name(client):
     assert zh.startswith("我不知道作业 **llama-finetune-7b**"), zh
 
 
+def test_a_quiet_window_under_way_is_said_to_be_under_way(client):
+    """At 17:20 the pool's 17:00-22:00 window was listed as "17:00-22:00", read as one still to come."""
+    sweep_to(client, 200)
+    answer = ask(client, "which pool is quiet tonight?", CAROL)[1][-1]["answer"]
+    assert "now (since 17:00)-22:00 UTC" in answer, answer
+    zh = ask(client, "哪个节点池今晚空闲？", CAROL)[1][-1]["answer"]
+    assert "现在（自 17:00 起）-22:00（UTC）" in zh, zh
+
+
 def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_path):
     from langchain_core.messages import AIMessage
 

@@ -677,6 +677,8 @@ def _span(start: float, end: float, ctx: ChatContext, lang: Lang) -> str:
     a, b = (datetime.fromtimestamp(t, UTC).astimezone(ctx.zone) for t in (start, end))
     today = ctx.now.astimezone(ctx.zone).date()
     first = f"{a:%H:%M}" if a.date() == today else f"{a:%m-%d %H:%M}"
+    if a <= ctx.now:  # under way: "17:00-22:00" read as tonight's, still to come
+        first = _t(lang, f"now (since {first})", f"现在（自 {first} 起）")
     return f"{first}-{b:%H:%M}{zone_suffix(ctx.zone, lang)}" if b.date() == a.date() else \
         f"{first}-{b:%m-%d %H:%M}{zone_suffix(ctx.zone, lang)}"
 

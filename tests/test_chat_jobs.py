@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from agent.chatops.commands import KeepRequest, parse_keep
@@ -203,6 +205,23 @@ def test_a_quiet_window_under_way_is_said_to_be_under_way(client):
     assert "now (since 17:00)-22:00 UTC" in answer, answer
     zh = ask(client, "哪个节点池今晚空闲？", CAROL)[1][-1]["answer"]
     assert "现在（自 17:00 起）-22:00（UTC）" in zh, zh
+
+
+def test_the_cost_answer_keeps_empty_nodes_waste_apart_from_the_jobs_cost(client):
+    """"$322.06 for 58.6 GPU-hours ($230.82 of it on waste found)": $153.88 of that was the pool's empty nodes, which
+    the jobs' cost does not hold, so 56 of 58.6 GPU-hours read wasted."""
+    import re
+
+    from agent.records.usage import build_report
+
+    sweep_to(client, 300)  # 19:00: the on-demand pool has had empty nodes for hours
+    rt = client.app.state.runtime
+    report = build_report(rt.deps.audit, rt.deps.clock.now() - timedelta(days=7), rt.deps.clock.now())
+    answer = ask(client, "how much did we spend this week?", CAROL)[1][-1]["answer"]
+    held, empty = (float(x) for x in re.search(r"\(\$([\d.]+) of it on waste found in jobs; empty pool nodes found on "
+                                               r"top: \$([\d.]+)\)", answer).groups())
+    assert empty > 0 and held + empty == pytest.approx(report.waste_cost, abs=0.02)
+    assert held <= report.cost
 
 
 def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_path):

@@ -656,10 +656,15 @@ def _cost(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None,
                         f"(of {money(r.cost, r.currency)} in all). The full report: `steward report`.",
                   f"**{t.name}** 在 {span} 的 GPU 成本：{money(t.cost, r.currency)}，共 {t.gpu_hours:,.1f} GPU 小时"
                   f"（全部为 {money(r.cost, r.currency)}）。完整报告：`steward report`。")
+    # The cost is what jobs held; a pool's empty nodes are paid for beside it, so their waste is not "of it".
+    held = sum(w.cost for w in r.waste if w.kind not in POOL_KINDS)
+    empty = sum(w.cost for w in r.waste if w.kind in POOL_KINDS)
+    beside = _t(lang, f"; empty pool nodes found on top: {money(empty, r.currency)}",
+                f"；另有节点池空闲节点的浪费 {money(empty, r.currency)}，不在上述成本内") if empty else ""
     lines = [_t(lang, f"GPU cost {span}: {money(r.cost, r.currency)} for {r.gpu_hours:,.1f} GPU-hours "
-                      f"({money(r.waste_cost, r.currency)} of it on waste found). By team:",
+                      f"({money(held, r.currency)} of it on waste found in jobs{beside}). By team:",
                 f"{span} 的 GPU 成本：{money(r.cost, r.currency)}，共 {r.gpu_hours:,.1f} GPU 小时"
-                f"（其中发现的浪费 {money(r.waste_cost, r.currency)}）。各团队：")]
+                f"（其中作业中发现的浪费 {money(held, r.currency)}{beside}）。各团队：")]
     lines += [_t(lang, f"- **{t.name}**: {money(t.cost, r.currency)} ({t.gpu_hours:,.1f} GPU-hours)",
                  f"- **{t.name}**：{money(t.cost, r.currency)}（{t.gpu_hours:,.1f} GPU 小时）") for t in r.by_team[:8]]
     lines.append(_t(lang, "The full report (users, jobs, pools, suggestions): `steward report`.",

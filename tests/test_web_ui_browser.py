@@ -53,9 +53,12 @@ def test_chat_approve_and_audit_in_a_browser(tmp_path):
         page.click("#audit-filter button[type=submit]")
         expect(page.locator("#audit-table tbody")).to_contain_text("resize pool", timeout=20_000)
         expect(page.locator("#audit-table tbody")).to_contain_text("executed")
+        # The cells hold times without a zone: the column names it, in either language.
+        expect(page.locator("#audit-table thead")).to_contain_text("When (UTC)")
 
         page.click("#lang-toggle")
         expect(page.locator("button[data-view=audit]")).to_have_text("审计")
+        expect(page.locator("#audit-table thead")).to_contain_text("(UTC)")
         browser.close()
         assert errors == []
     stored = runtime.deps.approvals.get(approval.id)

@@ -1,7 +1,7 @@
 // Entry point: tabs, language toggle, polling of the current view and the cluster clock.
 import { followSSE, getHealth, postJSON } from "./api.js";
 import { ask, renderSuggestions } from "./chat.js";
-import { adoptServerLang, applyLabels, t, toggleLang } from "./i18n.js";
+import { adoptServerLang, applyLabels, setZoneLabel, t, toggleLang } from "./i18n.js";
 import { hhmm, shown, state, when, zone } from "./render.js";
 import { bindAudit, bindExemptForm, bindFindings, loadApprovals, loadAudit, loadFindings, loadSavings } from "./views.js";
 
@@ -25,6 +25,7 @@ async function refresh() {
     showDegraded(health.reasons || []);
     state.runbooksRoute = health.runbooks_route;
     state.tz = health.display_tz || "UTC";
+    setZoneLabel(zone());
     if (adoptServerLang(health.language)) renderSuggestions(submit);
     document.getElementById("clock").textContent = `${hhmm(health.cluster_time)} ${zone()}`;
     if (state.status) statusLine(state.status);  // a status that came before the zone was known
@@ -64,6 +65,7 @@ let lastRun;
 function showStatus(s) {
   state.status = s;
   if (s.display_tz) state.tz = s.display_tz;
+  setZoneLabel(zone());
   document.getElementById("ended").hidden = !s.scenario_ended;
   document.getElementById("clock").textContent = `${hhmm(s.cluster_time)} ${zone()}`;
   statusLine(s);

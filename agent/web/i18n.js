@@ -171,9 +171,21 @@ export function colon() {
   return lang === "zh" ? "：" : ": ";
 }
 
+// The time zone the page's times are in, named in the headers of the columns that hold times ("When (UTC)").
+let zoneLabel = "";
+function labelled(el) {
+  return t(el.dataset.i18n) + (zoneLabel && el.hasAttribute("data-zoned") ? ` (${zoneLabel})` : "");
+}
+
+export function setZoneLabel(zone) {
+  if (zone === zoneLabel) return;
+  zoneLabel = zone;
+  document.querySelectorAll("[data-zoned][data-i18n]").forEach((el) => { el.textContent = labelled(el); });
+}
+
 export function applyLabels(root = document) {
   document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
-  root.querySelectorAll("[data-i18n]").forEach((el) => { el.textContent = t(el.dataset.i18n); });
+  root.querySelectorAll("[data-i18n]").forEach((el) => { el.textContent = labelled(el); });
   root.querySelectorAll("[data-i18n-placeholder]").forEach((el) => { el.placeholder = t(el.dataset.i18nPlaceholder); });
   root.querySelectorAll("[data-i18n-aria]").forEach((el) => el.setAttribute("aria-label", t(el.dataset.i18nAria)));
   root.querySelectorAll("[data-i18n-title]").forEach((el) => { el.title = t(el.dataset.i18nTitle); });

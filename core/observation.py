@@ -39,6 +39,10 @@ class LogProgress(BaseModel):
     # The failure line (a Python exception, a signal death, a non-zero exit) after the newest progress line: the
     # job's process ended, so its earlier progress shows no work now (tools/log_progress.py _FAILURE).
     ended: str | None = None
+    # A launcher's verdict that one rank's process died, after the newest progress line: srun's "task 7: Exited with
+    # exit code 1", torchrun's "failed (exitcode: 1) local_rank: 7", mpirun's "process rank 7 ... exited on signal".
+    # Narrower than `ended`: a caught subprocess error or a killed side monitor names no rank.
+    rank_died: str | None = None
 
     def advanced_since(self, since: datetime) -> bool:
         """Whether the log shows work at or after `since`: a progress line then, and no failure after it. The one

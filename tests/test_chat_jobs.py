@@ -469,6 +469,8 @@ def test_what_operators_ask_that_fell_through_to_the_help_text(client):
         "聊天不接受审批答复")
     assert reply("please deny the stop of cv-team/augment-worker", "approvals").startswith(
         "Chat does not take approval answers")
+    # A question about an answer is not a request for one: the job's own story (a review).
+    assert "Chat does not take" not in reply(f"did anyone approve the stop of {JOB}?", "job")
     assert "`保留 <时长> <作业> <原因>`" in reply("把 nb-alice 保留到明天", "keep")
     # The runbooks: this server has no index enabled, and says so rather than printing the help text.
     assert "STEWARD_RUNBOOKS_ENABLED" in reply("NCCL hang 怎么排查", "runbook")

@@ -86,16 +86,21 @@ def test_a_pod_ended_from_outside_is_named_for_what_ended_it_not_for_its_contain
     preempted = _run("preempted", ended_min_ago=20, ran_s=600, reason="Error")
     preempted["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
                                           "reason": "PreemptionByScheduler"}]
+    storage = _run("storage", ended_min_ago=15, ran_s=600, reason="Error")  # over its own limit: its doing
+    storage["status"] |= {"reason": "Evicted", "message": "Pod ephemeral local storage usage exceeds the total "
+                                                          "limit of containers 10Gi."}
     crashed = _run("crashed", ended_min_ago=10, ran_s=600)
     crashed["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "False", "reason": "x"}]
-    for pod in (evicted, preempted, crashed):
+    for pod in (evicted, preempted, storage, crashed):
         api.store.put("pods", pod)
     k8s = kubernetes_scheduler_from_settings(settings, clock=api.clock)
     reasons = {f.id: f.reason for f in k8s.list_finished(NOW - timedelta(days=1))}
     assert reasons == {"llm/evicted": "Evicted: Error (exit 137)",
                        "llm/preempted": "DisruptionTarget PreemptionByScheduler: Error (exit 137)",
+                       "llm/storage": "EphemeralStorageExceeded: Error (exit 137)",
                        "llm/crashed": "OOMKilled (exit 137)"}
-    assert [infrastructure_end(r) for r in reasons.values()] == [True, True, False]
+    assert {k: infrastructure_end(r) for k, r in reasons.items()} == {
+        "llm/evicted": True, "llm/preempted": True, "llm/storage": False, "llm/crashed": False}
 
 
 def test_a_re_read_before_acting_reuses_its_sweeps_history():

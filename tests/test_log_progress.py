@@ -189,6 +189,17 @@ def test_the_schedulers_own_cancel_line_is_not_progress():
     died = analyse_log("j", lines(["step=10 loss=1.0", "srun: error: a100-0: task 7: Exited with exit code 1",
                                    "srun: Terminating StepId=771204.0 is NOT done: other tasks still running"]), NOW)
     assert died.progress_lines == 1 and died.ended == "srun: error: a100-0: task 7: Exited with exit code 1"
+    assert died.rank_died == died.ended  # a launcher's verdict on one rank
+    # A death that names no rank (a caught subprocess error, a killed side monitor) ends the log, not a rank.
+    for line in ("Command '['aws', 's3', 'sync', 'out', 's3://b']' returned non-zero exit status 1.",
+                 "train.sh: line 23: 91822 Killed                  python gpu_monitor.py"):
+        other = analyse_log("j", lines(["step=10 loss=1.0", line]), NOW)
+        assert other.ended and other.rank_died is None, line
+    torchrun = analyse_log("j", lines(["step=10 loss=1.0", "[E ... torch.distributed.elastic.multiprocessing.api:"
+                                       "882] failed (exitcode: 1) local_rank: 3 (pid: 4242) of binary: python"]), NOW)
+    assert torchrun.rank_died is not None
+    assert analyse_log("j", lines(["srun: error: n1: task 3: Exited with exit code 1", "step=11 loss=0.8"]),
+                       NOW).rank_died is None  # progress after it: the job went on
     # A word that merely contains a progress word is no hint; one that starts or follows a non-letter is.
     assert analyse_log("j", lines(["upstepdown 5"]), NOW).progress_lines == 0
     assert analyse_log("j", lines(["global_step 5"]), NOW).progress_lines == 1

@@ -365,9 +365,10 @@ def test_demand_for_a_pool_is_a_job_that_waits_for_capacity_its_nodes_could_give
     for reason in ("QOSGrpGRES", "AssocGrpGRES", "Dependency", "JobHeldUser", "Reservation",
                    # a floating license, nodes down or reserved for maintenance, an array's own %N throttle: no node
                    # bought would start them (a license wait once bought 16 on-demand GPUs for the night)
-                   "Licenses", "ReqNodeNotAvail, Reserved for maintenance", "ReqNodeNotAvail, UnavailableNodes:a1",
-                   "JobArrayTaskLimit"):
+                   "Licenses", "ReqNodeNotAvail, Reserved for maintenance", "JobArrayTaskLimit"):
         assert not demand_for_pool(pending(8, reason, scheduler="slurm"), pool, obs), reason
+    # Nodes down or drained and the job too big for those up: more nodes may start it (a review).
+    assert demand_for_pool(pending(8, "ReqNodeNotAvail, UnavailableNodes:a1", scheduler="slurm"), pool, obs)
     assert demand_for_pool(pending(8, "BeginTime", scheduler="slurm"), pool, obs)  # a start already set
     assert not demand_for_pool(pending(8, "Unschedulable", pending_message=TAINTED), pool, obs)
     assert not demand_for_pool(pending(8, "Unschedulable", gpu_model="H100"), pool, obs)

@@ -513,6 +513,20 @@ def test_a_service_is_advised_without_why_a_stop_would_need_a_person() -> None:
 
 
 @pytest.mark.hard
+@pytest.mark.parametrize("probe", ["cpu-rank-after-subprocess-exit", "cpu-rank-after-helper-oom-killed"])
+def test_a_death_line_that_names_no_rank_leaves_a_mixed_hang_to_a_person(probe: str) -> None:
+    """A review's probes of the rule above: the main rank freed its GPUs (a CUDA context left) to build stage 2's data
+    on the CPU while seven ranks wait pinned, after a caught `aws s3 sync` failure or a killed side monitor. The
+    first cut of the rule read those lines as a rank's death and stopped the job without a person (a false kill);
+    only a launcher's verdict on a rank, with nothing left on its GPU, stands for one."""
+    from pathlib import Path
+
+    r = run_scenario(load_scenario(Path(__file__).parent / "data" / f"{probe}.yaml"), Policy(), PolicyModel())
+    assert r.score.false_kills == 0 and stops(r) == []
+    assert acts(r, "gpu/sft-then-dpo", "terminate", "pending_approval")
+
+
+@pytest.mark.hard
 def test_late_approval_is_rechecked_against_fresh_state() -> None:
     r = run("recovers-before-approved-stop")
     job = "ml-team/bert-finetune"

@@ -155,6 +155,8 @@ def _pod_end(status: dict) -> str:
     TerminationByKubelet, DeletionByTaintManager, ...). The container only says how it died (Error, exit 137 from
     the SIGKILL), which would charge the job with its neighbours' or the node's doing."""
     if status.get("reason"):
+        if status["reason"] == "Evicted" and "ephemeral" in str(status.get("message") or "").lower():
+            return "EphemeralStorageExceeded"  # the kubelet enforced the pod's own limit: the job's doing
         return str(status["reason"])
     for c in status.get("conditions") or []:
         if c.get("type") == "DisruptionTarget" and str(c.get("status")) == "True":

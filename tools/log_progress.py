@@ -162,6 +162,14 @@ _TALLY = re.compile(r"(?<![\w.-])\d+\s+(?:CANCELLED|FAILED)\b")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 
 
+# A launcher's own verdict on one rank (tools' exact wording; core.observation.LogProgress.rank_died).
+_RANK_DIED = re.compile(
+    r"^\s*srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit code [1-9]\d*|Killed|Segmentation fault|Aborted|"
+    r"Bus error|Terminated)"
+    r"|\bfailed \(exitcode: -?[1-9]\d*\) local_rank: \d+"
+    r"|\bmpirun noticed that process rank \d+ with PID \d+ on node \S+ exited on signal \d+")
+
+
 def _died(text: str) -> bool:
     """The job's process died: a fatal error, a signal, a non-zero exit, the scheduler's or launcher's verdict."""
     return bool(_DIED.search(text) or (_VERDICT.search(text) and not _TALLY.search(text)))
@@ -329,12 +337,15 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
     requests, failed, path = 0, 0, None
     last_progress_i = -1
     ended: str | None = None  # the line saying the process died after the newest progress line
+    rank_died: str | None = None  # a launcher's verdict on one rank after the newest progress line
     raised: str | None = None  # the exception logged since the newest progress line, which names a death best
     for i, line in enumerate(lines):
         at = min(line.at, now) if _comparable(line.at, now) else line.at  # clock skew: never in the future
         last_line_at = at if last_line_at is None else max(last_line_at, at)
         text = line.text[:_MAX_CHARS]
         if _failed(text):
+            if _RANK_DIED.search(text):
+                rank_died = rank_died or text
             if _died(text):
                 ended = ended or raised or text
             elif raised is None or _TRACEBACK.search(raised):  # the exception names it better than its header
@@ -348,7 +359,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
                 failed += 1
             else:
                 progress_at.append(at)
-                last_progress_i, ended, raised = i, None, None
+                last_progress_i, ended, raised, rank_died = i, None, None, None
             continue
         shape = _shape(text, at)
         # An indented line of numbers alone is an item of a printed structure (a model config dump's JSON array:
@@ -366,7 +377,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
             continue
         if _PROGRESS_HINT.search(text) if previous is None else _moved(previous, shape, at):
             progress_at.append(at)
-            last_progress_i, ended, raised = i, None, None
+            last_progress_i, ended, raised, rank_died = i, None, None, None
     gaps = [(b - a).total_seconds() for a, b in zip(progress_at, progress_at[1:], strict=False)]
     return LogProgress(
         job=job_id,
@@ -384,6 +395,7 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
         state_io=redactor.redact(announced[:_TAIL_CHARS]) if (announced := state_io_announced(
             lines, last_progress_i, last_line_at)) else None,
         ended=redactor.redact(ended[:_TAIL_CHARS]) if ended else None,
+        rank_died=redactor.redact(rank_died[:_TAIL_CHARS]) if rank_died else None,
     )
 
 

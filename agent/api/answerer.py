@@ -65,8 +65,9 @@ _KEPT = re.compile(r"\bprotected\b|\bexempt|\bkept\b|豁免|受保护|保护名�
 _ANSWER_TYPED = ANSWER_COMMAND
 # An answer asked for in words ("帮我 approve 一下 a100-ondemand 的 resize", "please deny the stop of x"): the same reply,
 # not an answer to whatever else the message asked (it read as a savings question and said nothing of the approval).
-_ANSWER_ASKED = re.compile(r"\b(?:approve|deny|reject)\b|帮我?.{0,6}(?:批准|审批|拒绝)|(?:批准|拒绝|审批)一下",
-                           re.IGNORECASE)
+_ANSWER_ASKED = re.compile(r"^\s*(?:please\s+|pls\s+|can you\s+|could you\s+)?(?:approve|deny|reject)\b"
+                           r"|(?:帮我|请|麻烦)\s*(?:approve|deny|reject|批准|审批|拒绝)|(?:批准|拒绝|审批)一下",
+                           re.IGNORECASE)  # an imperative, not a question about one ("did anyone approve ...?")
 
 
 def detect_language(text: str) -> Lang:

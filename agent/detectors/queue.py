@@ -292,12 +292,13 @@ def waiting_jobs(obs: Observation, findings: list[Finding], after_s: float = 0.0
 
 
 # Scheduler reasons that are not a lack of free GPUs: a quota or limit (Slurm QOS*/Assoc*), a dependency, a hold,
-# a begin time, licenses (Slurm's Licenses: a floating license, not a GPU), nodes it needs that are down, drained or
-# reserved (ReqNodeNotAvail, often with ", Reserved for maintenance"), an array's own throttle (JobArrayTaskLimit),
+# a begin time, licenses (Slurm's Licenses: a floating license, not a GPU), nodes held by a reservation
+# (ReqNodeNotAvail, ", Reserved for maintenance"; a plain "ReqNodeNotAvail, UnavailableNodes:..." is a job that does
+# not fit on the nodes that are up, which more nodes may well start), an array's own throttle (JobArrayTaskLimit),
 # and a Kubernetes pod's scheduling gates (SchedulingGated: Kueue's admission gate stays until the pod's quota admits
 # it; the scheduler does not even try the pod). A job held for one of them is not blocked by whoever holds GPUs, and
 # no node added or kept would start it.
-_NOT_CAPACITY = re.compile(r"^(QOS|Assoc)|^(ReqNodeNotAvail|Licenses)\b|^(Dependency|DependencyNeverSatisfied|"
+_NOT_CAPACITY = re.compile(r"^(QOS|Assoc)|^Licenses\b|^ReqNodeNotAvail\b.*\bReserved\b|^(Dependency|DependencyNeverSatisfied|"
                            r"BeginTime|JobHeldUser|JobHeldAdmin|PartitionDown|PartitionInactive|Reservation|"
                            r"JobArrayTaskLimit|NodeDown|SchedulingGated)$")
 

@@ -7,13 +7,17 @@ from datetime import datetime, timedelta
 from agent.config.policy import Policy
 from agent.detectors.activity import GpuActivity, last_real_work
 from agent.detectors.evidence import io_metrics, log_metrics, with_doubt
-from agent.detectors.idle import ACTIVE_STATES, CUDA_CONTEXT_MB, in_grace, log_summary, with_grace
+from agent.detectors.idle import ACTIVE_STATES, in_grace, log_summary, with_grace
 from agent.detectors.longtail import long_tail
 from agent.detectors.signals import ClusterSignals, JobWindow, group_signals
 from core.actions import Finding
 from core.cluster import JobInfo
 from core.durations import format_duration
 from core.observation import LogProgress, Observation
+
+# GPU memory in use with no process attached: the driver's own few MiB. Any process holds its CUDA context (300 MB or
+# more), so a GPU under this has no rank left on it.
+NO_PROCESS_MB = 128.0
 
 
 def _never_doubt() -> tuple[str, str]:
@@ -137,13 +141,16 @@ class ZombieDetector:
         (rank 0 writing a checkpoint) idles its GPU while the others wait pinned, which reads the same. Not when
         the log says a process died since the last progress and every idle GPU has let go of its memory: that rank
         is gone (a rank saving from the CPU keeps its model on the GPU), and its peers wait for it for ever (srun's
-        "task 7: Exited with exit code 1" beside seven ranks in an all-reduce, pytorch#76287)."""
+        "task 7: Exited with exit code 1" beside seven ranks in an all-reduce, pytorch#76287). Both signals, narrowly:
+        a launcher's verdict on a rank (`LogProgress.rank_died`: a caught subprocess error or a killed side monitor
+        names none), and no process left on each idle GPU (a CUDA context alone means a live rank is still attached:
+        one that freed its model to build the next stage's data on the CPU holds exactly that)."""
         quiet = [g for v, g in zip(w.gpu_avg_util, w.series.gpus, strict=False)
                  if v is not None and v < self.rule.busy_threshold_pct]
         idle = len(quiet)
         if not idle:
             return None
-        if logs.ended and all(g.mem_used_mb is not None and g.mem_used_mb <= CUDA_CONTEXT_MB for g in quiet):
+        if logs.rank_died and all(g.mem_used_mb is not None and g.mem_used_mb <= NO_PROCESS_MB for g in quiet):
             return None
         return (f"{idle} of {len(w.gpu_avg_util)} GPUs idle beside pinned ones: a rank stuck on the host, or one "
                 f"working on the CPU (a rank-0 checkpoint save) while the others wait, read the same",

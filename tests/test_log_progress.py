@@ -205,6 +205,27 @@ def test_the_schedulers_own_cancel_line_is_not_progress():
     assert analyse_log("j", lines(["global_step 5"]), NOW).progress_lines == 1
 
 
+def test_probes_are_no_progress_and_servers_own_request_lines_are_requests():
+    """Ollama's Gin log wrote the chart's probe (`GET "/"`) every 10 s with a new latency: read as progress, the
+    idle server was told to run "without GPUs"; its chats (`POST "/api/chat"`, status first) were no requests. A
+    ComfyUI (`Prompt executed in 3.41 seconds`) and a Chinese ASR API (`识别完成 请求ID=… 耗时=…秒`) write no access log:
+    both were stopped as idle jobs."""
+    probes = [f'[GIN] 2026/11/02 - 11:{i:02d}:00 | 200 |   {30 + i * 1.3:.1f}µs |   10.244.2.1 | GET      "/"'
+              for i in range(12)]
+    probes += [f'INFO:     10.0.0.{i}:{40000 + 7 * i} - "GET /healthz HTTP/1.1" 200 OK' for i in range(12)]
+    assert analyse_log("j", lines(probes), NOW).progress_lines == 0
+    chats = analyse_log("j", lines([f'[GIN] 2026/11/02 - 11:{i:02d}:00 | 200 | {3 + i * 0.3:.1f}s | 10.244.5.7 | '
+                                    f'POST     "/api/chat"' for i in range(6)]), NOW)
+    assert (chats.requests, chats.request_path) == (6, "POST /api/chat")
+    comfy = analyse_log("j", lines([f"Prompt executed in {3 + i * 0.7:.2f} seconds" for i in range(5)]), NOW)
+    assert (comfy.requests, comfy.request_path) == (5, "Prompt executed (ComfyUI)")
+    asr = analyse_log("j", lines([f"识别完成 请求ID=9f{i}a2 音频时长={10 + i}.2秒 耗时={1 + i * 0.1:.2f}秒" for i in range(4)]),
+                      NOW)
+    assert asr.requests == 4
+    # A GET of a path that is no probe, and a trainer's own line, are read as before.
+    assert analyse_log("j", lines(["step=10 loss=1.0", "step=11 loss=0.9"]), NOW).progress_lines == 2
+
+
 def test_a_process_dumping_its_own_counters_makes_no_progress():
     """Ray's raylet, logging to stderr, dumps its event counters every minute; they grow on their own, so an idle
     GPU worker looked busy for good. A stats line that reports training (a step, a loss) is still progress."""

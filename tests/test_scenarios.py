@@ -161,6 +161,9 @@ DIFFICULTY: dict[str, str] = {
     "lws-one-group-hung-other-serving": "hard",
     "slurm-srun-task-died-others-wait": "hard",
     "keda-vllm-min-replicas-quiet-night": "medium",
+    "comfyui-shared-afternoon-idle-evening": "hard",
+    "paddle-modelscope-zh-services-evening": "hard",
+    "ollama-openwebui-probe-lines-evening": "hard",
 }
 
 # What the product should do but does not yet; strict, so a fix turns these red until the entry goes.

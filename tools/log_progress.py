@@ -218,6 +218,17 @@ def request_path(text: str) -> str | None:
 _CLIENT_CALL = re.compile(r"https?://\S+\s+\"?$|\burllib3\b|\bconnectionpool\b|\bhttpx\b", re.I)
 
 
+# Go's Gin access log, which Ollama writes: the status before the method (`[GIN] 2026/11/02 - 11:00:00 | 200 |  3.2s |
+# 10.244.5.7 | POST     "/api/chat"`).
+_GIN = re.compile(r"\[GIN\][^|]*\|\s*([1-5]\d\d)\s*\|[^|]*\|[^|]*\|\s*(POST|PUT)\s+\"(/[^\"?\s]*)")
+# A server's own words for a request it finished, where it writes no access log: ComfyUI's `Prompt executed in 3.41
+# seconds` (one per queued prompt), a Chinese service's `识别完成 请求ID=9fa2 ... 耗时=1.2秒` (a request id and its time).
+_SERVED_OWN = re.compile(r"\bPrompt executed in [\d.]+ seconds\b|请求\s*(?:ID|id|编号)\s*[=:：]\s*\S+[^\n]*(?:耗时|用时)")
+# A probe or a monitor's read of a server (the kubelet's GET /health, Ollama's chart probing GET "/", a Prometheus
+# scrape): answered every few seconds, its latency and client port changing, busy or idle. Never progress.
+_PROBE = re.compile(r"\b(?:GET|HEAD)\s+\"?/(?:health\w*|ready\w*|live\w*|ping|metrics|status|favicon\.ico)?(?=[\s\"?]|$)")
+
+
 def _answered(text: str) -> tuple[str, bool] | None:
     """(request_path's answer, whether the server failed it: an access log's HTTP 5xx), else None. A 4xx is the
     server answering (a wrong key, a bad body, too many requests): it works."""
@@ -226,6 +237,13 @@ def _answered(text: str) -> tuple[str, bool] | None:
         if _NOT_A_REQUEST.match(m.group(2)) or m.group(2) == "/" or _CLIENT_CALL.search(text[:m.start()]):
             return None
         return f"{m.group(1)} {m.group(2)}", m.group(3)[0] == "5"
+    gin = _GIN.search(text)
+    if gin is not None:
+        if _NOT_A_REQUEST.match(gin.group(3)) or gin.group(3) == "/":
+            return None
+        return f"{gin.group(2)} {gin.group(3)}", gin.group(1)[0] == "5"
+    if (own := _SERVED_OWN.search(text)) is not None:
+        return ("Prompt executed (ComfyUI)" if own.group(0).startswith("Prompt") else "请求完成（请求ID、耗时）"), False
     served = _SERVED.search(text)
     if served is None:
         if _ENGINE_STATS.search(text) and _ENGINE_SERVING.search(text):
@@ -360,6 +378,8 @@ def analyse_log(job_id: str, lines: list[LogLine], now: datetime, redactor: Reda
             else:
                 progress_at.append(at)
                 last_progress_i, ended, raised, rank_died = i, None, None, None
+            continue
+        if _PROBE.search(text):
             continue
         shape = _shape(text, at)
         # An indented line of numbers alone is an item of a printed structure (a model config dump's JSON array:

@@ -198,7 +198,7 @@ def serving_zh(f: Finding, idle_zh: str) -> str:
     from agent.detectors.evidence import duration_zh
 
     warm_text = (f"每次冷启动约需 {duration_zh(warm)} 预热" if warm is not None
-                 else f"冷启动预热时间未知（可设置 {WARMUP_ANNOTATION} 注解）")
+                 else f"冷启动预热时间未知，可设置 {WARMUP_ANNOTATION} 注解")
     requests, window_s = f.metrics.get("requests"), f.metrics.get("requests_window_s")
     seen = ""
     if requests is not None and window_s is not None:

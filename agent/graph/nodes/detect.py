@@ -40,7 +40,8 @@ def detect(deps: StewardDeps, state: StewardState) -> dict[str, Any]:
 
 
 # request_path's own words (tools/log_progress.py), in Chinese; a method and path or a request id stay as written.
-_PATH_ZH = {"engine stats (tokens served)": "推理引擎统计行（有 token 输出）"}
+_PATH_ZH = {"engine stats (tokens served)": "推理引擎统计行（有 token 输出）",
+            "Prompt executed (ComfyUI)": "ComfyUI 的 Prompt executed 行"}
 
 
 def remember_answered(deps: StewardDeps, obs: Observation, run_id: str) -> None:

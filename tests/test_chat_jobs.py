@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -222,6 +223,34 @@ def test_the_cost_answer_keeps_empty_nodes_waste_apart_from_the_jobs_cost(client
                                                r"top: \$([\d.]+)\)", answer).groups())
     assert empty > 0 and held + empty == pytest.approx(report.waste_cost, abs=0.02)
     assert held <= report.cost
+
+
+def test_what_a_probe_of_161_operator_questions_found_misread(client):
+    """A second probe asked 161 questions and checked each against the APIs; these were answered with the help
+    text, the waste list, every action of the day, "which one?" or the queue."""
+    sweep_to(client, 160)
+
+    def reply(question: str, intent: str) -> str:
+        start, events = ask(client, question, CAROL)
+        assert start["intent"] == intent, (question, start, events[-1]["answer"])
+        return events[-1]["answer"]
+
+    # Free GPUs named by model, or as 空卡: a count, not the help text or "no idle job".
+    for question in ("how many free H100s are there?", "H100 还有多少空卡", "还有多少空闲的 H100 卡？"):
+        assert re.search(r"H100-80GB[^\n]*(free|空闲)", reply(question, "status")), question
+    # A user's jobs: each with its state, not "which one?"; "what happened to frank's job?" is frank's job's.
+    grace = reply("what is grace running?", "job")
+    assert grace.startswith("grace's jobs:") and "Which one?" not in grace
+    assert grace.count("\n- **research/") == 2
+    assert "gpu-long/resnet-ablation" in reply("what happened to frank's job?", "job").splitlines()[0]
+    # A pool named: its plan, not "which job?" or the savings so far.
+    assert "a100-ondemand" in reply("why does a100-ondemand need a resize?", "forecast")
+    # 超配 is a kind of waste; a how-to about pending jobs is the runbooks'.
+    assert "research/lr-sweep" in reply("有没有超配的作业？", "waste")
+    assert reply("job stuck in pending for hours, how to debug", "runbook") != ""
+    # "please kill X" is a request chat refuses; "will you kill it?" a question its story answers.
+    assert reply("please kill research/lr-sweep, grace is on vacation", "job").startswith("Chat cannot stop jobs")
+    assert not reply("is research/lr-sweep idle? will you kill it?", "job").startswith("Chat cannot stop jobs")
 
 
 def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_path):

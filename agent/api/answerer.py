@@ -46,7 +46,7 @@ _INTENTS: list[tuple[Intent, tuple[str, ...]]] = [
                "while i was", "what did the agent", "what did steward", "what did the steward", "今天", "做了什么",
                "干了什么", "做了哪些", "干了啥", "做了啥", "昨晚", "昨天", "夜里", "晚上")),
     ("waste", ("wast", "idle", "zombie", "hung", "stuck", "who", "over-provision", "overprovision", "low util",
-               "利用率低", "利用率 low", "浪费", "谁", "闲置", "空闲", "僵尸", "卡死", "卡住", "挂起", "占用")),
+               "利用率低", "利用率 low", "浪费", "谁", "闲置", "空闲", "僵尸", "卡死", "卡住", "挂起", "占用", "超配")),
 ]
 # Jobs waiting to be scheduled, not actions waiting for a human ("which jobs are pending in the queue?").
 _QUEUE = re.compile(r"\bqueu|\bpending (?:jobs?|pods?|tasks?)\b|\b(?:jobs?|pods?|tasks?) (?:are |is |still )?pending"
@@ -92,11 +92,12 @@ def classify(text: str) -> Intent:
     if _ANSWER_TYPED.search(text) or _ANSWER_ASKED.search(text):
         return "approvals"
     lowered = text.lower()
-    if re.search(r"\b(?:free|available|spare)\b|空闲的?卡|可用的?卡|剩", lowered) \
-            and re.search(r"\bgpus?\b|cards?|卡", lowered) and not re.search(r"\b(?:you|we)\b|你们?|我们", lowered):
+    if re.search(r"\b(?:free|available|spare)\b|空闲的?.{0,8}卡|空卡|可用的?.{0,8}卡|剩", lowered) \
+            and (re.search(r"\bgpus?\b|cards?|卡", lowered) or _GPU_MODEL.search(text)) \
+            and not re.search(r"\b(?:you|we)\b|你们?|我们", lowered):
         return "status"  # "how many GPUs does the h100 pool have free?", "which queue has free GPUs?": a count
-    if _QUEUE.search(text) and not _APPROVAL_WORDS.search(text):
-        return "queue"
+    if _QUEUE.search(text) and not _APPROVAL_WORDS.search(text) and not _RUNBOOK.search(text):
+        return "queue"  # "job stuck in pending for hours, how to debug": the runbook's, below
     if _RUNBOOK.search(text):
         return "runbook"
     if _KEPT.search(text):
@@ -387,6 +388,13 @@ def _owners(ctx: ChatContext) -> dict[str, str]:
     return found | {f.target: f.owner for f in ctx.findings if f.owner} | {j.id: j.user for j in ctx.observation.jobs}
 
 
+def _pool_named(ctx: ChatContext, text: str) -> bool:
+    """Whether the question names one of the cluster's pools by its name (`a100-ondemand`)."""
+    lowered = text.lower()
+    return any(p.name and re.search(rf"(?<![\w-]){re.escape(p.name.lower())}(?![\w-])", lowered)
+               for p in ctx.observation.pools)
+
+
 _MINE = re.compile(r"\bmy\b|\bmine\b|我的", re.IGNORECASE)
 
 
@@ -408,12 +416,16 @@ def _owner_named(ctx: ChatContext, text: str) -> tuple[str, list[str]] | None:
 
 
 _STOP_ASKED = re.compile(r"\b(?:kill|stop|terminate|delete|cancel|scancel)\b.*\b(?:it|this|that|job|now|please)\b|"
+                         r"^\s*(?:please\s+|pls\s+)?(?:kill|stop|terminate|delete|cancel|scancel)\b|"
                          r"杀掉|杀了|停掉|停止它|干掉|删掉|帮我停|直接停", re.IGNORECASE)
+# A question about a stop ("will you kill it?", "会停掉吗？"), not a request for one: the story says what comes next.
+_STOP_QUESTION = re.compile(r"\b(?:will|are|did) you\b|\bgoing to\b|\bgonna\b|会不会|会被.{0,30}吗", re.IGNORECASE)
 
 
 def _job(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, None, str]:
     reply = yield from _job_story(ctx, text, lang)
-    if _STOP_ASKED.search(text) and not re.search(r"\bwhy\b|为什么|为何", text, re.IGNORECASE):
+    if _STOP_ASKED.search(text) and not re.search(r"\bwhy\b|为什么|为何", text, re.IGNORECASE) \
+            and not _STOP_QUESTION.search(text):
         reply = _t(lang, "Chat cannot stop jobs: a stop goes through a sweep, the guardrail (a warning first) and, "
                          "where policy asks, an approver. What the steward knows about it:\n\n",
                    "聊天无法停止作业：停止要经过巡检、护栏（先警告）以及策略要求时的审批。以下是它的情况：\n\n") + reply
@@ -426,6 +438,15 @@ def _job_story(ctx: ChatContext, text: str, lang: Lang) -> Generator[ChatEvent, 
         named = [ctx.job]
     if not named and (owner := _owner_named(ctx, text)) is not None:
         user, theirs = owner
+        if 1 < len(theirs) <= 5:  # "what is grace running?": each job's first line, not "which one?"
+            lines = [_t(lang, f"{user}'s jobs:", f"{user} 的作业：")]
+            for job_id in theirs:
+                yield {"type": "tool_call", "name": "job_status", "args": {"job": job_id}}
+                head = job_status(ctx, job_id, lang).splitlines()[0]
+                yield {"type": "tool_result", "name": "job_status", "status": "ok", "summary": head}
+                lines.append(f"- {head}")
+            lines.append(_t(lang, "Ask about one of them for its whole story.", "可就其中一个作业继续提问，查看完整经过。"))
+            return "\n".join(lines)
         if len(theirs) != 1:
             listed = (", " if lang == "en" else "、").join(theirs[:8])
             return _t(lang, f"{user}'s jobs: {listed}. Which one?" if theirs else
@@ -1024,8 +1045,11 @@ def answer(ctx: ChatContext, text: str, lang: Lang | None = None) -> Iterator[Ch
         intent = "job"  # "is ml-team/x idle?", "what happened to x?": the job's own story answers it
     elif intent in ("forecast", "status") and in_full and not _POOL.search(text):
         intent = "job"  # "will ml-team/x be stopped tomorrow?", "summary of ml-team/x"
-    elif intent == "help" and _owner_named(ctx, text) is not None:
-        intent = "job"  # "what is frank running?": frank's jobs
+    elif intent in ("help", "today") and _owner_named(ctx, text) is not None:
+        intent = "job"  # "what is frank running?", "what happened to frank's job?": frank's jobs
+    elif intent in ("help", "savings", "waste", "job") and not named and _pool_named(ctx, text) \
+            and not re.search(r"cost|spen[dt]|bill|花|费用|成本", text, re.IGNORECASE):
+        intent = "forecast"  # "why does a100-ondemand need a resize?", "how much would shrinking it save?": its plan
     elif intent in ("help", "forecast") and _KEEP_ASKED.search(text):
         intent = "keep"  # "把 nb-alice 保留到明天": how to keep, not tomorrow's forecast
     elif intent == "help" and re.search(r"\bstatus\b|\bcluster\b|集群|概况|总览", text, re.IGNORECASE):

@@ -251,6 +251,10 @@ def test_what_a_probe_of_161_operator_questions_found_misread(client):
     # "please kill X" is a request chat refuses; "will you kill it?" a question its story answers.
     assert reply("please kill research/lr-sweep, grace is on vacation", "job").startswith("Chat cannot stop jobs")
     assert not reply("is research/lr-sweep idle? will you kill it?", "job").startswith("Chat cannot stop jobs")
+    # "who approved it?": the story says a person did, or that none was asked.
+    story = reply(f"why was {JOB} stopped and who approved it?", "job")
+    assert "automatic (level 2: the policy asks no approval for it)" in story, story
+    assert "自动执行（级别 2：策略不要求审批）" in reply(f"为什么 {JOB} 被停了，谁批准的？", "job")
 
 
 def test_with_a_model_keep_stays_a_command_and_the_model_reads_job_status(tmp_path):

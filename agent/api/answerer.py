@@ -515,6 +515,11 @@ def job_status(ctx: ChatContext, job_id: str, lang: Lang) -> str:
     for e in done:
         deadline = e.data.get("deadline")
         due = _t(lang, f"; earliest stop {_when(deadline, now, ctx.zone, lang)}", f"；最早停止时间 {_when(deadline, now, ctx.zone, lang)}") if deadline else ""
+        if e.action != "notify" and e.status == "executed":  # "who approved it?": a person, or none was asked
+            who = e.data.get("approved_by")
+            due += (_t(lang, f"; approved by {who}", f"；由 {who} 批准") if who else
+                    _t(lang, f"; automatic (level {e.level}: the policy asks no approval for it)",
+                       f"；自动执行（级别 {e.level}：策略不要求审批）"))
         lines.append(_t(lang, f"- {_when(e.at, now, ctx.zone, lang)} {_action(e.action, lang)}: {e.status}{_detail(e, lang)}{due}",
                         f"- {_when(e.at, now, ctx.zone, lang)}{_action(e.action, lang)}：{_status(e.status, lang)}{_detail(e, lang)}"
                         f"{due}"))

@@ -137,6 +137,24 @@ def test_keep_refuses_a_job_that_does_not_run_and_answers_in_chinese(client):
     assert "nothing to keep" in ask(client, "keep ml-team/no-such-job 1h", CAROL)[1][-1]["answer"]
     assert rt.deps.audit.entries(kind="exemption") == []
     assert len(rt.deps.audit.entries(kind="decision", status="refused")) == 2
+    # A keep without a duration says what is missing (it read the job's name as the duration).
+    said = ask(client, f"keep {JOB} please, carol needs it tonight", CAROL)[1][-1]["answer"]
+    assert said.startswith("Not kept: a keep needs a duration, e.g. `keep 4h <job> <reason>`"), said
+
+
+def test_a_job_that_ignored_its_sigterm_can_be_kept_from_its_forced_stop(client):
+    """augment-worker ignored SIGTERM and waits for an approved forced stop: "is stopping already, so there is
+    nothing to keep" refused the one keep that still holds something back."""
+    sweep_to(client, 200)
+    rt = client.app.state.runtime
+    job = "cv-team/augment-worker"
+    assert rt.deps.scheduler.get_job(job).state == "stopping"
+    said = ask(client, f"keep 2h {job} erin is debugging", {"Authorization": "Bearer lead-token"})[1][-1]["answer"]
+    assert said.startswith(f"OK: {job} is kept until") and "holds off a forced stop" in said, said
+    proposal = ProposedAction(action="force_terminate", target=job, reason="ignored SIGTERM", finding_kind="idle")
+    facts = fresh_facts(rt.deps, "check", job, None)
+    decision = decide(proposal, facts, rt.deps.policy, rt.deps.audit.history(rt.deps.clock.now()))
+    assert decision.verdict == "deny" and decision.rule == "protected", decision
 
 
 def test_a_keep_said_while_the_scheduler_does_not_answer_is_told_and_audited_not_a_500(client, monkeypatch):

@@ -286,8 +286,9 @@ def grant_keep(deps: StewardDeps, request: KeepRequest | str, *, user: str, appr
         return _t(lang, en, zh)
 
     if isinstance(request, str):
-        return refuse(None, f"`{request or 'keep'}` has no duration; try `keep 4h <reason>`.",
-                      f"`{request or '保留'}` 缺少时长，例如 `保留 4h 原因`。")
+        return refuse(None, f"Not kept: a keep needs a duration, e.g. `keep 4h <job> <reason>` (“{request or 'keep'}” "
+                            f"gives none).",
+                      f"未保留：保留需要时长，例如 `保留 4h <作业> <原因>`（“{request or '保留'}”没有给出时长）。")
     try:
         return _keep_job(deps, request, user, by, lang, run_id, approver, not_as_approver, context_job, data, now,
                          refuse)
@@ -329,7 +330,8 @@ def _keep_job(deps: StewardDeps, request: KeepRequest, user: str, by: str, lang:
             return refuse(None, f"Which job? Say `keep {request.duration} <job> <reason>` (yours: {names or 'none'}).",
                           f"请指明作业：`保留 {request.duration} <作业> <原因>`（你的作业：{names or '无'}）。")
         job = candidates[0]
-    if job.state not in _LIVE_STATES:
+    # A job still stopping ignored or is handling its SIGTERM: a keep holds off the forced stop that may follow.
+    if job.state not in (*_LIVE_STATES, "stopping"):
         return refuse(job.id, f"{job.id} is {job.state} already, so there is nothing to keep.",
                       f"{job.id} {JOB_STATE_ZH.get(job.state, job.state)}，无需保留。")
     extra_en, extra_zh = not_as_approver or ("", "")
@@ -348,6 +350,9 @@ def _keep_job(deps: StewardDeps, request: KeepRequest, user: str, by: str, lang:
                       data={"until": until.isoformat(), "by": by, "target_uid": job.uid or None, **(data or {})})
     from agent.planning.policy_model import owner_time  # the owner's zone, as the warning they answer
 
+    stopping = job.state == "stopping"
     return _t(lang, f"OK: {job.id} is kept until {owner_time(until, deps.policy, 'en')} ({reason}). The steward "
-                    "will not stop it before then.",
-              f"好的：{job.id} 将保留至 {owner_time(until, deps.policy, 'zh')}（{reason}），在此之前不会被停止。")
+                    "will not stop it before then." + (" It was already asked to stop (SIGTERM), which cannot be "
+                                                       "taken back: the keep holds off a forced stop." if stopping else ""),
+              f"好的：{job.id} 将保留至 {owner_time(until, deps.policy, 'zh')}（{reason}），在此之前不会被停止。"
+              + ("它此前已收到停止请求（SIGTERM），这无法撤回：保留只会推迟强制停止。" if stopping else ""))

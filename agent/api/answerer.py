@@ -382,9 +382,9 @@ def named_jobs(ctx: ChatContext, text: str) -> list[str]:
 def _owners(ctx: ChatContext) -> dict[str, str]:
     """Job -> owner for every job chat knows: running now, found now, or found in the last day (a stopped notebook
     is in neither of the first two)."""
-    found = {e.target: str(e.data["owner"]) for e in ctx.audit.entries(
-        kind="finding", since=(ctx.now - timedelta(days=1)).astimezone(UTC), limit=5000, newest_first=False)
-        if e.target and e.data.get("owner")}
+    # The newest findings (a large cluster writes thousands a sweep), the newest owner of a reused name winning.
+    newest = ctx.audit.entries(kind="finding", since=(ctx.now - timedelta(days=1)).astimezone(UTC), limit=5000)
+    found = {e.target: str(e.data["owner"]) for e in reversed(newest) if e.target and e.data.get("owner")}
     return found | {f.target: f.owner for f in ctx.findings if f.owner} | {j.id: j.user for j in ctx.observation.jobs}
 
 

@@ -138,13 +138,12 @@ class ZombieDetector:
 
     def _mixed_doubt(self, w: JobWindow, logs: LogProgress) -> tuple[str, str] | None:
         """Why a hang with some GPUs idle beside pinned ones needs a person to stop it: one rank working on the CPU
-        (rank 0 writing a checkpoint) idles its GPU while the others wait pinned, which reads the same. Not when
-        the log says a process died since the last progress and every idle GPU has let go of its memory: that rank
-        is gone (a rank saving from the CPU keeps its model on the GPU), and its peers wait for it for ever (srun's
-        "task 7: Exited with exit code 1" beside seven ranks in an all-reduce, pytorch#76287). Both signals, narrowly:
-        a launcher's verdict on a rank (`LogProgress.rank_died`: a caught subprocess error or a killed side monitor
-        names none), and no process left on each idle GPU (a CUDA context alone means a live rank is still attached:
-        one that freed its model to build the next stage's data on the CPU holds exactly that)."""
+        (rank 0 writing a checkpoint) idles its GPU while the others wait pinned, which reads the same. Not when a
+        launcher's verdict on a rank follows the last progress (`LogProgress.rank_died`: a caught subprocess error or
+        a killed side monitor names none) and no process is left on any idle GPU (a CUDA context alone means a live
+        rank is still attached: one that freed its model to build the next stage's data on the CPU holds exactly
+        that): that rank is gone, and its peers wait for it for ever (srun's "task 7: Exited with exit code 1" beside
+        seven ranks in an all-reduce, pytorch#76287)."""
         quiet = [g for v, g in zip(w.gpu_avg_util, w.series.gpus, strict=False)
                  if v is not None and v < self.rule.busy_threshold_pct]
         idle = len(quiet)
